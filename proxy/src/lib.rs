@@ -1,0 +1,13 @@
+//! Sōya: a long-distance RoCEv2 WAN accelerator.
+//!
+//! A packet's journey, and the module that handles each step:
+//!
+//! 1. DC side in: [`roce`] parses and checks the RoCEv2 packet.
+//! 2. Pseudo-ACK and deep buffer (`qp`, `buffer`; pseudo-ACK issue).
+//! 3. WAN paths to the twin gateway (`wan`; WAN transport issue).
+//! 4. The twin re-injects in order toward the responder (`qp`, egress role).
+//!
+//! Protocol logic is sans-IO: state machines take `(packet or event, now)` and
+//! return packets and timers; sockets and clocks live only in the I/O layers.
+
+pub mod roce;

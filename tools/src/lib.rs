@@ -1,0 +1,6 @@
+//! Lab and test tools for Sōya.
+//!
+//! - [`capture`]: read pcap files of RoCEv2 traffic into parsed packets
+//!   (used by `soya-decode` and by the capture tests).
+
+pub mod capture;
