@@ -10,4 +10,6 @@
 //! Protocol logic is sans-IO: state machines take `(packet or event, now)` and
 //! return packets and timers; sockets and clocks live only in the I/O layers.
 
+pub mod buffer;
 pub mod roce;
+pub mod time;

@@ -1,5 +1,6 @@
 //! The `soya` command: gateway daemon, config checker and demo.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -48,12 +49,13 @@ fn main() -> ExitCode {
 
 fn check_config(files: &[PathBuf], quiet: bool) -> ExitCode {
     let mut failed = 0;
+    let mut out = std::io::stdout().lock();
     for f in files {
         match soya_config::load(f) {
             Ok(cfg) => {
-                if !quiet {
-                    println!("{}: OK", f.display());
-                    println!("{}", cfg.explain());
+                // A closed pipe (`| head`) ends the listing quietly.
+                if !quiet && writeln!(out, "{}: OK\n{}", f.display(), cfg.explain()).is_err() {
+                    return ExitCode::SUCCESS;
                 }
             }
             Err(e) => {

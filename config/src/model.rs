@@ -1,0 +1,197 @@
+//! The validated, resolved configuration the gateway runs with.
+//!
+//! Every default is filled in, every unit string is a number, and states the
+//! validator rejected cannot be represented where that is cheap (e.g. the
+//! data-center backend carries exactly the fields it needs). Consumers never
+//! re-parse strings or re-apply defaults.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::prefix::Prefix;
+pub use crate::schema::{AckPolicy, BackendKind, LogFormat, LogLevel};
+
+/// One site gateway (Sapporo or Wakkanai), fully resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SiteConfig {
+    /// Site name: `[a-z0-9-]`, used in the default control socket path and logs.
+    pub site: String,
+    pub dc: DcConfig,
+    pub wan: WanConfig,
+    pub buffer: BufferConfig,
+    pub pseudo_ack: PseudoAckConfig,
+    pub control: ControlConfig,
+    pub log: LogConfig,
+    /// Where this config came from (file name given to `load` or `parse_str`).
+    pub origin: String,
+    /// Key paths that were absent from the file and took their default
+    /// (e.g. `pseudo_ack.policy`, `wan.paths[0].weight`); `explain()` marks them.
+    pub defaulted: Vec<String>,
+}
+
+/// The local data-center side: how RoCE traffic enters the gateway and
+/// which of it may cross the WAN.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DcConfig {
+    pub backend: DcBackend,
+    /// Local RoCE hosts (ACL: traffic must come from here). Never empty.
+    pub local_prefixes: Vec<Prefix>,
+    /// Hosts at the twin site (ACL: traffic must go there). Never empty, and
+    /// disjoint from `local_prefixes`.
+    pub remote_prefixes: Vec<Prefix>,
+}
+
+/// How the gateway attaches to the data center, with exactly the settings
+/// that attachment needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DcBackend {
+    /// Linux tun device (default `soya0`).
+    Tun { interface: String },
+    /// Loopback lab mode: RoCEv2 in UDP, listening on `listen`.
+    Udp { listen: SocketAddr },
+    /// AF_PACKET on a real NIC.
+    AfPacket { interface: String },
+}
+
+impl DcBackend {
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            DcBackend::Tun { .. } => BackendKind::Tun,
+            DcBackend::Udp { .. } => BackendKind::Udp,
+            DcBackend::AfPacket { .. } => BackendKind::Afpacket,
+        }
+    }
+}
+
+/// The WAN side: local sockets, the paths to the twin, and how it is secured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WanConfig {
+    /// Local bind addresses, in file order (paths refer to them by index).
+    pub bind: Vec<SocketAddr>,
+    pub security: WanSecurity,
+    /// 1..=16 paths with unique names.
+    pub paths: Vec<WanPath>,
+}
+
+/// Whether WAN traffic is authenticated/encrypted with a pre-shared key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WanSecurity {
+    /// Normal operation. The path is relative to the config file's directory
+    /// if it was relative in the file and the config came from `load`; as
+    /// written if it came from `parse_str`.
+    PreSharedKey { key_file: PathBuf },
+    /// Plaintext, lab only (`wan.insecure = true`). `ignored_key_file` keeps a
+    /// `key_file` that was also set so `explain()` can point it out.
+    Insecure { ignored_key_file: Option<PathBuf> },
+}
+
+/// One WAN path to the twin gateway.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WanPath {
+    pub name: String,
+    /// The twin gateway's endpoint for this path.
+    pub remote: SocketAddr,
+    /// The local address this path sends from (resolved from the path's
+    /// `bind` index/address, default `wan.bind[0]`).
+    pub bind: SocketAddr,
+    /// Share of traffic relative to the other paths, 1..=100.
+    pub weight: u32,
+    /// Rate limit in bits per second, if configured.
+    pub rate_bps: Option<u64>,
+    /// DSCP codepoint for the outer packets, 0..=63.
+    pub dscp: u8,
+    /// Expected round-trip time: given as `rtt`, or derived from `distance_km`
+    /// as 2 × 4.9 µs/km (light in fibre, both ways).
+    pub rtt: Option<Duration>,
+    /// The `distance_km` the RTT was derived from, if that is how it was set.
+    pub distance_km: Option<f64>,
+}
+
+/// The deep buffer that holds pseudo-ACKed data until the twin confirms it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BufferConfig {
+    /// Resolved buffer size in bytes (computed if `size = "auto"`).
+    pub bytes: u64,
+    /// How `bytes` was obtained (kept for `explain()` and metrics).
+    pub sizing: BufferSizing,
+    pub safety_factor: f64,
+    /// Most bytes a single flow (QP) may occupy; `None` means no per-flow cap.
+    pub per_flow_quota: Option<u64>,
+    /// Bytes per packet slot.
+    pub slot_bytes: u32,
+    /// `bytes / slot_bytes`, at least 16.
+    pub slots: u64,
+}
+
+/// Where the buffer size came from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BufferSizing {
+    /// Given explicitly.
+    Explicit,
+    /// `auto`: Σ rate × max RTT × safety_factor, rounded up to a MiB (and up to
+    /// at least 16 slots). The inputs are kept so the number can be explained.
+    Auto {
+        total_rate_bps: u64,
+        max_rtt: Duration,
+        /// Bytes before rounding up.
+        unrounded_bytes: u64,
+    },
+}
+
+/// Pseudo-ACK behaviour on the data-center side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PseudoAckConfig {
+    pub policy: AckPolicy,
+    /// Send at most one ACK per this many packets (1..=128).
+    pub coalesce_packets: u32,
+    /// …or after this long, whichever is first (0..=10 ms).
+    pub coalesce: Duration,
+    /// Send CNPs to local senders when the buffer fills, instead of dropping.
+    pub cnp_on_backpressure: bool,
+}
+
+/// Local operator interfaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlConfig {
+    /// Prometheus listen address; `None` when disabled.
+    pub metrics: Option<SocketAddr>,
+    /// Control socket path (default `/run/soya/<site>.sock`).
+    pub socket: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    pub level: LogLevel,
+}
+
+impl SiteConfig {
+    /// Problems that are allowed but deserve attention, one sentence each
+    /// (also printed by [`SiteConfig::explain`]). The gateway should log them
+    /// at warn level on start-up.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if let WanSecurity::Insecure { ignored_key_file } = &self.wan.security {
+            w.push(
+                "wan.insecure = true: WAN traffic is PLAINTEXT and UNAUTHENTICATED; \
+                 anyone on the path can read and inject RDMA writes. Lab use only."
+                    .to_string(),
+            );
+            if let Some(k) = ignored_key_file {
+                w.push(format!(
+                    "wan.key_file = {:?} is ignored because wan.insecure = true",
+                    k.display().to_string()
+                ));
+            }
+        }
+        if self.pseudo_ack.policy == AckPolicy::Off {
+            w.push(
+                "pseudo_ack.policy = \"off\": the gateway only tunnels; RoCE senders \
+                 will see the full WAN round trip"
+                    .to_string(),
+            );
+        }
+        w
+    }
+}

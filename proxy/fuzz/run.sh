@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Run every fuzz target for a while: proxy/fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]
+# cargo-fuzz needs nightly features; RUSTC_BOOTSTRAP lets the stable toolchain build them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-60}; shift || true
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(roce_packet cm_mad site_config)
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+python3 fuzz/seed.py "${SOYA_SHARED:-$(pwd)/../../shared}"
+for t in "${targets[@]}"; do
+  echo "== fuzzing $t for ${secs}s"
+  RUSTC_BOOTSTRAP=1 cargo fuzz run "$t" -- -max_total_time="$secs" -max_len=4200 2>&1 | tail -n 4
+done

@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Seed the fuzz corpora from the shared captures and the example configs.
+
+Usage: seed.py SHARED_DIR   (writes corpus/<target>/ beside this file)
+"""
+import os, struct, sys, glob, hashlib
+
+here = os.path.dirname(os.path.abspath(__file__))
+shared = sys.argv[1]
+
+def frames(path):
+    data = open(path, 'rb').read()
+    magic = struct.unpack('<I', data[:4])[0]
+    end = '<' if magic in (0xa1b2c3d4, 0xa1b23c4d) else '>'
+    off = 24
+    while off + 16 <= len(data):
+        _, _, incl, _ = struct.unpack(end + 'IIII', data[off:off + 16])
+        yield data[off + 16: off + 16 + incl]
+        off += 16 + incl
+
+def put(target, blob):
+    d = os.path.join(here, 'corpus', target)
+    os.makedirs(d, exist_ok=True)
+    open(os.path.join(d, hashlib.sha1(blob).hexdigest()), 'wb').write(blob)
+
+n = 0
+for pcap in glob.glob(os.path.join(shared, 'lab', '*.pcap')) + [os.path.join(shared, 'protocol', 'vectors.pcap')]:
+    for i, f in enumerate(frames(pcap)):
+        if i % 10 and 'rping' not in pcap:   # a sample of bulk data, all of rping
+            continue
+        put('roce_packet', f[14:])            # as IP packet
+        put('roce_packet', f)                 # as Ethernet frame
+        if len(f) > 14 + 20 + 8 + 12 + 8 + 256 and f[14 + 28] == 0x64:
+            put('cm_mad', f[14 + 20 + 8 + 12 + 8:][:256])
+        n += 1
+for toml in glob.glob(os.path.join(here, '..', '..', 'config', 'examples', '*.toml')):
+    put('site_config', open(toml, 'rb').read())
+print(f'seeded {n} frames')

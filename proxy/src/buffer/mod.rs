@@ -1,0 +1,127 @@
+//! The deep buffer: where packets wait while the WAN carries them.
+//!
+//! A preallocated [`slab::PacketSlab`] of fixed-size slots addressed by small
+//! handles (no allocation per packet), with per-flow and per-site quotas
+//! ([`DeepBuffer`]). Occupancy and high-water marks are kept for export.
+
+pub mod slab;
+
+pub use slab::{PacketSlab, SlotHandle};
+
+use std::collections::HashMap;
+
+/// Why the buffer refused a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The whole site's buffer is full.
+    SiteFull,
+    /// This flow used its quota.
+    FlowQuota,
+    /// Larger than a slot (the configured MTU is too large for `slot_bytes`).
+    TooLarge,
+}
+
+/// Occupancy figures for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Occupancy {
+    pub slots_used: usize,
+    pub slots_total: usize,
+    pub high_water: usize,
+}
+
+/// A slab plus quotas, keyed by a flow id chosen by the caller.
+pub struct DeepBuffer {
+    slab: PacketSlab,
+    per_flow_slots: usize,
+    used_by: HashMap<u64, usize>,
+}
+
+impl DeepBuffer {
+    /// `slots` slots of `slot_bytes` each; a flow may hold `per_flow_slots`.
+    pub fn new(slots: usize, slot_bytes: usize, per_flow_slots: usize) -> DeepBuffer {
+        DeepBuffer {
+            slab: PacketSlab::new(slots, slot_bytes),
+            per_flow_slots: per_flow_slots.min(slots).max(1),
+            used_by: HashMap::new(),
+        }
+    }
+
+    /// Stores a copy of `bytes` for `flow`.
+    pub fn store(&mut self, flow: u64, bytes: &[u8]) -> Result<SlotHandle, Refused> {
+        if bytes.len() > self.slab.slot_bytes() {
+            return Err(Refused::TooLarge);
+        }
+        let used = self.used_by.get(&flow).copied().unwrap_or(0);
+        if used >= self.per_flow_slots {
+            return Err(Refused::FlowQuota);
+        }
+        let h = self.slab.alloc(bytes).ok_or(Refused::SiteFull)?;
+        *self.used_by.entry(flow).or_insert(0) += 1;
+        Ok(h)
+    }
+
+    /// Frees a slot held by `flow`.
+    pub fn release(&mut self, flow: u64, h: SlotHandle) {
+        self.slab.free(h);
+        if let Some(n) = self.used_by.get_mut(&flow) {
+            *n -= 1;
+            if *n == 0 {
+                self.used_by.remove(&flow);
+            }
+        }
+    }
+
+    pub fn get(&self, h: SlotHandle) -> &[u8] {
+        self.slab.get(h)
+    }
+
+    pub fn get_mut(&mut self, h: SlotHandle) -> &mut [u8] {
+        self.slab.get_mut(h)
+    }
+
+    /// Slots `flow` holds now.
+    pub fn flow_slots(&self, flow: u64) -> usize {
+        self.used_by.get(&flow).copied().unwrap_or(0)
+    }
+
+    /// Slots still free for `flow`, the lesser of its quota and the site's.
+    pub fn headroom(&self, flow: u64) -> usize {
+        let flow_left = self.per_flow_slots - self.flow_slots(flow);
+        flow_left.min(self.slab.free_slots())
+    }
+
+    pub fn occupancy(&self) -> Occupancy {
+        Occupancy {
+            slots_used: self.slab.used_slots(),
+            slots_total: self.slab.capacity(),
+            high_water: self.slab.high_water(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotas_refuse_and_release_restores() {
+        let mut b = DeepBuffer::new(4, 64, 3);
+        let h: Vec<_> = (0..3).map(|i| b.store(1, &[i; 10]).unwrap()).collect();
+        assert_eq!(b.store(1, &[9]), Err(Refused::FlowQuota));
+        let other = b.store(2, &[7; 5]).unwrap();
+        assert_eq!(b.store(3, &[7]), Err(Refused::SiteFull));
+        assert_eq!(b.store(3, &[0; 65]), Err(Refused::TooLarge));
+        assert_eq!(b.get(h[1]), &[1; 10]);
+        assert_eq!(b.get(other), &[7; 5]);
+        b.release(1, h[0]);
+        assert_eq!(b.headroom(1), 1);
+        assert_eq!(b.flow_slots(1), 2);
+        b.store(3, &[1]).unwrap();
+        assert_eq!(b.occupancy().high_water, 4);
+        for x in &h[1..] {
+            b.release(1, *x);
+        }
+        assert_eq!(b.flow_slots(1), 0);
+        assert_eq!(b.occupancy().slots_used, 2);
+    }
+}
