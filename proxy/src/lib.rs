@@ -11,5 +11,6 @@
 //! return packets and timers; sockets and clocks live only in the I/O layers.
 
 pub mod buffer;
+pub mod qp;
 pub mod roce;
 pub mod time;

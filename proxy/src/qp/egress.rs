@@ -1,0 +1,430 @@
+//! The egress role: the gateway at the responder's site.
+//!
+//! [`Reinjector`] plays the requester toward the real responder for requests
+//! that were pseudo-ACKed at the twin: it injects them strictly in PSN order,
+//! keeps each until the responder's ACK covers it, goes back N on a PSN
+//! sequence NAK or a local timeout (from the measured local RTT, not the
+//! WAN's), waits out RNR NAKs, and reports how far the responder got
+//! (`Delivered`) so the twin can free its copy. The responder's ACKs stop
+//! here; READ responses and atomic ACKs travel back to the requester.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::buffer::{DeepBuffer, SlotHandle};
+use crate::roce::ext::RNR_TIMER_US;
+use crate::roce::{NakCode, OpKind, Psn, RocePacket, Syndrome};
+use crate::time::Time;
+
+use super::engine::Output;
+use super::half::HalfKey;
+use super::ingress::span_of;
+use super::twin::TwinMsg;
+
+#[derive(Clone, Copy, Debug)]
+pub struct EgressTuning {
+    /// Most PSNs injected and not yet acknowledged by the responder.
+    pub window: u32,
+    /// Floor of the retransmission timeout.
+    pub min_rto: Duration,
+    /// Timeout before the first RTT sample.
+    pub initial_rto: Duration,
+    /// Consecutive timeouts / sequence NAKs without progress before giving up.
+    pub retry_budget: u32,
+    /// Consecutive RNR NAKs without progress before giving up.
+    pub rnr_budget: u32,
+}
+
+impl Default for EgressTuning {
+    fn default() -> EgressTuning {
+        EgressTuning {
+            window: 1024,
+            min_rto: Duration::from_micros(200),
+            initial_rto: Duration::from_millis(2),
+            retry_budget: 16,
+            rnr_budget: 1000,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EgressStats {
+    pub injected: u64,
+    pub retransmitted: u64,
+    pub raw_injected: u64,
+    pub acks_absorbed: u64,
+    pub acks_forwarded: u64,
+    pub seq_naks: u64,
+    pub rnr_naks: u64,
+    pub fatal_naks: u64,
+    pub timeouts: u64,
+    pub responses_forwarded: u64,
+    pub duplicates_dropped: u64,
+    pub overflow_held: u64,
+}
+
+/// Where a held packet's bytes are.
+#[derive(Debug)]
+enum Held {
+    Slot(SlotHandle),
+    /// The site buffer was full (the twin's credit should prevent this);
+    /// held on the heap rather than lost.
+    Heap(Vec<u8>),
+}
+
+#[derive(Debug)]
+struct Pending {
+    psn: Psn,
+    span: u32,
+    held: Held,
+    sent_at: Option<Time>,
+    retransmitted: bool,
+}
+
+impl Pending {
+    fn last(&self) -> Psn {
+        self.psn.add(self.span - 1)
+    }
+}
+
+pub struct Reinjector {
+    pub key: HalfKey,
+    queue: VecDeque<Pending>,
+    /// Index of the next packet to (re)send.
+    next: usize,
+    /// Last PSN the responder acknowledged or answered.
+    acked: Option<Psn>,
+    /// Highest PSN injected raw (the tunnel phase) and whether the
+    /// responder has acknowledged it yet.
+    raw_high: Option<Psn>,
+    raw_done: bool,
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    rto_deadline: Option<Time>,
+    rnr_until: Option<Time>,
+    retries: u32,
+    rnr_retries: u32,
+    failed: bool,
+    tuning: EgressTuning,
+    pub stats: EgressStats,
+}
+
+impl Reinjector {
+    pub fn new(key: HalfKey, tuning: EgressTuning) -> Reinjector {
+        Reinjector {
+            key,
+            queue: VecDeque::new(),
+            next: 0,
+            acked: None,
+            raw_high: None,
+            raw_done: false,
+            srtt: None,
+            rttvar: Duration::ZERO,
+            rto_deadline: None,
+            rnr_until: None,
+            retries: 0,
+            rnr_retries: 0,
+            failed: false,
+            tuning,
+            stats: EgressStats::default(),
+        }
+    }
+
+    /// Packets held for the responder.
+    pub fn held(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    pub fn poll_timeout(&self) -> Option<Time> {
+        match (self.rto_deadline, self.rnr_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn rto(&self) -> Duration {
+        match self.srtt {
+            None => self.tuning.initial_rto,
+            Some(s) => (s + 4 * self.rttvar).max(self.tuning.min_rto),
+        }
+    }
+
+    /// A request the twin forwarded raw (tunnel phase, or a duplicate READ
+    /// to be replayed by the responder): inject as is.
+    pub fn on_raw_request(&mut self, p: &RocePacket<'_>, out: &mut VecDeque<Output>) {
+        let last = p.psn().add(span_of(p) - 1);
+        if self.raw_high.is_none_or(|h| last.after(h)) {
+            self.raw_high = Some(last);
+            self.raw_done = false;
+        }
+        self.stats.raw_injected += 1;
+        out.push_back(Output::Dc(p.as_bytes().to_vec()));
+    }
+
+    /// A pseudo-ACKed request from the twin: hold it and inject in order.
+    pub fn on_request(
+        &mut self,
+        now: Time,
+        p: &RocePacket<'_>,
+        buf: &mut DeepBuffer,
+        out: &mut VecDeque<Output>,
+    ) {
+        if self.failed {
+            return;
+        }
+        let psn = p.psn();
+        if let Some(last) = self.queue.back().map(Pending::last).or(self.acked) {
+            if !psn.after(last) {
+                // The twin never repeats itself; a restart or a bug might.
+                self.stats.duplicates_dropped += 1;
+                return;
+            }
+        }
+        let held = match buf.store(self.key.id(), p.as_bytes()) {
+            Ok(s) => Held::Slot(s),
+            Err(_) => {
+                self.stats.overflow_held += 1;
+                Held::Heap(p.as_bytes().to_vec())
+            }
+        };
+        self.queue.push_back(Pending {
+            psn,
+            span: span_of(p),
+            held,
+            sent_at: None,
+            retransmitted: false,
+        });
+        self.pump(now, buf, out);
+    }
+
+    fn bytes<'a>(held: &'a Held, buf: &'a DeepBuffer) -> &'a [u8] {
+        match held {
+            Held::Slot(s) => buf.get(*s),
+            Held::Heap(v) => v,
+        }
+    }
+
+    /// Injects what the window and any RNR wait allow.
+    fn pump(&mut self, now: Time, buf: &DeepBuffer, out: &mut VecDeque<Output>) {
+        if self.failed || self.rnr_until.is_some_and(|t| now < t) {
+            return;
+        }
+        self.rnr_until = None;
+        while self.next < self.queue.len() {
+            let first = self.queue[0].psn;
+            if self.queue[self.next].last().diff(first) as u32 >= self.tuning.window {
+                break;
+            }
+            let p = &mut self.queue[self.next];
+            if p.sent_at.is_some() {
+                p.retransmitted = true;
+                self.stats.retransmitted += 1;
+            } else {
+                self.stats.injected += 1;
+            }
+            p.sent_at = Some(now);
+            out.push_back(Output::Dc(Self::bytes(&p.held, buf).to_vec()));
+            self.next += 1;
+        }
+        if self.next > 0 && self.rto_deadline.is_none() {
+            self.rto_deadline = Some(now + self.rto());
+        }
+    }
+
+    /// Frees everything up to and including `psn` and reports it delivered.
+    fn advance(&mut self, now: Time, psn: Psn, buf: &mut DeepBuffer, out: &mut VecDeque<Output>) {
+        if self.acked.is_some_and(|a| !psn.after(a)) {
+            return;
+        }
+        let mut progressed = false;
+        while let Some(front) = self.queue.front() {
+            if front.last().after(psn) {
+                break;
+            }
+            let p = self.queue.pop_front().expect("front exists");
+            if let (Some(t), false) = (p.sent_at, p.retransmitted) {
+                self.rtt_sample(now - t);
+            }
+            if let Held::Slot(s) = p.held {
+                buf.release(self.key.id(), s);
+            }
+            self.next = self.next.saturating_sub(1);
+            progressed = true;
+        }
+        self.acked = Some(psn);
+        if progressed || self.queue.is_empty() {
+            self.retries = 0;
+            self.rnr_retries = 0;
+            self.rto_deadline = (self.next > 0).then(|| now + self.rto());
+        }
+        out.push_back(Output::Twin(TwinMsg::Delivered {
+            half: self.key,
+            psn,
+        }));
+    }
+
+    fn rtt_sample(&mut self, rtt: Duration) {
+        // RFC 6298 smoothing.
+        match self.srtt {
+            None => {
+                self.srtt = Some(rtt);
+                self.rttvar = rtt / 2;
+            }
+            Some(s) => {
+                let err = s.abs_diff(rtt);
+                self.rttvar = (self.rttvar * 3 + err) / 4;
+                self.srtt = Some((s * 7 + rtt) / 8);
+            }
+        }
+    }
+
+    /// Goes back to `psn` and resends from there.
+    fn go_back(&mut self, psn: Psn) {
+        self.next = self
+            .queue
+            .iter()
+            .position(|p| !p.last().before(psn))
+            .unwrap_or(self.queue.len());
+    }
+
+    /// A packet from the responder to this half's requester.
+    pub fn on_response(
+        &mut self,
+        now: Time,
+        p: &RocePacket<'_>,
+        buf: &mut DeepBuffer,
+        out: &mut VecDeque<Output>,
+    ) {
+        let psn = p.psn();
+        // While raw PSNs are unacknowledged the requester still waits for
+        // the responder's own answers to them.
+        let raw_pending = self.raw_high.is_some() && !self.raw_done;
+        match p.info.kind {
+            OpKind::ReadResponse | OpKind::AtomicAck => {
+                self.stats.responses_forwarded += 1;
+                out.push_back(Output::Twin(TwinMsg::Response {
+                    packet: p.as_bytes().to_vec(),
+                }));
+                // A response implicitly acknowledges everything before it;
+                // the last one completes its READ.
+                let upto = if p.info.position.ends() {
+                    Some(psn)
+                } else {
+                    Some(psn.sub(1))
+                };
+                if let Some(u) = upto {
+                    self.note_raw_acked(u);
+                    let done_before = self.queue.iter().take_while(|q| !q.last().after(u)).count();
+                    if done_before > 0 || p.info.position.ends() {
+                        self.advance(now, u, buf, out);
+                    }
+                }
+                self.pump(now, buf, out);
+            }
+            OpKind::Ack => {
+                let Some(aeth) = p.ext.aeth else { return };
+                if raw_pending {
+                    self.stats.acks_forwarded += 1;
+                    out.push_back(Output::Twin(TwinMsg::Response {
+                        packet: p.as_bytes().to_vec(),
+                    }));
+                }
+                match aeth.syndrome {
+                    Syndrome::Ack { .. } => {
+                        self.stats.acks_absorbed += 1;
+                        self.note_raw_acked(psn);
+                        self.advance(now, psn, buf, out);
+                        self.pump(now, buf, out);
+                    }
+                    Syndrome::Nak(NakCode::PsnSequenceError) => {
+                        self.stats.seq_naks += 1;
+                        // Everything before the expected PSN arrived.
+                        if self.acked.is_none_or(|a| psn.sub(1).after(a)) {
+                            self.advance(now, psn.sub(1), buf, out);
+                        }
+                        self.retries += 1;
+                        if self.retries > self.tuning.retry_budget {
+                            return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
+                        }
+                        self.go_back(psn);
+                        self.pump(now, buf, out);
+                    }
+                    Syndrome::RnrNak { timer } => {
+                        self.stats.rnr_naks += 1;
+                        self.rnr_retries += 1;
+                        if self.rnr_retries > self.tuning.rnr_budget {
+                            return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
+                        }
+                        self.go_back(psn);
+                        let wait = RNR_TIMER_US[usize::from(timer & 0x1F)];
+                        self.rnr_until = Some(now + Duration::from_micros(u64::from(wait)));
+                    }
+                    Syndrome::Nak(code) => {
+                        self.stats.fatal_naks += 1;
+                        if !raw_pending {
+                            self.fail(psn, code, buf, out);
+                        }
+                    }
+                    Syndrome::Reserved(_) => {}
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn note_raw_acked(&mut self, psn: Psn) {
+        if self.raw_high.is_some_and(|h| !psn.before(h)) {
+            self.raw_done = true;
+        }
+    }
+
+    /// Gives up on this half and tells the twin.
+    fn fail(&mut self, psn: Psn, code: NakCode, buf: &mut DeepBuffer, out: &mut VecDeque<Output>) {
+        self.failed = true;
+        self.release_all(buf);
+        out.push_back(Output::Twin(TwinMsg::Error {
+            half: self.key,
+            psn,
+            code,
+        }));
+    }
+
+    pub fn on_timeout(&mut self, now: Time, buf: &mut DeepBuffer, out: &mut VecDeque<Output>) {
+        if self.rnr_until.is_some_and(|t| now >= t) {
+            self.rnr_until = None;
+            self.pump(now, buf, out);
+        }
+        if self.rto_deadline.is_some_and(|t| now >= t) {
+            self.rto_deadline = None;
+            if self.next == 0 {
+                return;
+            }
+            self.stats.timeouts += 1;
+            self.retries += 1;
+            if self.retries > self.tuning.retry_budget {
+                let psn = self.queue.front().map_or(Psn::new(0), |p| p.psn);
+                return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
+            }
+            // Back off: double the timeout for each consecutive expiry.
+            if let Some(s) = self.srtt {
+                self.srtt = Some((s * 2).min(Duration::from_millis(100)));
+            }
+            self.next = 0;
+            self.pump(now, buf, out);
+        }
+    }
+
+    pub fn release_all(&mut self, buf: &mut DeepBuffer) {
+        for p in self.queue.drain(..) {
+            if let Held::Slot(s) = p.held {
+                buf.release(self.key.id(), s);
+            }
+        }
+        self.next = 0;
+        self.rto_deadline = None;
+    }
+}

@@ -1,0 +1,402 @@
+//! One gateway's QP state: classifies packets, learns flows, and runs the
+//! ingress and egress roles of every half over a shared deep buffer.
+//!
+//! Inputs: packets from the DC side ([`QpEngine::handle_dc`]), messages from
+//! the twin ([`QpEngine::handle_twin`]) and timers. Outputs: packets for the
+//! DC side and messages for the twin ([`QpEngine::poll_output`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::time::Duration;
+
+use soya_config::{AckPolicy, SiteConfig};
+
+use crate::buffer::{DeepBuffer, Occupancy};
+use crate::roce::builders::ReplyTo;
+use crate::roce::cm::{self, CmMessage, CmReq};
+use crate::roce::ip::rxe_udp_sport;
+use crate::roce::{is_roce, IpHeader, OpKind, Psn, RocePacket, WireError};
+use crate::time::Time;
+
+use super::egress::{EgressTuning, Reinjector};
+use super::half::HalfKey;
+use super::ingress::{AckTuning, PseudoAcker};
+use super::twin::{Carry, TwinMsg};
+
+/// Something the engine wants sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// An IP packet for the local DC side.
+    Dc(Vec<u8>),
+    /// A message for the twin gateway.
+    Twin(TwinMsg),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct EngineConfig {
+    pub ack: AckTuning,
+    pub egress: EgressTuning,
+    pub buffer_slots: usize,
+    pub slot_bytes: usize,
+    pub per_flow_slots: usize,
+}
+
+impl Default for EngineConfig {
+    /// Lab defaults: 64 Ki slots of 4.5 KiB (288 MiB), edge policy.
+    fn default() -> EngineConfig {
+        EngineConfig {
+            ack: AckTuning {
+                policy: AckPolicy::Edge,
+                coalesce_packets: 16,
+                coalesce: Duration::from_micros(20),
+                ack_reserve_slots: 256,
+                egress_window: 16_384,
+                cnp_on_backpressure: true,
+            },
+            egress: EgressTuning::default(),
+            buffer_slots: 65_536,
+            slot_bytes: 4_608,
+            per_flow_slots: 65_536,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// The engine settings a site configuration asks for.
+    pub fn from_site(site: &SiteConfig) -> EngineConfig {
+        let mut c = EngineConfig::default();
+        c.ack.policy = site.pseudo_ack.policy;
+        c.ack.coalesce_packets = site.pseudo_ack.coalesce_packets;
+        c.ack.coalesce = site.pseudo_ack.coalesce;
+        c.ack.cnp_on_backpressure = site.pseudo_ack.cnp_on_backpressure;
+        c.slot_bytes = site.buffer.slot_bytes as usize;
+        c.buffer_slots = site.buffer.slots as usize;
+        c.per_flow_slots = site.buffer.per_flow_quota.map_or(c.buffer_slots, |q| {
+            (q / u64::from(site.buffer.slot_bytes)) as usize
+        });
+        // The twin holds at most this much of ours in flight: half a flow's quota.
+        c.ack.egress_window = (c.per_flow_slots / 2).max(64) as u32;
+        c
+    }
+}
+
+/// Engine-wide counters (per-half counters live in the halves).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub dc_packets: u64,
+    pub dc_malformed: u64,
+    pub dc_bad_icrc: u64,
+    pub dc_not_roce: u64,
+    pub twin_msgs: u64,
+    pub twin_malformed: u64,
+    pub cm_messages: u64,
+    pub flows_learned_cm: u64,
+    pub flows_learned_traffic: u64,
+    pub cnps_absorbed: u64,
+    pub unmatched_responses: u64,
+}
+
+/// A CM REQ seen, waiting for its REP.
+struct PendingReq {
+    req: CmReq,
+    active: IpAddr,
+    passive: IpAddr,
+    /// The REQ came from the local DC (the active side is local).
+    active_local: bool,
+}
+
+pub struct QpEngine {
+    cfg: EngineConfig,
+    buffer: DeepBuffer,
+    ingress: HashMap<HalfKey, PseudoAcker>,
+    egress: HashMap<HalfKey, Reinjector>,
+    /// (requester address, requester QPN, responder address) → half.
+    by_requester: HashMap<(IpAddr, u32, IpAddr), HalfKey>,
+    pending_req: HashMap<u32, PendingReq>,
+    out: VecDeque<Output>,
+    pub stats: EngineStats,
+}
+
+impl QpEngine {
+    pub fn new(cfg: EngineConfig) -> QpEngine {
+        QpEngine {
+            buffer: DeepBuffer::new(cfg.buffer_slots, cfg.slot_bytes, cfg.per_flow_slots),
+            cfg,
+            ingress: HashMap::new(),
+            egress: HashMap::new(),
+            by_requester: HashMap::new(),
+            pending_req: HashMap::new(),
+            out: VecDeque::new(),
+            stats: EngineStats::default(),
+        }
+    }
+
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    pub fn poll_timeout(&self) -> Option<Time> {
+        let i = self.ingress.values().filter_map(PseudoAcker::poll_timeout);
+        let e = self.egress.values().filter_map(Reinjector::poll_timeout);
+        i.chain(e).min()
+    }
+
+    pub fn handle_timeout(&mut self, now: Time) {
+        for a in self.ingress.values_mut() {
+            if a.poll_timeout().is_some_and(|t| t <= now) {
+                a.on_timeout(now, &self.buffer, &mut self.out);
+            }
+        }
+        for r in self.egress.values_mut() {
+            if r.poll_timeout().is_some_and(|t| t <= now) {
+                r.on_timeout(now, &mut self.buffer, &mut self.out);
+            }
+        }
+    }
+
+    pub fn occupancy(&self) -> Occupancy {
+        self.buffer.occupancy()
+    }
+
+    pub fn ingress_halves(&self) -> impl Iterator<Item = &PseudoAcker> {
+        self.ingress.values()
+    }
+
+    pub fn egress_halves(&self) -> impl Iterator<Item = &Reinjector> {
+        self.egress.values()
+    }
+
+    /// A packet from the local DC side.
+    pub fn handle_dc(&mut self, now: Time, packet: &[u8]) {
+        self.stats.dc_packets += 1;
+        if IpHeader::split(packet).is_err() {
+            self.stats.dc_malformed += 1;
+            return;
+        }
+        if !is_roce(packet) {
+            // Other IP traffic between the sites travels as a datagram.
+            self.stats.dc_not_roce += 1;
+            self.out.push_back(Output::Twin(TwinMsg::Datagram {
+                packet: packet.to_vec(),
+            }));
+            return;
+        }
+        let p = match RocePacket::parse_verified(packet) {
+            Ok(p) => p,
+            Err(e) => {
+                match e {
+                    WireError::BadIcrc { .. } => self.stats.dc_bad_icrc += 1,
+                    _ => self.stats.dc_malformed += 1,
+                }
+                return;
+            }
+        };
+        if cm::is_qp1_mad(&p) {
+            self.on_cm(&p, true);
+            self.out.push_back(Output::Twin(TwinMsg::Datagram {
+                packet: packet.to_vec(),
+            }));
+            return;
+        }
+        match p.info.kind {
+            OpKind::Cnp => {
+                // Congestion on our injection toward the local responder;
+                // the far requester cannot act on it. Counted, not carried.
+                self.stats.cnps_absorbed += 1;
+            }
+            _ if p.info.is_request() && p.info.is_rc() => {
+                let key = HalfKey::of_request(&p);
+                let tuning = self.cfg.ack;
+                self.ingress
+                    .entry(key)
+                    .or_insert_with(|| PseudoAcker::new_raw(key, tuning))
+                    .on_request(now, &p, &mut self.buffer, &mut self.out);
+            }
+            _ if p.info.is_response() => self.dc_response(now, &p),
+            _ => self.out.push_back(Output::Twin(TwinMsg::Datagram {
+                packet: packet.to_vec(),
+            })),
+        }
+    }
+
+    /// A response from a local responder, to a requester at the far site.
+    fn dc_response(&mut self, now: Time, p: &RocePacket<'_>) {
+        let id = (p.ip.dst(), p.bth.dest_qp, p.ip.src());
+        let key = self.by_requester.get(&id).copied().or_else(|| {
+            // Unknown requester QPN: the one half between these addresses
+            // that has not learned it yet is the one being answered.
+            let mut c = self.egress.keys().filter(|k| {
+                k.requester == id.0
+                    && k.responder == id.2
+                    && !self.by_requester.values().any(|v| v == *k)
+            });
+            let k = *c.next()?;
+            if c.next().is_some() {
+                return None;
+            }
+            self.by_requester.insert(id, k);
+            self.stats.flows_learned_traffic += 1;
+            Some(k)
+        });
+        match key.and_then(|k| self.egress.get_mut(&k)) {
+            Some(r) => r.on_response(now, p, &mut self.buffer, &mut self.out),
+            None => {
+                self.stats.unmatched_responses += 1;
+                self.out.push_back(Output::Twin(TwinMsg::Response {
+                    packet: p.as_bytes().to_vec(),
+                }));
+            }
+        }
+    }
+
+    /// A message from the twin.
+    pub fn handle_twin(&mut self, now: Time, msg: TwinMsg) {
+        self.stats.twin_msgs += 1;
+        match msg {
+            TwinMsg::Request { carry, packet } => {
+                let Ok(p) = RocePacket::parse_verified(&packet) else {
+                    self.stats.twin_malformed += 1;
+                    return;
+                };
+                let key = HalfKey::of_request(&p);
+                let tuning = self.cfg.egress;
+                let r = self
+                    .egress
+                    .entry(key)
+                    .or_insert_with(|| Reinjector::new(key, tuning));
+                match carry {
+                    Carry::Raw => r.on_raw_request(&p, &mut self.out),
+                    Carry::Reliable => r.on_request(now, &p, &mut self.buffer, &mut self.out),
+                }
+            }
+            TwinMsg::Response { packet } => {
+                let Ok(p) = RocePacket::parse_verified(&packet) else {
+                    self.stats.twin_malformed += 1;
+                    return;
+                };
+                self.twin_response(now, &p);
+            }
+            TwinMsg::Delivered { half, psn } => {
+                if let Some(a) = self.ingress.get_mut(&half) {
+                    a.on_delivered(now, psn, &mut self.buffer, &mut self.out);
+                }
+            }
+            TwinMsg::Error { half, psn, code } => {
+                if let Some(a) = self.ingress.get_mut(&half) {
+                    a.on_error(psn, code, &mut self.out);
+                    a.release_all(&mut self.buffer);
+                }
+            }
+            TwinMsg::Datagram { packet } => {
+                if let Ok(p) = RocePacket::parse_verified(&packet) {
+                    if cm::is_qp1_mad(&p) {
+                        self.on_cm(&p, false);
+                    }
+                }
+                self.out.push_back(Output::Dc(packet));
+            }
+        }
+    }
+
+    /// A response from the far responder to a local requester.
+    fn twin_response(&mut self, now: Time, p: &RocePacket<'_>) {
+        let id = (p.ip.dst(), p.bth.dest_qp, p.ip.src());
+        let key = self.by_requester.get(&id).copied().or_else(|| {
+            let mut c = self
+                .ingress
+                .iter()
+                .filter(|(k, a)| k.requester == id.0 && k.responder == id.2 && !a.is_learned());
+            let (k, _) = c.next()?;
+            let k = *k;
+            if c.next().is_some() {
+                return None;
+            }
+            self.by_requester.insert(id, k);
+            self.stats.flows_learned_traffic += 1;
+            Some(k)
+        });
+        let delivered = match key.and_then(|k| self.ingress.get_mut(&k)) {
+            Some(a) => a.on_response(now, p, &mut self.buffer, &mut self.out),
+            None => {
+                self.stats.unmatched_responses += 1;
+                self.out.push_back(Output::Dc(p.as_bytes().to_vec()));
+                true
+            }
+        };
+        let _ = delivered;
+    }
+
+    /// RDMA-CM: a REQ and its REP name both QPNs and both starting PSNs.
+    fn on_cm(&mut self, p: &RocePacket<'_>, from_dc: bool) {
+        self.stats.cm_messages += 1;
+        let Ok(msg) = cm::parse_packet(p) else { return };
+        match msg {
+            CmMessage::Req(req) => {
+                // Bound the table: a REQ whose REP never comes is forgotten
+                // when newer ones push it out.
+                if self.pending_req.len() >= 1024 {
+                    self.pending_req.clear();
+                }
+                self.pending_req.insert(
+                    req.local_comm_id,
+                    PendingReq {
+                        req,
+                        active: p.ip.src(),
+                        passive: p.ip.dst(),
+                        active_local: from_dc,
+                    },
+                );
+            }
+            CmMessage::Rep(rep) => {
+                let Some(pr) = self.pending_req.remove(&rep.remote_comm_id) else {
+                    return;
+                };
+                let (qa, qp) = (pr.req.local_qpn, rep.local_qpn);
+                // Linux CM: the active side sends from the REP's PSN, the
+                // passive side from the REQ's (see roce::cm).
+                let a_to_p = HalfKey {
+                    requester: pr.active,
+                    responder: pr.passive,
+                    responder_qpn: qp,
+                };
+                let p_to_a = HalfKey {
+                    requester: pr.passive,
+                    responder: pr.active,
+                    responder_qpn: qa,
+                };
+                let (ing, ing_qpn, ing_psn, eg, eg_qpn) = if pr.active_local {
+                    (a_to_p, qa, rep.starting_psn, p_to_a, qp)
+                } else {
+                    (p_to_a, qp, pr.req.starting_psn, a_to_p, qa)
+                };
+                self.learn_cm(ing, ing_qpn, ing_psn, pr.req.path_mtu);
+                self.by_requester
+                    .insert((eg.requester, eg_qpn, eg.responder), eg);
+                self.stats.flows_learned_cm += 1;
+            }
+            _ => {}
+        }
+    }
+
+    fn learn_cm(&mut self, key: HalfKey, requester_qpn: u32, first_psn: Psn, pmtu: u16) {
+        let Some(ip) = IpHeader::between(key.responder, key.requester) else {
+            return;
+        };
+        if self.ingress.get(&key).is_some_and(|a| !a.is_idle()) {
+            return; // traffic already flowing: keep learning from it
+        }
+        let reply = ReplyTo {
+            ip,
+            src_port: rxe_udp_sport(requester_qpn, key.responder_qpn),
+            dest_qp: requester_qpn,
+        };
+        let mut a = PseudoAcker::new_learned(key, self.cfg.ack, reply, first_psn);
+        a.set_pmtu(u32::from(pmtu));
+        if let Some(old) = self.ingress.insert(key, a) {
+            let mut old = old;
+            old.release_all(&mut self.buffer);
+        }
+        self.by_requester
+            .insert((key.requester, requester_qpn, key.responder), key);
+    }
+}

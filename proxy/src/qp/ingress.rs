@@ -1,0 +1,699 @@
+//! The ingress role: the gateway at the requester's site.
+//!
+//! [`PseudoAcker`] behaves toward the requester as its responder would
+//! (rxe_resp.c): in-order requests are accepted, duplicates re-acknowledged,
+//! a gap gets one PSN-sequence-error NAK. But it acknowledges as soon as a
+//! packet is safely in the deep buffer, so the requester's window of 128
+//! PSNs never waits a WAN round trip. What it must never do:
+//!
+//! - acknowledge at or past an outstanding READ or atomic (rxe treats that
+//!   as an implied NAK, and the answer must come from the real responder);
+//! - acknowledge a packet it then loses: buffered packets are kept until the
+//!   twin reports them delivered (acknowledged by the real responder);
+//! - let a far-end failure look like success: it injects a NAK instead.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use soya_config::AckPolicy;
+
+use crate::buffer::{DeepBuffer, SlotHandle};
+use crate::roce::builders::{self, ReplyTo};
+use crate::roce::{NakCode, OpKind, Position, Psn, RocePacket};
+use crate::time::Time;
+
+use super::engine::Output;
+use super::half::HalfKey;
+use super::twin::{Carry, TwinMsg};
+
+/// Coalescing and backpressure knobs.
+#[derive(Clone, Copy, Debug)]
+pub struct AckTuning {
+    pub policy: AckPolicy,
+    /// Acknowledge at least every this many packets...
+    pub coalesce_packets: u32,
+    /// ...or this long after the oldest unacknowledged one.
+    pub coalesce: Duration,
+    /// Stop acknowledging when fewer slots than this are left for the flow:
+    /// the requester can send at most its window (128 PSNs in rxe) past our
+    /// last ACK, so this reserve means backpressure never has to drop.
+    pub ack_reserve_slots: usize,
+    /// Most packets forwarded to the twin and not yet delivered.
+    pub egress_window: u32,
+    /// Send CNPs to the requester while withholding ACKs.
+    pub cnp_on_backpressure: bool,
+}
+
+/// How far this half has come.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Requester QPN unknown (or policy `off`): a plain tunnel.
+    Raw,
+    /// Requester QPN learned; waiting for the real ACK that covers every
+    /// packet forwarded raw (`raw_high`) before pseudo-ACKing anything.
+    Switching,
+    /// Pseudo-ACKing.
+    Accelerated,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IngressStats {
+    pub packets: u64,
+    pub bytes: u64,
+    pub raw_packets: u64,
+    pub pseudo_acks: u64,
+    pub duplicate_acks: u64,
+    pub duplicates_dropped: u64,
+    pub seq_naks: u64,
+    pub out_of_order_dropped: u64,
+    pub backpressure_drops: u64,
+    pub withheld_acks: u64,
+    pub cnps_sent: u64,
+    pub responses_delivered: u64,
+    pub errors_injected: u64,
+}
+
+/// One accepted request packet, kept until delivered and acknowledged.
+#[derive(Debug)]
+struct Entry {
+    psn: Psn,
+    /// PSNs it occupies (a READ of n MTUs occupies n; see [`span_of`]).
+    span: u32,
+    /// Upper bound of `span` while the path MTU is unknown (READ only).
+    span_max: u32,
+    /// Messages completed up to and including this packet.
+    msgs_after: u64,
+    ack_req: bool,
+    ends_message: bool,
+    /// A READ or atomic: only the real response may acknowledge it.
+    needs_response: bool,
+    answered: bool,
+    slot: Option<SlotHandle>,
+    forwarded: bool,
+    accepted_at: Time,
+}
+
+impl Entry {
+    fn last(&self) -> Psn {
+        self.psn.add(self.span - 1)
+    }
+}
+
+/// Ingress state of one half.
+pub struct PseudoAcker {
+    pub key: HalfKey,
+    pub mode: Mode,
+    reply: Option<ReplyTo>,
+    tuning: AckTuning,
+    /// Next PSN expected from the requester.
+    expected: Option<Psn>,
+    nak_sent: bool,
+    entries: VecDeque<Entry>,
+    /// Index of the first entry not yet acknowledged to the requester.
+    first_unacked: usize,
+    /// Messages completed through the newest accepted packet.
+    msgs: u64,
+    /// The responder's MSN = `msn_base + msgs_after` (wrapping, 24 bits).
+    msn_base: Option<u32>,
+    /// Last PSN (and MSN) the requester was told is done.
+    acked: Option<(Psn, u32)>,
+    delivered: Option<Psn>,
+    in_flight: u32,
+    /// Highest PSN forwarded raw (before switching).
+    raw_high: Option<Psn>,
+    ack_deadline: Option<Time>,
+    failed: Option<NakCode>,
+    last_cnp: Option<Time>,
+    /// Path MTU, from RDMA-CM or from the payload of First/Middle packets.
+    pmtu: Option<u32>,
+    /// The newest request was a READ whose span is a guess: (PSN, most PSNs
+    /// it may occupy).
+    read_slack: Option<(Psn, u32)>,
+    pub stats: IngressStats,
+}
+
+impl PseudoAcker {
+    /// A half first seen in traffic: starts as a tunnel.
+    pub fn new_raw(key: HalfKey, tuning: AckTuning) -> PseudoAcker {
+        PseudoAcker {
+            key,
+            mode: Mode::Raw,
+            reply: None,
+            tuning,
+            expected: None,
+            nak_sent: false,
+            entries: VecDeque::new(),
+            first_unacked: 0,
+            msgs: 0,
+            msn_base: None,
+            acked: None,
+            delivered: None,
+            in_flight: 0,
+            raw_high: None,
+            ack_deadline: None,
+            failed: None,
+            last_cnp: None,
+            pmtu: None,
+            read_slack: None,
+            stats: IngressStats::default(),
+        }
+    }
+
+    /// A half learned from RDMA-CM before its first packet: pseudo-ACKs from
+    /// the start (MSN starts at 0, as in rxe_resp.c).
+    pub fn new_learned(
+        key: HalfKey,
+        tuning: AckTuning,
+        reply: ReplyTo,
+        first_psn: Psn,
+    ) -> PseudoAcker {
+        let mut a = PseudoAcker::new_raw(key, tuning);
+        a.reply = Some(reply);
+        a.expected = Some(first_psn);
+        a.msn_base = Some(0);
+        a.mode = if tuning.policy == AckPolicy::Off {
+            Mode::Raw
+        } else {
+            Mode::Accelerated
+        };
+        a
+    }
+
+    pub fn is_learned(&self) -> bool {
+        self.reply.is_some()
+    }
+
+    /// Packets held in the deep buffer for this half.
+    pub fn buffered(&self) -> usize {
+        self.entries.iter().filter(|e| e.slot.is_some()).count()
+    }
+
+    /// Nothing held, nothing owed: the half can be forgotten.
+    pub fn is_idle(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Earliest timer.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.ack_deadline
+    }
+
+    fn msn_at(&self, msgs_after: u64) -> u32 {
+        self.msn_base.unwrap_or(0).wrapping_add(msgs_after as u32) & 0xFF_FFFF
+    }
+
+    /// A request packet from the requester.
+    pub fn on_request(
+        &mut self,
+        now: Time,
+        p: &RocePacket<'_>,
+        buf: &mut DeepBuffer,
+        out: &mut VecDeque<Output>,
+    ) {
+        if let Some(code) = self.failed {
+            // The far side failed this QP: answer anything new with the
+            // error so the requester's QP goes to error (never success).
+            if self.expected.is_none_or(|e| !p.psn().before(e)) {
+                self.send_nak(p.psn(), code, out);
+                self.stats.errors_injected += 1;
+            }
+            return;
+        }
+        match self.mode {
+            Mode::Raw => self.forward_raw(p, out),
+            Mode::Switching | Mode::Accelerated => self.on_reliable(now, p, buf, out),
+        }
+    }
+
+    fn forward_raw(&mut self, p: &RocePacket<'_>, out: &mut VecDeque<Output>) {
+        let (span, span_max) = read_span(p, self.pmtu);
+        let last = p.psn().add(span - 1);
+        if self.raw_high.is_none_or(|h| last.after(h)) {
+            self.raw_high = Some(last);
+            self.read_slack = (span < span_max).then_some((p.psn(), span_max));
+        }
+        self.stats.raw_packets += 1;
+        self.stats.packets += 1;
+        self.stats.bytes += p.as_bytes().len() as u64;
+        out.push_back(Output::Twin(TwinMsg::Request {
+            carry: Carry::Raw,
+            packet: p.as_bytes().to_vec(),
+        }));
+    }
+
+    fn on_reliable(
+        &mut self,
+        now: Time,
+        p: &RocePacket<'_>,
+        buf: &mut DeepBuffer,
+        out: &mut VecDeque<Output>,
+    ) {
+        let psn = p.psn();
+        let Some(expected) = self.expected else {
+            // Learned without a starting PSN: take the first packet's.
+            self.expected = Some(psn);
+            return self.on_reliable(now, p, buf, out);
+        };
+        if psn.before(expected) {
+            return self.on_duplicate(p, out);
+        }
+        if psn.after(expected) && self.widen_read(psn) {
+            return self.on_reliable(now, p, buf, out);
+        }
+        if psn.after(expected) {
+            // Loss inside the DC: one NAK with the expected PSN, then
+            // silence until the gap fills (rxe_resp.c `check_psn`).
+            self.stats.out_of_order_dropped += 1;
+            if !self.nak_sent {
+                self.nak_sent = true;
+                self.stats.seq_naks += 1;
+                self.send_nak(expected, NakCode::PsnSequenceError, out);
+            }
+            return;
+        }
+        let slot = match buf.store(self.key.id(), p.as_bytes()) {
+            Ok(s) => s,
+            Err(_) => {
+                // Hard limit: drop unacknowledged; the requester resends
+                // after our NAK for the gap that follows, or its timeout.
+                self.stats.backpressure_drops += 1;
+                self.maybe_cnp(now, out);
+                return;
+            }
+        };
+        self.nak_sent = false;
+        if matches!(p.info.position, Position::First | Position::Middle) {
+            // First/Middle packets carry exactly one PMTU (rxe_resp.c).
+            self.pmtu = Some(p.payload().len() as u32);
+        }
+        let (span, span_max) = read_span(p, self.pmtu);
+        self.read_slack = (span < span_max).then_some((psn, span_max));
+        if p.info.completes_message() {
+            self.msgs += 1;
+        }
+        self.entries.push_back(Entry {
+            psn,
+            span,
+            span_max,
+            msgs_after: self.msgs,
+            ack_req: p.bth.ack_req,
+            ends_message: p.info.completes_message(),
+            needs_response: p.info.needs_real_response(),
+            answered: false,
+            slot: Some(slot),
+            forwarded: false,
+            accepted_at: now,
+        });
+        self.expected = Some(psn.add(span));
+        self.stats.packets += 1;
+        self.stats.bytes += p.as_bytes().len() as u64;
+        self.forward(buf, out);
+        self.maybe_ack(now, buf, out);
+    }
+
+    /// A READ whose span was a guess (PMTU unknown) is followed by a packet
+    /// further on than guessed but within what the READ could occupy: the
+    /// READ was longer. Fix its span; the packet is in order after all.
+    fn widen_read(&mut self, psn: Psn) -> bool {
+        let Some((start, span_max)) = self.read_slack else {
+            return false;
+        };
+        if !psn.in_window(start, span_max + 1) {
+            return false;
+        }
+        let new_span = psn.diff(start) as u32;
+        if let Some(e) = self.entries.back_mut().filter(|e| e.psn == start) {
+            if e.forwarded {
+                self.in_flight += new_span.saturating_sub(e.span);
+            }
+            e.span = new_span;
+        }
+        self.read_slack = None;
+        self.expected = Some(psn);
+        true
+    }
+
+    /// Sets the path MTU learned from RDMA-CM.
+    pub fn set_pmtu(&mut self, pmtu: u32) {
+        if pmtu > 0 {
+            self.pmtu = Some(pmtu);
+        }
+    }
+
+    /// The requester sent a PSN we already accepted.
+    fn on_duplicate(&mut self, p: &RocePacket<'_>, out: &mut VecDeque<Output>) {
+        let psn = p.psn();
+        if self.raw_high.is_some_and(|h| !psn.after(h)) {
+            // Resent after a real NAK for the raw phase: still the tunnel's.
+            return self.forward_raw(p, out);
+        }
+        if p.info.needs_real_response() {
+            let pending = self
+                .entries
+                .iter()
+                .any(|e| e.psn == psn && e.needs_response && !e.answered);
+            if pending {
+                // The answer is on its way; a second request would only
+                // make the responder replay it.
+                self.stats.duplicates_dropped += 1;
+            } else {
+                // Already answered but the requester lost the response in
+                // the DC: let the real responder replay it (rxe keeps the
+                // last max_dest_rd_atomic READs for exactly this).
+                self.forward_raw(p, out);
+            }
+            return;
+        }
+        // SEND/WRITE duplicate: re-acknowledge what we acknowledged last
+        // (a responder re-ACKs its last executed PSN, C9-105).
+        self.stats.duplicates_dropped += 1;
+        if self.mode == Mode::Accelerated {
+            if let Some((apsn, amsn)) = self.acked {
+                self.stats.duplicate_acks += 1;
+                self.send_ack(apsn, amsn, out);
+            }
+        }
+    }
+
+    /// Forwards accepted packets to the twin while the egress window allows.
+    fn forward(&mut self, buf: &DeepBuffer, out: &mut VecDeque<Output>) {
+        for e in self.entries.iter_mut() {
+            if self.in_flight >= self.tuning.egress_window {
+                break;
+            }
+            if e.forwarded {
+                continue;
+            }
+            let Some(slot) = e.slot else { continue };
+            e.forwarded = true;
+            self.in_flight += e.span;
+            out.push_back(Output::Twin(TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: buf.get(slot).to_vec(),
+            }));
+        }
+    }
+
+    /// How far the requester may be told its requests are done.
+    fn ack_limit(&self) -> Option<(Psn, u32, bool, Time)> {
+        if self.mode != Mode::Accelerated || self.tuning.policy == AckPolicy::Off {
+            return None;
+        }
+        let mut limit = None;
+        let mut ack_req = false;
+        let mut oldest = None;
+        for e in self.entries.iter().skip(self.first_unacked) {
+            if e.needs_response && !e.answered {
+                break; // never at or past an outstanding READ/atomic
+            }
+            if self.tuning.policy == AckPolicy::Strict
+                && e.ends_message
+                && self.delivered.is_none_or(|d| e.last().after(d))
+            {
+                break; // strict: the last packet waits for the real ACK
+            }
+            if e.needs_response {
+                // Answered READ: the response already acknowledged it.
+                continue;
+            }
+            limit = Some((e.last(), self.msn_at(e.msgs_after)));
+            ack_req |= e.ack_req;
+            oldest.get_or_insert(e.accepted_at);
+        }
+        let (psn, msn) = limit?;
+        Some((psn, msn, ack_req, oldest.unwrap_or(Time::ZERO)))
+    }
+
+    fn count_unacked_ackable(&self, limit: Psn) -> u32 {
+        self.entries
+            .iter()
+            .skip(self.first_unacked)
+            .take_while(|e| !e.psn.after(limit))
+            .count() as u32
+    }
+
+    /// Sends a pseudo-ACK if policy, coalescing and backpressure allow.
+    fn maybe_ack(&mut self, now: Time, buf: &DeepBuffer, out: &mut VecDeque<Output>) {
+        self.ack_deadline = None;
+        let Some((psn, msn, ack_req, oldest)) = self.ack_limit() else {
+            return;
+        };
+        if self.acked.is_some_and(|(a, _)| !psn.after(a)) {
+            return;
+        }
+        if buf.headroom(self.key.id()) < self.tuning.ack_reserve_slots {
+            // Backpressure: let the requester's window stop it instead of
+            // dropping. Delivered reports free slots and retry this.
+            self.stats.withheld_acks += 1;
+            self.maybe_cnp(now, out);
+            return;
+        }
+        let due = oldest + self.tuning.coalesce;
+        if ack_req || self.count_unacked_ackable(psn) >= self.tuning.coalesce_packets || now >= due
+        {
+            self.stats.pseudo_acks += 1;
+            self.send_ack(psn, msn, out);
+            self.set_acked(psn, msn);
+        } else {
+            self.ack_deadline = Some(due);
+        }
+    }
+
+    fn set_acked(&mut self, psn: Psn, msn: u32) {
+        if self.acked.is_none_or(|(a, _)| psn.after(a)) {
+            self.acked = Some((psn, msn));
+        }
+        while let Some(e) = self.entries.get(self.first_unacked) {
+            if e.last().after(psn) {
+                break;
+            }
+            self.first_unacked += 1;
+        }
+    }
+
+    fn maybe_cnp(&mut self, now: Time, out: &mut VecDeque<Output>) {
+        const CNP_INTERVAL: Duration = Duration::from_micros(50);
+        if !self.tuning.cnp_on_backpressure {
+            return;
+        }
+        let Some(reply) = self.reply else { return };
+        if self.last_cnp.is_some_and(|t| now < t + CNP_INTERVAL) {
+            return;
+        }
+        self.last_cnp = Some(now);
+        self.stats.cnps_sent += 1;
+        if let Ok(v) = builders::cnp(&reply).to_vec(&[]) {
+            out.push_back(Output::Dc(v));
+        }
+    }
+
+    fn send_ack(&self, psn: Psn, msn: u32, out: &mut VecDeque<Output>) {
+        if let Some(reply) = self.reply {
+            if let Ok(v) = builders::ack(&reply, psn, msn).to_vec(&[]) {
+                out.push_back(Output::Dc(v));
+            }
+        }
+    }
+
+    fn send_nak(&self, psn: Psn, code: NakCode, out: &mut VecDeque<Output>) {
+        let msn = self.acked.map_or(self.msn_at(0), |(_, m)| m);
+        if let Some(reply) = self.reply {
+            if let Ok(v) = builders::nak(&reply, psn, code, msn).to_vec(&[]) {
+                out.push_back(Output::Dc(v));
+            }
+        }
+    }
+
+    /// Coalescing timer.
+    pub fn on_timeout(&mut self, now: Time, buf: &DeepBuffer, out: &mut VecDeque<Output>) {
+        if self.ack_deadline.is_some_and(|d| now >= d) {
+            self.maybe_ack(now, buf, out);
+        }
+    }
+
+    /// The twin reports the real responder acknowledged up to `psn`.
+    pub fn on_delivered(
+        &mut self,
+        now: Time,
+        psn: Psn,
+        buf: &mut DeepBuffer,
+        out: &mut VecDeque<Output>,
+    ) {
+        if self.delivered.is_some_and(|d| !psn.after(d)) {
+            return;
+        }
+        self.delivered = Some(psn);
+        if self.mode == Mode::Switching && self.raw_high.is_none_or(|h| !h.after(psn)) {
+            self.finish_switch();
+        }
+        for e in self.entries.iter_mut() {
+            if e.last().after(psn) {
+                break;
+            }
+            if let Some(slot) = e.slot.take() {
+                buf.release(self.key.id(), slot);
+            }
+            if e.forwarded {
+                self.in_flight = self.in_flight.saturating_sub(e.span);
+            }
+        }
+        self.pop_done();
+        self.forward(buf, out);
+        self.maybe_ack(now, buf, out);
+    }
+
+    /// Drops entries that are both delivered and acknowledged.
+    fn pop_done(&mut self) {
+        while self.first_unacked > 0 {
+            match self.entries.front() {
+                Some(e) if e.slot.is_none() => {
+                    self.entries.pop_front();
+                    self.first_unacked -= 1;
+                }
+                _ => break,
+            }
+        }
+    }
+
+    fn finish_switch(&mut self) {
+        if self.msn_base.is_some() {
+            self.mode = Mode::Accelerated;
+        }
+    }
+
+    /// A packet from the far responder for this half's requester: READ
+    /// response or atomic ACK (always), or an ACK/NAK of the raw phase.
+    /// Returns the packet to deliver, if it should be delivered.
+    pub fn on_response(
+        &mut self,
+        now: Time,
+        p: &RocePacket<'_>,
+        buf: &mut DeepBuffer,
+        out: &mut VecDeque<Output>,
+    ) -> bool {
+        let was_accelerated = self.mode == Mode::Accelerated;
+        if !self.is_learned() {
+            self.learn_from_response(p);
+        }
+        let psn = p.psn();
+        match p.info.kind {
+            OpKind::ReadResponse | OpKind::AtomicAck => {
+                self.stats.responses_delivered += 1;
+                if p.info.position.ends() {
+                    if let Some(e) = self
+                        .entries
+                        .iter_mut()
+                        .find(|e| e.needs_response && psn.in_window(e.psn, e.span_max))
+                    {
+                        // The last response tells the READ's true span.
+                        e.span = psn.diff(e.psn) as u32 + 1;
+                        e.answered = true;
+                        let msn = self.msn_base.unwrap_or(0).wrapping_add(e.msgs_after as u32)
+                            & 0xFF_FFFF;
+                        // The response acknowledges everything up to it.
+                        self.set_acked(psn, msn);
+                    }
+                }
+                out.push_back(Output::Dc(p.as_bytes().to_vec()));
+                self.maybe_ack(now, buf, out);
+                true
+            }
+            // Once pseudo-ACKing, the requester hears only from us.
+            _ if was_accelerated => false,
+            _ => {
+                if let Some(aeth) = p.ext.aeth {
+                    if matches!(aeth.syndrome, crate::roce::Syndrome::Ack { .. }) {
+                        self.on_raw_ack(psn, aeth.msn);
+                    }
+                }
+                out.push_back(Output::Dc(p.as_bytes().to_vec()));
+                true
+            }
+        }
+    }
+
+    /// A real ACK of the raw phase: learn the MSN and finish switching.
+    fn on_raw_ack(&mut self, psn: Psn, msn: u32) {
+        if self.mode != Mode::Switching {
+            return;
+        }
+        let Some(high) = self.raw_high else { return };
+        if psn == high {
+            self.msn_base = Some(msn);
+        } else if let Some(e) = self.entries.iter().find(|e| e.last() == psn) {
+            self.msn_base = Some(msn.wrapping_sub(e.msgs_after as u32) & 0xFF_FFFF);
+        }
+        if !psn.before(high) {
+            self.acked = Some((psn, msn));
+            self.finish_switch();
+        }
+    }
+
+    /// The first response tells us the requester's QPN (the BTH carries only
+    /// the destination): switch from tunnel to pseudo-ACKing.
+    fn learn_from_response(&mut self, p: &RocePacket<'_>) {
+        if self.tuning.policy == AckPolicy::Off {
+            return;
+        }
+        self.reply = Some(ReplyTo {
+            ip: p.ip,
+            src_port: p.udp.src_port,
+            dest_qp: p.bth.dest_qp,
+        });
+        self.mode = Mode::Switching;
+        self.expected = self.raw_high.map(Psn::next);
+        if let (Some(high), Some(aeth)) = (self.raw_high, p.ext.aeth) {
+            if p.psn() == high && matches!(aeth.syndrome, crate::roce::Syndrome::Ack { .. }) {
+                self.msn_base = Some(aeth.msn);
+                self.acked = Some((high, aeth.msn));
+                self.mode = Mode::Accelerated;
+            }
+        }
+    }
+
+    /// The far side failed: surface it to the requester.
+    pub fn on_error(&mut self, psn: Psn, code: NakCode, out: &mut VecDeque<Output>) {
+        self.failed = Some(code);
+        // The requester's oldest unacknowledged PSN is the one after our
+        // last ACK; a NAK there lands on its head WQE (rxe_comp.c).
+        let at = self.acked.map_or(psn, |(a, _)| a.next());
+        self.stats.errors_injected += 1;
+        self.send_nak(at, code, out);
+    }
+
+    /// Releases every buffered packet (the flow is being torn down).
+    pub fn release_all(&mut self, buf: &mut DeepBuffer) {
+        for e in self.entries.iter_mut() {
+            if let Some(slot) = e.slot.take() {
+                buf.release(self.key.id(), slot);
+            }
+        }
+        self.entries.clear();
+        self.first_unacked = 0;
+    }
+}
+
+/// PSNs a request occupies: a READ of L bytes takes max(1, ceil(L / PMTU))
+/// (rxe_req.c `update_wqe_psn`), everything else one.
+pub fn span_of(p: &RocePacket<'_>) -> u32 {
+    read_span(p, None).0
+}
+
+/// `(span, span_max)`: with the PMTU unknown, a READ's span is guessed with
+/// the largest RoCE MTU (4096, the fewest PSNs) and may turn out longer, up
+/// to the count for the smallest (256). Guessing short is the safe side: the
+/// READ blocks acknowledgements until its real response, whose last PSN
+/// tells the truth, and a following request beyond the guess widens it.
+fn read_span(p: &RocePacket<'_>, pmtu: Option<u32>) -> (u32, u32) {
+    if p.info.kind != OpKind::ReadRequest {
+        return (1, 1);
+    }
+    let len = p.ext.reth.len;
+    match pmtu {
+        Some(m) if m > 0 => {
+            let n = len.div_ceil(m).max(1);
+            (n, n)
+        }
+        _ => (len.div_ceil(4096).max(1), len.div_ceil(256).max(1)),
+    }
+}

@@ -1,0 +1,29 @@
+//! Per-QP state machines: the heart of Sōya (sans-IO).
+//!
+//! One RC connection usually carries requests in both directions, so every
+//! gateway plays two roles on the same QP pair, one per *half* (a requester,
+//! a responder and the PSN space of the requests between them, [`HalfKey`]):
+//!
+//! - [`ingress::PseudoAcker`], at the requester's site: accepts in-order
+//!   requests into the deep buffer, pseudo-ACKs them toward the requester and
+//!   forwards them to the twin; delivers READ responses coming back.
+//! - [`egress::Reinjector`], at the responder's site: re-injects the requests
+//!   in PSN order, acts as the requester toward the responder (go-back-N,
+//!   RNR waits), absorbs its ACKs and reports a *delivered* watermark back.
+//!
+//! [`engine::QpEngine`] owns both kinds for one gateway, classifies packets,
+//! learns flows from RDMA-CM or from traffic, and talks to the twin with
+//! [`twin::TwinMsg`]. Nothing here reads a clock or touches a socket.
+
+pub mod egress;
+pub mod engine;
+pub mod half;
+pub mod ingress;
+pub mod twin;
+
+pub use engine::{EngineConfig, EngineStats, Output, QpEngine};
+pub use half::HalfKey;
+pub use twin::TwinMsg;
+
+#[cfg(test)]
+mod tests;

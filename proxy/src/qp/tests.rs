@@ -1,0 +1,501 @@
+//! Packet-level tests of the ingress and egress roles, driven through the
+//! engine with hand-made packets (the simulator drives them with real RC
+//! endpoints; these pin individual rules).
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use soya_config::AckPolicy;
+
+use super::engine::{EngineConfig, Output, QpEngine};
+use super::half::HalfKey;
+use super::twin::{Carry, TwinMsg};
+use crate::roce::builders::{self, ReplyTo};
+use crate::roce::{
+    Aeth, Bth, ExtHeaders, Headers, IpHeader, NakCode, Opcode, Psn, Reth, RocePacket, RoceRepr,
+    Syndrome,
+};
+use crate::time::Time;
+
+const REQUESTER: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
+const RESPONDER: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 1);
+const RQ_QPN: u32 = 0x11;
+const RS_QPN: u32 = 0x22;
+
+fn key() -> HalfKey {
+    HalfKey {
+        requester: REQUESTER.into(),
+        responder: RESPONDER.into(),
+        responder_qpn: RS_QPN,
+    }
+}
+
+fn request(op: Opcode, psn: u32, ack_req: bool, payload: usize, read_len: u32) -> Vec<u8> {
+    let info = op.info().unwrap();
+    let mut bth = Bth::new(op, RS_QPN, Psn::new(psn));
+    bth.ack_req = ack_req;
+    let repr = RoceRepr {
+        ip: IpHeader::v4(REQUESTER, RESPONDER),
+        src_port: 0xc000,
+        bth,
+        ext: ExtHeaders {
+            present: info.headers,
+            reth: Reth {
+                va: 0x1000,
+                rkey: 7,
+                len: read_len.max(payload as u32),
+            },
+            ..Default::default()
+        },
+    };
+    repr.to_vec(&vec![0xab; payload]).unwrap()
+}
+
+/// A response from the responder to the requester (what the egress twin sees).
+fn response(op: Opcode, psn: u32, syndrome: Syndrome, payload: usize) -> Vec<u8> {
+    let info = op.info().unwrap();
+    let repr = RoceRepr {
+        ip: IpHeader::v4(RESPONDER, REQUESTER),
+        src_port: 0xc000,
+        bth: Bth::new(op, RQ_QPN, Psn::new(psn)),
+        ext: ExtHeaders {
+            present: info.headers,
+            aeth: info
+                .headers
+                .contains(Headers::AETH)
+                .then_some(Aeth { syndrome, msn: 0 }),
+            ..Default::default()
+        },
+    };
+    repr.to_vec(&vec![0xcd; payload]).unwrap()
+}
+
+fn cfg(policy: AckPolicy) -> EngineConfig {
+    let mut c = EngineConfig::default();
+    c.ack.policy = policy;
+    c.ack.coalesce_packets = 4;
+    c.ack.coalesce = Duration::from_micros(20);
+    c.buffer_slots = 512;
+    c.ack.ack_reserve_slots = 8;
+    c
+}
+
+/// An engine at the requester's site with the half already learned (as
+/// RDMA-CM would have done), expecting PSN 100.
+fn ingress_engine(policy: AckPolicy) -> QpEngine {
+    let mut e = QpEngine::new(cfg(policy));
+    // Learn through the raw path: one request, its real ACK back.
+    e.handle_dc(Time::ZERO, &request(Opcode::RC_SEND_ONLY, 99, true, 8, 0));
+    let sent = drain(&mut e);
+    assert!(matches!(
+        &sent[..],
+        [Output::Twin(TwinMsg::Request {
+            carry: Carry::Raw,
+            ..
+        })]
+    ));
+    let ack = response(Opcode::RC_ACK, 99, Syndrome::ACK_UNLIMITED, 0);
+    e.handle_twin(
+        Time::ZERO,
+        TwinMsg::Response {
+            packet: ack.clone(),
+        },
+    );
+    assert_eq!(drain(&mut e), vec![Output::Dc(ack)], "raw ACK delivered");
+    e
+}
+
+fn drain(e: &mut QpEngine) -> Vec<Output> {
+    std::iter::from_fn(|| e.poll_output()).collect()
+}
+
+/// The (PSN, syndrome, MSN) of every ACK/NAK sent to the DC side.
+fn acks(out: &[Output]) -> Vec<(u32, Syndrome, u32)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Dc(v) => {
+                let p = RocePacket::parse_verified(v).expect("valid ICRC");
+                (p.bth.opcode == Opcode::RC_ACK).then(|| {
+                    // A pseudo-ACK must look like the responder sent it.
+                    assert_eq!(p.ip.src(), RESPONDER);
+                    assert_eq!(p.ip.dst(), REQUESTER);
+                    assert_eq!(p.bth.dest_qp, RQ_QPN);
+                    let a = p.ext.aeth.unwrap();
+                    (p.psn().value(), a.syndrome, a.msn)
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn forwarded(out: &[Output]) -> Vec<u32> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Twin(TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet,
+            }) => Some(RocePacket::parse(packet).unwrap().psn().value()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn write_is_pseudo_acked_with_responder_fields_and_msn() {
+    let mut e = ingress_engine(AckPolicy::Edge);
+    let t = Time::from_micros(1);
+    e.handle_dc(t, &request(Opcode::RC_WRITE_FIRST, 100, false, 64, 0));
+    e.handle_dc(t, &request(Opcode::RC_WRITE_MIDDLE, 101, false, 64, 0));
+    e.handle_dc(t, &request(Opcode::RC_WRITE_LAST, 102, true, 64, 0));
+    let out = drain(&mut e);
+    assert_eq!(forwarded(&out), vec![100, 101, 102]);
+    // MSN: the learning ACK said 0 at PSN 99, +1 for this WRITE.
+    assert_eq!(acks(&out), vec![(102, Syndrome::ACK_UNLIMITED, 1)]);
+    assert_eq!(e.occupancy().slots_used, 3);
+}
+
+#[test]
+fn coalesces_to_every_n_packets_then_the_timer() {
+    let mut e = ingress_engine(AckPolicy::Edge);
+    let t = Time::from_micros(1);
+    for psn in 100..106 {
+        e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, psn, false, 8, 0));
+    }
+    assert_eq!(
+        acks(&drain(&mut e)),
+        vec![(103, Syndrome::ACK_UNLIMITED, 4)],
+        "one ACK per 4 packets"
+    );
+    let deadline = e.poll_timeout().expect("timer for the remaining two");
+    assert_eq!(deadline, t + Duration::from_micros(20));
+    e.handle_timeout(deadline);
+    assert_eq!(
+        acks(&drain(&mut e)),
+        vec![(105, Syndrome::ACK_UNLIMITED, 6)]
+    );
+}
+
+#[test]
+fn never_acks_at_or_past_an_outstanding_read() {
+    let mut e = ingress_engine(AckPolicy::Edge);
+    let t = Time::from_micros(1);
+    e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 100, true, 64, 0));
+    // READ of 2 x 4096: two PSNs (101, 102) once the MTU is known; unknown
+    // here, so the gateway must not assume fewer than it can prove.
+    e.handle_dc(t, &request(Opcode::RC_READ_REQUEST, 101, true, 0, 8192));
+    e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 103, true, 64, 0));
+    let out = drain(&mut e);
+    assert_eq!(forwarded(&out), vec![100, 101, 103], "103 widened the READ");
+    assert_eq!(acks(&out), vec![(100, Syndrome::ACK_UNLIMITED, 1)]);
+    // The READ's responses come back; the last one answers it.
+    let first = response(
+        Opcode::RC_READ_RESPONSE_FIRST,
+        101,
+        Syndrome::ACK_UNLIMITED,
+        4096,
+    );
+    let last = response(
+        Opcode::RC_READ_RESPONSE_LAST,
+        102,
+        Syndrome::ACK_UNLIMITED,
+        4096,
+    );
+    e.handle_twin(
+        t,
+        TwinMsg::Response {
+            packet: first.clone(),
+        },
+    );
+    assert_eq!(drain(&mut e), vec![Output::Dc(first)]);
+    e.handle_twin(
+        t,
+        TwinMsg::Response {
+            packet: last.clone(),
+        },
+    );
+    let out = drain(&mut e);
+    assert_eq!(out[0], Output::Dc(last));
+    assert_eq!(acks(&out[1..]), vec![(103, Syndrome::ACK_UNLIMITED, 3)]);
+}
+
+#[test]
+fn duplicates_are_re_acked_and_a_gap_gets_one_nak() {
+    let mut e = ingress_engine(AckPolicy::Edge);
+    let t = Time::from_micros(1);
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, true, 8, 0));
+    drain(&mut e);
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, true, 8, 0));
+    let out = drain(&mut e);
+    assert_eq!(
+        forwarded(&out),
+        Vec::<u32>::new(),
+        "duplicate not forwarded"
+    );
+    assert_eq!(acks(&out), vec![(100, Syndrome::ACK_UNLIMITED, 1)]);
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 102, true, 8, 0));
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 103, true, 8, 0));
+    let out = drain(&mut e);
+    assert_eq!(
+        acks(&out),
+        vec![(101, Syndrome::Nak(NakCode::PsnSequenceError), 1)],
+        "one NAK with the expected PSN, then silence"
+    );
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 101, true, 8, 0));
+    assert_eq!(
+        acks(&drain(&mut e)),
+        vec![(101, Syndrome::ACK_UNLIMITED, 2)]
+    );
+}
+
+#[test]
+fn delivered_frees_the_buffer_and_errors_reach_the_requester() {
+    let mut e = ingress_engine(AckPolicy::Edge);
+    let t = Time::from_micros(1);
+    for psn in 100..104 {
+        e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
+    }
+    drain(&mut e);
+    assert_eq!(e.occupancy().slots_used, 4);
+    e.handle_twin(
+        t,
+        TwinMsg::Delivered {
+            half: key(),
+            psn: Psn::new(101),
+        },
+    );
+    assert_eq!(e.occupancy().slots_used, 2);
+    e.handle_twin(
+        t,
+        TwinMsg::Error {
+            half: key(),
+            psn: Psn::new(102),
+            code: NakCode::RemoteAccessError,
+        },
+    );
+    let out = drain(&mut e);
+    assert_eq!(
+        acks(&out),
+        vec![(104, Syndrome::Nak(NakCode::RemoteAccessError), 4)],
+        "NAK at the requester's next outstanding PSN"
+    );
+    assert_eq!(e.occupancy().slots_used, 0);
+    // Anything new is refused the same way: never a silent success.
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 104, true, 8, 0));
+    let out = drain(&mut e);
+    assert_eq!(
+        acks(&out),
+        vec![(104, Syndrome::Nak(NakCode::RemoteAccessError), 4)]
+    );
+    assert!(forwarded(&out).is_empty());
+}
+
+#[test]
+fn strict_waits_for_the_real_ack_of_each_message_end() {
+    let mut e = ingress_engine(AckPolicy::Strict);
+    let t = Time::from_micros(1);
+    e.handle_dc(t, &request(Opcode::RC_WRITE_FIRST, 100, false, 64, 0));
+    e.handle_dc(t, &request(Opcode::RC_WRITE_MIDDLE, 101, false, 64, 0));
+    e.handle_dc(t, &request(Opcode::RC_WRITE_LAST, 102, true, 64, 0));
+    let out = drain(&mut e);
+    assert!(acks(&out).is_empty(), "coalescing: nothing due yet");
+    let d = e.poll_timeout().unwrap();
+    e.handle_timeout(d);
+    assert_eq!(
+        acks(&drain(&mut e)),
+        vec![(101, Syndrome::ACK_UNLIMITED, 0)],
+        "everything but the last packet"
+    );
+    e.handle_twin(
+        d,
+        TwinMsg::Delivered {
+            half: key(),
+            psn: Psn::new(102),
+        },
+    );
+    assert_eq!(
+        acks(&drain(&mut e)),
+        vec![(102, Syndrome::ACK_UNLIMITED, 1)]
+    );
+}
+
+#[test]
+fn backpressure_withholds_acks_instead_of_dropping() {
+    let mut c = cfg(AckPolicy::Edge);
+    c.buffer_slots = 12;
+    c.ack.ack_reserve_slots = 8;
+    let mut e = QpEngine::new(c);
+    e.handle_dc(Time::ZERO, &request(Opcode::RC_SEND_ONLY, 99, true, 8, 0));
+    e.handle_twin(
+        Time::ZERO,
+        TwinMsg::Response {
+            packet: response(Opcode::RC_ACK, 99, Syndrome::ACK_UNLIMITED, 0),
+        },
+    );
+    drain(&mut e);
+    let t = Time::from_micros(1);
+    for psn in 100..106 {
+        e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
+    }
+    let out = drain(&mut e);
+    let a = acks(&out);
+    // 12 slots, 8 reserved: ACKs stop once 5 are held.
+    assert_eq!(a.last().unwrap().0, 103);
+    assert_eq!(forwarded(&out).len(), 6, "all accepted and forwarded");
+    e.handle_twin(
+        t,
+        TwinMsg::Delivered {
+            half: key(),
+            psn: Psn::new(105),
+        },
+    );
+    assert_eq!(
+        acks(&drain(&mut e)),
+        vec![(105, Syndrome::ACK_UNLIMITED, 6)]
+    );
+}
+
+#[test]
+fn egress_injects_in_order_absorbs_acks_and_goes_back_on_nak() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    for psn in 10..14 {
+        e.handle_twin(
+            t,
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: request(Opcode::RC_SEND_ONLY, psn, psn == 13, 8, 0),
+            },
+        );
+    }
+    let injected: Vec<u32> = drain(&mut e)
+        .iter()
+        .map(|o| match o {
+            Output::Dc(v) => RocePacket::parse(v).unwrap().psn().value(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(injected, vec![10, 11, 12, 13]);
+    // The responder lost 11: NAK-seq(11). 10 is delivered, 11.. resent.
+    let nak = response(
+        Opcode::RC_ACK,
+        11,
+        Syndrome::Nak(NakCode::PsnSequenceError),
+        0,
+    );
+    e.handle_dc(t, &nak);
+    let out = drain(&mut e);
+    assert!(out.contains(&Output::Twin(TwinMsg::Delivered {
+        half: key(),
+        psn: Psn::new(10)
+    })));
+    let resent: Vec<u32> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Dc(v) => Some(RocePacket::parse(v).unwrap().psn().value()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resent, vec![11, 12, 13]);
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, Output::Twin(TwinMsg::Response { .. }))),
+        "the NAK is handled here, not forwarded"
+    );
+    e.handle_dc(t, &response(Opcode::RC_ACK, 13, Syndrome::ACK_UNLIMITED, 0));
+    let out = drain(&mut e);
+    assert_eq!(
+        out,
+        vec![Output::Twin(TwinMsg::Delivered {
+            half: key(),
+            psn: Psn::new(13)
+        })]
+    );
+    assert_eq!(e.occupancy().slots_used, 0);
+}
+
+#[test]
+fn egress_waits_out_rnr_and_retransmits_on_timeout() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    e.handle_twin(
+        t,
+        TwinMsg::Request {
+            carry: Carry::Reliable,
+            packet: request(Opcode::RC_SEND_ONLY, 10, true, 8, 0),
+        },
+    );
+    assert_eq!(drain(&mut e).len(), 1);
+    // RNR NAK with timer 14 = 1.28 ms.
+    e.handle_dc(
+        t,
+        &response(Opcode::RC_ACK, 10, Syndrome::RnrNak { timer: 14 }, 0),
+    );
+    assert!(drain(&mut e).is_empty(), "waits");
+    let wake = e.poll_timeout().unwrap();
+    assert_eq!(wake, t + Duration::from_micros(1280));
+    e.handle_timeout(wake);
+    assert_eq!(drain(&mut e).len(), 1, "retried after the RNR timer");
+    // No answer at all: the local timeout resends.
+    let rto = e.poll_timeout().unwrap();
+    e.handle_timeout(rto);
+    assert_eq!(drain(&mut e).len(), 1);
+    let eg = e.egress_halves().next().unwrap();
+    assert_eq!(
+        (eg.stats.rnr_naks, eg.stats.timeouts, eg.stats.retransmitted),
+        (1, 1, 2)
+    );
+}
+
+#[test]
+fn egress_reports_a_fatal_nak_to_the_twin() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    e.handle_twin(
+        t,
+        TwinMsg::Request {
+            carry: Carry::Reliable,
+            packet: request(Opcode::RC_WRITE_ONLY, 10, true, 8, 0),
+        },
+    );
+    drain(&mut e);
+    e.handle_dc(
+        t,
+        &response(
+            Opcode::RC_ACK,
+            10,
+            Syndrome::Nak(NakCode::RemoteAccessError),
+            0,
+        ),
+    );
+    assert_eq!(
+        drain(&mut e),
+        vec![Output::Twin(TwinMsg::Error {
+            half: key(),
+            psn: Psn::new(10),
+            code: NakCode::RemoteAccessError
+        })]
+    );
+    assert_eq!(e.occupancy().slots_used, 0);
+}
+
+#[test]
+fn malformed_and_forged_packets_are_counted_and_dropped() {
+    let mut e = ingress_engine(AckPolicy::Edge);
+    let mut bad = request(Opcode::RC_SEND_ONLY, 100, true, 8, 0);
+    let n = bad.len();
+    bad[n - 1] ^= 0xff; // ICRC
+    e.handle_dc(Time::ZERO, &bad);
+    e.handle_dc(Time::ZERO, &bad[..30]);
+    assert!(drain(&mut e).is_empty());
+    assert_eq!((e.stats.dc_bad_icrc, e.stats.dc_malformed), (1, 1));
+    // A forged pseudo-ACK builder check: ReplyTo reverses addresses.
+    let p = RocePacket::parse(&request(Opcode::RC_SEND_ONLY, 1, true, 0, 0))
+        .map(|p| ReplyTo::answering(&p, RQ_QPN))
+        .unwrap();
+    let ack = builders::ack(&p, Psn::new(1), 0).to_vec(&[]).unwrap();
+    assert_eq!(
+        RocePacket::parse_verified(&ack).unwrap().ip.dst(),
+        REQUESTER
+    );
+}
