@@ -28,6 +28,9 @@ enum Command {
         #[arg(short, long)]
         quiet: bool,
     },
+    /// Plan capacity: WAN delay, BDP, deep-buffer size, goodput direct vs. through
+    /// Sōya, and whether a data-parallel job's AllReduce hides behind backward.
+    Plan(soya::plan::PlanArgs),
     /// Run the two-site demo on loopback (direct vs. through Sōya at 300 km).
     Demo,
 }
@@ -36,6 +39,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { files, quiet } => check_config(&files, quiet),
+        Command::Plan(args) => soya::plan::run(&args),
         Command::Demo => {
             eprintln!(
                 "soya demo: not built yet. The two-site demo needs the gateway daemon \

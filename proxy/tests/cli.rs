@@ -11,7 +11,7 @@ fn help_lists_the_subcommands() {
     let out = soya().arg("--help").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    for cmd in ["check-config", "demo"] {
+    for cmd in ["check-config", "plan", "demo"] {
         assert!(text.contains(cmd), "{cmd} missing from --help:\n{text}");
     }
 }

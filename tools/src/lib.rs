@@ -4,3 +4,4 @@
 //!   (used by `soya-decode` and by the capture tests).
 
 pub mod capture;
+pub mod sim;
