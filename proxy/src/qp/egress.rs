@@ -236,7 +236,14 @@ impl Reinjector {
     }
 
     /// Frees everything up to and including `psn` and reports it delivered.
-    fn advance(&mut self, now: Time, psn: Psn, buf: &mut DeepBuffer, out: &mut VecDeque<Output>) {
+    fn advance(
+        &mut self,
+        now: Time,
+        psn: Psn,
+        msn: Option<u32>,
+        buf: &mut DeepBuffer,
+        out: &mut VecDeque<Output>,
+    ) {
         if self.acked.is_some_and(|a| !psn.after(a)) {
             return;
         }
@@ -264,6 +271,7 @@ impl Reinjector {
         out.push_back(Output::Twin(TwinMsg::Delivered {
             half: self.key,
             psn,
+            msn,
         }));
     }
 
@@ -320,7 +328,10 @@ impl Reinjector {
                     self.note_raw_acked(u);
                     let done_before = self.queue.iter().take_while(|q| !q.last().after(u)).count();
                     if done_before > 0 || p.info.position.ends() {
-                        self.advance(now, u, buf, out);
+                        // First/Last/Only carry the AETH; its MSN is the
+                        // responder's after executing the READ.
+                        let msn = p.ext.aeth.filter(|_| p.info.position.ends()).map(|a| a.msn);
+                        self.advance(now, u, msn, buf, out);
                     }
                 }
                 self.pump(now, buf, out);
@@ -337,14 +348,15 @@ impl Reinjector {
                     Syndrome::Ack { .. } => {
                         self.stats.acks_absorbed += 1;
                         self.note_raw_acked(psn);
-                        self.advance(now, psn, buf, out);
+                        self.advance(now, psn, Some(aeth.msn), buf, out);
                         self.pump(now, buf, out);
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) => {
                         self.stats.seq_naks += 1;
                         // Everything before the expected PSN arrived.
                         if self.acked.is_none_or(|a| psn.sub(1).after(a)) {
-                            self.advance(now, psn.sub(1), buf, out);
+                            // A NAK carries the MSN of the last executed PSN.
+                            self.advance(now, psn.sub(1), Some(aeth.msn), buf, out);
                         }
                         self.retries += 1;
                         if self.retries > self.tuning.retry_budget {

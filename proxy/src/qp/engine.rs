@@ -276,9 +276,9 @@ impl QpEngine {
                 };
                 self.twin_response(now, &p);
             }
-            TwinMsg::Delivered { half, psn } => {
+            TwinMsg::Delivered { half, psn, msn } => {
                 if let Some(a) = self.ingress.get_mut(&half) {
-                    a.on_delivered(now, psn, &mut self.buffer, &mut self.out);
+                    a.on_delivered(now, psn, msn, &mut self.buffer, &mut self.out);
                 }
             }
             TwinMsg::Error { half, psn, code } => {

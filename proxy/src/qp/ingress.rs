@@ -119,8 +119,10 @@ pub struct PseudoAcker {
     acked: Option<(Psn, u32)>,
     delivered: Option<Psn>,
     in_flight: u32,
-    /// Highest PSN forwarded raw (before switching).
+    /// Highest PSN forwarded raw (before switching), and whether the
+    /// responder has acknowledged it.
     raw_high: Option<Psn>,
+    raw_acked: bool,
     ack_deadline: Option<Time>,
     failed: Option<NakCode>,
     last_cnp: Option<Time>,
@@ -150,6 +152,7 @@ impl PseudoAcker {
             delivered: None,
             in_flight: 0,
             raw_high: None,
+            raw_acked: false,
             ack_deadline: None,
             failed: None,
             last_cnp: None,
@@ -516,16 +519,18 @@ impl PseudoAcker {
         &mut self,
         now: Time,
         psn: Psn,
+        msn: Option<u32>,
         buf: &mut DeepBuffer,
         out: &mut VecDeque<Output>,
     ) {
+        if let Some(m) = msn {
+            self.note_msn(psn, m);
+        }
         if self.delivered.is_some_and(|d| !psn.after(d)) {
             return;
         }
         self.delivered = Some(psn);
-        if self.mode == Mode::Switching && self.raw_high.is_none_or(|h| !h.after(psn)) {
-            self.finish_switch();
-        }
+        self.note_real_progress(psn);
         for e in self.entries.iter_mut() {
             if e.last().after(psn) {
                 break;
@@ -555,8 +560,33 @@ impl PseudoAcker {
         }
     }
 
-    fn finish_switch(&mut self) {
+    /// Learns the responder's MSN base from a real answer: its MSN `msn`
+    /// at `psn` (an ACK, a NAK, a READ response's AETH).
+    fn note_msn(&mut self, psn: Psn, msn: u32) {
         if self.msn_base.is_some() {
+            return;
+        }
+        if self.raw_high == Some(psn) {
+            // Entries count messages from zero after the raw phase.
+            self.msn_base = Some(msn);
+        } else if let Some(e) = self.entries.iter().find(|e| e.last() == psn) {
+            self.msn_base = Some(msn.wrapping_sub(e.msgs_after as u32) & 0xFF_FFFF);
+        }
+        self.finish_switch();
+    }
+
+    /// The responder really got everything up to `psn`.
+    fn note_real_progress(&mut self, psn: Psn) {
+        if self.raw_high.is_none_or(|h| !psn.before(h)) {
+            self.raw_acked = true;
+        }
+        self.finish_switch();
+    }
+
+    /// Pseudo-ACKs may start once every raw packet is really acknowledged
+    /// and the MSN is known.
+    fn finish_switch(&mut self) {
+        if self.mode == Mode::Switching && self.raw_acked && self.msn_base.is_some() {
             self.mode = Mode::Accelerated;
         }
     }
@@ -588,11 +618,20 @@ impl PseudoAcker {
                         // The last response tells the READ's true span.
                         e.span = psn.diff(e.psn) as u32 + 1;
                         e.answered = true;
-                        let msn = self.msn_base.unwrap_or(0).wrapping_add(e.msgs_after as u32)
-                            & 0xFF_FFFF;
-                        // The response acknowledges everything up to it.
-                        self.set_acked(psn, msn);
                     }
+                    if let Some(aeth) = p.ext.aeth {
+                        self.note_msn(psn, aeth.msn);
+                        self.note_real_progress(psn);
+                    }
+                    let msn = self
+                        .entries
+                        .iter()
+                        .find(|e| e.last() == psn)
+                        .map_or(self.acked.map_or(0, |(_, m)| m), |e| {
+                            self.msn_at(e.msgs_after)
+                        });
+                    // The response acknowledges everything up to it.
+                    self.set_acked(psn, msn);
                 }
                 out.push_back(Output::Dc(p.as_bytes().to_vec()));
                 self.maybe_ack(now, buf, out);
@@ -612,21 +651,13 @@ impl PseudoAcker {
         }
     }
 
-    /// A real ACK of the raw phase: learn the MSN and finish switching.
+    /// A real ACK during the raw phase, delivered to the requester.
     fn on_raw_ack(&mut self, psn: Psn, msn: u32) {
-        if self.mode != Mode::Switching {
-            return;
-        }
-        let Some(high) = self.raw_high else { return };
-        if psn == high {
-            self.msn_base = Some(msn);
-        } else if let Some(e) = self.entries.iter().find(|e| e.last() == psn) {
-            self.msn_base = Some(msn.wrapping_sub(e.msgs_after as u32) & 0xFF_FFFF);
-        }
-        if !psn.before(high) {
+        self.note_msn(psn, msn);
+        if self.acked.is_none_or(|(a, _)| psn.after(a)) {
             self.acked = Some((psn, msn));
-            self.finish_switch();
         }
+        self.note_real_progress(psn);
     }
 
     /// The first response tells us the requester's QPN (the BTH carries only
@@ -642,13 +673,6 @@ impl PseudoAcker {
         });
         self.mode = Mode::Switching;
         self.expected = self.raw_high.map(Psn::next);
-        if let (Some(high), Some(aeth)) = (self.raw_high, p.ext.aeth) {
-            if p.psn() == high && matches!(aeth.syndrome, crate::roce::Syndrome::Ack { .. }) {
-                self.msn_base = Some(aeth.msn);
-                self.acked = Some((high, aeth.msn));
-                self.mode = Mode::Accelerated;
-            }
-        }
     }
 
     /// The far side failed: surface it to the requester.

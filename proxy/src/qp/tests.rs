@@ -262,6 +262,7 @@ fn delivered_frees_the_buffer_and_errors_reach_the_requester() {
         TwinMsg::Delivered {
             half: key(),
             psn: Psn::new(101),
+            msn: None,
         },
     );
     assert_eq!(e.occupancy().slots_used, 2);
@@ -311,6 +312,7 @@ fn strict_waits_for_the_real_ack_of_each_message_end() {
         TwinMsg::Delivered {
             half: key(),
             psn: Psn::new(102),
+            msn: None,
         },
     );
     assert_eq!(
@@ -347,6 +349,7 @@ fn backpressure_withholds_acks_instead_of_dropping() {
         TwinMsg::Delivered {
             half: key(),
             psn: Psn::new(105),
+            msn: None,
         },
     );
     assert_eq!(
@@ -387,7 +390,8 @@ fn egress_injects_in_order_absorbs_acks_and_goes_back_on_nak() {
     let out = drain(&mut e);
     assert!(out.contains(&Output::Twin(TwinMsg::Delivered {
         half: key(),
-        psn: Psn::new(10)
+        psn: Psn::new(10),
+        msn: Some(0)
     })));
     let resent: Vec<u32> = out
         .iter()
@@ -408,7 +412,8 @@ fn egress_injects_in_order_absorbs_acks_and_goes_back_on_nak() {
         out,
         vec![Output::Twin(TwinMsg::Delivered {
             half: key(),
-            psn: Psn::new(13)
+            psn: Psn::new(13),
+            msn: Some(0)
         })]
     );
     assert_eq!(e.occupancy().slots_used, 0);

@@ -27,8 +27,14 @@ pub enum TwinMsg {
     /// responses and atomic ACKs always; ACKs and NAKs for `Raw` PSNs.
     Response { packet: Vec<u8> },
     /// The responder acknowledged (or answered) every request of `half` up
-    /// to and including `psn`; the ingress side may free them.
-    Delivered { half: HalfKey, psn: Psn },
+    /// to and including `psn`; the ingress side may free them. `msn` is the
+    /// responder's MSN at `psn` when its answer carried one (the ingress
+    /// side needs it to pseudo-ACK with the MSN the responder would use).
+    Delivered {
+        half: HalfKey,
+        psn: Psn,
+        msn: Option<u32>,
+    },
     /// The responder refused `psn` for good (or the egress side gave up on
     /// it): the requester's QP must learn it and go to error.
     Error {
