@@ -4,4 +4,5 @@
 //!   (used by `soya-decode` and by the capture tests).
 
 pub mod capture;
+pub mod rc;
 pub mod sim;

@@ -77,6 +77,8 @@ struct Pending {
     psn: Psn,
     span: u32,
     held: Held,
+    /// A READ or atomic: done only when its (last) response arrives.
+    needs_response: bool,
     sent_at: Option<Time>,
     retransmitted: bool,
 }
@@ -102,6 +104,8 @@ pub struct Reinjector {
     rttvar: Duration,
     rto_deadline: Option<Time>,
     rnr_until: Option<Time>,
+    /// PSN of the last RNR NAK (its trailing sequence NAK is expected).
+    last_rnr: Option<Psn>,
     retries: u32,
     rnr_retries: u32,
     failed: bool,
@@ -122,6 +126,7 @@ impl Reinjector {
             rttvar: Duration::ZERO,
             rto_deadline: None,
             rnr_until: None,
+            last_rnr: None,
             retries: 0,
             rnr_retries: 0,
             failed: false,
@@ -195,6 +200,7 @@ impl Reinjector {
             psn,
             span: span_of(p),
             held,
+            needs_response: p.info.needs_real_response(),
             sent_at: None,
             retransmitted: false,
         });
@@ -317,22 +323,25 @@ impl Reinjector {
                 out.push_back(Output::Twin(TwinMsg::Response {
                     packet: p.as_bytes().to_vec(),
                 }));
-                // A response implicitly acknowledges everything before it;
-                // the last one completes its READ.
-                let upto = if p.info.position.ends() {
-                    Some(psn)
-                } else {
-                    Some(psn.sub(1))
-                };
-                if let Some(u) = upto {
-                    self.note_raw_acked(u);
-                    let done_before = self.queue.iter().take_while(|q| !q.last().after(u)).count();
-                    if done_before > 0 || p.info.position.ends() {
-                        // First/Last/Only carry the AETH; its MSN is the
-                        // responder's after executing the READ.
-                        let msn = p.ext.aeth.filter(|_| p.info.position.ends()).map(|a| a.msn);
-                        self.advance(now, u, msn, buf, out);
+                // A response implicitly acknowledges everything before its
+                // READ; the last one completes the READ (and tells its true
+                // span, which the request alone cannot when the PMTU is
+                // unknown here).
+                let read_at = self
+                    .queue
+                    .iter()
+                    .rposition(|q| q.needs_response && !psn.before(q.psn));
+                if p.info.position.ends() {
+                    if let Some(i) = read_at {
+                        let q = &mut self.queue[i];
+                        q.span = psn.diff(q.psn) as u32 + 1;
                     }
+                    self.note_raw_acked(psn);
+                    let msn = p.ext.aeth.map(|a| a.msn);
+                    self.advance(now, psn, msn, buf, out);
+                } else if let Some(i) = read_at.filter(|&i| i > 0) {
+                    let before = self.queue[i].psn.sub(1);
+                    self.advance(now, before, None, buf, out);
                 }
                 self.pump(now, buf, out);
             }
@@ -350,6 +359,13 @@ impl Reinjector {
                         self.note_raw_acked(psn);
                         self.advance(now, psn, Some(aeth.msn), buf, out);
                         self.pump(now, buf, out);
+                    }
+                    Syndrome::Nak(NakCode::PsnSequenceError) if self.last_rnr == Some(psn) => {
+                        // The responder dropped the RNR'd packet and NAKs the
+                        // ones we had already sent behind it: the RNR wait
+                        // covers it, and it is no failure to count.
+                        self.stats.seq_naks += 1;
+                        self.go_back(psn);
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) => {
                         self.stats.seq_naks += 1;
@@ -372,6 +388,7 @@ impl Reinjector {
                             return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
                         }
                         self.go_back(psn);
+                        self.last_rnr = Some(psn);
                         let wait = RNR_TIMER_US[usize::from(timer & 0x1F)];
                         self.rnr_until = Some(now + Duration::from_micros(u64::from(wait)));
                     }

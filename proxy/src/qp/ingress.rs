@@ -130,7 +130,9 @@ pub struct PseudoAcker {
     pmtu: Option<u32>,
     /// The newest request was a READ whose span is a guess: (PSN, most PSNs
     /// it may occupy).
-    read_slack: Option<(Psn, u32)>,
+    read_slack: Option<(Psn, u32, u32)>,
+    /// Packets beyond that guess were dropped: NAK once the span is known.
+    nak_after_read: bool,
     pub stats: IngressStats,
 }
 
@@ -158,6 +160,7 @@ impl PseudoAcker {
             last_cnp: None,
             pmtu: None,
             read_slack: None,
+            nak_after_read: false,
             stats: IngressStats::default(),
         }
     }
@@ -229,11 +232,12 @@ impl PseudoAcker {
     }
 
     fn forward_raw(&mut self, p: &RocePacket<'_>, out: &mut VecDeque<Output>) {
+        self.learn_pmtu(p);
         let (span, span_max) = read_span(p, self.pmtu);
         let last = p.psn().add(span - 1);
         if self.raw_high.is_none_or(|h| last.after(h)) {
             self.raw_high = Some(last);
-            self.read_slack = (span < span_max).then_some((p.psn(), span_max));
+            self.read_slack = (span < span_max).then_some((p.psn(), span_max, p.ext.reth.len));
         }
         self.stats.raw_packets += 1;
         self.stats.packets += 1;
@@ -260,8 +264,14 @@ impl PseudoAcker {
         if psn.before(expected) {
             return self.on_duplicate(p, out);
         }
-        if psn.after(expected) && self.widen_read(psn) {
-            return self.on_reliable(now, p, buf, out);
+        if psn.after(expected) && self.read_slack.is_some() {
+            // Beyond our guess of a READ's span: the READ was longer, or a
+            // packet after it was lost; until its span is known we cannot
+            // tell which, nor which PSN to NAK. Drop without a NAK and,
+            // once the span is known, NAK the true expected PSN.
+            self.stats.out_of_order_dropped += 1;
+            self.nak_after_read = true;
+            return;
         }
         if psn.after(expected) {
             // Loss inside the DC: one NAK with the expected PSN, then
@@ -285,12 +295,9 @@ impl PseudoAcker {
             }
         };
         self.nak_sent = false;
-        if matches!(p.info.position, Position::First | Position::Middle) {
-            // First/Middle packets carry exactly one PMTU (rxe_resp.c).
-            self.pmtu = Some(p.payload().len() as u32);
-        }
+        self.learn_pmtu(p);
         let (span, span_max) = read_span(p, self.pmtu);
-        self.read_slack = (span < span_max).then_some((psn, span_max));
+        self.read_slack = (span < span_max).then_some((psn, span_max, p.ext.reth.len));
         if p.info.completes_message() {
             self.msgs += 1;
         }
@@ -314,26 +321,62 @@ impl PseudoAcker {
         self.maybe_ack(now, buf, out);
     }
 
-    /// A READ whose span was a guess (PMTU unknown) is followed by a packet
-    /// further on than guessed but within what the READ could occupy: the
-    /// READ was longer. Fix its span; the packet is in order after all.
-    fn widen_read(&mut self, psn: Psn) -> bool {
-        let Some((start, span_max)) = self.read_slack else {
-            return false;
-        };
-        if !psn.in_window(start, span_max + 1) {
-            return false;
-        }
-        let new_span = psn.diff(start) as u32;
-        if let Some(e) = self.entries.back_mut().filter(|e| e.psn == start) {
-            if e.forwarded {
-                self.in_flight += new_span.saturating_sub(e.span);
+    /// First and Middle packets (requests and READ responses alike) carry
+    /// exactly one PMTU of payload (rxe_resp.c `check_length`).
+    /// Returns whether the PMTU became known just now.
+    fn learn_pmtu(&mut self, p: &RocePacket<'_>) -> bool {
+        if self.pmtu.is_none() && matches!(p.info.position, Position::First | Position::Middle) {
+            let n = p.payload().len() as u32;
+            if [256, 512, 1024, 2048, 4096].contains(&n) {
+                self.pmtu = Some(n);
+                return true;
             }
-            e.span = new_span;
+        }
+        false
+    }
+
+    /// With the PMTU known, a guessed READ span can be computed exactly.
+    fn resolve_read_by_pmtu(&mut self, out: &mut VecDeque<Output>) {
+        if let (Some((start, _, len)), Some(pmtu)) = (self.read_slack, self.pmtu) {
+            let span = len.div_ceil(pmtu).max(1);
+            self.resolve_read(start.add(span - 1), out);
+        }
+    }
+
+    /// The last response of the READ whose span we had to guess: now we
+    /// know where the next request starts.
+    fn resolve_read(&mut self, last: Psn, out: &mut VecDeque<Output>) {
+        let Some((start, max, _)) = self.read_slack else {
+            return;
+        };
+        if !last.in_window(start, max) {
+            return;
         }
         self.read_slack = None;
-        self.expected = Some(psn);
-        true
+        if let Some(e) = self.entries.back_mut().filter(|e| e.psn == start) {
+            let span = last.diff(start) as u32 + 1;
+            if e.forwarded {
+                self.in_flight = (self.in_flight + span).saturating_sub(e.span);
+            }
+            e.span = span;
+        }
+        if self
+            .raw_high
+            .is_some_and(|h| !h.before(start) && h.before(last))
+        {
+            self.raw_high = Some(last);
+        }
+        if self.mode != Mode::Raw {
+            // Nothing was accepted after the READ (that would have resolved
+            // it), so the next expected PSN follows its true last PSN.
+            let expected = last.next();
+            self.expected = Some(expected);
+            if std::mem::take(&mut self.nak_after_read) {
+                self.nak_sent = true;
+                self.stats.seq_naks += 1;
+                self.send_nak(expected, NakCode::PsnSequenceError, out);
+            }
+        }
     }
 
     /// Sets the path MTU learned from RDMA-CM.
@@ -609,6 +652,13 @@ impl PseudoAcker {
         match p.info.kind {
             OpKind::ReadResponse | OpKind::AtomicAck => {
                 self.stats.responses_delivered += 1;
+                // Deliver first: anything we send after it (a NAK for the
+                // PSN after a READ) must not overtake it, or the requester
+                // would see a NAK past a pending READ (an implied NAK).
+                out.push_back(Output::Dc(p.as_bytes().to_vec()));
+                if self.learn_pmtu(p) {
+                    self.resolve_read_by_pmtu(out);
+                }
                 if p.info.position.ends() {
                     if let Some(e) = self
                         .entries
@@ -618,6 +668,9 @@ impl PseudoAcker {
                         // The last response tells the READ's true span.
                         e.span = psn.diff(e.psn) as u32 + 1;
                         e.answered = true;
+                    }
+                    if p.info.kind == OpKind::ReadResponse {
+                        self.resolve_read(psn, out);
                     }
                     if let Some(aeth) = p.ext.aeth {
                         self.note_msn(psn, aeth.msn);
@@ -633,7 +686,6 @@ impl PseudoAcker {
                     // The response acknowledges everything up to it.
                     self.set_acked(psn, msn);
                 }
-                out.push_back(Output::Dc(p.as_bytes().to_vec()));
                 self.maybe_ack(now, buf, out);
                 true
             }

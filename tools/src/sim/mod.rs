@@ -6,3 +6,6 @@
 //! loss and failures, fast, in CI.
 
 pub mod link;
+pub mod scenario;
+pub mod sweep;
+pub mod world;

@@ -1,0 +1,13 @@
+//! Debug one sweep scenario with a short time limit: `cargo run --example sim_debug -- SEED [LIMIT_MS]`.
+use std::time::Duration;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let seed: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let limit: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1000);
+    let mut s = soya_tools::sim::sweep::random_scenario(seed);
+    s.time_limit = Duration::from_millis(limit);
+    eprintln!("{s:?}");
+    let o = soya_tools::sim::scenario::run(&s).unwrap();
+    eprintln!("{o:#?}");
+}

@@ -1,0 +1,270 @@
+//! `soya-sim`: drive the real gateway state machines through a simulated
+//! 300 km WAN in virtual time.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Parser, Subcommand};
+use serde_json::json;
+use soya_config::AckPolicy;
+use soya_tools::sim::scenario::{self, Op, Scenario};
+use soya_tools::sim::sweep::{self, SweepConfig};
+
+/// Deterministic simulator for Sōya: RC endpoints modelled on Linux rxe,
+/// the real pseudo-ACK engine, and a WAN with delay, loss and reordering,
+/// all in virtual time.
+#[derive(Parser)]
+#[command(name = "soya-sim", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Measure one workload three ways in one run: direct at 0 km, direct at
+    /// the distance, and through the gateways at the distance.
+    Run(RunArgs),
+    /// Run many randomized scenarios and check every invariant.
+    Sweep(SweepArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Fibre distance between the sites (4.9 µs per km one way).
+    #[arg(long, default_value_t = 300.0, value_parser = parse_km)]
+    distance_km: f64,
+    /// RDMA operation.
+    #[arg(long, default_value = "write")]
+    op: Op,
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(1..=(1 << 30)))]
+    size: u32,
+    /// Outstanding work requests per QP.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    tx_depth: u32,
+    /// Parallel QPs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    qps: u32,
+    /// Messages per QP (default: enough for 256 MiB per QP).
+    #[arg(long)]
+    iters: Option<u32>,
+    /// Path MTU in bytes (1024, 2048 or 4096).
+    #[arg(long, default_value_t = 4096, value_parser = parse_mtu)]
+    mtu: usize,
+    /// WAN capacity in Gbit/s.
+    #[arg(long = "path-gbps", default_value_t = 10.0, value_parser = parse_gbps)]
+    path_gbps: f64,
+    /// Random loss probability on the direct path's WAN (0..1).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_prob)]
+    loss: f64,
+    /// Pseudo-ACK policy of the gateways.
+    #[arg(long, default_value = "edge", value_parser = parse_policy)]
+    policy: AckPolicy,
+    /// Random seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// One JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct SweepArgs {
+    /// How many randomized scenarios.
+    #[arg(long, default_value_t = 1000)]
+    scenarios: u64,
+    /// First seed; scenario i uses seed + i.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// One JSON object instead of a summary.
+    #[arg(long)]
+    json: bool,
+    /// Print every failing scenario's parameters.
+    #[arg(long)]
+    verbose: bool,
+}
+
+fn parse_km(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if (0.0..=40_000.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err("distance must be 0..=40000 km".into())
+    }
+}
+fn parse_mtu(s: &str) -> Result<usize, String> {
+    match s.parse() {
+        Ok(m @ (1024 | 2048 | 4096)) => Ok(m),
+        _ => Err("MTU must be 1024, 2048 or 4096".into()),
+    }
+}
+fn parse_gbps(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1000.0 => Ok(v),
+        _ => Err("Gbit/s must be in (0, 1000]".into()),
+    }
+}
+fn parse_prob(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
+        _ => Err("probability must be in [0, 1)".into()),
+    }
+}
+fn parse_policy(s: &str) -> Result<AckPolicy, String> {
+    match s {
+        "edge" => Ok(AckPolicy::Edge),
+        "strict" => Ok(AckPolicy::Strict),
+        "off" => Ok(AckPolicy::Off),
+        _ => Err("policy must be edge, strict or off".into()),
+    }
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Run(a) => run(a),
+        Command::Sweep(a) => sweep_cmd(a),
+    }
+}
+
+fn run(a: RunArgs) -> ExitCode {
+    let iters = a
+        .iters
+        .unwrap_or_else(|| ((256u64 << 20) / u64::from(a.size)).clamp(16, 1_000_000) as u32);
+    let base = Scenario {
+        seed: a.seed,
+        distance_km: a.distance_km,
+        op: a.op,
+        size: a.size,
+        tx_depth: a.tx_depth,
+        qps: a.qps,
+        iters,
+        mtu: a.mtu,
+        wan_gbps: a.path_gbps,
+        wan_loss: a.loss,
+        policy: a.policy,
+        ..Scenario::default()
+    };
+    let cases = [
+        (
+            "direct, 0 km",
+            Scenario {
+                distance_km: 0.0,
+                accelerated: false,
+                ..base.clone()
+            },
+        ),
+        (
+            "direct",
+            Scenario {
+                accelerated: false,
+                ..base.clone()
+            },
+        ),
+        (
+            "through Sōya",
+            Scenario {
+                accelerated: true,
+                ..base.clone()
+            },
+        ),
+    ];
+    let wall = Instant::now();
+    let mut results = Vec::new();
+    for (name, s) in &cases {
+        if !a.json {
+            eprintln!("running {name} ...");
+        }
+        match scenario::run(s) {
+            Ok(o) => results.push(o),
+            Err(e) => {
+                eprintln!("soya-sim: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let rtt_ms = 2.0 * a.distance_km * 4.9e-3;
+    let (zero, direct, accel) = (&results[0], &results[1], &results[2]);
+    let violations: Vec<&String> = results.iter().flat_map(|o| o.violations.iter()).collect();
+    if a.json {
+        println!(
+            "{}",
+            json!({
+                "distance_km": a.distance_km,
+                "rtt_ms": rtt_ms,
+                "op": a.op,
+                "size": a.size,
+                "tx_depth": a.tx_depth,
+                "qps": a.qps,
+                "direct_0km_gbps": zero.goodput_gbps,
+                "direct_gbps": direct.goodput_gbps,
+                "accelerated_gbps": accel.goodput_gbps,
+                "accelerated_over_0km": accel.goodput_gbps / zero.goodput_gbps,
+                "accelerated_over_direct": accel.goodput_gbps / direct.goodput_gbps,
+                "data_errors": results.iter().map(|o| o.data_errors).sum::<u64>(),
+                "violations": violations,
+                "runs": results,
+            })
+        );
+    } else {
+        println!(
+            "{} of {} B, tx depth {}, {} QP(s), MTU {}, WAN {} Gbit/s, {} km (RTT {:.2} ms)\n",
+            format!("{:?}", a.op).to_uppercase(),
+            a.size,
+            a.tx_depth,
+            a.qps,
+            a.mtu,
+            a.path_gbps,
+            a.distance_km,
+            rtt_ms
+        );
+        println!(
+            "{:<16} {:>10} {:>10} {:>12} {:>8}",
+            "", "Gbit/s", "messages", "retransmits", "events"
+        );
+        for ((name, _), o) in cases.iter().zip(&results) {
+            println!(
+                "{:<16} {:>10.3} {:>10} {:>12} {:>8}",
+                name, o.goodput_gbps, o.messages_ok, o.requester_retransmissions, o.events
+            );
+        }
+        println!(
+            "\nthrough Sōya ÷ direct at 0 km: {:.3}   through Sōya ÷ direct at {} km: {:.2}×",
+            accel.goodput_gbps / zero.goodput_gbps,
+            a.distance_km,
+            accel.goodput_gbps / direct.goodput_gbps
+        );
+        println!(
+            "simulated in {:.2} s of wall time",
+            wall.elapsed().as_secs_f64()
+        );
+        for v in &violations {
+            println!("VIOLATION: {v}");
+        }
+    }
+    if violations.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn sweep_cmd(a: SweepArgs) -> ExitCode {
+    let cfg = SweepConfig {
+        scenarios: a.scenarios,
+        seed: a.seed,
+        progress: !a.json,
+        verbose: a.verbose,
+    };
+    let t = sweep::sweep(&cfg);
+    if a.json {
+        println!("{}", serde_json::to_string(&t).expect("serializable"));
+    } else {
+        println!("{}", t.summary());
+    }
+    if t.violations == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,461 @@
+//! Registered memory of one QP, and the verifiable data pattern.
+//!
+//! # The pattern
+//!
+//! Every payload the requester sends is cut into 64-byte blocks counted from
+//! the start of the message (the last block may be shorter). A block is a pure
+//! function of the absolute VA it is meant for and of the message sequence
+//! number (`msg_seq`, per requester QP, 1, 2, 3, ...; memory starts as
+//! `msg_seq` 0):
+//!
+//! ```text
+//! bytes 0..4   msg_seq XOR h(va)            (little-endian)
+//! bytes 4..64  keystream(va, msg_seq)       (splitmix64 words)
+//! ```
+//!
+//! A checker recovers `msg_seq` from the first four bytes and regenerates the
+//! rest, so *every* byte acts as a checksum of (VA, msg_seq): a block that is
+//! corrupted, or lands at another address (the recovered `msg_seq` is then
+//! garbage and the regenerated keystream differs), fails. A block from an older
+//! message decodes fine but carries an older `msg_seq`; the responder catches
+//! that because message sequence numbers must grow (see `responder.rs`).
+//!
+//! MTUs are multiples of 64, so every packet of a message starts on a block
+//! boundary and can be checked on its own. Limits, by construction: a block
+//! shorter than 4 bytes (a message of 1-3 bytes, or such a tail after a full
+//! block is checked against the seq of the blocks before it) cannot name its
+//! `msg_seq`; a lone one is counted as unverified, not as an error.
+//!
+//! READ data is checked block by block against the remote VA it came from,
+//! which assumes the READ's VA is 64-byte aligned the way the target region
+//! was written (true for the region as initialised, and for regions written
+//! by whole 64-byte-multiple WRITEs at the same alignment).
+
+use std::fmt;
+
+/// Pattern block size in bytes.
+pub const BLOCK: usize = 64;
+/// Bytes at the start of each block that carry the (masked) `msg_seq`.
+const SEQ_BYTES: usize = 4;
+
+/// The splitmix64 finaliser: a cheap, well-mixing 64-bit bijection.
+const fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The 64 bytes a block at `va` carries for message `seq` (shorter blocks
+/// carry a prefix of it).
+fn block_bytes(va: u64, seq: u32) -> [u8; BLOCK] {
+    let seed = mix64(va ^ mix64(u64::from(seq) ^ 0x005e_ed0f_507a)); // distinct stream per (va, seq)
+    let mut b = [0u8; BLOCK];
+    for (j, w) in b.chunks_exact_mut(8).enumerate() {
+        let word = mix64(seed.wrapping_add((j as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+        w.copy_from_slice(&word.to_le_bytes());
+    }
+    b[..SEQ_BYTES].copy_from_slice(&(seq ^ seq_mask(va)).to_le_bytes());
+    b
+}
+
+/// Mask hiding `msg_seq` in a block header, so a block moved to another VA
+/// decodes to a wrong seq (and then fails the keystream comparison).
+fn seq_mask(va: u64) -> u32 {
+    mix64(va ^ 0xa5a5_5a5a_0f0f_f0f0) as u32
+}
+
+/// Fills `buf` (which is meant for `[va, va + buf.len())`) with the pattern of
+/// message `msg_seq`, in 64-byte blocks counted from the start of `buf`.
+pub fn pattern_fill(buf: &mut [u8], va: u64, msg_seq: u32) {
+    for (k, chunk) in buf.chunks_mut(BLOCK).enumerate() {
+        let b = block_bytes(va.wrapping_add((k * BLOCK) as u64), msg_seq);
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+}
+
+/// Why a buffer does not hold the pattern.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatternError {
+    /// Nothing to check.
+    Empty,
+    /// Fewer than 4 bytes and no earlier block to take the seq from: the
+    /// buffer cannot name its `msg_seq` (not necessarily wrong).
+    TooShort { len: usize },
+    /// The bytes at `va` are not what any message would put there: corrupted,
+    /// or a block that landed at the wrong address.
+    Corrupt { va: u64 },
+    /// Blocks of one buffer belong to different messages.
+    MixedSeq { va: u64, expected: u32, found: u32 },
+}
+
+impl fmt::Display for PatternError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PatternError::Empty => write!(f, "empty buffer"),
+            PatternError::TooShort { len } => write!(f, "{len} bytes cannot carry a msg_seq"),
+            PatternError::Corrupt { va } => write!(f, "pattern mismatch at VA {va:#x}"),
+            PatternError::MixedSeq {
+                va,
+                expected,
+                found,
+            } => write!(
+                f,
+                "block at VA {va:#x} belongs to message {found}, not {expected}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PatternError {}
+
+/// Checks one block (at most 64 bytes) meant for `va`; returns its `msg_seq`.
+/// With `known` set, a block too short to carry its seq is checked against it.
+fn check_block(block: &[u8], va: u64, known: Option<u32>) -> Result<u32, PatternError> {
+    let seq = if block.len() >= SEQ_BYTES {
+        let mut h = [0u8; SEQ_BYTES];
+        h.copy_from_slice(&block[..SEQ_BYTES]);
+        u32::from_le_bytes(h) ^ seq_mask(va)
+    } else if let Some(s) = known {
+        s
+    } else {
+        return Err(PatternError::TooShort { len: block.len() });
+    };
+    let want = block_bytes(va, seq);
+    match block.iter().zip(want.iter()).position(|(a, b)| a != b) {
+        None => Ok(seq),
+        Some(i) => Err(PatternError::Corrupt { va: va + i as u64 }),
+    }
+}
+
+/// Checks that `buf` (found at, or meant for, `va`) is the pattern of one
+/// message and returns that message's `msg_seq`.
+pub fn pattern_check(buf: &[u8], va: u64) -> Result<u32, PatternError> {
+    let mut seq = None;
+    for (k, chunk) in buf.chunks(BLOCK).enumerate() {
+        let bva = va.wrapping_add((k * BLOCK) as u64);
+        let s = check_block(chunk, bva, seq)?;
+        match seq {
+            Some(expected) if expected != s => {
+                return Err(PatternError::MixedSeq {
+                    va: bva,
+                    expected,
+                    found: s,
+                })
+            }
+            _ => seq = Some(s),
+        }
+    }
+    seq.ok_or(PatternError::Empty)
+}
+
+/// Checks that `buf` is the pattern of message `msg_seq` (any length: a
+/// buffer too short to carry a seq is compared against `msg_seq`).
+pub fn pattern_check_as(buf: &[u8], va: u64, msg_seq: u32) -> Result<(), PatternError> {
+    for (k, chunk) in buf.chunks(BLOCK).enumerate() {
+        let bva = va.wrapping_add((k * BLOCK) as u64);
+        let s = check_block(chunk, bva, Some(msg_seq))?;
+        if s != msg_seq {
+            return Err(PatternError::MixedSeq {
+                va: bva,
+                expected: msg_seq,
+                found: s,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Like [`pattern_check`] but each block may belong to a different message
+/// (READ data: a region may have been written by several WRITEs). Returns
+/// the highest `msg_seq` seen.
+pub fn pattern_check_mixed(buf: &[u8], va: u64) -> Result<u32, PatternError> {
+    let mut max = None;
+    let mut last = None;
+    for (k, chunk) in buf.chunks(BLOCK).enumerate() {
+        let s = check_block(chunk, va.wrapping_add((k * BLOCK) as u64), last)?;
+        last = Some(s);
+        max = Some(max.map_or(s, |m: u32| m.max(s)));
+    }
+    max.ok_or(PatternError::Empty)
+}
+
+/// What happened to a QP's memory and data (end-of-run invariants).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemStats {
+    /// Bytes of incoming WRITEs placed into this memory.
+    pub bytes_placed: u64,
+    /// WRITE messages whose last packet was placed.
+    pub writes_placed: u64,
+    /// Bytes of incoming SENDs received (checked, not stored).
+    pub send_bytes_received: u64,
+    /// SEND messages received completely.
+    pub sends_received: u64,
+    /// Bytes this memory served to the peer's READs.
+    pub read_bytes_served: u64,
+    /// Bytes of READ responses placed here (this QP's own READs).
+    pub read_bytes_received: u64,
+    /// Atomics executed on this memory.
+    pub atomics_executed: u64,
+    /// Payload bytes that passed the pattern check.
+    pub bytes_verified: u64,
+    /// Payload bytes too short to carry a `msg_seq` (see the module doc).
+    pub bytes_unverified: u64,
+    /// Pattern mismatches, stale or mixed messages, wrong message lengths.
+    pub data_errors: u64,
+}
+
+/// One registered memory region: VA range `[base, base + size)`, one R_Key.
+pub struct Memory {
+    base: u64,
+    rkey: u32,
+    data: Vec<u8>,
+    stats: MemStats,
+}
+
+impl Memory {
+    /// A region of `size` bytes at `base`, initialised with the pattern of
+    /// `msg_seq` 0 (blocks aligned on `base`).
+    pub fn new(base: u64, size: usize, rkey: u32) -> Memory {
+        let mut data = vec![0u8; size];
+        pattern_fill(&mut data, base, 0);
+        Memory {
+            base,
+            rkey,
+            data,
+            stats: MemStats::default(),
+        }
+    }
+
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// Offset of `[va, va + len)` in the region, if it lies inside.
+    fn offset(&self, va: u64, len: usize) -> Option<usize> {
+        let off = usize::try_from(va.checked_sub(self.base)?).ok()?;
+        (off.checked_add(len)? <= self.data.len()).then_some(off)
+    }
+
+    /// `[va, va + len)` lies inside the region.
+    pub fn contains(&self, va: u64, len: usize) -> bool {
+        self.offset(va, len).is_some()
+    }
+
+    /// The bytes at `[va, va + len)`.
+    pub fn read(&self, va: u64, len: usize) -> Option<&[u8]> {
+        let off = self.offset(va, len)?;
+        Some(&self.data[off..off + len])
+    }
+
+    /// Stores `data` at `va`; false (and nothing written) when out of range.
+    pub fn write(&mut self, va: u64, data: &[u8]) -> bool {
+        match self.offset(va, data.len()) {
+            Some(off) => {
+                self.data[off..off + data.len()].copy_from_slice(data);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The 8-byte little-endian word at `va` (must be 8-aligned and inside).
+    pub fn read_u64(&self, va: u64) -> Option<u64> {
+        if va % 8 != 0 {
+            return None;
+        }
+        let b = self.read(va, 8)?;
+        let mut w = [0u8; 8];
+        w.copy_from_slice(b);
+        Some(u64::from_le_bytes(w))
+    }
+
+    fn write_u64(&mut self, va: u64, v: u64) {
+        self.write(va, &v.to_le_bytes());
+    }
+
+    /// Atomic fetch-and-add (as rxe_mr_do_atomic_op): returns the original value.
+    pub fn fetch_add(&mut self, va: u64, add: u64) -> Option<u64> {
+        let orig = self.read_u64(va)?;
+        self.write_u64(va, orig.wrapping_add(add));
+        self.stats.atomics_executed += 1;
+        Some(orig)
+    }
+
+    /// Atomic compare-and-swap: returns the original value.
+    pub fn cmp_swap(&mut self, va: u64, compare: u64, swap: u64) -> Option<u64> {
+        let orig = self.read_u64(va)?;
+        if orig == compare {
+            self.write_u64(va, swap);
+        }
+        self.stats.atomics_executed += 1;
+        Some(orig)
+    }
+
+    /// Checks that `[va, va + len)` holds the pattern of one message and
+    /// returns its `msg_seq` (e.g. after a WRITE of that range completed).
+    pub fn check_region(&self, va: u64, len: usize) -> Result<u32, PatternError> {
+        let b = self.read(va, len).ok_or(PatternError::Corrupt { va })?;
+        pattern_check(b, va)
+    }
+
+    pub fn stats(&self) -> &MemStats {
+        &self.stats
+    }
+
+    pub(crate) fn stats_mut(&mut self) -> &mut MemStats {
+        &mut self.stats
+    }
+
+    /// End-of-run invariant: no data error was ever seen. Returns the summary
+    /// either way (bytes placed, verified, ...), as `Err` when errors occurred.
+    pub fn verify_all(&self) -> Result<MemStats, MemStats> {
+        if self.stats.data_errors == 0 {
+            Ok(self.stats)
+        } else {
+            Err(self.stats)
+        }
+    }
+}
+
+impl fmt::Debug for Memory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Memory")
+            .field("base", &format_args!("{:#x}", self.base))
+            .field("len", &self.data.len())
+            .field("rkey", &format_args!("{:#x}", self.rkey))
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn fill_then_check_round_trips() {
+        let mut b = vec![0u8; 1000];
+        pattern_fill(&mut b, 0x1000, 42);
+        assert_eq!(pattern_check(&b, 0x1000), Ok(42));
+        // Any packet-sized slice on a block boundary checks on its own.
+        assert_eq!(pattern_check(&b[128..640], 0x1000 + 128), Ok(42));
+    }
+
+    #[test]
+    fn wrong_address_is_corrupt() {
+        let mut b = vec![0u8; 256];
+        pattern_fill(&mut b, 0x1000, 7);
+        assert!(matches!(
+            pattern_check(&b, 0x1040),
+            Err(PatternError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn older_message_decodes_with_its_own_seq() {
+        let mut b = vec![0u8; 128];
+        pattern_fill(&mut b, 0x2000, 3);
+        pattern_fill(&mut b[64..], 0x2040, 9);
+        assert_eq!(
+            pattern_check(&b, 0x2000),
+            Err(PatternError::MixedSeq {
+                va: 0x2040,
+                expected: 3,
+                found: 9
+            })
+        );
+        assert_eq!(pattern_check_mixed(&b, 0x2000), Ok(9));
+    }
+
+    #[test]
+    fn short_buffers() {
+        let mut b = [0u8; 3];
+        pattern_fill(&mut b, 0, 1);
+        assert_eq!(pattern_check(&b, 0), Err(PatternError::TooShort { len: 3 }));
+        assert_eq!(pattern_check(&[], 0), Err(PatternError::Empty));
+        let mut b = [0u8; 67]; // full block + 3-byte tail checked against its seq
+        pattern_fill(&mut b, 0, 5);
+        assert_eq!(pattern_check(&b, 0), Ok(5));
+        b[66] ^= 1;
+        assert_eq!(pattern_check(&b, 0), Err(PatternError::Corrupt { va: 66 }));
+        // A known seq checks even 1 byte.
+        let mut one = [0u8; 1];
+        pattern_fill(&mut one, 640, 9);
+        assert_eq!(pattern_check_as(&one, 640, 9), Ok(()));
+        assert!(pattern_check_as(&one, 640, 8).is_err());
+        let mut b = [0u8; 100];
+        pattern_fill(&mut b, 0, 5);
+        assert_eq!(pattern_check_as(&b, 0, 5), Ok(()));
+        assert!(matches!(
+            pattern_check_as(&b, 0, 6),
+            Err(PatternError::MixedSeq { .. })
+        ));
+    }
+
+    #[test]
+    fn memory_bounds_and_atomics() {
+        let mut m = Memory::new(0x10_000, 4096, 0x42);
+        assert!(m.contains(0x10_000, 4096));
+        assert!(!m.contains(0x10_000, 4097));
+        assert!(!m.contains(0xFFFF, 1));
+        assert!(!m.contains(u64::MAX, 2));
+        assert_eq!(m.check_region(0x10_000, 4096), Ok(0));
+        m.write(0x10_000, &5u64.to_le_bytes());
+        assert_eq!(m.fetch_add(0x10_000, 3), Some(5));
+        assert_eq!(m.cmp_swap(0x10_000, 8, 1), Some(8));
+        assert_eq!(m.read_u64(0x10_000), Some(1));
+        assert_eq!(m.fetch_add(0x10_004, 1), None, "misaligned");
+        assert_eq!(m.stats().atomics_executed, 2);
+    }
+
+    proptest! {
+        /// Any single flipped byte, anywhere, is detected. (From 12 bytes on the
+        /// first block has 8 keystream bytes, so a flipped seq byte cannot
+        /// collide; later blocks must also repeat the first block's seq.)
+        #[test]
+        fn every_byte_is_covered(len in 12usize..600, seq in any::<u32>(),
+                                 va in 0u64..(1 << 40), at in any::<prop::sample::Index>(),
+                                 bit in 0u8..8) {
+            let mut b = vec![0u8; len];
+            pattern_fill(&mut b, va, seq);
+            prop_assert_eq!(pattern_check(&b, va), Ok(seq));
+            b[at.index(len)] ^= 1 << bit;
+            prop_assert!(pattern_check(&b, va).is_err());
+        }
+
+        /// A different seq or VA never produces the same bytes.
+        #[test]
+        fn seq_and_va_both_matter(seq in any::<u32>(), other in any::<u32>(), va in 0u64..(1 << 40)) {
+            prop_assume!(seq != other);
+            let mut a = [0u8; 64];
+            let mut b = [0u8; 64];
+            pattern_fill(&mut a, va, seq);
+            pattern_fill(&mut b, va, other);
+            prop_assert_ne!(a, b);
+            pattern_fill(&mut b, va + 64, seq);
+            prop_assert_ne!(a, b);
+        }
+    }
+}
+#[cfg(test)]
+mod timing_tmp {
+    #[test]
+    fn time_64mib() {
+        let t = std::time::Instant::now();
+        let m = super::Memory::new(0, 64 << 20, 1);
+        eprintln!("64MiB init: {:?} {}", t.elapsed(), m.len());
+    }
+}

@@ -1,0 +1,178 @@
+//! Randomized scenarios: many small runs across the whole space of
+//! operations, sizes, distances, impairments and policies, every invariant
+//! checked on each.
+
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use soya_config::AckPolicy;
+
+use super::link::GilbertElliott;
+use super::scenario::{run, Op, Scenario};
+
+pub struct SweepConfig {
+    pub scenarios: u64,
+    pub seed: u64,
+    /// A progress line on stderr.
+    pub progress: bool,
+    /// Print each failing scenario.
+    pub verbose: bool,
+}
+
+/// Totals over a sweep (the keys scripts rely on are fixed).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SweepTotals {
+    pub scenarios: u64,
+    pub bytes_verified: u64,
+    pub bytes_lost: u64,
+    pub bytes_duplicated: u64,
+    pub bytes_misordered: u64,
+    pub violations: u64,
+    pub messages_ok: u64,
+    pub messages_failed_as_injected: u64,
+    pub events: u64,
+    pub wall_s: f64,
+    /// The first few failing scenarios, for reproduction.
+    pub failures: Vec<String>,
+}
+
+impl SweepTotals {
+    pub fn summary(&self) -> String {
+        format!(
+            "{} scenarios in {:.1} s: {} messages ok, {} failed as injected, {} bytes verified; \
+             lost {} B, duplicated {} B, misordered {} B; {} violations{}",
+            self.scenarios,
+            self.wall_s,
+            self.messages_ok,
+            self.messages_failed_as_injected,
+            self.bytes_verified,
+            self.bytes_lost,
+            self.bytes_duplicated,
+            self.bytes_misordered,
+            self.violations,
+            self.failures
+                .iter()
+                .map(|f| format!("\n  {f}"))
+                .collect::<String>()
+        )
+    }
+}
+
+/// The scenario a seed stands for.
+pub fn random_scenario(seed: u64) -> Scenario {
+    let mut r = ChaCha8Rng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let op = [Op::Write, Op::Read, Op::Send, Op::Atomic, Op::Mixed][r.random_range(0..5)];
+    // Log-uniform sizes from 1 B to 256 KiB.
+    let size = (2f64.powf(r.random_range(0.0..18.0)) as u32).max(1);
+    let mtu = [1024, 2048, 4096][r.random_range(0..3)];
+    let distance_km = [0.0, 10.0, 300.0, 1000.0, 3000.0][r.random_range(0..5)];
+    let policy = [
+        AckPolicy::Edge,
+        AckPolicy::Edge,
+        AckPolicy::Strict,
+        AckPolicy::Off,
+    ][r.random_range(0..4)];
+    let accelerated = r.random_bool(0.85);
+    let iters = r.random_range(1..=40);
+    let mut s = Scenario {
+        seed,
+        distance_km,
+        accelerated,
+        policy,
+        op,
+        size,
+        tx_depth: r.random_range(1..=64),
+        qps: r.random_range(1..=3),
+        iters,
+        mtu,
+        wan_gbps: [1.0, 10.0, 40.0][r.random_range(0..3)],
+        dc_gbps: 100.0,
+        bidirectional: r.random_bool(0.3),
+        time_limit: Duration::from_secs(60),
+        ..Scenario::default()
+    };
+    if r.random_bool(0.3) {
+        s.dc_loss = [0.001, 0.01, 0.03][r.random_range(0..3)];
+    }
+    if !accelerated && r.random_bool(0.3) {
+        // Until the WAN transport carries the twin link, WAN impairments
+        // apply to the direct path only (the twin link is reliable).
+        s.wan_loss = [0.0001, 0.001, 0.01][r.random_range(0..3)];
+    }
+    if !accelerated && r.random_bool(0.1) {
+        s.wan_burst = Some(GilbertElliott {
+            p_enter_bad: 0.001,
+            p_leave_bad: 0.3,
+            loss_in_bad: 0.5,
+        });
+    }
+    if s.op == Op::Send && r.random_bool(0.3) {
+        // An RNR storm: fewer receives than messages. Mostly the rest trickle
+        // in later (every SEND must then succeed); sometimes they never come,
+        // and the SENDs must fail loudly (RNR retry exhausted), not succeed.
+        s.recv_credits = Some(r.random_range(0..iters));
+        if r.random_bool(0.8) {
+            s.recv_refill = Some(Duration::from_micros(r.random_range(50..2000)));
+        }
+    }
+    if matches!(s.op, Op::Write | Op::Mixed) && r.random_bool(0.05) {
+        s.responder_error = true;
+    }
+    s
+}
+
+pub fn sweep(cfg: &SweepConfig) -> SweepTotals {
+    let start = Instant::now();
+    let mut t = SweepTotals::default();
+    let mut last_progress = Instant::now();
+    for i in 0..cfg.scenarios {
+        let seed = cfg.seed.wrapping_add(i);
+        let s = random_scenario(seed);
+        if cfg.verbose {
+            eprintln!("seed {seed}: {s:?}");
+        }
+        t.scenarios += 1;
+        match run(&s) {
+            Ok(o) => {
+                t.bytes_verified += o.bytes_verified;
+                t.bytes_lost += o.bytes_lost;
+                t.bytes_duplicated += o.bytes_duplicated;
+                t.bytes_misordered += o.bytes_misordered;
+                t.messages_ok += o.messages_ok;
+                t.messages_failed_as_injected += o.messages_failed;
+                t.events += o.events;
+                if !o.violations.is_empty() {
+                    t.violations += o.violations.len() as u64;
+                    let line = format!("seed {seed}: {:?} -> {:?}", s, o.violations);
+                    if cfg.verbose {
+                        eprintln!("{line}");
+                    }
+                    if t.failures.len() < 5 {
+                        t.failures.push(line);
+                    }
+                }
+            }
+            Err(e) => {
+                t.violations += 1;
+                if t.failures.len() < 5 {
+                    t.failures
+                        .push(format!("seed {seed}: could not build: {e}"));
+                }
+            }
+        }
+        if cfg.progress && last_progress.elapsed() > Duration::from_secs(2) {
+            last_progress = Instant::now();
+            eprintln!(
+                "  {}/{} scenarios, {} violations, {:.0} s",
+                i + 1,
+                cfg.scenarios,
+                t.violations,
+                start.elapsed().as_secs_f64()
+            );
+        }
+    }
+    t.wall_s = start.elapsed().as_secs_f64();
+    t
+}
