@@ -3,9 +3,12 @@
 //! A packet's journey, and the module that handles each step:
 //!
 //! 1. DC side in: [`roce`] parses and checks the RoCEv2 packet.
-//! 2. Pseudo-ACK and deep buffer (`qp`, `buffer`; pseudo-ACK issue).
-//! 3. WAN paths to the twin gateway (`wan`; WAN transport issue).
-//! 4. The twin re-injects in order toward the responder (`qp`, egress role).
+//! 2. Pseudo-ACK ([`qp::ingress`]) and the deep buffer ([`buffer`]).
+//! 3. WAN paths to the twin gateway ([`wan`]: authenticated, multipath,
+//!    selectively retransmitting, paced).
+//! 4. The twin re-injects in order toward the responder ([`qp::egress`]).
+//!
+//! [`plan`] is the capacity planner behind `soya plan`.
 //!
 //! Protocol logic is sans-IO: state machines take `(packet or event, now)` and
 //! return packets and timers; sockets and clocks live only in the I/O layers.
@@ -15,3 +18,4 @@ pub mod plan;
 pub mod qp;
 pub mod roce;
 pub mod time;
+pub mod wan;

@@ -6,3 +6,4 @@
 pub mod capture;
 pub mod rc;
 pub mod sim;
+pub mod wanem;

@@ -450,12 +450,3 @@ mod tests {
         }
     }
 }
-#[cfg(test)]
-mod timing_tmp {
-    #[test]
-    fn time_64mib() {
-        let t = std::time::Instant::now();
-        let m = super::Memory::new(0, 64 << 20, 1);
-        eprintln!("64MiB init: {:?} {}", t.elapsed(), m.len());
-    }
-}

@@ -329,7 +329,8 @@ pub struct QpStats {
     pub atomic_acks_received: u64,
     /// Retransmit timer expiries with something outstanding.
     pub timeouts: u64,
-    /// ACKs at or past a READ/atomic still waiting for its response.
+    /// Responses past a READ/atomic still waiting for its data, and positive
+    /// ACKs at its last PSN: each starts a go-back-N (if none is under way).
     pub implied_naks: u64,
     /// Responses that break the response sequence (dropped).
     pub unexpected_responses: u64,

@@ -451,7 +451,7 @@ impl Requester {
                     return self.error_retry(false, sh, now);
                 }
                 self.reset_retry_counters(cfg);
-                self.complete_head(now, None, sh);
+                self.complete_head(now, sh);
                 continue;
             }
             // The brief's rule "an ACK *at* the last PSN of a pending READ/
@@ -624,13 +624,13 @@ impl Requester {
     }
 
     /// rxe complete_wqe (COMPST_COMP_WQE): a coalesced ACK beyond the head.
-    fn complete_head(&mut self, now: Time, atomic_orig: Option<u64>, sh: &mut Shared) {
+    fn complete_head(&mut self, now: Time, sh: &mut Shared) {
         let last = self.sq.front().expect("head").last_psn;
         if last.diff(self.comp_psn) >= 0 {
             self.comp_psn = last.next();
             self.comp_opcode = None;
         }
-        self.pop_head(now, CompletionStatus::Success, atomic_orig, sh);
+        self.pop_head(now, CompletionStatus::Success, None, sh);
     }
 
     /// COMPST_UPDATE_COMP: `comp_psn` moves past `psn`.

@@ -1,0 +1,267 @@
+//! Compact, versioned encoding of [`TwinMsg`] inside reliable messages.
+//!
+//! Layout (all integers big-endian), see `docs/wan-protocol.md`:
+//!
+//! ```text
+//! 0  codec version (1)
+//! 1  kind: 1 Request, 2 Response, 3 Delivered, 4 Error, 5 Datagram
+//! 2… Request:   carry (0 Raw, 1 Reliable), then the IP packet to the end
+//!    Response:  the IP packet to the end
+//!    Datagram:  the IP packet to the end
+//!    Delivered: half key, PSN (u32, < 2^24), MSN flag (0 none, 1 present)
+//!               then the MSN (u32) when present
+//!    Error:     half key, PSN (u32, < 2^24), NAK code (u8)
+//! half key: requester address, responder address, responder QPN (u32)
+//! address:  family (4 or 6) then 4 or 16 bytes
+//! ```
+//!
+//! The version byte lets a later codec change the layout without touching
+//! the transport; a message of an unknown version is counted as malformed.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::qp::half::HalfKey;
+use crate::qp::twin::{Carry, TwinMsg};
+use crate::roce::{NakCode, Psn};
+
+use super::packet::Reader;
+
+pub const CODEC_VERSION: u8 = 1;
+
+const K_REQUEST: u8 = 1;
+const K_RESPONSE: u8 = 2;
+const K_DELIVERED: u8 = 3;
+const K_ERROR: u8 = 4;
+const K_DATAGRAM: u8 = 5;
+
+/// Serializes `msg` (appends to a fresh vector).
+pub fn encode(msg: &TwinMsg) -> Vec<u8> {
+    let mut out = Vec::with_capacity(encoded_len(msg));
+    out.push(CODEC_VERSION);
+    match msg {
+        TwinMsg::Request { carry, packet } => {
+            out.push(K_REQUEST);
+            out.push(match carry {
+                Carry::Raw => 0,
+                Carry::Reliable => 1,
+            });
+            out.extend_from_slice(packet);
+        }
+        TwinMsg::Response { packet } => {
+            out.push(K_RESPONSE);
+            out.extend_from_slice(packet);
+        }
+        TwinMsg::Delivered { half, psn, msn } => {
+            out.push(K_DELIVERED);
+            put_half(&mut out, half);
+            out.extend_from_slice(&psn.value().to_be_bytes());
+            match msn {
+                None => out.push(0),
+                Some(m) => {
+                    out.push(1);
+                    out.extend_from_slice(&m.to_be_bytes());
+                }
+            }
+        }
+        TwinMsg::Error { half, psn, code } => {
+            out.push(K_ERROR);
+            put_half(&mut out, half);
+            out.extend_from_slice(&psn.value().to_be_bytes());
+            out.push(code.code());
+        }
+        TwinMsg::Datagram { packet } => {
+            out.push(K_DATAGRAM);
+            out.extend_from_slice(packet);
+        }
+    }
+    out
+}
+
+/// Exact length [`encode`] produces.
+pub fn encoded_len(msg: &TwinMsg) -> usize {
+    fn addr(a: &IpAddr) -> usize {
+        match a {
+            IpAddr::V4(_) => 5,
+            IpAddr::V6(_) => 17,
+        }
+    }
+    fn half(h: &HalfKey) -> usize {
+        addr(&h.requester) + addr(&h.responder) + 4
+    }
+    2 + match msg {
+        TwinMsg::Request { packet, .. } => 1 + packet.len(),
+        TwinMsg::Response { packet } | TwinMsg::Datagram { packet } => packet.len(),
+        TwinMsg::Delivered { half: h, msn, .. } => {
+            half(h) + 4 + 1 + if msn.is_some() { 4 } else { 0 }
+        }
+        TwinMsg::Error { half: h, .. } => half(h) + 5,
+    }
+}
+
+/// Parses a message; `None` if anything is off (unknown version or kind,
+/// bad address family, PSN out of range, unknown NAK code, trailing bytes).
+pub fn decode(b: &[u8]) -> Option<TwinMsg> {
+    let mut r = Reader::new(b);
+    if r.u8()? != CODEC_VERSION {
+        return None;
+    }
+    let msg = match r.u8()? {
+        K_REQUEST => {
+            let carry = match r.u8()? {
+                0 => Carry::Raw,
+                1 => Carry::Reliable,
+                _ => return None,
+            };
+            TwinMsg::Request {
+                carry,
+                packet: r.rest().to_vec(),
+            }
+        }
+        K_RESPONSE => TwinMsg::Response {
+            packet: r.rest().to_vec(),
+        },
+        K_DATAGRAM => TwinMsg::Datagram {
+            packet: r.rest().to_vec(),
+        },
+        K_DELIVERED => TwinMsg::Delivered {
+            half: get_half(&mut r)?,
+            psn: get_psn(&mut r)?,
+            msn: match r.u8()? {
+                0 => None,
+                1 => Some(r.u32()?),
+                _ => return None,
+            },
+        },
+        K_ERROR => TwinMsg::Error {
+            half: get_half(&mut r)?,
+            psn: get_psn(&mut r)?,
+            code: NakCode::from_code(r.u8()?)?,
+        },
+        _ => return None,
+    };
+    if !r.is_empty() {
+        return None;
+    }
+    Some(msg)
+}
+
+fn put_addr(out: &mut Vec<u8>, a: &IpAddr) {
+    match a {
+        IpAddr::V4(v4) => {
+            out.push(4);
+            out.extend_from_slice(&v4.octets());
+        }
+        IpAddr::V6(v6) => {
+            out.push(6);
+            out.extend_from_slice(&v6.octets());
+        }
+    }
+}
+
+fn put_half(out: &mut Vec<u8>, h: &HalfKey) {
+    put_addr(out, &h.requester);
+    put_addr(out, &h.responder);
+    out.extend_from_slice(&h.responder_qpn.to_be_bytes());
+}
+
+fn get_addr(r: &mut Reader<'_>) -> Option<IpAddr> {
+    match r.u8()? {
+        4 => {
+            let o: [u8; 4] = r.take(4)?.try_into().ok()?;
+            Some(IpAddr::V4(Ipv4Addr::from(o)))
+        }
+        6 => {
+            let o: [u8; 16] = r.take(16)?.try_into().ok()?;
+            Some(IpAddr::V6(Ipv6Addr::from(o)))
+        }
+        _ => None,
+    }
+}
+
+fn get_half(r: &mut Reader<'_>) -> Option<HalfKey> {
+    Some(HalfKey {
+        requester: get_addr(r)?,
+        responder: get_addr(r)?,
+        responder_qpn: r.u32()?,
+    })
+}
+
+fn get_psn(r: &mut Reader<'_>) -> Option<Psn> {
+    let v = r.u32()?;
+    (v <= Psn::MASK).then(|| Psn::new(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn half() -> HalfKey {
+        HalfKey {
+            requester: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            responder: IpAddr::V6(Ipv6Addr::LOCALHOST),
+            responder_qpn: 0x11,
+        }
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        let msgs = [
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: vec![1, 2, 3],
+            },
+            TwinMsg::Request {
+                carry: Carry::Raw,
+                packet: vec![],
+            },
+            TwinMsg::Response {
+                packet: vec![9; 4200],
+            },
+            TwinMsg::Delivered {
+                half: half(),
+                psn: Psn::new(0xff_ffff),
+                msn: None,
+            },
+            TwinMsg::Delivered {
+                half: half(),
+                psn: Psn::new(1),
+                msn: Some(0x00ab_cdef),
+            },
+            TwinMsg::Error {
+                half: half(),
+                psn: Psn::new(5),
+                code: NakCode::RemoteAccessError,
+            },
+            TwinMsg::Datagram {
+                packet: vec![7; 60],
+            },
+        ];
+        for m in msgs {
+            let b = encode(&m);
+            assert_eq!(b.len(), encoded_len(&m));
+            assert_eq!(decode(&b), Some(m));
+        }
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        let good = encode(&TwinMsg::Error {
+            half: half(),
+            psn: Psn::new(5),
+            code: NakCode::InvalidRequest,
+        });
+        assert!(decode(&[]).is_none());
+        assert!(decode(&[2, K_RESPONSE]).is_none(), "version");
+        assert!(decode(&[1, 99]).is_none(), "kind");
+        assert!(decode(&[1, K_REQUEST, 2]).is_none(), "carry");
+        for n in 0..good.len() {
+            assert!(decode(&good[..n]).is_none(), "truncated at {n}");
+        }
+        let mut trailing = good.clone();
+        trailing.push(0);
+        assert!(decode(&trailing).is_none());
+        let mut bad_code = good.clone();
+        *bad_code.last_mut().unwrap() = 9;
+        assert!(decode(&bad_code).is_none());
+    }
+}

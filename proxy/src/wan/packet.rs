@@ -1,0 +1,628 @@
+//! The WAN wire format, version 1: packet header, HELLO body and frames.
+//!
+//! Byte layouts are documented in `docs/wan-protocol.md`; keep the two in
+//! step. Everything here is pure parsing and emitting: no crypto, no state.
+//! Parsers return `None` on anything malformed instead of panicking, and never
+//! index a slice without checking its length first (all reads go through
+//! [`Reader`]).
+
+/// Protocol version carried in byte 0 of every datagram.
+pub const VERSION: u8 = 1;
+/// Cleartext header (authenticated as AEAD associated data).
+pub const HEADER_LEN: usize = 24;
+/// AEAD tag (ChaCha20-Poly1305), or CRC32 + zeroes in insecure lab mode.
+pub const TAG_LEN: usize = 16;
+/// Fixed part of a HELLO body.
+pub const HELLO_BODY_LEN: usize = 28;
+/// A whole HELLO datagram.
+pub const HELLO_LEN: usize = HEADER_LEN + HELLO_BODY_LEN + TAG_LEN;
+/// Packet numbers are 62-bit: the top two bits are always zero on the wire.
+pub const MAX_PN: u64 = (1 << 62) - 1;
+/// At most this many ACK ranges in one ACK frame (more is malformed): bounds
+/// both the parser's allocation and the receiver's range bookkeeping.
+pub const MAX_ACK_RANGES: usize = 32;
+/// Worst-case bytes a DATA frame adds around its payload (type, fixed flow id,
+/// four varints of at most 8 bytes except the 4-byte-bounded ones).
+pub const DATA_OVERHEAD: usize = 1 + 8 + 8 + 8 + 4 + 4 + 4;
+/// Worst-case bytes a DATAGRAM frame adds around its payload.
+pub const DGRAM_OVERHEAD: usize = 1 + 8 + 4 + 4 + 4;
+/// Longest CLOSE reason we emit or accept.
+pub const MAX_REASON: usize = 256;
+
+const FLAG_KIND_MASK: u8 = 0b0000_0011;
+const FLAG_CLIENT: u8 = 0b0100_0000;
+const FLAG_INSECURE: u8 = 0b1000_0000;
+const FLAG_RESERVED: u8 = !(FLAG_KIND_MASK | FLAG_CLIENT | FLAG_INSECURE);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PacketKind {
+    /// Frames, encrypted and authenticated with the session keys.
+    Protected,
+    /// Session setup; cleartext body, authenticated with the PSK-derived MAC.
+    Hello,
+}
+
+/// The 24-byte cleartext header of every datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub kind: PacketKind,
+    /// Sender runs without a key (lab mode); keyed receivers refuse it.
+    pub insecure: bool,
+    /// Sender plays the client role (picks the key direction labels).
+    pub client: bool,
+    /// Sender's path index; also part of the AEAD nonce.
+    pub path: u8,
+    /// Session id derived from both nonces (0 in HELLO).
+    pub conn_id: u32,
+    /// Sender's session generation.
+    pub generation: u64,
+    /// Per-path packet number (62-bit, never reused under one key).
+    pub pn: u64,
+}
+
+impl Header {
+    pub fn encode(&self, out: &mut [u8; HEADER_LEN]) {
+        let kind = match self.kind {
+            PacketKind::Protected => 0,
+            PacketKind::Hello => 1,
+        };
+        let mut flags = kind;
+        if self.client {
+            flags |= FLAG_CLIENT;
+        }
+        if self.insecure {
+            flags |= FLAG_INSECURE;
+        }
+        out[0] = VERSION;
+        out[1] = flags;
+        out[2] = self.path;
+        out[3] = 0;
+        out[4..8].copy_from_slice(&self.conn_id.to_be_bytes());
+        out[8..16].copy_from_slice(&self.generation.to_be_bytes());
+        out[16..24].copy_from_slice(&(self.pn & MAX_PN).to_be_bytes());
+    }
+
+    /// Parses the header; `None` for a short datagram, another version,
+    /// reserved bits set or a packet number with its top bits set.
+    pub fn decode(b: &[u8]) -> Option<Header> {
+        let mut r = Reader::new(b);
+        if r.u8()? != VERSION {
+            return None;
+        }
+        let flags = r.u8()?;
+        if flags & FLAG_RESERVED != 0 {
+            return None;
+        }
+        let kind = match flags & FLAG_KIND_MASK {
+            0 => PacketKind::Protected,
+            1 => PacketKind::Hello,
+            _ => return None,
+        };
+        let path = r.u8()?;
+        if r.u8()? != 0 {
+            return None;
+        }
+        let conn_id = r.u32()?;
+        let generation = r.u64()?;
+        let pn = r.u64()?;
+        if pn > MAX_PN {
+            return None;
+        }
+        Some(Header {
+            kind,
+            insecure: flags & FLAG_INSECURE != 0,
+            client: flags & FLAG_CLIENT != 0,
+            path,
+            conn_id,
+            generation,
+            pn,
+        })
+    }
+}
+
+/// The cleartext body of a HELLO.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// Sender's session nonce (never 0).
+    pub nonce: u64,
+    /// The peer nonce the sender saw last (0: none yet). Echoing the
+    /// receiver's current nonce proves the HELLO is fresh.
+    pub echo: u64,
+    /// Initial per-flow credit the sender grants (bytes).
+    pub flow_window: u64,
+    /// Largest datagram the sender sends.
+    pub max_datagram: u16,
+    /// The sender has committed to the session of (its nonce, `echo`): it
+    /// only needs a protected packet from the receiver, not another HELLO.
+    pub committed: bool,
+}
+
+impl Hello {
+    pub fn encode(&self, out: &mut [u8; HELLO_BODY_LEN]) {
+        out[0..8].copy_from_slice(&self.nonce.to_be_bytes());
+        out[8..16].copy_from_slice(&self.echo.to_be_bytes());
+        out[16..24].copy_from_slice(&self.flow_window.to_be_bytes());
+        out[24..26].copy_from_slice(&self.max_datagram.to_be_bytes());
+        out[26..28].copy_from_slice(&u16::from(self.committed).to_be_bytes());
+    }
+
+    pub fn decode(b: &[u8]) -> Option<Hello> {
+        if b.len() != HELLO_BODY_LEN {
+            return None;
+        }
+        let mut r = Reader::new(b);
+        let (nonce, echo, flow_window, max_datagram) = (r.u64()?, r.u64()?, r.u64()?, r.u16()?);
+        let flags = r.u16()?;
+        if flags > 1 || nonce == 0 {
+            return None;
+        }
+        Some(Hello {
+            nonce,
+            echo,
+            flow_window,
+            max_datagram,
+            committed: flags == 1,
+        })
+    }
+}
+
+/// An ACK frame: which packets of one path's number space arrived.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AckFrame {
+    /// Path whose packet numbers are acknowledged.
+    pub path: u8,
+    /// Time the receiver held the largest packet before acknowledging (µs).
+    pub delay_us: u64,
+    /// Inclusive ranges `(smallest, largest)`, strictly descending and
+    /// disjoint (non-adjacent); never empty.
+    pub ranges: Vec<(u64, u64)>,
+}
+
+impl AckFrame {
+    pub fn largest(&self) -> u64 {
+        self.ranges.first().map_or(0, |r| r.1)
+    }
+}
+
+/// A piece (or all) of one reliable message of one flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataFrame<'a> {
+    pub flow: u64,
+    /// Message index within the flow (0, 1, 2, ...).
+    pub seq: u64,
+    /// Flow byte offset of the message's first byte (for credit checks).
+    pub offset: u64,
+    /// Whole message length.
+    pub total: u32,
+    /// Where `bytes` start inside the message.
+    pub frag_off: u32,
+    pub bytes: &'a [u8],
+}
+
+/// A piece (or all) of one unreliable datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DatagramFrame<'a> {
+    pub id: u64,
+    pub total: u32,
+    pub frag_off: u32,
+    pub bytes: &'a [u8],
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    Ping,
+    Ack(AckFrame),
+    Data(DataFrame<'a>),
+    /// The sender of this frame lets its peer send flow bytes up to
+    /// `max_offset` (exclusive) on `flow`.
+    Credit {
+        flow: u64,
+        max_offset: u64,
+    },
+    Datagram(DatagramFrame<'a>),
+    Close {
+        code: u64,
+        reason: &'a [u8],
+    },
+}
+
+const T_PADDING: u8 = 0x00;
+const T_PING: u8 = 0x01;
+const T_ACK: u8 = 0x02;
+const T_DATA: u8 = 0x03;
+const T_CREDIT: u8 = 0x04;
+const T_DATAGRAM: u8 = 0x05;
+const T_CLOSE: u8 = 0x06;
+
+impl Frame<'_> {
+    /// Whether receiving this frame obliges the peer to acknowledge the packet.
+    pub fn ack_eliciting(&self) -> bool {
+        !matches!(self, Frame::Ack(_))
+    }
+
+    /// Appends the frame to `w`; `false` (and `w` unchanged) if it does not fit.
+    pub fn encode(&self, w: &mut Writer<'_>) -> bool {
+        let mark = w.len();
+        let ok = self.encode_inner(w);
+        if !ok {
+            w.truncate(mark);
+        }
+        ok
+    }
+
+    fn encode_inner(&self, w: &mut Writer<'_>) -> bool {
+        match self {
+            Frame::Ping => w.u8(T_PING),
+            Frame::Ack(a) => {
+                let Some(&(lo0, hi0)) = a.ranges.first() else {
+                    return false;
+                };
+                if lo0 > hi0 {
+                    return false;
+                }
+                let mut ok = w.u8(T_ACK)
+                    && w.u8(a.path)
+                    && w.varint(hi0)
+                    && w.varint(a.delay_us.min(MAX_VARINT))
+                    && w.varint((a.ranges.len() - 1) as u64)
+                    && w.varint(hi0 - lo0);
+                let mut prev_lo = lo0;
+                for &(lo, hi) in &a.ranges[1..] {
+                    // gap: packets strictly between this range and the previous
+                    // one, minus one (a zero gap still means one missing packet).
+                    let Some(gap) = prev_lo.checked_sub(hi).and_then(|g| g.checked_sub(2)) else {
+                        return false;
+                    };
+                    ok = ok && lo <= hi && w.varint(gap) && w.varint(hi - lo);
+                    prev_lo = lo;
+                }
+                ok
+            }
+            Frame::Data(d) => {
+                w.u8(T_DATA)
+                    && w.u64(d.flow)
+                    && w.varint(d.seq)
+                    && w.varint(d.offset)
+                    && w.varint(u64::from(d.total))
+                    && w.varint(u64::from(d.frag_off))
+                    && w.varint(d.bytes.len() as u64)
+                    && w.bytes(d.bytes)
+            }
+            Frame::Credit { flow, max_offset } => {
+                w.u8(T_CREDIT) && w.u64(*flow) && w.varint(*max_offset)
+            }
+            Frame::Datagram(d) => {
+                w.u8(T_DATAGRAM)
+                    && w.varint(d.id)
+                    && w.varint(u64::from(d.total))
+                    && w.varint(u64::from(d.frag_off))
+                    && w.varint(d.bytes.len() as u64)
+                    && w.bytes(d.bytes)
+            }
+            Frame::Close { code, reason } => {
+                let reason = &reason[..reason.len().min(MAX_REASON)];
+                w.u8(T_CLOSE) && w.varint(*code) && w.varint(reason.len() as u64) && w.bytes(reason)
+            }
+        }
+    }
+}
+
+/// Parses a whole decrypted payload. All or nothing: a single malformed frame
+/// rejects the packet, so a half-understood packet never changes any state.
+/// PADDING bytes are skipped.
+pub fn parse_frames(payload: &[u8]) -> Option<Vec<Frame<'_>>> {
+    let mut r = Reader::new(payload);
+    let mut out = Vec::new();
+    while !r.is_empty() {
+        let t = r.u8()?;
+        let f = match t {
+            T_PADDING => continue,
+            T_PING => Frame::Ping,
+            T_ACK => Frame::Ack(parse_ack(&mut r)?),
+            T_DATA => {
+                let flow = r.u64()?;
+                let seq = r.varint()?;
+                let offset = r.varint()?;
+                let total = u32::try_from(r.varint()?).ok()?;
+                let frag_off = u32::try_from(r.varint()?).ok()?;
+                let len = usize::try_from(r.varint()?).ok()?;
+                let bytes = r.take(len)?;
+                // The fragment must lie inside the message; an empty fragment
+                // of a non-empty message is pointless and refused.
+                let end = u64::from(frag_off) + len as u64;
+                if end > u64::from(total) || (len == 0 && total != 0) {
+                    return None;
+                }
+                Frame::Data(DataFrame {
+                    flow,
+                    seq,
+                    offset,
+                    total,
+                    frag_off,
+                    bytes,
+                })
+            }
+            T_CREDIT => Frame::Credit {
+                flow: r.u64()?,
+                max_offset: r.varint()?,
+            },
+            T_DATAGRAM => {
+                let id = r.varint()?;
+                let total = u32::try_from(r.varint()?).ok()?;
+                let frag_off = u32::try_from(r.varint()?).ok()?;
+                let len = usize::try_from(r.varint()?).ok()?;
+                let bytes = r.take(len)?;
+                let end = u64::from(frag_off) + len as u64;
+                if end > u64::from(total) || (len == 0 && total != 0) {
+                    return None;
+                }
+                Frame::Datagram(DatagramFrame {
+                    id,
+                    total,
+                    frag_off,
+                    bytes,
+                })
+            }
+            T_CLOSE => {
+                let code = r.varint()?;
+                let len = usize::try_from(r.varint()?).ok()?;
+                if len > MAX_REASON {
+                    return None;
+                }
+                Frame::Close {
+                    code,
+                    reason: r.take(len)?,
+                }
+            }
+            _ => return None,
+        };
+        out.push(f);
+    }
+    Some(out)
+}
+
+fn parse_ack(r: &mut Reader<'_>) -> Option<AckFrame> {
+    let path = r.u8()?;
+    let largest = r.varint()?;
+    let delay_us = r.varint()?;
+    let extra = usize::try_from(r.varint()?).ok()?;
+    if extra >= MAX_ACK_RANGES || largest > MAX_PN {
+        return None;
+    }
+    let first = r.varint()?;
+    let mut lo = largest.checked_sub(first)?;
+    let mut ranges = Vec::with_capacity(extra + 1);
+    ranges.push((lo, largest));
+    for _ in 0..extra {
+        let gap = r.varint()?;
+        let len = r.varint()?;
+        let hi = lo.checked_sub(gap)?.checked_sub(2)?;
+        lo = hi.checked_sub(len)?;
+        ranges.push((lo, hi));
+    }
+    Some(AckFrame {
+        path,
+        delay_us,
+        ranges,
+    })
+}
+
+/// Largest value a QUIC-style varint holds.
+pub const MAX_VARINT: u64 = (1 << 62) - 1;
+
+/// Bounds-checked big-endian reader.
+pub struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(b: &'a [u8]) -> Reader<'a> {
+        Reader { b }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.b.is_empty()
+    }
+    pub fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if n > self.b.len() {
+            return None;
+        }
+        let (h, t) = self.b.split_at(n);
+        self.b = t;
+        Some(h)
+    }
+    pub fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.b)
+    }
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        self.take(N)?.try_into().ok()
+    }
+    pub fn u8(&mut self) -> Option<u8> {
+        Some(self.array::<1>()?[0])
+    }
+    pub fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_be_bytes(self.array()?))
+    }
+    pub fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_be_bytes(self.array()?))
+    }
+    pub fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_be_bytes(self.array()?))
+    }
+    /// QUIC variable-length integer: the top two bits of the first byte give
+    /// the length (1, 2, 4 or 8 bytes). Non-minimal encodings are accepted.
+    pub fn varint(&mut self) -> Option<u64> {
+        let first = *self.b.first()?;
+        let len = 1usize << (first >> 6);
+        let raw = self.take(len)?;
+        let mut v = u64::from(raw[0] & 0x3f);
+        for &x in &raw[1..] {
+            v = (v << 8) | u64::from(x);
+        }
+        Some(v)
+    }
+}
+
+/// Bounds-checked writer into a caller's buffer; every method returns `false`
+/// (writing nothing) when the value does not fit.
+pub struct Writer<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl<'a> Writer<'a> {
+    pub fn new(buf: &'a mut [u8]) -> Writer<'a> {
+        Writer { buf, len: 0 }
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.len
+    }
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+    pub fn bytes(&mut self, b: &[u8]) -> bool {
+        if b.len() > self.remaining() {
+            return false;
+        }
+        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+        true
+    }
+    pub fn u8(&mut self, v: u8) -> bool {
+        self.bytes(&[v])
+    }
+    pub fn u64(&mut self, v: u64) -> bool {
+        self.bytes(&v.to_be_bytes())
+    }
+    pub fn varint(&mut self, v: u64) -> bool {
+        if v < 1 << 6 {
+            self.u8(v as u8)
+        } else if v < 1 << 14 {
+            self.bytes(&((v as u16) | 0x4000).to_be_bytes())
+        } else if v < 1 << 30 {
+            self.bytes(&((v as u32) | 0x8000_0000).to_be_bytes())
+        } else if v <= MAX_VARINT {
+            self.bytes(&(v | 0xC000_0000_0000_0000).to_be_bytes())
+        } else {
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Encoded size of a varint.
+    fn varint_len(v: u64) -> usize {
+        if v < 1 << 6 {
+            1
+        } else if v < 1 << 14 {
+            2
+        } else if v < 1 << 30 {
+            4
+        } else {
+            8
+        }
+    }
+
+    fn roundtrip(f: Frame<'_>) {
+        let mut buf = [0u8; 512];
+        let mut w = Writer::new(&mut buf);
+        assert!(f.encode(&mut w));
+        let n = w.len();
+        let parsed = parse_frames(&buf[..n]).expect("parses");
+        assert_eq!(parsed, vec![f]);
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        roundtrip(Frame::Ping);
+        roundtrip(Frame::Ack(AckFrame {
+            path: 3,
+            delay_us: 250,
+            ranges: vec![(90, 100), (50, 80), (0, 0)],
+        }));
+        roundtrip(Frame::Data(DataFrame {
+            flow: u64::MAX,
+            seq: 7,
+            offset: 1 << 40,
+            total: 5000,
+            frag_off: 1300,
+            bytes: b"hello",
+        }));
+        roundtrip(Frame::Credit {
+            flow: 9,
+            max_offset: 1 << 33,
+        });
+        roundtrip(Frame::Datagram(DatagramFrame {
+            id: 1,
+            total: 3,
+            frag_off: 0,
+            bytes: b"abc",
+        }));
+        roundtrip(Frame::Close {
+            code: 2,
+            reason: b"bye",
+        });
+    }
+
+    #[test]
+    fn header_round_trip_and_rejects() {
+        let h = Header {
+            kind: PacketKind::Protected,
+            insecure: false,
+            client: true,
+            path: 2,
+            conn_id: 0xdead_beef,
+            generation: 77,
+            pn: MAX_PN,
+        };
+        let mut b = [0u8; HEADER_LEN];
+        h.encode(&mut b);
+        assert_eq!(Header::decode(&b), Some(h));
+        let mut bad = b;
+        bad[0] = 2;
+        assert_eq!(Header::decode(&bad), None, "version");
+        let mut bad = b;
+        bad[1] |= 0b0010_0000;
+        assert_eq!(Header::decode(&bad), None, "reserved flag");
+        let mut bad = b;
+        bad[16] |= 0x80;
+        assert_eq!(Header::decode(&bad), None, "pn top bits");
+        assert_eq!(Header::decode(&b[..HEADER_LEN - 1]), None, "short");
+    }
+
+    #[test]
+    fn malformed_frames_rejected() {
+        // Unknown type, truncated varint, fragment beyond the message, ACK
+        // range below zero, too many ranges.
+        assert!(parse_frames(&[0x7f]).is_none());
+        assert!(parse_frames(&[T_DATA, 0, 0]).is_none());
+        let mut buf = [0u8; 64];
+        let mut w = Writer::new(&mut buf);
+        assert!(w.u8(T_DATA) && w.u64(1) && w.varint(0) && w.varint(0));
+        assert!(w.varint(2) && w.varint(1) && w.varint(2) && w.bytes(b"xy"));
+        let n = w.len();
+        assert!(parse_frames(&buf[..n]).is_none(), "fragment past total");
+        assert!(parse_frames(&[T_ACK, 0, 5, 0, 0, 6]).is_none());
+        assert!(parse_frames(&[T_ACK, 0, 5, 0, 40, 0]).is_none());
+        assert_eq!(parse_frames(&[0, 0, 0]), Some(vec![]), "padding only");
+    }
+
+    #[test]
+    fn varint_boundaries() {
+        for v in [0, 63, 64, 16383, 16384, (1 << 30) - 1, 1 << 30, MAX_VARINT] {
+            let mut buf = [0u8; 8];
+            let mut w = Writer::new(&mut buf);
+            assert!(w.varint(v));
+            assert_eq!(w.len(), varint_len(v));
+            let n = w.len();
+            assert_eq!(Reader::new(&buf[..n]).varint(), Some(v));
+        }
+        let mut buf = [0u8; 8];
+        assert!(!Writer::new(&mut buf).varint(MAX_VARINT + 1));
+    }
+}

@@ -1,0 +1,281 @@
+//! One WAN path: RTT estimate, pacer, liveness, and the per-path halves of
+//! loss recovery, acknowledgement and replay protection.
+//!
+//! Liveness (see `docs/wan-protocol.md` § Paths): a path is `Probing` until
+//! the first ACK proves a round trip, `Up` while ACKs keep coming, and `Down`
+//! after `max(3 × PTO, floor)` without one while something was outstanding.
+//! Idle paths send PING keepalives so that silence always means trouble; Down
+//! paths are probed with a PING at a slow rate and come back on the first ACK.
+
+use std::time::Duration;
+
+use crate::time::Time;
+
+use super::ack::AckTracker;
+use super::cc::Controller;
+use super::recovery::Recovery;
+use super::replay::ReplayWindow;
+
+/// Timer granularity assumed by loss detection (RFC 9002 kGranularity,
+/// shrunk from 1 ms because the I/O layer runs microsecond timers and
+/// datacenter-to-datacenter RTTs are a few milliseconds).
+pub const GRANULARITY: Duration = Duration::from_micros(250);
+/// PTO backoff stops doubling here (2^6 × PTO).
+const MAX_PTO_BACKOFF: u32 = 6;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathState {
+    /// No round trip seen yet.
+    Probing,
+    Up,
+    Down,
+}
+
+/// RFC 9002 §5 RTT estimator.
+#[derive(Clone, Debug)]
+pub struct RttEstimator {
+    latest: Duration,
+    smoothed: Duration,
+    var: Duration,
+    min: Option<Duration>,
+}
+
+impl RttEstimator {
+    pub fn new(initial: Duration) -> RttEstimator {
+        RttEstimator {
+            latest: initial,
+            smoothed: initial,
+            var: initial / 2,
+            min: None,
+        }
+    }
+
+    pub fn update(&mut self, latest: Duration, ack_delay: Duration) {
+        self.latest = latest;
+        let Some(min) = self.min else {
+            self.min = Some(latest);
+            self.smoothed = latest;
+            self.var = latest / 2;
+            return;
+        };
+        let min = min.min(latest);
+        self.min = Some(min);
+        // Remove the peer's ack delay unless that would go below min RTT.
+        let adjusted = if latest >= min + ack_delay {
+            latest - ack_delay
+        } else {
+            latest
+        };
+        let dev = self.smoothed.abs_diff(adjusted);
+        self.var = (self.var * 3 + dev) / 4;
+        self.smoothed = (self.smoothed * 7 + adjusted) / 8;
+    }
+
+    pub fn latest(&self) -> Duration {
+        self.latest
+    }
+    pub fn smoothed(&self) -> Duration {
+        self.smoothed
+    }
+    pub fn var(&self) -> Duration {
+        self.var
+    }
+    /// Minimum RTT seen (the initial estimate before any sample).
+    pub fn min(&self) -> Duration {
+        self.min.unwrap_or(self.smoothed)
+    }
+    /// RFC 9002 time threshold: 9/8 × max(srtt, latest RTT).
+    pub fn loss_delay(&self) -> Duration {
+        (self.smoothed.max(self.latest) * 9 / 8).max(GRANULARITY)
+    }
+
+    /// Probe timeout before backoff.
+    pub fn pto_base(&self, max_ack_delay: Duration) -> Duration {
+        self.smoothed + (self.var * 4).max(GRANULARITY) + max_ack_delay
+    }
+}
+
+/// Token-bucket pacer: a packet may leave `lookahead` before its slot (so
+/// the I/O layer can batch, honouring `release_at`), and an idle path may
+/// send a burst of `burst` bytes at once.
+#[derive(Clone, Debug, Default)]
+pub struct Pacer {
+    next: Time,
+}
+
+/// Time to send `bytes` at `rate_bps`.
+pub fn tx_time(bytes: u64, rate_bps: u64) -> Duration {
+    let ns = u128::from(bytes) * 8 * 1_000_000_000 / u128::from(rate_bps.max(1));
+    Duration::from_nanos(ns.min(u128::from(u64::MAX)) as u64)
+}
+
+impl Pacer {
+    /// When the next packet may be handed out (`lookahead` early).
+    pub fn ready_at(&self, lookahead: Duration) -> Time {
+        Time::from_nanos(
+            self.next
+                .as_nanos()
+                .saturating_sub(lookahead.as_nanos() as u64),
+        )
+    }
+
+    /// Release time of the next packet if it were sent now.
+    pub fn release_at(&self, now: Time) -> Time {
+        self.next.max(now)
+    }
+
+    /// Accounts a packet sent at `now`; returns its release time.
+    pub fn on_send(&mut self, now: Time, bytes: u64, rate_bps: u64, burst: u64) -> Time {
+        let floor = Time::from_nanos(
+            now.as_nanos()
+                .saturating_sub(tx_time(burst, rate_bps).as_nanos() as u64),
+        );
+        let start = self.next.max(floor);
+        self.next = start + tx_time(bytes, rate_bps);
+        start.max(now)
+    }
+}
+
+/// Counters of one path (exposed through `PathStats`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PathCounters {
+    pub packets_sent: u64,
+    pub bytes_sent: u64,
+    pub packets_received: u64,
+    pub bytes_received: u64,
+    pub packets_lost: u64,
+    pub bytes_lost: u64,
+    pub packets_retransmitted: u64,
+    /// Packets declared lost whose ACK came later (reordering).
+    pub spurious_losses: u64,
+    pub auth_failures: u64,
+    pub replays_dropped: u64,
+    pub malformed: u64,
+    pub times_down: u64,
+}
+
+pub struct Path {
+    pub name: String,
+    pub weight: u32,
+    pub state: PathState,
+    pub rtt: RttEstimator,
+    pub cc: Box<dyn Controller>,
+    pub recovery: Recovery,
+    pub acks: AckTracker,
+    pub replay: ReplayWindow,
+    pub pacer: Pacer,
+    /// Pacing burst allowance after idle (bytes).
+    pub burst_bytes: u64,
+    pub pto_count: u32,
+    /// Last ACK that acknowledged something new on this path (or the time
+    /// liveness tracking started).
+    pub last_ack_rx: Time,
+    /// A PING must go out on this path (keepalive, PTO probe, Down probe).
+    pub ping_due: bool,
+    /// Next slow probe while Down (or Probing).
+    pub next_probe: Time,
+    /// A HELLO must go out on this path.
+    pub hello_due: bool,
+    pub last_hello_tx: Option<Time>,
+    /// Loss fraction, exponentially weighted over packets (1/256 per packet).
+    pub loss_ewma: f64,
+    pub counters: PathCounters,
+}
+
+impl Path {
+    pub fn new(
+        name: String,
+        weight: u32,
+        initial_rtt: Duration,
+        cc: Box<dyn Controller>,
+        now: Time,
+    ) -> Path {
+        Path {
+            name,
+            weight,
+            state: PathState::Probing,
+            rtt: RttEstimator::new(initial_rtt),
+            cc,
+            recovery: Recovery::default(),
+            acks: AckTracker::default(),
+            replay: ReplayWindow::default(),
+            pacer: Pacer::default(),
+            burst_bytes: 0,
+            pto_count: 0,
+            last_ack_rx: now,
+            ping_due: false,
+            next_probe: now,
+            hello_due: false,
+            last_hello_tx: None,
+            loss_ewma: 0.0,
+            counters: PathCounters::default(),
+        }
+    }
+
+    pub fn pto(&self, max_ack_delay: Duration) -> Duration {
+        self.rtt.pto_base(max_ack_delay) * (1 << self.pto_count.min(MAX_PTO_BACKOFF))
+    }
+
+    /// When the probe timer fires (something ack-eliciting in flight).
+    pub fn pto_deadline(&self, max_ack_delay: Duration) -> Option<Time> {
+        if self.state == PathState::Down || self.recovery.packets_in_flight == 0 {
+            return None;
+        }
+        Some(self.recovery.last_sent_time? + self.pto(max_ack_delay))
+    }
+
+    /// When silence makes this path Down.
+    pub fn down_deadline(&self, max_ack_delay: Duration, floor: Duration) -> Option<Time> {
+        if self.state == PathState::Down {
+            return None;
+        }
+        let oldest = self.recovery.oldest_outstanding()?;
+        let since = self.last_ack_rx.max(oldest);
+        Some(since + (self.rtt.pto_base(max_ack_delay) * 3).max(floor))
+    }
+
+    /// Accounts one packet's fate in the loss estimate.
+    pub fn note_loss_sample(&mut self, lost: bool) {
+        let x = if lost { 1.0 } else { 0.0 };
+        self.loss_ewma += (x - self.loss_ewma) / 256.0;
+    }
+
+    /// Room in the congestion window for a packet of `size` bytes.
+    pub fn has_cwnd_room(&self, size: u64) -> bool {
+        self.recovery.bytes_in_flight + size <= self.cc.cwnd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pacer_allows_burst_then_spaces() {
+        let mut p = Pacer::default();
+        let now = Time::from_millis(10);
+        let rate = 8_000_000_000; // 1 GB/s: 1000 B take 1 µs
+                                  // The burst allowance (4 packets) on top of the packet due now.
+        let r: Vec<Time> = (0..7).map(|_| p.on_send(now, 1000, rate, 4000)).collect();
+        assert!(r[..5].iter().all(|&t| t == now), "{r:?}");
+        assert_eq!(r[5], now + Duration::from_micros(1));
+        assert_eq!(r[6], now + Duration::from_micros(2));
+        assert_eq!(
+            p.ready_at(Duration::from_micros(1)),
+            now + Duration::from_micros(2)
+        );
+    }
+
+    #[test]
+    fn rtt_estimator_follows_rfc9002() {
+        let mut r = RttEstimator::new(Duration::from_millis(50));
+        r.update(Duration::from_millis(3), Duration::ZERO);
+        assert_eq!(r.smoothed(), Duration::from_millis(3));
+        assert_eq!(r.min(), Duration::from_millis(3));
+        // An ack delay that would go below min RTT is not subtracted.
+        r.update(Duration::from_millis(4), Duration::from_millis(2));
+        assert_eq!(r.latest(), Duration::from_millis(4));
+        assert!(r.smoothed() > Duration::from_millis(3));
+        assert!(r.loss_delay() >= Duration::from_millis(4) * 9 / 8);
+    }
+}

@@ -1,0 +1,275 @@
+//! Session setup: the HELLO exchange that agrees on both nonces and keys.
+//!
+//! Each gateway starts with a fresh random nonce (its *generation*). HELLO
+//! carries the sender's nonce and `echo`, the peer nonce it last saw. A side
+//! commits to a peer session only on a HELLO whose `echo` is its own current
+//! nonce: only a peer that saw this side's current nonce (so: after this side
+//! started) can send that, so a replayed HELLO from an earlier life cannot
+//! start a session. Peer nonces of sessions already left are remembered
+//! (bounded) and refused, so a replayed HELLO cannot switch back either.
+//!
+//! ```text
+//!  A (nonce a)                         B (nonce b)
+//!  HELLO(a, echo 0)        ───────▶    candidate a
+//!                          ◀───────    HELLO(b, echo a)
+//!  commit (a,b): keys      ───────▶    HELLO(a, echo b): commit (a,b)
+//!  protected packets       ◀──────▶    (first one received: "confirmed")
+//! ```
+//!
+//! A restarted peer is a new nonce: the same exchange runs again, and the
+//! surviving side reports `PeerRestarted` when it commits to the new nonce.
+
+use std::collections::VecDeque;
+
+use super::crypto::{HelloAuth, SessionKeys};
+use super::packet::{
+    Header, Hello, PacketKind, HEADER_LEN, HELLO_BODY_LEN, HELLO_LEN, MAX_PN, TAG_LEN,
+};
+
+/// Peer nonces of left sessions kept to refuse replayed HELLOs.
+const RETIRED: usize = 64;
+/// HELLO rounds we keep answering a candidate that never completes.
+const CANDIDATE_ROUNDS: u32 = 8;
+
+pub struct Peer {
+    pub nonce: u64,
+    pub generation: u64,
+    pub keys: SessionKeys,
+    pub flow_window: u64,
+    pub max_datagram: u16,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HelloVerdict {
+    /// Both sides claim the same role (misconfiguration or reflection).
+    RoleConflict,
+    /// A nonce of a session already left: a replay.
+    Retired,
+    /// The current peer again: it still waits for proof that we committed
+    /// (a protected packet), and for our HELLO too unless it committed.
+    Known { needs_hello: bool },
+    /// A new nonce without proof of freshness yet: answer it.
+    Candidate,
+    /// A new session; `previous` is the generation it replaces.
+    Committed { previous: Option<u64> },
+}
+
+pub struct Session {
+    pub my_nonce: u64,
+    pub is_client: bool,
+    psk: Option<[u8; 32]>,
+    auth: HelloAuth,
+    pub peer: Option<Peer>,
+    /// An authenticated protected packet arrived under the current keys.
+    pub confirmed: bool,
+    candidate: Option<u64>,
+    candidate_rounds: u32,
+    retired: VecDeque<u64>,
+    hello_pn: u64,
+    flow_window: u64,
+    max_datagram: u16,
+}
+
+impl Session {
+    pub fn new(
+        nonce: u64,
+        is_client: bool,
+        psk: Option<[u8; 32]>,
+        flow_window: u64,
+        max_datagram: u16,
+    ) -> Session {
+        Session {
+            // 0 means "none" in `echo`; a caller passing 0 still gets a
+            // valid (if predictable: callers must pass randomness) nonce.
+            my_nonce: if nonce == 0 {
+                0x9E37_79B9_7F4A_7C15
+            } else {
+                nonce
+            },
+            is_client,
+            auth: HelloAuth::new(psk.as_ref()),
+            psk,
+            peer: None,
+            confirmed: false,
+            candidate: None,
+            candidate_rounds: 0,
+            retired: VecDeque::new(),
+            hello_pn: 0,
+            flow_window,
+            max_datagram,
+        }
+    }
+
+    /// This side's generation (= its nonce).
+    pub fn generation(&self) -> u64 {
+        self.my_nonce
+    }
+
+    pub fn insecure(&self) -> bool {
+        self.psk.is_none()
+    }
+
+    /// HELLOs are still needed (periodically, on every path).
+    pub fn wants_hello(&self) -> bool {
+        self.peer.is_none() || !self.confirmed || self.candidate.is_some()
+    }
+
+    /// One periodic HELLO round went out.
+    pub fn on_hello_round(&mut self) {
+        if self.candidate.is_some() {
+            self.candidate_rounds += 1;
+            if self.candidate_rounds > CANDIDATE_ROUNDS {
+                self.candidate = None;
+            }
+        }
+    }
+
+    fn echo(&self) -> u64 {
+        self.candidate
+            .or(self.peer.as_ref().map(|p| p.nonce))
+            .unwrap_or(0)
+    }
+
+    /// Writes a HELLO for `path` into `buf`; returns its length (0 if `buf`
+    /// is too small).
+    pub fn write_hello(&mut self, path: u8, buf: &mut [u8]) -> usize {
+        if buf.len() < HELLO_LEN {
+            return 0;
+        }
+        let hdr = Header {
+            kind: PacketKind::Hello,
+            insecure: self.insecure(),
+            client: self.is_client,
+            path,
+            conn_id: 0,
+            generation: self.generation(),
+            pn: self.hello_pn & MAX_PN,
+        };
+        self.hello_pn += 1;
+        let mut h = [0u8; HEADER_LEN];
+        hdr.encode(&mut h);
+        let mut body = [0u8; HELLO_BODY_LEN];
+        let echo = self.echo();
+        Hello {
+            nonce: self.my_nonce,
+            echo,
+            flow_window: self.flow_window,
+            max_datagram: self.max_datagram,
+            committed: self.peer.as_ref().is_some_and(|p| p.nonce == echo),
+        }
+        .encode(&mut body);
+        buf[..HEADER_LEN].copy_from_slice(&h);
+        buf[HEADER_LEN..HEADER_LEN + HELLO_BODY_LEN].copy_from_slice(&body);
+        let tag = self.auth.tag(&buf[..HEADER_LEN + HELLO_BODY_LEN]);
+        buf[HEADER_LEN + HELLO_BODY_LEN..HELLO_LEN].copy_from_slice(&tag);
+        HELLO_LEN
+    }
+
+    /// Checks a HELLO datagram's MAC (or lab-mode checksum).
+    pub fn verify_hello(&self, bytes: &[u8]) -> bool {
+        bytes.len() == HELLO_LEN
+            && self
+                .auth
+                .verify(&bytes[..HELLO_LEN - TAG_LEN], &bytes[HELLO_LEN - TAG_LEN..])
+    }
+
+    /// Acts on an authenticated HELLO.
+    pub fn on_hello(&mut self, hdr: &Header, h: &Hello) -> HelloVerdict {
+        if hdr.client == self.is_client || h.nonce == self.my_nonce {
+            return HelloVerdict::RoleConflict;
+        }
+        if self.retired.contains(&h.nonce) {
+            return HelloVerdict::Retired;
+        }
+        if self.peer.as_ref().is_some_and(|p| p.nonce == h.nonce) {
+            if self.candidate == Some(h.nonce) {
+                self.candidate = None;
+            }
+            return HelloVerdict::Known {
+                needs_hello: !(h.committed && h.echo == self.my_nonce),
+            };
+        }
+        if h.echo != self.my_nonce {
+            if self.candidate != Some(h.nonce) {
+                self.candidate = Some(h.nonce);
+                self.candidate_rounds = 0;
+            }
+            return HelloVerdict::Candidate;
+        }
+        // Fresh proof: the peer saw our current nonce.
+        let previous = self.peer.take().map(|old| {
+            if self.retired.len() >= RETIRED {
+                self.retired.pop_front();
+            }
+            self.retired.push_back(old.nonce);
+            old.generation
+        });
+        self.peer = Some(Peer {
+            nonce: h.nonce,
+            generation: hdr.generation,
+            keys: SessionKeys::derive(self.psk.as_ref(), self.my_nonce, h.nonce, self.is_client),
+            flow_window: h.flow_window,
+            max_datagram: h.max_datagram,
+        });
+        self.confirmed = false;
+        self.candidate = None;
+        HelloVerdict::Committed { previous }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exchange(from: &mut Session, to: &mut Session) -> HelloVerdict {
+        let mut buf = [0u8; HELLO_LEN];
+        assert_eq!(from.write_hello(0, &mut buf), HELLO_LEN);
+        assert!(to.verify_hello(&buf));
+        let hdr = Header::decode(&buf).unwrap();
+        let h = Hello::decode(&buf[HEADER_LEN..HELLO_LEN - TAG_LEN]).unwrap();
+        to.on_hello(&hdr, &h)
+    }
+
+    #[test]
+    fn handshake_restart_and_replay() {
+        let psk = Some([5u8; 32]);
+        let mut a = Session::new(11, true, psk, 1000, 1452);
+        let mut b = Session::new(22, false, psk, 1000, 1452);
+        assert_eq!(exchange(&mut a, &mut b), HelloVerdict::Candidate);
+        let mut old_b_hello = [0u8; HELLO_LEN];
+        assert_eq!(
+            exchange(&mut b, &mut a),
+            HelloVerdict::Committed { previous: None }
+        );
+        assert_eq!(
+            exchange(&mut a, &mut b),
+            HelloVerdict::Committed { previous: None }
+        );
+        b.write_hello(0, &mut old_b_hello);
+        // B restarts with a new nonce.
+        let mut b2 = Session::new(33, false, psk, 1000, 1452);
+        assert_eq!(exchange(&mut b2, &mut a), HelloVerdict::Candidate);
+        assert_eq!(
+            exchange(&mut a, &mut b2),
+            HelloVerdict::Committed { previous: None }
+        );
+        assert_eq!(
+            exchange(&mut b2, &mut a),
+            HelloVerdict::Committed { previous: Some(22) }
+        );
+        // The old B's HELLO (echoing a's current nonce!) replayed: refused.
+        let hdr = Header::decode(&old_b_hello).unwrap();
+        let h = Hello::decode(&old_b_hello[HEADER_LEN..HELLO_LEN - TAG_LEN]).unwrap();
+        assert_eq!(a.on_hello(&hdr, &h), HelloVerdict::Retired);
+        assert_eq!(a.peer.as_ref().unwrap().generation, 33);
+        // Same role on both sides: refused.
+        let mut c = Session::new(44, true, psk, 1000, 1452);
+        assert_eq!(exchange(&mut c, &mut a), HelloVerdict::RoleConflict);
+        // Keys agree.
+        let (ka, kb) = (
+            &a.peer.as_ref().unwrap().keys,
+            &b2.peer.as_ref().unwrap().keys,
+        );
+        assert_eq!(ka.conn_id, kb.conn_id);
+    }
+}

@@ -1,0 +1,633 @@
+//! The forwarding engine: one thread per direction.
+//!
+//! Each loop: send every held packet whose release time has come (one
+//! `sendmmsg`), read a batch of new packets (one `recvmmsg`) straight into
+//! pooled buffers, run each through the [`Impairer`] to get its release
+//! time, and hold it in a min-heap. When there is nothing to read, sleep
+//! on the ingress socket with a nanosecond timer until the next release,
+//! and busy-wait the last `spin` of it, so packets leave on time.
+//!
+//! Arrival times are the kernel's receive timestamps (`SO_TIMESTAMPNS`)
+//! mapped onto the monotonic clock, so time a packet waited in the socket
+//! while the thread was busy does not add to its delay.
+//!
+//! Engine threads run SCHED_FIFO while they keep up (when permitted; see
+//! [`EngineOptions::realtime`]), else CFS at nice −20 with a short slice,
+//! so that other work on the machine delays releases less. (On a kernel
+//! without full preemption, only SCHED_FIFO preempts a running task at
+//! once; a CFS wake-up may wait for the next tick.)
+//!
+//! Memory is bounded: at most `max_held` packet buffers of
+//! `max_datagram` bytes, allocated as needed; a packet that finds none
+//! free is dropped as `overflow`.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use soya::time::Time;
+
+use super::impair::Impairer;
+use super::profile::describe;
+use super::stats::{DirCounters, DirStats};
+use super::sys::{self, RxMeta, SendOutcome};
+use crate::sim::link::LinkProfile;
+
+/// Engine settings shared by every direction.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    pub seed: u64,
+    /// Hard cap on packets held at once, per direction.
+    pub max_held: usize,
+    /// Largest datagram forwarded; longer ones are dropped as `oversize`.
+    pub max_datagram: usize,
+    /// Datagrams per `recvmmsg` / `sendmmsg`.
+    pub batch: usize,
+    /// Busy-wait this long before a release instead of sleeping.
+    pub spin: Duration,
+    /// Socket send and receive buffer size.
+    pub socket_buffer: usize,
+    /// Run the engine threads SCHED_FIFO while they keep up (needs root
+    /// or CAP_SYS_NICE; silently CFS otherwise), so other work on the
+    /// machine cannot delay releases; a thread busy for more than 80 % of
+    /// a 10 ms window drops to CFS (nice −20) until it is idle half the
+    /// time again, so an overloaded engine cannot starve the machine.
+    pub realtime: bool,
+    /// UDP mode: receive coalesced datagrams (GRO) from senders that use
+    /// GSO, and send runs of equal-size datagrams with GSO. Datagram
+    /// boundaries are kept either way.
+    pub offload: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> EngineOptions {
+        EngineOptions {
+            seed: 1,
+            max_held: 32_768,
+            max_datagram: 9_216,
+            batch: 64,
+            spin: Duration::from_micros(50),
+            socket_buffer: 16 << 20,
+            realtime: true,
+            offload: true,
+        }
+    }
+}
+
+/// Emulator time: nanoseconds of CLOCK_MONOTONIC since the start.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    epoch_mono: u64,
+}
+
+impl Clock {
+    pub fn start() -> Clock {
+        Clock {
+            epoch_mono: sys::mono_ns(),
+        }
+    }
+
+    pub fn now(&self) -> Time {
+        Time::from_nanos(sys::mono_ns().saturating_sub(self.epoch_mono))
+    }
+
+    /// A CLOCK_REALTIME kernel timestamp on this clock, given a pair of
+    /// readings of both clocks taken just now.
+    fn at_realtime(&self, rx_real: u64, real_now: u64, mono_now: u64) -> Time {
+        let age = real_now.saturating_sub(rx_real);
+        Time::from_nanos(mono_now.saturating_sub(age).saturating_sub(self.epoch_mono))
+    }
+}
+
+/// One direction's packet source and sink.
+pub trait PacketIo {
+    /// Descriptor that becomes readable when packets arrive.
+    fn rx_fd(&self) -> RawFd;
+
+    /// Reads up to `bufs.len()` packets without blocking.
+    ///
+    /// # Safety
+    /// Every pointer in `bufs` must be valid for writes of `buf_len` bytes.
+    unsafe fn recv(
+        &mut self,
+        bufs: &[*mut u8],
+        buf_len: usize,
+        meta: &mut [RxMeta],
+    ) -> io::Result<usize>;
+
+    /// Bytes of packet `i` of the last batch beyond its buffer (UDP GRO
+    /// batches); empty if the source has no landing area.
+    fn landing(&self, _i: usize) -> &[u8] {
+        &[]
+    }
+
+    /// Whether received packets carry kernel timestamps (then they may
+    /// wait in the socket a little without losing their arrival time).
+    fn kernel_timestamps(&self) -> bool {
+        false
+    }
+
+    /// Packets the kernel dropped on the ingress side so far.
+    fn kernel_drops(&self) -> u64 {
+        0
+    }
+
+    /// Writes packets to the egress side.
+    ///
+    /// # Safety
+    /// Every `(ptr, len)` must be valid for reads of `len` bytes.
+    unsafe fn send(&mut self, pkts: &[(*const u8, usize)]) -> SendOutcome;
+}
+
+const CHUNK_SLOTS: usize = 64;
+
+/// SCHED_FIFO priority of engine threads with `realtime`.
+pub const REALTIME_PRIORITY: i32 = 50;
+
+/// Window over which an engine thread's busy share is judged.
+const RT_WINDOW_NS: u64 = 10_000_000;
+
+/// Packet buffers, allocated in chunks as needed up to a cap.
+struct Pool {
+    slot: usize,
+    chunks: Vec<Box<[u8]>>,
+    free: Vec<u32>,
+    allocated: usize,
+    cap: usize,
+}
+
+impl Pool {
+    fn new(max_datagram: usize, cap: usize) -> Pool {
+        Pool {
+            slot: max_datagram.div_ceil(64) * 64,
+            chunks: Vec::new(),
+            free: Vec::new(),
+            allocated: 0,
+            cap,
+        }
+    }
+
+    fn get(&mut self) -> Option<u32> {
+        if let Some(i) = self.free.pop() {
+            return Some(i);
+        }
+        if self.allocated >= self.cap {
+            return None;
+        }
+        if self.allocated % CHUNK_SLOTS == 0 {
+            self.chunks
+                .push(vec![0u8; self.slot * CHUNK_SLOTS].into_boxed_slice());
+        }
+        self.allocated += 1;
+        Some((self.allocated - 1) as u32)
+    }
+
+    fn put(&mut self, i: u32) {
+        self.free.push(i);
+    }
+
+    fn ptr(&mut self, i: u32) -> *mut u8 {
+        let i = i as usize;
+        let off = (i % CHUNK_SLOTS) * self.slot;
+        self.chunks[i / CHUNK_SLOTS][off..].as_mut_ptr()
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Held {
+    release: Time,
+    seq: u64,
+    slot: u32,
+    len: u32,
+}
+
+/// Runs one direction until `stop` is set.
+pub fn run<I: PacketIo>(
+    mut io: I,
+    profile: &LinkProfile,
+    opts: &EngineOptions,
+    clock: Clock,
+    counters: &DirCounters,
+    stop: &AtomicBool,
+) {
+    sys::set_timer_slack_1ns();
+    // Releases are only as punctual as the thread's wake-ups: ask for
+    // priority over ordinary work (see `EngineOptions::realtime`).
+    sys::set_normal_priority();
+    let rt_capable = opts.realtime && sys::set_realtime(REALTIME_PRIORITY).is_ok();
+    let mut rt_on = rt_capable;
+    let mut window_start = sys::mono_ns();
+    let mut slept = 0u64;
+    let batch = opts.batch.max(1);
+    let mut imp = Impairer::new(profile);
+    let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
+    let mut pool = Pool::new(opts.max_datagram.max(1), opts.max_held.max(1));
+    let slot_len = opts.max_datagram.max(1);
+    let mut heap: BinaryHeap<Reverse<Held>> = BinaryHeap::new();
+    let mut st = DirStats::default();
+    let mut armed: Vec<u32> = Vec::with_capacity(batch);
+    let mut ptrs: Vec<*mut u8> = Vec::with_capacity(batch);
+    let mut meta = vec![RxMeta::default(); batch];
+    let mut scratch: Vec<u8> = Vec::new();
+    let mut times: Vec<Time> = Vec::with_capacity(2);
+    let mut segs: Vec<(u32, usize)> = Vec::with_capacity(64);
+    let mut due: Vec<Held> = Vec::with_capacity(batch);
+    let mut out: Vec<(*const u8, usize)> = Vec::with_capacity(batch);
+    let mut seq = 0u64;
+    let spin = opts.spin.as_nanos() as u64;
+    // Longest a new packet may wait in the socket (see step 4).
+    let defer = if io.kernel_timestamps() && profile.delay >= Duration::from_micros(200) {
+        (profile.delay / 2).min(Duration::from_millis(1))
+    } else {
+        Duration::ZERO
+    };
+
+    while !stop.load(Ordering::Relaxed) {
+        // 0. SCHED_FIFO only while the thread mostly waits.
+        if rt_capable {
+            let t = sys::mono_ns();
+            let window = t - window_start;
+            if window >= RT_WINDOW_NS {
+                let busy = window.saturating_sub(slept) as f64 / window as f64;
+                if rt_on && busy > 0.8 {
+                    sys::set_normal_priority();
+                    rt_on = false;
+                    st.rt_demotions += 1;
+                } else if !rt_on && busy < 0.5 {
+                    rt_on = sys::set_realtime(REALTIME_PRIORITY).is_ok();
+                }
+                window_start = t;
+                slept = 0;
+            }
+        }
+
+        // 1. Release what is due.
+        let now = clock.now();
+        while heap.peek().is_some_and(|h| h.0.release <= now) {
+            due.clear();
+            out.clear();
+            while due.len() < batch {
+                match heap.peek() {
+                    Some(h) if h.0.release <= now => {
+                        let h = heap.pop().unwrap().0;
+                        out.push((pool.ptr(h.slot) as *const u8, h.len as usize));
+                        due.push(h);
+                    }
+                    _ => break,
+                }
+            }
+            // SAFETY: the pointers are pool slots holding `len` bytes,
+            // not reused until returned below.
+            let o = unsafe { io.send(&out) };
+            let sent_at = clock.now();
+            for h in &due {
+                let late = (sent_at - h.release).as_nanos() as u64;
+                st.late_max_ns = st.late_max_ns.max(late);
+                st.late_over_50us += u64::from(late > 50_000);
+            }
+            st.forwarded += o.sent as u64;
+            st.forwarded_bytes += o.sent_bytes as u64;
+            st.drop_send += o.failed as u64;
+            for h in &due {
+                pool.put(h.slot);
+            }
+        }
+
+        // 2. Read a batch, straight into free buffers.
+        while armed.len() < batch {
+            match pool.get() {
+                Some(s) => armed.push(s),
+                None => break,
+            }
+        }
+        ptrs.clear();
+        ptrs.extend(armed.iter().map(|&s| pool.ptr(s)));
+        let overflow = ptrs.is_empty();
+        if overflow {
+            // No buffer free: read into scratch and drop, so the socket
+            // keeps draining and the drops are ours to count.
+            if scratch.is_empty() {
+                scratch = vec![0u8; slot_len * batch];
+            }
+            ptrs.extend((0..batch).map(|i| scratch[i * slot_len..].as_mut_ptr()));
+        }
+        // SAFETY: each pointer is a distinct buffer of `slot_len` bytes.
+        let n = match unsafe { io.recv(&ptrs, slot_len, &mut meta) } {
+            Ok(n) => n,
+            Err(e) => {
+                if e.raw_os_error() != Some(libc::ECONNREFUSED) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                0
+            }
+        };
+        if n > 0 {
+            let (real_now, mono_now) = (sys::real_ns(), sys::mono_ns());
+            let fallback = clock.now();
+            let mut used = 0;
+            for (i, m) in meta[..n].iter().enumerate() {
+                // A GRO batch holds several datagrams of `seg` bytes.
+                let seg = m.segment.unwrap_or(m.len).max(1);
+                let count = m.len.div_ceil(seg).max(1) as u64;
+                st.received += count;
+                st.received_bytes += m.len as u64;
+                if overflow {
+                    st.drop_overflow += count;
+                    continue;
+                }
+                let slot = armed[used];
+                used += 1;
+                if m.truncated || seg > slot_len {
+                    st.drop_oversize += count;
+                    pool.put(slot);
+                    continue;
+                }
+                // The first datagram is in place; the others are copied
+                // out of the buffer and its landing area.
+                segs.clear();
+                segs.push((slot, seg.min(m.len)));
+                let mut off = seg;
+                while off < m.len {
+                    let l = seg.min(m.len - off);
+                    match pool.get() {
+                        Some(d) => {
+                            let dst = pool.ptr(d);
+                            let src = pool.ptr(slot);
+                            let land = io.landing(i);
+                            let head = slot_len.saturating_sub(off).min(l);
+                            // SAFETY: `dst` is a free slot of slot_len >= l
+                            // bytes; the sources are in bounds: [off, off+head)
+                            // of the first buffer, the rest of its landing area.
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    src.add(off.min(slot_len)),
+                                    dst,
+                                    head,
+                                );
+                                if l > head {
+                                    let rest = &land[off + head - slot_len..off + l - slot_len];
+                                    std::ptr::copy_nonoverlapping(
+                                        rest.as_ptr(),
+                                        dst.add(head),
+                                        l - head,
+                                    );
+                                }
+                            }
+                            segs.push((d, l));
+                        }
+                        None => st.drop_overflow += 1,
+                    }
+                    off += l;
+                }
+                let at = m
+                    .rx_real_ns
+                    .map(|r| clock.at_realtime(r, real_now, mono_now))
+                    .unwrap_or(fallback);
+                for &(slot, len) in &segs {
+                    match imp.transmit(at, len, &mut rng, &mut times) {
+                        Err(r) => {
+                            st.count_drop(r);
+                            pool.put(slot);
+                        }
+                        Ok(()) => {
+                            if times.is_empty() {
+                                pool.put(slot);
+                            }
+                            for (k, &release) in times.iter().enumerate() {
+                                let s = if k == 0 {
+                                    slot
+                                } else {
+                                    // A duplicate gets its own copy.
+                                    match pool.get() {
+                                        Some(d) => {
+                                            let (src, dst) = (pool.ptr(slot), pool.ptr(d));
+                                            // SAFETY: two distinct slots of >= len bytes.
+                                            unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+                                            d
+                                        }
+                                        None => {
+                                            st.drop_overflow += 1;
+                                            continue;
+                                        }
+                                    }
+                                };
+                                seq += 1;
+                                heap.push(Reverse(Held {
+                                    release,
+                                    seq,
+                                    slot: s,
+                                    len: len as u32,
+                                }));
+                            }
+                        }
+                    }
+                }
+            }
+            armed.drain(..used);
+        }
+
+        // 3. Publish counters.
+        st.held = heap.len() as u64;
+        st.held_max = st.held_max.max(st.held);
+        st.queue_bytes = imp.queue_bytes(clock.now());
+        st.drop_kernel = io.kernel_drops();
+        st.duplicated = imp.duplicated();
+        st.reordered = imp.reordered();
+        counters.publish(&st);
+
+        if n > 0 {
+            continue;
+        }
+
+        // 4. Nothing to read: wait for the next release. While packets are
+        //    held, new ones need not be read the moment they arrive (their
+        //    kernel timestamps keep their arrival time, and none can be due
+        //    before `min_delay`): sleep without watching the socket and
+        //    read what piled up on the next wake-up, so one wake-up serves
+        //    many packets and a busy sender is not preempted per datagram.
+        let now = clock.now();
+        let wait_start = sys::mono_ns();
+        match heap.peek() {
+            None => sys::wait_readable(io.rx_fd(), Duration::from_millis(20)),
+            Some(h) if h.0.release > now => {
+                let left = (h.0.release - now).as_nanos() as u64;
+                if left > spin {
+                    let sleep = Duration::from_nanos(left - spin).min(Duration::from_millis(20));
+                    if defer.is_zero() {
+                        sys::wait_readable(io.rx_fd(), sleep);
+                    } else {
+                        sys::sleep_precise(sleep.min(defer));
+                    }
+                } else {
+                    let until = h.0.release;
+                    while clock.now() < until {
+                        std::hint::spin_loop();
+                    }
+                    // Spinning is work, not waiting.
+                    slept = slept.saturating_sub(sys::mono_ns() - wait_start);
+                }
+            }
+            Some(_) => {}
+        }
+        slept += sys::mono_ns() - wait_start;
+    }
+    // Whatever is still held is discarded with the engine.
+    st.held = heap.len() as u64;
+    counters.publish(&st);
+}
+
+/// Runs one direction on its own thread: builds its I/O and calls [`run`].
+pub type DirectionFn =
+    Box<dyn FnOnce(&EngineOptions, Clock, &DirCounters, &AtomicBool, &LinkProfile) + Send>;
+
+/// Counters of one path, both directions.
+#[derive(Clone, Debug, Serialize)]
+pub struct PathSnapshot {
+    pub name: String,
+    /// Side A (UDP: the listen address; TUN: the A device).
+    pub a: String,
+    /// Side B (UDP: the forward address; TUN: the B device).
+    pub b: String,
+    pub a_to_b_profile: String,
+    pub b_to_a_profile: String,
+    pub a_to_b: DirStats,
+    pub b_to_a: DirStats,
+}
+
+/// Counters of every path.
+#[derive(Clone, Debug, Serialize)]
+pub struct Snapshot {
+    pub elapsed_s: f64,
+    pub paths: Vec<PathSnapshot>,
+}
+
+struct RunningPath {
+    name: String,
+    a: String,
+    b: String,
+    profiles: [String; 2],
+    counters: [Arc<DirCounters>; 2],
+}
+
+/// A running emulator: its paths' engine threads and counters. Stops (and
+/// joins its threads) on [`Emulator::stop`] or when dropped.
+pub struct Emulator {
+    paths: Vec<RunningPath>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    clock: Clock,
+    started: Instant,
+}
+
+impl Default for Emulator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Emulator {
+    /// Starts the clock: times in profiles (link-down intervals) count
+    /// from here.
+    pub fn new() -> Emulator {
+        Emulator {
+            paths: Vec::new(),
+            stop: Arc::new(AtomicBool::new(false)),
+            threads: Vec::new(),
+            clock: Clock::start(),
+            started: Instant::now(),
+        }
+    }
+
+    /// Starts a path's two directions (A→B, then B→A).
+    pub fn add_path(
+        &mut self,
+        name: &str,
+        a: String,
+        b: String,
+        dirs: [(LinkProfile, DirectionFn); 2],
+        opts: &EngineOptions,
+        index: usize,
+    ) -> io::Result<()> {
+        let counters = [
+            Arc::new(DirCounters::default()),
+            Arc::new(DirCounters::default()),
+        ];
+        let mut profiles = [String::new(), String::new()];
+        for (d, (profile, f)) in dirs.into_iter().enumerate() {
+            profiles[d] = describe(&profile);
+            let o = EngineOptions {
+                seed: opts
+                    .seed
+                    .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                    .wrapping_add(2 * index as u64 + d as u64),
+                ..opts.clone()
+            };
+            let (c, stop, clock) = (counters[d].clone(), self.stop.clone(), self.clock);
+            let t = std::thread::Builder::new()
+                .name(format!("wanem-{name}-{}", ["a2b", "b2a"][d]))
+                .spawn(move || f(&o, clock, &c, &stop, &profile))?;
+            self.threads.push(t);
+        }
+        self.paths.push(RunningPath {
+            name: name.to_string(),
+            a,
+            b,
+            profiles,
+            counters,
+        });
+        Ok(())
+    }
+
+    /// UDP mode: the address clients of `path` send to (the real port if
+    /// port 0 was asked for).
+    pub fn listen_addr(&self, path: usize) -> SocketAddr {
+        self.paths[path].a.parse().expect("a UDP path")
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            elapsed_s: self.started.elapsed().as_secs_f64(),
+            paths: self
+                .paths
+                .iter()
+                .map(|p| PathSnapshot {
+                    name: p.name.clone(),
+                    a: p.a.clone(),
+                    b: p.b.clone(),
+                    a_to_b_profile: p.profiles[0].clone(),
+                    b_to_a_profile: p.profiles[1].clone(),
+                    a_to_b: p.counters[0].snapshot(),
+                    b_to_a: p.counters[1].snapshot(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Stops the engines and returns the final counters.
+    pub fn stop(mut self) -> Snapshot {
+        self.halt();
+        self.snapshot()
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}

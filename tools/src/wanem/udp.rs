@@ -1,0 +1,241 @@
+//! UDP relay mode.
+//!
+//! ```text
+//! client ──▶ listen ══ A→B profile ══▶ upstream ──▶ forward
+//! client ◀── listen ◀══ B→A profile ══ upstream ◀── forward
+//! ```
+//!
+//! Per path: a `listen` socket for clients, and an `upstream` socket
+//! connected to `forward` (so only the far side's replies are accepted).
+//! Datagrams from a client go, impaired by the A→B profile, to `forward`;
+//! replies from `forward` go, impaired by the B→A profile, to the most
+//! recent client. One engine thread per direction.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::engine::{self, DirectionFn, Emulator, EngineOptions, PacketIo};
+use super::stats::DirCounters;
+use super::sys::{self, RawAddr, RecvBatch, RxMeta, SendBatch, SendOutcome};
+use crate::sim::link::LinkProfile;
+
+/// One listen/forward pair and its two profiles.
+#[derive(Clone, Debug)]
+pub struct PathSpec {
+    pub name: String,
+    pub listen: SocketAddr,
+    pub forward: SocketAddr,
+    pub a_to_b: LinkProfile,
+    pub b_to_a: LinkProfile,
+}
+
+/// The most recent client of a path, written by A→B, read by B→A.
+#[derive(Default)]
+struct ClientSlot {
+    generation: AtomicU64,
+    addr: Mutex<Option<RawAddr>>,
+}
+
+struct ToForward {
+    rx: Arc<UdpSocket>,
+    tx: Arc<UdpSocket>,
+    rb: RecvBatch,
+    sb: SendBatch,
+    client: Arc<ClientSlot>,
+    last: Option<RawAddr>,
+}
+
+impl PacketIo for ToForward {
+    fn rx_fd(&self) -> RawFd {
+        self.rx.as_raw_fd()
+    }
+
+    unsafe fn recv(
+        &mut self,
+        bufs: &[*mut u8],
+        buf_len: usize,
+        meta: &mut [RxMeta],
+    ) -> io::Result<usize> {
+        let n = self.rb.recv(self.rx.as_raw_fd(), bufs, buf_len, meta)?;
+        if n > 0 {
+            let src = self.rb.source(n - 1);
+            if !self.last.is_some_and(|l| l.same(&src)) {
+                self.last = Some(src);
+                *self.client.addr.lock().unwrap() = Some(src);
+                self.client.generation.fetch_add(1, Ordering::Release);
+            }
+        }
+        Ok(n)
+    }
+
+    fn landing(&self, i: usize) -> &[u8] {
+        self.rb.landing(i)
+    }
+
+    fn kernel_timestamps(&self) -> bool {
+        true
+    }
+
+    fn kernel_drops(&self) -> u64 {
+        self.rb.kernel_drops
+    }
+
+    unsafe fn send(&mut self, pkts: &[(*const u8, usize)]) -> SendOutcome {
+        self.sb.send(self.tx.as_raw_fd(), pkts, None)
+    }
+}
+
+struct ToClient {
+    rx: Arc<UdpSocket>,
+    tx: Arc<UdpSocket>,
+    rb: RecvBatch,
+    sb: SendBatch,
+    client: Arc<ClientSlot>,
+    seen: u64,
+    dest: Option<RawAddr>,
+}
+
+impl PacketIo for ToClient {
+    fn rx_fd(&self) -> RawFd {
+        self.rx.as_raw_fd()
+    }
+
+    unsafe fn recv(
+        &mut self,
+        bufs: &[*mut u8],
+        buf_len: usize,
+        meta: &mut [RxMeta],
+    ) -> io::Result<usize> {
+        self.rb.recv(self.rx.as_raw_fd(), bufs, buf_len, meta)
+    }
+
+    fn landing(&self, i: usize) -> &[u8] {
+        self.rb.landing(i)
+    }
+
+    fn kernel_timestamps(&self) -> bool {
+        true
+    }
+
+    fn kernel_drops(&self) -> u64 {
+        self.rb.kernel_drops
+    }
+
+    unsafe fn send(&mut self, pkts: &[(*const u8, usize)]) -> SendOutcome {
+        let g = self.client.generation.load(Ordering::Acquire);
+        if g != self.seen {
+            self.seen = g;
+            self.dest = *self.client.addr.lock().unwrap();
+        }
+        match &self.dest {
+            Some(d) => self.sb.send(self.tx.as_raw_fd(), pkts, Some(d)),
+            // No client has spoken yet: nobody to reply to.
+            None => SendOutcome {
+                failed: pkts.len(),
+                ..Default::default()
+            },
+        }
+    }
+}
+
+fn bind(addr: SocketAddr, what: &str) -> io::Result<UdpSocket> {
+    UdpSocket::bind(addr)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot bind {what} {addr}: {e}")))
+}
+
+/// Binds every path's sockets (all errors before any thread starts),
+/// then starts two engine threads per path.
+pub fn start(paths: Vec<PathSpec>, opts: &EngineOptions) -> io::Result<Emulator> {
+    let mut socks = Vec::new();
+    for p in &paths {
+        let listen = bind(p.listen, &format!("path {} listen", p.name))?;
+        let any: SocketAddr = if p.forward.is_ipv4() {
+            "0.0.0.0:0".parse().unwrap()
+        } else {
+            "[::]:0".parse().unwrap()
+        };
+        let up = bind(any, &format!("path {} upstream", p.name))?;
+        up.connect(p.forward).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("path {}: cannot reach forward {}: {e}", p.name, p.forward),
+            )
+        })?;
+        for s in [&listen, &up] {
+            s.set_nonblocking(true)?;
+            sys::tune_udp_socket(s.as_raw_fd(), opts.socket_buffer);
+            if opts.offload {
+                sys::enable_gro(s.as_raw_fd());
+            }
+        }
+        socks.push((Arc::new(listen), Arc::new(up)));
+    }
+    let mut emu = Emulator::new();
+    for (i, (p, (listen, up))) in paths.into_iter().zip(socks).enumerate() {
+        let client = Arc::new(ClientSlot::default());
+        let listen_addr = listen.local_addr()?;
+        let (l2, u2, c2) = (listen.clone(), up.clone(), client.clone());
+        let batch = opts.batch;
+        let gso = opts.offload;
+        let landing = if opts.offload {
+            sys::MAX_UDP_PAYLOAD.saturating_sub(opts.max_datagram.min(sys::MAX_UDP_PAYLOAD))
+        } else {
+            0
+        };
+        // The I/O state holds raw pointers, so each thread builds its own.
+        emu.add_path(
+            &p.name,
+            listen_addr.to_string(),
+            p.forward.to_string(),
+            [
+                (
+                    p.a_to_b,
+                    Box::new(
+                        move |o: &EngineOptions,
+                              clock,
+                              counters: &DirCounters,
+                              stop: &AtomicBool,
+                              prof: &LinkProfile| {
+                            let io = ToForward {
+                                rx: l2,
+                                tx: u2,
+                                rb: RecvBatch::new(batch, landing),
+                                sb: SendBatch::new(batch, gso),
+                                client: c2,
+                                last: None,
+                            };
+                            engine::run(io, prof, o, clock, counters, stop)
+                        },
+                    ) as DirectionFn,
+                ),
+                (
+                    p.b_to_a,
+                    Box::new(
+                        move |o: &EngineOptions,
+                              clock,
+                              counters: &DirCounters,
+                              stop: &AtomicBool,
+                              prof: &LinkProfile| {
+                            let io = ToClient {
+                                rx: up,
+                                tx: listen,
+                                rb: RecvBatch::new(batch, landing),
+                                sb: SendBatch::new(batch, gso),
+                                client,
+                                seen: 0,
+                                dest: None,
+                            };
+                            engine::run(io, prof, o, clock, counters, stop)
+                        },
+                    ),
+                ),
+            ],
+            opts,
+            i,
+        )?;
+    }
+    Ok(emu)
+}

@@ -1,0 +1,545 @@
+//! soya-wanem on real loopback sockets (and, as root, between network
+//! namespaces over TUN). Every test is bounded in time and traffic, and
+//! sends only to 127.0.0.1 or to namespaces it creates itself. Timing
+//! assertions are loose (a shared 2-core machine); the accuracy figures
+//! are printed (`cargo test -- --nocapture`) and measured precisely by
+//! `soya-wanem selftest`.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use soya_tools::wanem::engine::EngineOptions;
+use soya_tools::wanem::profile::ProfileSpec;
+use soya_tools::wanem::selftest::{self, Options};
+use soya_tools::wanem::udp::{self, PathSpec};
+
+const BIN: &str = env!("CARGO_BIN_EXE_soya-wanem");
+
+fn loopback() -> UdpSocket {
+    UdpSocket::bind("127.0.0.1:0").unwrap()
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> u16 {
+    loopback().local_addr().unwrap().port()
+}
+
+fn relay(
+    forward: SocketAddr,
+    a2b: ProfileSpec,
+    b2a: ProfileSpec,
+) -> soya_tools::wanem::engine::Emulator {
+    udp::start(
+        vec![PathSpec {
+            name: "t".into(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            forward,
+            a_to_b: a2b.to_link(),
+            b_to_a: b2a.to_link(),
+        }],
+        &EngineOptions::default(),
+    )
+    .unwrap()
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+#[test]
+fn relay_adds_the_configured_delay() {
+    let o = Options {
+        packets: 1000,
+        probe_interval: Duration::from_micros(500),
+        ..Options::default()
+    };
+    let d = selftest::measure_delay(&o, Duration::from_millis(3), false).unwrap();
+    println!(
+        "added delay at 3 ms over {} probes: error mean {:+.1} us, p50 {:+.1} us, p99 {:+.1} us, max |error| {:.1} us, {:.1} % within ±50 us",
+        d.probes_received,
+        d.error_mean_us,
+        d.error_p50_us,
+        d.error_p99_us,
+        d.error_max_abs_us,
+        d.within_50us * 100.0
+    );
+    assert_eq!(d.probes_received, 1000, "a lossless relay lost probes");
+    // Loose: the median within ±1 ms; never noticeably early.
+    assert!(d.error_p50_us.abs() < 1000.0, "{d:?}");
+    assert!(d.error_p1_us > -100.0, "probes arrived early: {d:?}");
+}
+
+#[test]
+fn random_loss_is_within_five_sd() {
+    let l = selftest::measure_loss(
+        20_000,
+        ProfileSpec {
+            loss: Some(0.1),
+            ..Default::default()
+        },
+        "loss 0.1",
+    )
+    .unwrap();
+    println!(
+        "loss 0.1 over 20000: {} lost ({:.4}), z = {:+.2}; relay counted {}, kernel drops {}",
+        l.sent - l.received,
+        l.measured_loss,
+        l.z,
+        l.relay_drop_loss,
+        l.kernel_drops
+    );
+    // The relay's own count is exact to the model: mean 2000, sd 42.4.
+    let z = (l.relay_drop_loss as f64 - 2000.0) / (20_000.0f64 * 0.1 * 0.9).sqrt();
+    assert!(z.abs() < 5.0, "{l:?}");
+    // And what the receiver saw agrees, unless the machine dropped some.
+    if l.kernel_drops == 0 {
+        assert!(l.z.abs() < 5.0, "{l:?}");
+    }
+}
+
+#[test]
+fn link_down_window_drops_then_recovers() {
+    let rx = loopback();
+    rx.set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let down = ProfileSpec {
+        delay_ms: Some(1.0),
+        down: Some(vec![[0.3, 0.6]]),
+        ..Default::default()
+    };
+    let r = relay(rx.local_addr().unwrap(), down.clone(), down);
+    let t0 = Instant::now();
+    let tx = loopback();
+    tx.connect(r.listen_addr(0)).unwrap();
+    let recv = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        let end = Instant::now() + Duration::from_millis(1500);
+        while Instant::now() < end {
+            if let Ok(n) = rx.recv(&mut buf) {
+                if n == 8 {
+                    got.push(u64::from_le_bytes(buf[..8].try_into().unwrap()));
+                }
+            }
+        }
+        got
+    });
+    // One datagram every 5 ms for 0.9 s; its payload is its send time (ms).
+    let mut sent = Vec::new();
+    for i in 0..180u64 {
+        let at = Duration::from_millis(5 * i);
+        if let Some(w) = at.checked_sub(t0.elapsed()) {
+            std::thread::sleep(w);
+        }
+        let ms = t0.elapsed().as_millis() as u64;
+        tx.send(&ms.to_le_bytes()).unwrap();
+        sent.push(ms);
+    }
+    let got = recv.join().unwrap();
+    let snap = r.stop();
+    let st = &snap.paths[0].a_to_b;
+    println!(
+        "down 0.3-0.6 s: sent {}, got {}, drop_down {}",
+        sent.len(),
+        got.len(),
+        st.drop_down
+    );
+    // Clear of the edges (the relay's clock starts a little before t0).
+    for &ms in &sent {
+        if (320..580).contains(&ms) {
+            assert!(
+                !got.contains(&ms),
+                "sent at {ms} ms, inside the outage, yet delivered"
+            );
+        }
+        if !(280..=640).contains(&ms) {
+            assert!(
+                got.contains(&ms),
+                "sent at {ms} ms, outside the outage, yet lost"
+            );
+        }
+    }
+    assert!((50..=70).contains(&st.drop_down), "{st:?}");
+    assert_eq!(st.drop_down + st.forwarded, st.received);
+}
+
+/// Starts the binary and waits until it has bound its sockets (its banner).
+fn spawn_wanem(args: &[&str]) -> (Child, mpsc::Receiver<String>) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) if l.contains("b->a:") => break,
+            Ok(_) => {}
+            Err(_) => {
+                let _ = child.kill();
+                panic!("soya-wanem did not start");
+            }
+        }
+    }
+    (child, rx)
+}
+
+fn summary(child: Child) -> serde_json::Value {
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "exit {:?}", out.status);
+    serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
+}
+
+#[test]
+fn directions_have_their_own_profiles() {
+    // Server side: an echo, timestamping arrivals.
+    let server = loopback();
+    let server_addr = server.local_addr().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let (child, _err) = spawn_wanem(&[
+        "udp",
+        "--listen",
+        &listen,
+        "--forward",
+        &server_addr.to_string(),
+        "--delay-ms",
+        "1",
+        "--b2a-delay-ms",
+        "4",
+        "--stats-interval",
+        "0",
+        "--duration",
+        "2",
+        "--json",
+    ]);
+    let epoch = Instant::now();
+    let echo = std::thread::spawn(move || {
+        server
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let mut one_way = Vec::new();
+        let mut buf = [0u8; 64];
+        while let Ok((n, from)) = server.recv_from(&mut buf) {
+            let now = epoch.elapsed().as_nanos() as u64;
+            let sent = u64::from_le_bytes(buf[..8].try_into().unwrap());
+            one_way.push((now - sent) as f64 / 1e6);
+            buf[8..16].copy_from_slice(&epoch.elapsed().as_nanos().to_le_bytes()[..8]);
+            server.send_to(&buf[..n.max(16)], from).unwrap();
+        }
+        one_way
+    });
+    let client = loopback();
+    client.connect(&listen).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut back = Vec::new();
+    let mut buf = [0u8; 64];
+    for _ in 0..100 {
+        let mut m = [0u8; 16];
+        m[..8].copy_from_slice(&(epoch.elapsed().as_nanos() as u64).to_le_bytes());
+        client.send(&m).unwrap();
+        if let Ok(16) = client.recv(&mut buf) {
+            let now = epoch.elapsed().as_nanos() as u64;
+            let sent = u64::from_le_bytes(buf[8..16].try_into().unwrap());
+            back.push((now - sent) as f64 / 1e6);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut fwd = echo.join().unwrap();
+    let (a2b, b2a) = (percentile(&mut fwd, 0.5), percentile(&mut back, 0.5));
+    println!("one-way median: a->b {a2b:.3} ms (1 ms asked), b->a {b2a:.3} ms (4 ms asked)");
+    assert!(
+        fwd.len() >= 95 && back.len() >= 95,
+        "{} / {}",
+        fwd.len(),
+        back.len()
+    );
+    assert!((0.9..2.0).contains(&a2b), "a->b {a2b} ms");
+    assert!((3.9..5.0).contains(&b2a), "b->a {b2a} ms");
+    let s = summary(child);
+    let p = &s["paths"][0];
+    assert_eq!(s["mode"], "udp");
+    assert_eq!(p["a_to_b"]["forwarded"], p["a_to_b"]["received"]);
+    assert!(p["a_to_b"]["forwarded"].as_u64().unwrap() >= 95, "{s}");
+    assert!(p["b_to_a"]["forwarded"].as_u64().unwrap() >= 95, "{s}");
+    assert!(
+        p["b_to_a_profile"]
+            .as_str()
+            .unwrap()
+            .contains("delay 4.000 ms"),
+        "{s}"
+    );
+}
+
+#[test]
+fn toml_paths_have_their_own_profiles() {
+    let (sa, sb) = (loopback(), loopback());
+    let (la, lb) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("wanem-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("wan.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "stats_interval = 0\nduration = 1.5\n\
+             [profile]\ndistance_km = 300\n\
+             [[path]]\nname = \"clean\"\nlisten = \"127.0.0.1:{la}\"\nforward = \"{}\"\n\
+             [[path]]\nname = \"dead\"\nlisten = \"127.0.0.1:{lb}\"\nforward = \"{}\"\n\
+             [path.a_to_b]\nloss = 1.0\n",
+            sa.local_addr().unwrap(),
+            sb.local_addr().unwrap()
+        ),
+    )
+    .unwrap();
+    let (child, _err) = spawn_wanem(&["udp", "--config", cfg.to_str().unwrap(), "--json"]);
+    let c = loopback();
+    for _ in 0..50 {
+        c.send_to(b"x", ("127.0.0.1", la)).unwrap();
+        c.send_to(b"y", ("127.0.0.1", lb)).unwrap();
+    }
+    let s = summary(child);
+    let _ = std::fs::remove_dir_all(&dir);
+    let paths = s["paths"].as_array().unwrap();
+    assert_eq!(paths[0]["name"], "clean");
+    assert_eq!(paths[0]["a_to_b"]["forwarded"], 50, "{s}");
+    assert_eq!(paths[1]["a_to_b"]["forwarded"], 0, "{s}");
+    assert_eq!(paths[1]["a_to_b"]["drop_loss"], 50, "{s}");
+    assert!(
+        paths[0]["a_to_b_profile"]
+            .as_str()
+            .unwrap()
+            .contains("delay 1.470 ms"),
+        "{s}"
+    );
+}
+
+fn expect_usage_error(args: &[&str], names: &[&str]) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    for n in names {
+        assert!(
+            err.contains(n),
+            "{args:?}: message does not name {n}: {err}"
+        );
+    }
+}
+
+#[test]
+fn bad_configuration_exits_2_naming_the_flag() {
+    let base = ["udp", "--listen", "127.0.0.1:1", "--forward", "127.0.0.1:2"];
+    fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        base.iter().chain(extra).copied().collect()
+    }
+    expect_usage_error(&with(&base, &["--loss", "1.5"]), &["--loss", "probability"]);
+    expect_usage_error(&with(&base, &["--a2b-ge", "0.1,0.2"]), &["--a2b-ge"]);
+    expect_usage_error(
+        &with(&base, &["--rate", "10GBps"]),
+        &["--rate", "bytes per second"],
+    );
+    expect_usage_error(&with(&base, &["--queue", "lots"]), &["--queue"]);
+    expect_usage_error(
+        &with(&base, &["--distance-km", "300", "--delay-ms", "3"]),
+        &["--distance-km", "--delay-ms"],
+    );
+    expect_usage_error(&with(&base, &["--down-at", "5"]), &["--down-at", "--up-at"]);
+    expect_usage_error(
+        &with(&base, &["--b2a-jitter-us", "-3"]),
+        &["--b2a-jitter-us"],
+    );
+    expect_usage_error(
+        &["udp", "--listen", "127.0.0.1:1"],
+        &["--listen", "--forward"],
+    );
+    expect_usage_error(
+        &["udp", "--listen", "nowhere", "--forward", "127.0.0.1:2"],
+        &["--listen"],
+    );
+    expect_usage_error(&with(&base, &["--bogus"]), &["--bogus"]);
+    let dir = std::env::temp_dir().join(format!("wanem-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("bad.toml");
+    std::fs::write(&cfg, "[profile]\nlos = 0.1\n").unwrap();
+    let c = cfg.to_str().unwrap();
+    expect_usage_error(&with(&base, &["--config", c]), &["--config", "los"]);
+    std::fs::write(&cfg, "[[path]]\nlisten = \"127.0.0.1:1\"\nforward = \"127.0.0.1:2\"\n[path.b_to_a]\nduplicate = 2\n").unwrap();
+    expect_usage_error(&["udp", "--config", c], &["path[0].b_to_a.duplicate"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sigterm_prints_the_summary() {
+    let server = loopback();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let (child, _err) = spawn_wanem(&[
+        "udp",
+        "--listen",
+        &listen,
+        "--forward",
+        &server.local_addr().unwrap().to_string(),
+        "--json",
+        "--stats-interval",
+        "0.2",
+    ]);
+    let c = loopback();
+    for _ in 0..10 {
+        c.send_to(b"hello", &listen).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: signalling the child we started.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let s = summary(child);
+    assert_eq!(s["paths"][0]["a_to_b"]["forwarded"], 10, "{s}");
+    assert_eq!(s["paths"][0]["a_to_b"]["forwarded_bytes"], 50, "{s}");
+}
+
+/// Runs `ip` with `args`; true on success.
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A UDP socket in network namespace `ns` (created on a thread that
+/// enters it; the socket keeps the namespace).
+fn socket_in(ns: &str, addr: &str) -> std::io::Result<UdpSocket> {
+    let path = format!("/var/run/netns/{ns}");
+    let addr = addr.to_string();
+    std::thread::spawn(move || {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(path)?;
+        // SAFETY: setns on this (throwaway) thread with a namespace fd.
+        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        UdpSocket::bind(addr)
+    })
+    .join()
+    .unwrap()
+}
+
+struct Netns(Vec<String>);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            ip(&["netns", "del", n]);
+        }
+    }
+}
+
+#[test]
+fn tun_mode_carries_ip_between_namespaces() {
+    namespace_roundtrip(false);
+}
+
+#[test]
+fn tap_mode_carries_ethernet_between_namespaces() {
+    namespace_roundtrip(true);
+}
+
+/// Two namespaces joined only through soya-wanem's two devices: UDP
+/// ping-pong across, RTT = a->b + b->a delay.
+fn namespace_roundtrip(tap: bool) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/dev/net/tun").exists() {
+        println!("skipped: needs root and /dev/net/tun");
+        return;
+    }
+    let id = std::process::id() % 100_000;
+    let k = if tap { "p" } else { "n" };
+    let (na, nb) = (format!("wanem{k}A{id}"), format!("wanem{k}B{id}"));
+    let (da, db) = (format!("w{k}A{id}"), format!("w{k}B{id}"));
+    if !ip(&["netns", "add", &na]) {
+        println!("skipped: ip netns does not work here");
+        return;
+    }
+    let _guard = Netns(vec![na.clone(), nb.clone()]);
+    assert!(ip(&["netns", "add", &nb]));
+    let (child, _err) = spawn_wanem(&[
+        "tun",
+        "--a-dev",
+        &da,
+        "--b-dev",
+        &db,
+        "--delay-ms",
+        "2",
+        "--b2a-delay-ms",
+        "5",
+        "--stats-interval",
+        "0",
+        "--duration",
+        "4",
+        "--json",
+    ]);
+    // Only ever inside the two namespaces made above.
+    let net = if tap { "10.201.1" } else { "10.201.0" };
+    for (dev, ns, addr) in [
+        (&da, &na, format!("{net}.1/24")),
+        (&db, &nb, format!("{net}.2/24")),
+    ] {
+        assert!(ip(&["link", "set", dev, "netns", ns]));
+        assert!(ip(&["-n", ns, "addr", "add", &addr, "dev", dev]));
+        assert!(ip(&["-n", ns, "link", "set", dev, "up"]));
+    }
+    let a = socket_in(&na, &format!("{net}.1:0")).unwrap();
+    let b = socket_in(&nb, &format!("{net}.2:9000")).unwrap();
+    let to_b = format!("{net}.2:9000");
+    a.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    b.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    // Ping-pong, each ping numbered so a late pong is not mistaken for
+    // the current one; the first may wait for the links to come up.
+    let mut rtts = Vec::new();
+    let mut buf = [0u8; 64];
+    let deadline = Instant::now() + Duration::from_millis(3000);
+    let mut seq = 0u8;
+    while rtts.len() < 20 && Instant::now() < deadline {
+        seq = seq.wrapping_add(1);
+        let t = Instant::now();
+        a.send_to(&[seq], &to_b).unwrap();
+        while let Ok((1, from)) = b.recv_from(&mut buf) {
+            b.send_to(&buf[..1], from).unwrap();
+            if buf[0] == seq {
+                break;
+            }
+        }
+        while let Ok(1) = a.recv(&mut buf) {
+            if buf[0] == seq {
+                rtts.push(t.elapsed().as_secs_f64() * 1e3);
+                break;
+            }
+        }
+    }
+    let s = summary(child);
+    println!(
+        "{} rtt over {} pings: median {:.3} ms (2 + 5 ms asked)",
+        if tap { "tap" } else { "tun" },
+        rtts.len(),
+        percentile(&mut rtts.clone(), 0.5)
+    );
+    assert!(rtts.len() >= 15, "{rtts:?} {s}");
+    let m = percentile(&mut rtts, 0.5);
+    assert!((6.9..10.0).contains(&m), "rtt {m} ms");
+    assert!(
+        s["paths"][0]["a_to_b"]["forwarded"].as_u64().unwrap() >= 15,
+        "{s}"
+    );
+}
