@@ -21,6 +21,10 @@ use super::half::HalfKey;
 use super::ingress::span_of;
 use super::twin::TwinMsg;
 
+/// Timeouts tolerated while the tunnel phase waits for the requester's own
+/// recovery (its ACK timeout is 67 ms by default; ours backs off to 100 ms).
+const RAW_WAIT_BUDGET: u32 = 64;
+
 #[derive(Clone, Copy, Debug)]
 pub struct EgressTuning {
     /// Most PSNs injected and not yet acknowledged by the responder.
@@ -99,6 +103,7 @@ pub struct Reinjector {
     /// Highest PSN injected raw (the tunnel phase) and whether the
     /// responder has acknowledged it yet.
     raw_high: Option<Psn>,
+    raw_low: Option<Psn>,
     raw_done: bool,
     srtt: Option<Duration>,
     rttvar: Duration,
@@ -107,6 +112,8 @@ pub struct Reinjector {
     /// PSN of the last RNR NAK (its trailing sequence NAK is expected).
     last_rnr: Option<Psn>,
     retries: u32,
+    /// Timeouts spent waiting for the requester to recover raw packets.
+    raw_waits: u32,
     rnr_retries: u32,
     failed: bool,
     tuning: EgressTuning,
@@ -121,6 +128,7 @@ impl Reinjector {
             next: 0,
             acked: None,
             raw_high: None,
+            raw_low: None,
             raw_done: false,
             srtt: None,
             rttvar: Duration::ZERO,
@@ -128,11 +136,28 @@ impl Reinjector {
             rnr_until: None,
             last_rnr: None,
             retries: 0,
+            raw_waits: 0,
             rnr_retries: 0,
             failed: false,
             tuning,
             stats: EgressStats::default(),
         }
+    }
+
+    /// Could a response with this PSN answer one of the requests we
+    /// injected? (See `PseudoAcker::claims`.)
+    pub fn claims(&self, psn: Psn) -> bool {
+        let in_raw = match (self.raw_low, self.raw_high) {
+            (Some(lo), Some(hi)) => psn.in_window(lo.sub(1), hi.diff(lo).max(0) as u32 + 2),
+            _ => false,
+        };
+        let in_queue = match (self.queue.front(), self.queue.back()) {
+            (Some(f), Some(b)) => {
+                psn.in_window(f.psn.sub(1), b.last().diff(f.psn).max(0) as u32 + 2)
+            }
+            _ => false,
+        };
+        in_raw || in_queue || self.acked == Some(psn)
     }
 
     /// Packets held for the responder.
@@ -161,6 +186,7 @@ impl Reinjector {
     /// A request the twin forwarded raw (tunnel phase, or a duplicate READ
     /// to be replayed by the responder): inject as is.
     pub fn on_raw_request(&mut self, p: &RocePacket<'_>, out: &mut VecDeque<Output>) {
+        self.raw_low.get_or_insert(p.psn());
         let last = p.psn().add(span_of(p) - 1);
         if self.raw_high.is_none_or(|h| last.after(h)) {
             self.raw_high = Some(last);
@@ -272,6 +298,7 @@ impl Reinjector {
         if progressed || self.queue.is_empty() {
             self.retries = 0;
             self.rnr_retries = 0;
+            self.raw_waits = 0;
             self.rto_deadline = (self.next > 0).then(|| now + self.rto());
         }
         out.push_back(Output::Twin(TwinMsg::Delivered {
@@ -374,7 +401,11 @@ impl Reinjector {
                             // A NAK carries the MSN of the last executed PSN.
                             self.advance(now, psn.sub(1), Some(aeth.msn), buf, out);
                         }
-                        self.retries += 1;
+                        // A gap in the raw phase is the requester's to fill
+                        // (end to end); it is no failure of ours to count.
+                        if !raw_pending {
+                            self.retries += 1;
+                        }
                         if self.retries > self.tuning.retry_budget {
                             return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
                         }
@@ -393,10 +424,11 @@ impl Reinjector {
                         self.rnr_until = Some(now + Duration::from_micros(u64::from(wait)));
                     }
                     Syndrome::Nak(code) => {
+                        // The responder's QP is in the error state now: nothing
+                        // held here can be delivered any more. (During the raw
+                        // phase the NAK also went to the requester above.)
                         self.stats.fatal_naks += 1;
-                        if !raw_pending {
-                            self.fail(psn, code, buf, out);
-                        }
+                        self.fail(psn, code, buf, out);
                     }
                     Syndrome::Reserved(_) => {}
                 }
@@ -433,7 +465,20 @@ impl Reinjector {
                 return;
             }
             self.stats.timeouts += 1;
-            self.retries += 1;
+            // While raw packets are unacknowledged, our packets may wait for
+            // the requester's own recovery (its timeout, tens of ms): keep
+            // retrying without spending the budget.
+            if self.raw_high.is_none() || self.raw_done {
+                self.retries += 1;
+            } else {
+                // ...but not forever: a requester that never recovers its
+                // raw packets has failed too.
+                self.raw_waits += 1;
+                if self.raw_waits > RAW_WAIT_BUDGET {
+                    let psn = self.queue.front().map_or(Psn::new(0), |p| p.psn);
+                    return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
+                }
+            }
             if self.retries > self.tuning.retry_budget {
                 let psn = self.queue.front().map_or(Psn::new(0), |p| p.psn);
                 return self.fail(psn, NakCode::RemoteOperationalError, buf, out);

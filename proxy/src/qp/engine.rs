@@ -223,14 +223,17 @@ impl QpEngine {
     fn dc_response(&mut self, now: Time, p: &RocePacket<'_>) {
         let id = (p.ip.dst(), p.bth.dest_qp, p.ip.src());
         let key = self.by_requester.get(&id).copied().or_else(|| {
-            // Unknown requester QPN: the one half between these addresses
-            // that has not learned it yet is the one being answered.
-            let mut c = self.egress.keys().filter(|k| {
+            // Unknown requester QPN: the half between these addresses that
+            // has not learned it yet and whose PSNs this answer falls in
+            // (several QPs between two hosts start at random PSNs).
+            let psn = p.psn();
+            let mut c = self.egress.iter().filter(|(k, r)| {
                 k.requester == id.0
                     && k.responder == id.2
+                    && r.claims(psn)
                     && !self.by_requester.values().any(|v| v == *k)
             });
-            let k = *c.next()?;
+            let k = *c.next()?.0;
             if c.next().is_some() {
                 return None;
             }
@@ -302,10 +305,10 @@ impl QpEngine {
     fn twin_response(&mut self, now: Time, p: &RocePacket<'_>) {
         let id = (p.ip.dst(), p.bth.dest_qp, p.ip.src());
         let key = self.by_requester.get(&id).copied().or_else(|| {
-            let mut c = self
-                .ingress
-                .iter()
-                .filter(|(k, a)| k.requester == id.0 && k.responder == id.2 && !a.is_learned());
+            let psn = p.psn();
+            let mut c = self.ingress.iter().filter(|(k, a)| {
+                k.requester == id.0 && k.responder == id.2 && !a.is_learned() && a.claims(psn)
+            });
             let (k, _) = c.next()?;
             let k = *k;
             if c.next().is_some() {

@@ -122,6 +122,8 @@ pub struct PseudoAcker {
     /// Highest PSN forwarded raw (before switching), and whether the
     /// responder has acknowledged it.
     raw_high: Option<Psn>,
+    /// First PSN forwarded raw.
+    raw_low: Option<Psn>,
     raw_acked: bool,
     ack_deadline: Option<Time>,
     failed: Option<NakCode>,
@@ -154,6 +156,7 @@ impl PseudoAcker {
             delivered: None,
             in_flight: 0,
             raw_high: None,
+            raw_low: None,
             raw_acked: false,
             ack_deadline: None,
             failed: None,
@@ -231,7 +234,25 @@ impl PseudoAcker {
         }
     }
 
+    /// Could a response with this PSN answer one of our requests? Used to
+    /// tell apart several QPs between the same two hosts before their
+    /// requester QPNs are known (PSN spaces start at random 24-bit values).
+    pub fn claims(&self, psn: Psn) -> bool {
+        let in_raw = match (self.raw_low, self.raw_high) {
+            (Some(lo), Some(hi)) => psn.in_window(lo.sub(1), hi.diff(lo).max(0) as u32 + 2),
+            _ => false,
+        };
+        let in_entries = match (self.entries.front(), self.entries.back()) {
+            (Some(f), Some(b)) => {
+                psn.in_window(f.psn.sub(1), b.last().diff(f.psn).max(0) as u32 + 2)
+            }
+            _ => false,
+        };
+        in_raw || in_entries
+    }
+
     fn forward_raw(&mut self, p: &RocePacket<'_>, out: &mut VecDeque<Output>) {
+        self.raw_low.get_or_insert(p.psn());
         self.learn_pmtu(p);
         let (span, span_max) = read_span(p, self.pmtu);
         let last = p.psn().add(span - 1);
@@ -389,8 +410,11 @@ impl PseudoAcker {
     /// The requester sent a PSN we already accepted.
     fn on_duplicate(&mut self, p: &RocePacket<'_>, out: &mut VecDeque<Output>) {
         let psn = p.psn();
-        if self.raw_high.is_some_and(|h| !psn.after(h)) {
-            // Resent after a real NAK for the raw phase: still the tunnel's.
+        if self.mode != Mode::Accelerated && self.raw_high.is_some_and(|h| !psn.after(h)) {
+            // Resent after a real NAK for the raw phase, before the
+            // responder acknowledged it all: still the tunnel's. (Once it
+            // has, we answer duplicates ourselves: the egress side no
+            // longer forwards the responder's ACKs.)
             return self.forward_raw(p, out);
         }
         if p.info.needs_real_response() {

@@ -80,9 +80,13 @@ struct SweepArgs {
     /// One JSON object instead of a summary.
     #[arg(long)]
     json: bool,
-    /// Print every failing scenario's parameters.
+    /// Print every scenario's parameters as it starts, and each failure.
     #[arg(long)]
     verbose: bool,
+    /// Leave out packet loss inside the requester's datacenter (the
+    /// scenarios with it still have known failures: see the issue notes).
+    #[arg(long)]
+    no_dc_loss: bool,
 }
 
 fn parse_km(s: &str) -> Result<f64, String> {
@@ -255,6 +259,7 @@ fn sweep_cmd(a: SweepArgs) -> ExitCode {
         seed: a.seed,
         progress: !a.json,
         verbose: a.verbose,
+        dc_loss: !a.no_dc_loss,
     };
     let t = sweep::sweep(&cfg);
     if a.json {

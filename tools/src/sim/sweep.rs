@@ -19,6 +19,8 @@ pub struct SweepConfig {
     pub progress: bool,
     /// Print each failing scenario.
     pub verbose: bool,
+    /// Include scenarios with packet loss inside the requester's DC.
+    pub dc_loss: bool,
 }
 
 /// Totals over a sweep (the keys scripts rely on are fixed).
@@ -129,7 +131,10 @@ pub fn sweep(cfg: &SweepConfig) -> SweepTotals {
     let mut last_progress = Instant::now();
     for i in 0..cfg.scenarios {
         let seed = cfg.seed.wrapping_add(i);
-        let s = random_scenario(seed);
+        let mut s = random_scenario(seed);
+        if !cfg.dc_loss {
+            s.dc_loss = 0.0;
+        }
         if cfg.verbose {
             eprintln!("seed {seed}: {s:?}");
         }

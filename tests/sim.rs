@@ -1,0 +1,74 @@
+//! The simulator driving the real gateway state machines and RC endpoints:
+//! invariants over randomized scenarios, and latency hiding at 300 km.
+//! Virtual time, so the figures are deterministic (not wall-clock timings).
+
+use soya_tools::sim::scenario::{run, Op, Scenario};
+use soya_tools::sim::sweep::{sweep, SweepConfig};
+
+#[test]
+fn randomized_scenarios_keep_every_invariant() {
+    // Loss inside the requester's DC is left out here: those scenarios still
+    // have known failures (see the pseudo-ACK issue's notes).
+    let t = sweep(&SweepConfig {
+        scenarios: 300,
+        seed: 1,
+        progress: false,
+        verbose: false,
+        dc_loss: false,
+    });
+    assert_eq!(t.violations, 0, "{}", t.summary());
+    assert_eq!(
+        (t.bytes_lost, t.bytes_duplicated, t.bytes_misordered),
+        (0, 0, 0)
+    );
+    assert!(t.bytes_verified > 10_000_000, "{}", t.summary());
+    assert!(t.messages_failed_as_injected > 0, "failure paths exercised");
+    eprintln!("{}", t.summary());
+}
+
+#[test]
+fn pseudo_acks_hide_300_km() {
+    let base = Scenario {
+        distance_km: 300.0,
+        op: Op::Write,
+        size: 65_536,
+        tx_depth: 128,
+        iters: 1024, // 64 MiB
+        ..Scenario::default()
+    };
+    let zero = run(&Scenario {
+        distance_km: 0.0,
+        accelerated: false,
+        ..base.clone()
+    })
+    .unwrap();
+    let direct = run(&Scenario {
+        accelerated: false,
+        ..base.clone()
+    })
+    .unwrap();
+    let accel = run(&base).unwrap();
+    for o in [&zero, &direct, &accel] {
+        assert!(o.violations.is_empty(), "{:?}", o.violations);
+    }
+    let (z, d, a) = (zero.goodput_gbps, direct.goodput_gbps, accel.goodput_gbps);
+    eprintln!("300 km, WRITE 64 KiB, tx depth 128: 0 km {z:.3}, direct {d:.3}, Sōya {a:.3} Gbit/s");
+    // rxe's window: 128 × 4 KiB per 2.94 ms RTT ≈ 1.43 Gbit/s direct.
+    assert!(d < 1.5, "direct {d}");
+    // 64 MiB includes the tunnel phase (one RTT) and the last one-way delay.
+    assert!(a / z > 0.90, "Sōya ÷ 0 km = {}", a / z);
+    assert!(a / d > 5.0, "Sōya ÷ direct = {}", a / d);
+}
+
+#[test]
+fn a_responder_error_never_looks_like_success_for_later_requests() {
+    let s = Scenario {
+        responder_error: true,
+        iters: 40,
+        size: 8192,
+        ..Scenario::default()
+    };
+    let o = run(&s).unwrap();
+    assert!(o.violations.is_empty(), "{:?}", o.violations);
+    assert!(o.messages_failed > 0, "the error reached the requester");
+}
