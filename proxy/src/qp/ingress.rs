@@ -111,6 +111,8 @@ pub struct PseudoAcker {
     entries: VecDeque<Entry>,
     /// Index of the first entry not yet acknowledged to the requester.
     first_unacked: usize,
+    /// Index of the first entry not yet forwarded to the twin.
+    next_forward: usize,
     /// Messages completed through the newest accepted packet.
     msgs: u64,
     /// The responder's MSN = `msn_base + msgs_after` (wrapping, 24 bits).
@@ -150,6 +152,7 @@ impl PseudoAcker {
             nak_sent: false,
             entries: VecDeque::new(),
             first_unacked: 0,
+            next_forward: 0,
             msgs: 0,
             msn_base: None,
             acked: None,
@@ -447,10 +450,13 @@ impl PseudoAcker {
 
     /// Forwards accepted packets to the twin while the egress window allows.
     fn forward(&mut self, buf: &DeepBuffer, out: &mut VecDeque<Output>) {
-        for e in self.entries.iter_mut() {
+        // Entries before `next_forward` are all forwarded: start there, so
+        // a deep buffer costs nothing per packet.
+        while let Some(e) = self.entries.get_mut(self.next_forward) {
             if self.in_flight >= self.tuning.egress_window {
                 break;
             }
+            self.next_forward += 1;
             if e.forwarded {
                 continue;
             }
@@ -621,6 +627,7 @@ impl PseudoAcker {
                 Some(e) if e.slot.is_none() => {
                     self.entries.pop_front();
                     self.first_unacked -= 1;
+                    self.next_forward = self.next_forward.saturating_sub(1);
                 }
                 _ => break,
             }
@@ -769,6 +776,7 @@ impl PseudoAcker {
             }
         }
         self.entries.clear();
+        self.next_forward = 0;
         self.first_unacked = 0;
     }
 }
