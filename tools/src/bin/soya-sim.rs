@@ -55,9 +55,23 @@ struct RunArgs {
     /// WAN capacity in Gbit/s.
     #[arg(long = "path-gbps", default_value_t = 10.0, value_parser = parse_gbps)]
     path_gbps: f64,
-    /// Random loss probability on the direct path's WAN (0..1).
+    /// Random loss probability on every WAN path (0..1), for the direct
+    /// path and through Sōya alike.
     #[arg(long, default_value_t = 0.0, value_parser = parse_prob)]
     loss: f64,
+    /// WAN paths between the gateways, each of --path-gbps.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    paths: u32,
+    /// Cut path 0 at this many seconds into the run...
+    #[arg(long)]
+    cut_path_at: Option<f64>,
+    /// ...for this many seconds.
+    #[arg(long, default_value_t = 1.0)]
+    cut_for: f64,
+    /// Carry the gateway-to-gateway hop over an idealised reliable link
+    /// instead of the real WAN transport.
+    #[arg(long)]
+    reliable_link: bool,
     /// Pseudo-ACK policy of the gateways.
     #[arg(long, default_value = "edge", value_parser = parse_policy)]
     policy: AckPolicy,
@@ -147,6 +161,14 @@ fn run(a: RunArgs) -> ExitCode {
         wan_gbps: a.path_gbps,
         wan_loss: a.loss,
         policy: a.policy,
+        paths: a.paths,
+        wan_transport: !a.reliable_link,
+        cut_path: a.cut_path_at.map(|at| {
+            (
+                std::time::Duration::from_secs_f64(at.max(0.0)),
+                std::time::Duration::from_secs_f64(a.cut_for.max(0.0)),
+            )
+        }),
         ..Scenario::default()
     };
     let cases = [
@@ -155,6 +177,7 @@ fn run(a: RunArgs) -> ExitCode {
             Scenario {
                 distance_km: 0.0,
                 accelerated: false,
+                wan_loss: 0.0,
                 ..base.clone()
             },
         ),
@@ -205,6 +228,8 @@ fn run(a: RunArgs) -> ExitCode {
                 "accelerated_gbps": accel.goodput_gbps,
                 "accelerated_over_0km": accel.goodput_gbps / zero.goodput_gbps,
                 "accelerated_over_direct": accel.goodput_gbps / direct.goodput_gbps,
+                "paths": a.paths,
+                "loss": a.loss,
                 "data_errors": results.iter().map(|o| o.data_errors).sum::<u64>(),
                 "violations": violations,
                 "runs": results,

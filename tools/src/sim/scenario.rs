@@ -88,6 +88,13 @@ pub struct Scenario {
     pub responder_error: bool,
     /// Give up after this much virtual time.
     pub time_limit: Duration,
+    /// Carry the gateway-to-gateway hop with the real WAN transport (over
+    /// lossy paths); otherwise an idealised reliable in-order link.
+    pub wan_transport: bool,
+    /// WAN paths (each of `wan_gbps`, each with the WAN impairments).
+    pub paths: u32,
+    /// Cut path 0 at this time, for this long.
+    pub cut_path: Option<(Duration, Duration)>,
 }
 
 impl Default for Scenario {
@@ -117,6 +124,9 @@ impl Default for Scenario {
             recv_refill: None,
             responder_error: false,
             time_limit: Duration::from_secs(20),
+            wan_transport: true,
+            paths: 1,
+            cut_path: None,
         }
     }
 }
@@ -204,8 +214,11 @@ fn build(s: &Scenario) -> Result<World, String> {
         // a reliable, in-order link with the WAN's delay and rate (the
         // transport's pacing is modelled by an unbounded queue; the deep
         // buffer is the real bound).
-        let mut wan = LinkProfile::new(wan_delay, gbps(s.wan_gbps));
-        wan.jitter = Duration::ZERO;
+        let reliable = LinkProfile::new(wan_delay, gbps(s.wan_gbps));
+        if s.wan_transport {
+            add_wan_transport(s, &mut w, &wan, &mut rng);
+        }
+        let wan = reliable;
         for (a, b, p) in [
             (Node::HostA, Node::GwA, &dc_req),
             (Node::GwA, Node::HostA, &dc_req),
@@ -257,6 +270,45 @@ fn build(s: &Scenario) -> Result<World, String> {
         w.host_b.add(qb, qp_b);
     }
     Ok(w)
+}
+
+/// Two WAN transport endpoints and their paths, each with the WAN's
+/// impairments (path 0 may be cut for a while).
+fn add_wan_transport(s: &Scenario, w: &mut World, wan: &LinkProfile, rng: &mut ChaCha8Rng) {
+    use super::world::WanSide;
+    use soya::wan::{CcKind, PathConfig, WanConfig, WanConnection};
+    let paths: Vec<PathConfig> = (0..s.paths.max(1))
+        .map(|i| {
+            let mut p = PathConfig::new(format!("path{i}"));
+            p.rate_bps = Some((s.wan_gbps * 1e9) as u64);
+            p
+        })
+        .collect();
+    let cfg = |client| {
+        let mut c = WanConfig::new(paths.clone(), Some([0x5a; 32]), client);
+        c.cc = CcKind::FixedRate;
+        c
+    };
+    w.wan_a = Some(WanSide::new(WanConnection::new(
+        cfg(true),
+        Time::ZERO,
+        rng.random(),
+    )));
+    w.wan_b = Some(WanSide::new(WanConnection::new(
+        cfg(false),
+        Time::ZERO,
+        rng.random(),
+    )));
+    for i in 0..s.paths.max(1) as usize {
+        let mut p = wan.clone();
+        if i == 0 {
+            if let Some((at, dur)) = s.cut_path {
+                p.down.push((Time::ZERO + at, Time::ZERO + at + dur));
+            }
+        }
+        w.wan_links.insert((Node::GwA, i), Link::new(p.clone()));
+        w.wan_links.insert((Node::GwB, i), Link::new(p));
+    }
 }
 
 /// The next work request of a workload.
@@ -376,9 +428,18 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
         }
         // Done when every request completed and its data is at the
         // responder (or a failure ended the flow).
-        let failed = progress.iter().flatten().any(|p| p.failed);
+        // A gateway that gave up on a flow (and told the requester) ends it
+        // too, even when the requester had nothing left to fail.
+        let gave_up = w
+            .gw_a
+            .iter()
+            .chain(w.gw_b.iter())
+            .any(|g| g.ingress_halves().any(|h| h.stats.errors_injected > 0));
+        let failed = gave_up || progress.iter().flatten().any(|p| p.failed);
         let finished = all_done && (landed_at.is_some() || failed);
-        if finished && w.pending_events() == 0 {
+        // (The WAN transport's keepalives never go quiet: with it, the
+        // bounded settle below drains what is left.)
+        if finished && (w.pending_events() == 0 || w.wan_a.is_some()) {
             break;
         }
         let Some(mut t) = w.next_time().or(next_refill) else {

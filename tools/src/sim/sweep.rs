@@ -98,17 +98,31 @@ pub fn random_scenario(seed: u64) -> Scenario {
     if r.random_bool(0.3) {
         s.dc_loss = [0.001, 0.01, 0.03][r.random_range(0..3)];
     }
-    if !accelerated && r.random_bool(0.3) {
-        // Until the WAN transport carries the twin link, WAN impairments
-        // apply to the direct path only (the twin link is reliable).
+    // WAN impairments: the direct path suffers them end to end; through
+    // Sōya the WAN transport must hide them.
+    if r.random_bool(0.3) {
         s.wan_loss = [0.0001, 0.001, 0.01][r.random_range(0..3)];
     }
-    if !accelerated && r.random_bool(0.1) {
+    if r.random_bool(0.1) {
         s.wan_burst = Some(GilbertElliott {
             p_enter_bad: 0.001,
             p_leave_bad: 0.3,
             loss_in_bad: 0.5,
         });
+    }
+    if accelerated && r.random_bool(0.1) {
+        s.wan_reorder = 0.01;
+        s.wan_duplicate = 0.005;
+        s.wan_jitter = Duration::from_micros(r.random_range(1..200));
+    }
+    if accelerated {
+        s.paths = r.random_range(1..=3);
+        if s.paths > 1 && r.random_bool(0.2) {
+            s.cut_path = Some((
+                Duration::from_micros(r.random_range(100..5000)),
+                Duration::from_millis(r.random_range(1..200)),
+            ));
+        }
     }
     if s.op == Op::Send && r.random_bool(0.3) {
         // An RNR storm: fewer receives than messages. Mostly the rest trickle

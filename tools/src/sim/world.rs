@@ -15,9 +15,10 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 
 use rand_chacha::ChaCha8Rng;
-use soya::qp::{Output, QpEngine, TwinMsg};
+use soya::qp::{HalfKey, Output, QpEngine, TwinMsg};
 use soya::roce::RocePacket;
 use soya::time::Time;
+use soya::wan::{Event as WanEvent, WanConnection};
 
 use super::link::Link;
 use crate::rc::RcQp;
@@ -33,15 +34,62 @@ pub enum Node {
 #[derive(Debug)]
 pub enum Payload {
     Ip(Vec<u8>),
+    /// Gateway to gateway over the idealised reliable link.
     Twin(TwinMsg),
+    /// Gateway to gateway: a WAN transport datagram on a path.
+    Wan(usize, Vec<u8>),
 }
 
 impl Payload {
     fn len(&self) -> usize {
         match self {
-            Payload::Ip(v) => v.len(),
+            Payload::Ip(v) | Payload::Wan(_, v) => v.len(),
             Payload::Twin(m) => m.wire_len(),
         }
+    }
+}
+
+/// A gateway's WAN transport endpoint, with messages the transport could not
+/// take yet (its flow credit or buffer was full): they wait here in order,
+/// never dropped (requests in them are already pseudo-ACKed).
+pub struct WanSide {
+    pub conn: WanConnection,
+    pending: std::collections::VecDeque<(u64, TwinMsg)>,
+    pub pending_high_water: usize,
+}
+
+impl WanSide {
+    pub fn new(conn: WanConnection) -> WanSide {
+        WanSide {
+            conn,
+            pending: Default::default(),
+            pending_high_water: 0,
+        }
+    }
+}
+
+/// Which transport flow carries a message: one per pair of hosts, so the
+/// messages of a half (requests, its responses, Delivered) keep their order.
+fn flow_of(m: &TwinMsg) -> u64 {
+    let pair = |requester, responder| {
+        HalfKey {
+            requester,
+            responder,
+            responder_qpn: 0,
+        }
+        .id()
+    };
+    match m {
+        TwinMsg::Request { packet, .. } => RocePacket::parse(packet)
+            .map(|p| pair(p.ip.src(), p.ip.dst()))
+            .unwrap_or(0),
+        TwinMsg::Response { packet } => RocePacket::parse(packet)
+            .map(|p| pair(p.ip.dst(), p.ip.src()))
+            .unwrap_or(0),
+        TwinMsg::Delivered { half, .. } | TwinMsg::Error { half, .. } => {
+            pair(half.requester, half.responder)
+        }
+        TwinMsg::Datagram { .. } => 0,
     }
 }
 
@@ -96,6 +144,11 @@ pub struct World {
     pub gw_a: Option<QpEngine>,
     pub gw_b: Option<QpEngine>,
     pub links: HashMap<(Node, Node), Link>,
+    /// With the WAN transport: each gateway's endpoint and its paths' links
+    /// (keyed by sending gateway and path index).
+    pub wan_a: Option<WanSide>,
+    pub wan_b: Option<WanSide>,
+    pub wan_links: HashMap<(Node, usize), Link>,
     scratch: Vec<u8>,
     pub events: u64,
     /// Print every delivery (SOYA_SIM_TRACE_PACKETS).
@@ -127,6 +180,7 @@ fn describe(p: &Payload) -> String {
         }
         Payload::Twin(TwinMsg::Response { packet }) => format!("Response {}", pkt(packet)),
         Payload::Twin(m) => format!("{m:?}"),
+        Payload::Wan(path, d) => format!("WAN datagram path {path}, {} B", d.len()),
     }
 }
 
@@ -142,6 +196,9 @@ impl World {
             gw_a: None,
             gw_b: None,
             links: HashMap::new(),
+            wan_a: None,
+            wan_b: None,
+            wan_links: HashMap::new(),
             scratch: vec![0; 16 * 1024],
             events: 0,
             trace: std::env::var_os("SOYA_SIM_TRACE_PACKETS").is_some(),
@@ -168,12 +225,18 @@ impl World {
     }
 
     fn send(&mut self, from: Node, twin: bool, payload: Payload) {
+        self.send_at(from, twin, payload, self.now)
+    }
+
+    /// Sends no earlier than `at` (pacing: the transport's release time).
+    fn send_at(&mut self, from: Node, twin: bool, payload: Payload, at: Time) {
         let to = self.hop(from, twin);
-        let link = self
-            .links
-            .get_mut(&(from, to))
-            .unwrap_or_else(|| panic!("no link {from:?} -> {to:?}"));
-        let arrivals = link.transmit(self.now, payload.len(), &mut self.rng);
+        let link = match &payload {
+            Payload::Wan(path, _) => self.wan_links.get_mut(&(from, *path)),
+            _ => self.links.get_mut(&(from, to)),
+        }
+        .unwrap_or_else(|| panic!("no link {from:?} -> {to:?}"));
+        let arrivals = link.transmit(at.max(self.now), payload.len(), &mut self.rng);
         let mut payload = Some(payload);
         let n = arrivals.len();
         for (i, at) in arrivals.into_iter().enumerate() {
@@ -183,6 +246,7 @@ impl World {
                 match payload.as_ref().expect("kept for the last arrival") {
                     Payload::Ip(v) => Payload::Ip(v.clone()),
                     Payload::Twin(m) => Payload::Twin(m.clone()),
+                    Payload::Wan(p, v) => Payload::Wan(*p, v.clone()),
                 }
             };
             self.seq += 1;
@@ -224,11 +288,68 @@ impl World {
             while let Some(o) = gw.poll_output() {
                 pending.push(o);
             }
+            let mut to_wan = Vec::new();
             for o in pending {
                 match o {
                     Output::Dc(v) => self.send(node, false, Payload::Ip(v)),
+                    Output::Twin(m) if self.wan_a.is_some() => to_wan.push(m),
                     Output::Twin(m) => self.send(node, true, Payload::Twin(m)),
                 }
+            }
+            self.flush_wan(node, to_wan);
+        }
+    }
+
+    /// Hands messages to a gateway's WAN transport and sends what it emits.
+    fn flush_wan(&mut self, node: Node, msgs: Vec<TwinMsg>) {
+        let now = self.now;
+        let side = if node == Node::GwA {
+            self.wan_a.as_mut()
+        } else {
+            self.wan_b.as_mut()
+        };
+        let Some(side) = side else { return };
+        for m in msgs {
+            if let TwinMsg::Datagram { packet } = m {
+                side.conn.send_datagram(now, packet);
+            } else {
+                side.pending.push_back((flow_of(&m), m));
+            }
+        }
+        while let Some((flow, m)) = side.pending.pop_front() {
+            if let Err(e) = side.conn.send(now, flow, m.clone()) {
+                let _ = e;
+                side.pending.push_front((flow, m));
+                break;
+            }
+        }
+        side.pending_high_water = side.pending_high_water.max(side.pending.len());
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 16 * 1024];
+        while let Some(t) = side.conn.poll_transmit(now, &mut buf) {
+            out.push((t.path, buf[..t.len].to_vec(), t.release_at));
+        }
+        for (path, d, at) in out {
+            self.send_at(node, true, Payload::Wan(path, d), at);
+        }
+    }
+
+    /// Delivers what a gateway's WAN transport has for its engine.
+    fn drain_wan(&mut self, node: Node) {
+        let now = self.now;
+        let (side, gw) = if node == Node::GwA {
+            (self.wan_a.as_mut(), self.gw_a.as_mut())
+        } else {
+            (self.wan_b.as_mut(), self.gw_b.as_mut())
+        };
+        let (Some(side), Some(gw)) = (side, gw) else {
+            return;
+        };
+        while let Some(ev) = side.conn.poll_event() {
+            match ev {
+                WanEvent::Message(m) => gw.handle_twin(now, m),
+                WanEvent::Datagram(p) => gw.handle_twin(now, TwinMsg::Datagram { packet: p }),
+                _ => {}
             }
         }
     }
@@ -246,6 +367,9 @@ impl World {
         }
         for gw in self.gw_a.iter().chain(self.gw_b.iter()) {
             consider(gw.poll_timeout());
+        }
+        for w in self.wan_a.iter().chain(self.wan_b.iter()) {
+            consider(w.conn.poll_timeout());
         }
         t
     }
@@ -269,6 +393,13 @@ impl World {
                 gw.handle_timeout(now);
             }
         }
+        for w in self.wan_a.iter_mut().chain(self.wan_b.iter_mut()) {
+            if w.conn.poll_timeout().is_some_and(|d| d <= now) {
+                w.conn.handle_timeout(now);
+            }
+        }
+        self.drain_wan(Node::GwA);
+        self.drain_wan(Node::GwB);
         self.flush();
     }
 
@@ -322,13 +453,24 @@ impl World {
                 };
                 let gw = gw.expect("gateway exists when addressed");
                 let from_dc = matches!(payload, Payload::Ip(_));
+                let _ = from_dc;
                 match payload {
                     Payload::Ip(v) => gw.handle_dc(now, &v),
                     Payload::Twin(m) => gw.handle_twin(now, m),
+                    Payload::Wan(path, d) => {
+                        let side = if to == Node::GwA {
+                            self.wan_a.as_mut()
+                        } else {
+                            self.wan_b.as_mut()
+                        };
+                        if let Some(side) = side {
+                            side.conn.handle_datagram(now, path, &d);
+                        }
+                        self.drain_wan(to);
+                    }
                 }
-                let _ = from_dc;
             }
-            (node, Payload::Twin(m)) => panic!("twin message {m:?} delivered to host {node:?}"),
+            (node, p) => panic!("gateway traffic {p:?} delivered to host {node:?}"),
         }
     }
 
