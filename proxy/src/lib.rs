@@ -14,6 +14,7 @@
 //! return packets and timers; sockets and clocks live only in the I/O layers.
 
 pub mod buffer;
+pub mod gateway;
 pub mod plan;
 pub mod qp;
 pub mod roce;

@@ -1,4 +1,4 @@
-//! The `soya` command: gateway daemon, config checker and demo.
+//! The `soya` command: gateway daemon and its status, config checker, planner and demo.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -33,6 +33,29 @@ enum Command {
     Plan(soya::plan::PlanArgs),
     /// Run the two-site demo on loopback (direct vs. through Sōya at 300 km).
     Demo,
+    /// Run the gateway daemon of one site (SIGTERM/SIGINT drain and exit,
+    /// SIGHUP re-reads the configuration).
+    Gateway {
+        /// Site configuration file (TOML).
+        #[arg(short, long)]
+        config: PathBuf,
+        /// Validate the configuration, print the startup summary and exit.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Show a running gateway's paths and busiest flows (read from its
+    /// control socket).
+    Status {
+        /// The gateway's control socket (`control.socket`).
+        #[arg(short, long)]
+        socket: Option<PathBuf>,
+        /// Take the control socket from this site configuration instead.
+        #[arg(short, long, conflicts_with = "socket")]
+        config: Option<PathBuf>,
+        /// Print the raw snapshot as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -47,6 +70,161 @@ fn main() -> ExitCode {
                  wire codec and the site configuration only."
             );
             ExitCode::from(2)
+        }
+        Command::Gateway { config, check } => gateway(&config, check),
+        Command::Status {
+            socket,
+            config,
+            json,
+        } => status(socket, config, json),
+    }
+}
+
+fn gateway(path: &std::path::Path, check: bool) -> ExitCode {
+    use soya::gateway::{self, logging, reload, signals};
+    let cfg = match soya_config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{}", gateway::startup_summary(&cfg));
+    if let soya_config::DcBackend::AfPacket { interface } = &cfg.dc.backend {
+        eprintln!(
+            "soya gateway: dc.backend = \"afpacket\" (interface {interface}) is not implemented \
+             in this build; use \"tun\" or \"udp\""
+        );
+        return ExitCode::FAILURE;
+    }
+    if check {
+        if let Err(e) = gateway::wan_key(&cfg) {
+            eprintln!("soya gateway: {e}");
+            return ExitCode::FAILURE;
+        }
+        println!("configuration OK");
+        return ExitCode::SUCCESS;
+    }
+    logging::init(cfg.log.format, cfg.log.level);
+    // Before the control socket exists: whoever sees it may signal us.
+    let mut sigs = match signals::Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("soya gateway: cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let gw = match gateway::Gateway::start(&cfg) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("soya gateway: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ctl = gw.control();
+    let path = path.to_path_buf();
+    let mut running = cfg;
+    // Detached: it ends with the process.
+    let _ = std::thread::Builder::new()
+        .name("soya-signals".into())
+        .spawn(move || {
+            let mut stops = 0;
+            while let Some(sig) = sigs.wait() {
+                match sig {
+                    signals::Signal::Stop => {
+                        stops += 1;
+                        if stops == 1 {
+                            tracing::info!("stop signal: draining (again to abort)");
+                            ctl.drain();
+                        } else {
+                            tracing::warn!("second stop signal: aborting without drain");
+                            ctl.abort();
+                        }
+                    }
+                    signals::Signal::Reload => match soya_config::load(&path) {
+                        Ok(new) => {
+                            let r = reload::diff(&running, &new);
+                            if r.applied.iter().any(|k| k == "log.level") {
+                                logging::set_level(new.log.level);
+                                running.log.level = new.log.level;
+                            }
+                            if r.is_empty() {
+                                tracing::info!("SIGHUP: configuration unchanged");
+                            } else {
+                                tracing::info!(applied = ?r.applied, "SIGHUP: configuration re-read");
+                            }
+                            if !r.need_restart.is_empty() {
+                                tracing::warn!(keys = ?r.need_restart, "SIGHUP: these changes need a restart to take effect");
+                            }
+                        }
+                        Err(e) => tracing::error!("SIGHUP: configuration not reloaded: {e}"),
+                    },
+                }
+            }
+        });
+    let summary = gw.wait();
+    println!("{summary}");
+    match summary.outcome {
+        gateway::RunOutcome::Failed(_) => ExitCode::FAILURE,
+        _ => ExitCode::SUCCESS,
+    }
+}
+
+fn status(socket: Option<PathBuf>, config: Option<PathBuf>, json: bool) -> ExitCode {
+    let path = match (socket, config) {
+        (Some(s), _) => s,
+        (None, Some(c)) => match soya_config::load(&c) {
+            Ok(cfg) => cfg.control.socket,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        (None, None) => {
+            let found: Vec<PathBuf> = std::fs::read_dir("/run/soya")
+                .map(|d| {
+                    d.filter_map(|e| e.ok().map(|e| e.path()))
+                        .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            match found.as_slice() {
+                [one] => one.clone(),
+                [] => {
+                    eprintln!(
+                        "soya status: no gateway socket in /run/soya; give --socket PATH or --config FILE"
+                    );
+                    return ExitCode::FAILURE;
+                }
+                many => {
+                    eprintln!(
+                        "soya status: several gateways in /run/soya ({}); give --socket PATH",
+                        many.iter()
+                            .map(|p| p.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
+    match soya::gateway::control::query(&path) {
+        Ok(s) => {
+            let text = if json {
+                serde_json::to_string_pretty(&s).unwrap_or_default() + "\n"
+            } else {
+                soya::gateway::control::render_status(&s)
+            };
+            let _ = std::io::stdout().lock().write_all(text.as_bytes());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!(
+                "soya status: cannot read gateway status from {}: {e}",
+                path.display()
+            );
+            ExitCode::FAILURE
         }
     }
 }

@@ -1,0 +1,288 @@
+//! The control socket (`control.socket`, a Unix stream socket) and the
+//! `soya status` client.
+//!
+//! Protocol: the client sends one line, `status`, and reads the gateway's
+//! [`Snapshot`] as one JSON document until the server closes. Anything else
+//! gets `{"error": …}`.
+
+use std::fmt::Write as _;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::snapshot::Snapshot;
+use super::Shared;
+
+/// Binds the control socket, replacing a stale socket file; refuses when a
+/// live gateway answers on it.
+pub fn bind(path: &Path) -> io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        if !dir.as_os_str().is_empty() && !dir.exists() {
+            std::fs::create_dir_all(dir)?;
+        }
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!(
+                    "control socket {} is in use: another gateway is running",
+                    path.display()
+                ),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let l = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    Ok(l)
+}
+
+/// Answers `status` requests until the gateway stops, then removes the
+/// socket file.
+pub fn serve(
+    listener: UnixListener,
+    path: PathBuf,
+    shared: Arc<Shared>,
+) -> io::Result<JoinHandle<()>> {
+    listener.set_nonblocking(true)?;
+    std::thread::Builder::new()
+        .name("soya-control".into())
+        .spawn(move || {
+            loop {
+                if shared.stopping.load(Ordering::Acquire) {
+                    break;
+                }
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let _ = handle(stream, &shared);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+            let _ = std::fs::remove_file(&path);
+        })
+}
+
+fn handle(stream: UnixStream, shared: &Shared) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut line = String::new();
+    BufReader::new(stream.try_clone()?)
+        .take(1024)
+        .read_line(&mut line)?;
+    let mut w = stream;
+    let body = match line.trim() {
+        "status" => match shared.snapshot(Duration::from_secs(2)) {
+            Some(s) => serde_json::to_string(&s).map_err(io::Error::other)?,
+            None => r#"{"error":"no snapshot"}"#.to_string(),
+        },
+        other => serde_json::json!({ "error": format!("unknown request {other:?}") }).to_string(),
+    };
+    w.write_all(body.as_bytes())?;
+    w.write_all(b"\n")?;
+    w.flush()
+}
+
+/// Asks the gateway behind `path` for its snapshot.
+pub fn query(path: &Path) -> io::Result<Snapshot> {
+    let mut s = UnixStream::connect(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(b"status\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+        if let Some(e) = v.get("error") {
+            return Err(io::Error::other(format!("gateway answered: {e}")));
+        }
+    }
+    serde_json::from_str(&text).map_err(|e| io::Error::other(format!("bad answer: {e}")))
+}
+
+fn rate(bps: u64) -> String {
+    let b = bps as f64;
+    if b >= 1e9 {
+        format!("{:.2} Gb/s", b / 1e9)
+    } else if b >= 1e6 {
+        format!("{:.1} Mb/s", b / 1e6)
+    } else if b >= 1e3 {
+        format!("{:.1} kb/s", b / 1e3)
+    } else {
+        format!("{bps} b/s")
+    }
+}
+
+fn bytes(n: u64) -> String {
+    let b = n as f64;
+    if b >= (1u64 << 30) as f64 {
+        format!("{:.2} GiB", b / (1u64 << 30) as f64)
+    } else if b >= (1u64 << 20) as f64 {
+        format!("{:.1} MiB", b / (1u64 << 20) as f64)
+    } else if b >= 1024.0 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{n} B")
+    }
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.3} ms", us as f64 / 1e3)
+}
+
+/// The `soya status` table (think `wg show`).
+pub fn render_status(s: &Snapshot) -> String {
+    let mut o = String::new();
+    let peer = s
+        .peer_generation
+        .map_or_else(|| "none".to_string(), |g| format!("{g:016x}"));
+    let _ = writeln!(o, "gateway: {} ({})", s.site, s.state);
+    let _ = writeln!(
+        o,
+        "  version: {}   uptime: {:.1} s   policy: {}{}",
+        s.version,
+        s.uptime_secs,
+        s.policy,
+        if s.insecure {
+            "   WAN: INSECURE (lab)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        o,
+        "  twin: {}   generation: {:016x}   peer generation: {}",
+        if s.connected {
+            "connected"
+        } else {
+            "NOT connected"
+        },
+        s.generation,
+        peer
+    );
+    let _ = writeln!(o, "  dc: {}", s.backend);
+    let d = &s.dc;
+    let _ = writeln!(
+        o,
+        "    rx {} pkts ({}): accepted {}, malformed {}, acl src {}, acl dst {}, draining {}, backpressure {}",
+        d.rx_packets,
+        bytes(d.rx_bytes),
+        d.rx_accepted,
+        d.rx_malformed,
+        d.rx_acl_source,
+        d.rx_acl_destination,
+        d.rx_draining,
+        d.rx_backpressure
+    );
+    let _ = writeln!(
+        o,
+        "    tx {} pkts ({}): no peer {}, acl {}, errors {}",
+        d.tx_packets,
+        bytes(d.tx_bytes),
+        d.tx_no_peer,
+        d.tx_acl,
+        d.tx_errors
+    );
+    let b = &s.buffer;
+    let _ = writeln!(
+        o,
+        "  buffer: {}/{} slots ({:.1}%), high water {} slots, {} per slot",
+        b.slots_used,
+        b.slots_total,
+        100.0 * b.slots_used as f64 / b.slots_total.max(1) as f64,
+        b.high_water,
+        bytes(b.slot_bytes)
+    );
+    let t = &s.twin;
+    let _ = writeln!(
+        o,
+        "  twin msgs: out {}, in {}; waiting {} ({}), overflow {}; datagrams out {}, in {}, acl drops {}",
+        t.msgs_out,
+        t.msgs_in,
+        t.pending_messages,
+        bytes(t.pending_bytes),
+        t.pending_overflow,
+        t.datagrams_out,
+        t.datagrams_in,
+        t.datagram_acl_drops
+    );
+    let w = &s.wan;
+    let _ = writeln!(
+        o,
+        "  wan: sent {} pkts, received {}, lost {}, retransmitted {}; auth failures {}, replays {}, malformed {}, peer restarts {}",
+        w.packets_sent,
+        w.packets_received,
+        w.packets_lost,
+        w.packets_retransmitted,
+        w.auth_failures,
+        w.replays_dropped,
+        w.malformed,
+        w.peer_restarts
+    );
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{:<16} {:<8} {:>10} {:>10} {:>7} {:>12} {:>11} {:>11} {:>11} {:>11}",
+        "path", "state", "rtt", "min rtt", "loss", "rate", "cwnd", "in flight", "sent", "received"
+    );
+    for p in &s.paths {
+        let _ = writeln!(
+            o,
+            "{:<16} {:<8} {:>10} {:>10} {:>6.2}% {:>12} {:>11} {:>11} {:>11} {:>11}",
+            p.name,
+            p.state,
+            ms(p.srtt_us),
+            ms(p.min_rtt_us),
+            p.loss_rate * 100.0,
+            rate(p.pacing_rate_bps),
+            bytes(p.cwnd_bytes),
+            bytes(p.bytes_in_flight),
+            bytes(p.bytes_sent),
+            bytes(p.bytes_received)
+        );
+        let _ = writeln!(
+            o,
+            "  {} -> {}  weight {}  dscp {}  lost {}  down {}x",
+            p.local, p.remote, p.weight, p.dscp, p.packets_lost, p.times_down
+        );
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "flows: {} known, busiest {} shown",
+        s.flows_total,
+        s.flows.len().min(10)
+    );
+    if !s.flows.is_empty() {
+        let _ = writeln!(
+            o,
+            "{:<8} {:<36} {:<12} {:>10} {:>11} {:>10} {:>6} {:>6} {:>9}",
+            "role", "half", "mode", "packets", "bytes", "pseudo-ack", "naks", "retx", "buffered"
+        );
+        for f in s.flows.iter().take(10) {
+            let _ = writeln!(
+                o,
+                "{:<8} {:<36} {:<12} {:>10} {:>11} {:>10} {:>6} {:>6} {:>9}",
+                f.role,
+                f.half,
+                f.mode,
+                f.packets,
+                bytes(f.bytes),
+                f.pseudo_acks,
+                f.naks,
+                f.retransmissions,
+                f.buffered
+            );
+        }
+    }
+    o
+}

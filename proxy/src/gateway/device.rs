@@ -1,0 +1,664 @@
+//! The device loop: one thread owns the QP engine, the WAN connection and
+//! every packet socket, and moves packets between them.
+//!
+//! Each turn: wait in ppoll(2) for a socket, the wake-up eventfd or the
+//! earliest timer (engine, transport, a paced packet), read a batch from
+//! every ready socket, fire due timers, then *pump* (transport events into
+//! the engine, engine outputs to the DC side and the transport, waiting
+//! messages into the transport) until nothing moves, and transmit what the
+//! transport releases. Packets are still allocated one by one (the engine
+//! and the transport take and return `Vec<u8>`); an allocation-free path is
+//! later work.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::qp::{HalfKey, Output, QpEngine, TwinMsg};
+use crate::roce::{NakCode, Psn, RocePacket};
+use crate::time::Time;
+use crate::wan::{Event, PathState, Transmit, WanConfig, WanConnection};
+
+use super::acl::{self, Acl, Verdict};
+use super::backend::{DcIo, TxOutcome};
+use super::glue::{self, Pending, PENDING_HIGH_WATER};
+use super::snapshot::{
+    BufferSnap, DcCounters, EngineCounters, FlowSnap, PathSnap, Snapshot, TwinCounters,
+    WanCounters, MAX_FLOWS,
+};
+use super::wanio::WanSockets;
+use super::{sys, Command, RunOutcome, RunSummary, Shared};
+
+/// Packets read from one socket per turn before the others get their turn.
+const BATCH: usize = 256;
+/// Packets transmitted per turn before reading again.
+const TX_BATCH: usize = 512;
+/// A paced packet due within this is waited for by spinning.
+const SPIN: Duration = Duration::from_micros(50);
+/// Longest wait without a timer (the eventfd wakes us for commands).
+const IDLE_WAIT: Duration = Duration::from_millis(250);
+/// How long a drain may take.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Static facts about a path, for snapshots and logs.
+pub struct PathMeta {
+    pub name: String,
+    pub local: String,
+    pub remote: String,
+    pub dscp: u8,
+    pub weight: u32,
+}
+
+pub struct Device {
+    pub site: String,
+    pub insecure: bool,
+    pub policy: String,
+    pub engine: QpEngine,
+    pub wan: WanConnection,
+    /// To rebuild the connection when the twin closes it.
+    pub wan_cfg: WanConfig,
+    pub dc: DcIo,
+    pub socks: WanSockets,
+    pub acl: Acl,
+    pub paths: Vec<PathMeta>,
+    pub shared: Arc<Shared>,
+    pub epoch: Instant,
+    pub slot_bytes: u64,
+    pending: Pending,
+    rx: Vec<u8>,
+    tx: Vec<u8>,
+    held: Option<Transmit>,
+    dcc: DcCounters,
+    tw: TwinCounters,
+    draining: Option<Instant>,
+    closing: bool,
+    backend: String,
+}
+
+/// A fresh, never-zero 64-bit session nonce from the kernel's CSPRNG.
+pub fn session_nonce() -> std::io::Result<u64> {
+    use std::io::Read;
+    let mut f = std::fs::File::open("/dev/urandom")?;
+    loop {
+        let mut b = [0u8; 8];
+        f.read_exact(&mut b)?;
+        let n = u64::from_le_bytes(b);
+        if n != 0 {
+            return Ok(n);
+        }
+    }
+}
+
+fn path_state(s: PathState) -> &'static str {
+    match s {
+        PathState::Probing => "probing",
+        PathState::Up => "up",
+        PathState::Down => "down",
+    }
+}
+
+impl Device {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        site: String,
+        insecure: bool,
+        policy: String,
+        engine: QpEngine,
+        wan: WanConnection,
+        wan_cfg: WanConfig,
+        dc: DcIo,
+        socks: WanSockets,
+        acl: Acl,
+        paths: Vec<PathMeta>,
+        shared: Arc<Shared>,
+        epoch: Instant,
+        slot_bytes: u64,
+    ) -> Device {
+        let backend = dc.describe();
+        Device {
+            site,
+            insecure,
+            policy,
+            engine,
+            wan,
+            wan_cfg,
+            dc,
+            socks,
+            acl,
+            paths,
+            shared,
+            epoch,
+            slot_bytes,
+            pending: Pending::default(),
+            rx: vec![0; 65_536],
+            tx: vec![0; 65_536],
+            held: None,
+            dcc: DcCounters::default(),
+            tw: TwinCounters::default(),
+            draining: None,
+            closing: false,
+            backend,
+        }
+    }
+
+    fn now(&self) -> Time {
+        Time::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    fn instant(&self, t: Time) -> Instant {
+        self.epoch + Duration::from_nanos(t.as_nanos())
+    }
+
+    /// Runs until drained, aborted or failed.
+    pub fn run(mut self) -> RunSummary {
+        sys::set_timer_slack(1_000);
+        let started = Instant::now();
+        let mut fds = vec![
+            sys::pollfd(self.shared.wake.fd(), libc::POLLIN),
+            sys::pollfd(self.dc.fd(), libc::POLLIN),
+        ];
+        for s in 0..self.socks.len() {
+            fds.push(sys::pollfd(self.socks.fd(s), libc::POLLIN));
+        }
+        tracing::info!(site = %self.site, backend = %self.backend, generation = format_args!("{:016x}", self.wan.generation()), "gateway running");
+        loop {
+            let now = self.now();
+            let timeout = self.next_wait(now);
+            for f in fds.iter_mut() {
+                f.revents = 0;
+            }
+            if let Err(e) = sys::ppoll(&mut fds, Some(timeout)) {
+                return self.stop(RunOutcome::Failed(format!("ppoll: {e}")), started);
+            }
+            if fds[0].revents != 0 {
+                self.shared.wake.clear();
+            }
+            match self.shared.command() {
+                Command::Abort => return self.stop(RunOutcome::Aborted, started),
+                Command::Drain if self.draining.is_none() => {
+                    tracing::info!(
+                        buffered_slots = self.engine.occupancy().slots_used,
+                        waiting = self.pending.messages,
+                        "draining: new requests from the DC side are refused; flushing (at most {} s)",
+                        DRAIN_TIMEOUT.as_secs()
+                    );
+                    self.draining = Some(Instant::now() + DRAIN_TIMEOUT);
+                }
+                _ => {}
+            }
+            let now = self.now();
+            for s in 0..self.socks.len() {
+                if fds[2 + s].revents != 0 {
+                    self.recv_wan(s, now);
+                }
+            }
+            if fds[1].revents & libc::POLLIN != 0 {
+                if let Err(e) = self.recv_dc(now) {
+                    return self.stop(RunOutcome::Failed(format!("dc backend: {e}")), started);
+                }
+            }
+            let now = self.now();
+            if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+                self.engine.handle_timeout(now);
+            }
+            if self.wan.poll_timeout().is_some_and(|t| t <= now) {
+                self.wan.handle_timeout(now);
+            }
+            self.pump(now);
+            self.transmit();
+            self.serve_snapshot();
+            if let Some(deadline) = self.draining {
+                if self.is_drained() {
+                    return self.stop(RunOutcome::Drained, started);
+                }
+                if Instant::now() >= deadline {
+                    return self.stop(RunOutcome::DrainTimeout, started);
+                }
+            }
+        }
+    }
+
+    fn next_wait(&self, now: Time) -> Duration {
+        let mut t: Option<Time> = None;
+        let mut at = |x: Option<Time>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |t: Time| t.min(x)));
+            }
+        };
+        at(self.engine.poll_timeout());
+        at(self.wan.poll_timeout());
+        at(self.held.map(|h| h.release_at));
+        let mut wait = t.map_or(IDLE_WAIT, |t| t.since(now)).min(IDLE_WAIT);
+        if self.draining.is_some() {
+            wait = wait.min(Duration::from_millis(10));
+        }
+        wait
+    }
+
+    fn recv_wan(&mut self, s: usize, now: Time) {
+        for _ in 0..BATCH {
+            let Some((n, from)) = self.socks.recv(s, &mut self.rx) else {
+                break;
+            };
+            let Some(path) = self.socks.path_of(s, from) else {
+                continue;
+            };
+            self.wan.handle_datagram(now, path, &self.rx[..n]);
+        }
+    }
+
+    fn recv_dc(&mut self, now: Time) -> std::io::Result<()> {
+        let wall = Instant::now();
+        for _ in 0..BATCH {
+            let Some((n, from)) = self.dc.recv(&mut self.rx)? else {
+                break;
+            };
+            self.dcc.rx_packets += 1;
+            self.dcc.rx_bytes += n as u64;
+            let pkt = &self.rx[..n];
+            let (verdict, addrs) = self.acl.outbound(pkt);
+            match verdict {
+                Verdict::Malformed => self.dcc.rx_malformed += 1,
+                Verdict::BadSource => self.dcc.rx_acl_source += 1,
+                Verdict::BadDestination => self.dcc.rx_acl_destination += 1,
+                Verdict::Pass => {
+                    if let Some((src, _)) = addrs {
+                        self.dc.learn(src, from, wall);
+                    }
+                    let refuse_new =
+                        self.draining.is_some() || self.pending.bytes > PENDING_HIGH_WATER;
+                    if refuse_new && is_request(pkt) {
+                        if self.draining.is_some() {
+                            self.dcc.rx_draining += 1;
+                        } else {
+                            self.dcc.rx_backpressure += 1;
+                        }
+                        continue;
+                    }
+                    self.dcc.rx_accepted += 1;
+                    self.engine.handle_dc(now, pkt);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves events and outputs between engine and transport until quiet.
+    fn pump(&mut self, now: Time) {
+        loop {
+            let mut moved = false;
+            while let Some(ev) = self.wan.poll_event() {
+                moved = true;
+                self.on_event(now, ev);
+            }
+            while let Some(out) = self.engine.poll_output() {
+                moved = true;
+                self.on_output(now, out);
+            }
+            if !self.pending.is_empty() && self.pending.flush(&mut self.wan, now) {
+                moved = true;
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    fn on_event(&mut self, now: Time, ev: Event) {
+        match ev {
+            Event::Message(msg) => {
+                self.tw.msgs_in += 1;
+                self.engine.handle_twin(now, msg);
+            }
+            Event::Datagram(packet) => {
+                self.tw.datagrams_in += 1;
+                if self.acl.inbound(&packet).0 == Verdict::Pass {
+                    self.engine.handle_twin(now, TwinMsg::Datagram { packet });
+                } else {
+                    self.tw.datagram_acl_drops += 1;
+                }
+            }
+            Event::PathUp(i) => {
+                tracing::info!(path = %self.path_name(i), "wan path up");
+            }
+            Event::PathDown(i) => {
+                tracing::warn!(path = %self.path_name(i), "wan path DOWN");
+            }
+            Event::Connected { peer_generation } => {
+                tracing::info!(
+                    peer_generation = format_args!("{peer_generation:016x}"),
+                    "connected to the twin"
+                );
+            }
+            Event::PeerRestarted {
+                old_generation,
+                new_generation,
+            } => {
+                tracing::warn!(
+                    old_generation = format_args!("{old_generation:016x}"),
+                    new_generation = format_args!("{new_generation:016x}"),
+                    "the twin RESTARTED: failing every flow that was mid-stream"
+                );
+                self.fail_mid_stream(now, "twin restarted");
+            }
+            Event::Closed => {
+                if self.closing {
+                    return;
+                }
+                // The twin shut down (CLOSE frame). Whatever it had not
+                // delivered is gone with it; start a new session so that
+                // its next incarnation finds us.
+                tracing::warn!("the twin closed the connection (shut down): failing every flow that was mid-stream, starting a new session");
+                self.fail_mid_stream(now, "twin shut down");
+                match session_nonce() {
+                    Ok(nonce) => {
+                        self.wan = WanConnection::new(self.wan_cfg.clone(), now, nonce);
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot draw a session nonce; WAN stays closed")
+                    }
+                }
+            }
+        }
+    }
+
+    /// The conservative answer to a lost twin: every half with requests
+    /// not yet reported delivered is failed toward its requester with a
+    /// remote operational error (the engine injects the NAK at the
+    /// requester's next outstanding PSN and answers everything later with
+    /// it). See the module docs for the engine API that would do this
+    /// without a synthetic `Error` message.
+    fn fail_mid_stream(&mut self, now: Time, why: &str) {
+        self.pending.clear();
+        self.tw.discarded_on_restart = self.pending.discarded;
+        let halves: Vec<HalfKey> = self
+            .engine
+            .ingress_halves()
+            .filter(|a| !a.is_idle())
+            .map(|a| a.key)
+            .collect();
+        for half in halves {
+            tracing::warn!(flow = %half, reason = why, "failing flow toward its requester");
+            self.tw.flows_failed_on_restart += 1;
+            self.engine.handle_twin(
+                now,
+                TwinMsg::Error {
+                    half,
+                    psn: Psn::new(0),
+                    code: NakCode::RemoteOperationalError,
+                },
+            );
+        }
+    }
+
+    fn on_output(&mut self, now: Time, out: Output) {
+        match out {
+            Output::Dc(packet) => self.write_dc(&packet),
+            Output::Twin(msg) => match glue::flow_of(&msg) {
+                Some(flow) => {
+                    self.tw.msgs_out += 1;
+                    self.pending.submit(&mut self.wan, now, flow, msg);
+                }
+                None => {
+                    if let TwinMsg::Datagram { packet } = msg {
+                        self.tw.datagrams_out += 1;
+                        self.wan.send_datagram(now, packet);
+                    }
+                }
+            },
+        }
+    }
+
+    fn write_dc(&mut self, packet: &[u8]) {
+        let Some((_, dst)) = acl::addresses(packet) else {
+            self.dcc.tx_errors += 1;
+            return;
+        };
+        if !self.acl.is_local(dst) {
+            self.dcc.tx_acl += 1;
+            return;
+        }
+        match self.dc.send(packet, dst) {
+            TxOutcome::Sent => {
+                self.dcc.tx_packets += 1;
+                self.dcc.tx_bytes += packet.len() as u64;
+            }
+            TxOutcome::NoPeer => self.dcc.tx_no_peer += 1,
+            TxOutcome::Error => self.dcc.tx_errors += 1,
+        }
+    }
+
+    /// Sends what the transport releases, honouring `release_at`.
+    fn transmit(&mut self) {
+        if let Some(h) = self.held {
+            let due = self.instant(h.release_at);
+            if due > Instant::now() {
+                return;
+            }
+            self.socks.send(h.path, &self.tx[..h.len]);
+            self.held = None;
+        }
+        for _ in 0..TX_BATCH {
+            let now = self.now();
+            let Some(t) = self.wan.poll_transmit(now, &mut self.tx) else {
+                return;
+            };
+            if t.release_at > now {
+                let due = self.instant(t.release_at);
+                if t.release_at.since(now) > SPIN {
+                    self.held = Some(t);
+                    return;
+                }
+                while Instant::now() < due {
+                    std::hint::spin_loop();
+                }
+            }
+            self.socks.send(t.path, &self.tx[..t.len]);
+        }
+    }
+
+    fn is_drained(&self) -> bool {
+        self.engine.occupancy().slots_used == 0
+            && self.pending.is_empty()
+            && self.wan.is_drained()
+            && self.held.is_none()
+    }
+
+    fn path_name(&self, i: usize) -> &str {
+        self.paths.get(i).map_or("?", |p| p.name.as_str())
+    }
+
+    fn serve_snapshot(&mut self) {
+        let req = self.shared.snap_req.load(Ordering::Acquire);
+        if req == self.shared.snap_served() {
+            return;
+        }
+        let s = self.snapshot("running");
+        self.shared.publish(req, s);
+    }
+
+    /// Ends the loop: closes the session (unless aborted), publishes a last
+    /// snapshot and reports.
+    fn stop(mut self, outcome: RunOutcome, started: Instant) -> RunSummary {
+        if !matches!(outcome, RunOutcome::Aborted) {
+            self.closing = true;
+            let now = self.now();
+            self.wan.close(now);
+            for _ in 0..8 {
+                if let Some(h) = self.held.take() {
+                    self.socks.send(h.path, &self.tx[..h.len]);
+                }
+                self.transmit();
+                while self.wan.poll_event().is_some() {}
+            }
+        }
+        let occ = self.engine.occupancy();
+        let summary = RunSummary {
+            outcome,
+            elapsed: started.elapsed(),
+            buffered_slots_left: occ.slots_used as u64,
+            waiting_left: self.pending.messages as u64,
+            wan_bytes_left: self.wan.stats().send_buffered,
+            snapshot: self.snapshot("stopped"),
+        };
+        let req = self.shared.snap_req.load(Ordering::Acquire);
+        self.shared.publish(req, summary.snapshot.clone());
+        self.shared.stopped();
+        summary
+    }
+
+    fn snapshot(&self, state: &str) -> Snapshot {
+        let ws = self.wan.stats();
+        let es = self.engine.stats;
+        let occ = self.engine.occupancy();
+        let mut flows: Vec<FlowSnap> = self
+            .engine
+            .ingress_halves()
+            .map(|a| FlowSnap {
+                role: "ingress".into(),
+                half: a.key.to_string(),
+                mode: format!("{:?}", a.mode).to_lowercase(),
+                packets: a.stats.packets,
+                bytes: a.stats.bytes,
+                pseudo_acks: a.stats.pseudo_acks,
+                naks: a.stats.seq_naks + a.stats.errors_injected,
+                retransmissions: a.stats.duplicates_dropped,
+                buffered: a.buffered() as u64,
+                detail: format!("{:?}", a.stats),
+            })
+            .chain(self.engine.egress_halves().map(|r| FlowSnap {
+                role: "egress".into(),
+                half: r.key.to_string(),
+                mode: String::new(),
+                packets: r.stats.injected + r.stats.raw_injected,
+                bytes: 0,
+                pseudo_acks: 0,
+                naks: r.stats.seq_naks + r.stats.rnr_naks + r.stats.fatal_naks,
+                retransmissions: r.stats.retransmitted,
+                buffered: r.held() as u64,
+                detail: format!("{:?}", r.stats),
+            }))
+            .collect();
+        let flows_total = flows.len();
+        flows.sort_by_key(|f| std::cmp::Reverse((f.bytes, f.packets)));
+        flows.truncate(MAX_FLOWS);
+        let (lab_hosts, lab_host_conflicts) = match &self.dc {
+            DcIo::Udp(u) => (self.dc.peers() as u64, u.peer_conflicts),
+            DcIo::Tun(_) => (0, 0),
+        };
+        let state = if state == "running" && self.draining.is_some() {
+            "draining"
+        } else {
+            state
+        };
+        Snapshot {
+            site: self.site.clone(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            backend: self.backend.clone(),
+            state: state.into(),
+            uptime_secs: self.epoch.elapsed().as_secs_f64(),
+            generation: ws.generation,
+            peer_generation: ws.peer_generation,
+            connected: ws.connected,
+            insecure: self.insecure,
+            policy: self.policy.clone(),
+            dc: DcCounters {
+                lab_hosts,
+                lab_host_conflicts,
+                ..self.dcc.clone()
+            },
+            engine: EngineCounters {
+                dc_packets: es.dc_packets,
+                dc_malformed: es.dc_malformed,
+                dc_bad_icrc: es.dc_bad_icrc,
+                dc_not_roce: es.dc_not_roce,
+                twin_msgs: es.twin_msgs,
+                twin_malformed: es.twin_malformed,
+                cm_messages: es.cm_messages,
+                flows_learned_cm: es.flows_learned_cm,
+                flows_learned_traffic: es.flows_learned_traffic,
+                cnps_absorbed: es.cnps_absorbed,
+                unmatched_responses: es.unmatched_responses,
+            },
+            buffer: BufferSnap {
+                slots_used: occ.slots_used as u64,
+                slots_total: occ.slots_total as u64,
+                high_water: occ.high_water as u64,
+                slot_bytes: self.slot_bytes,
+            },
+            twin: TwinCounters {
+                pending_messages: self.pending.messages as u64,
+                pending_bytes: self.pending.bytes as u64,
+                pending_high_water_bytes: self.pending.high_water_bytes as u64,
+                pending_overflow: self.pending.overflow,
+                blocked: self.pending.blocked,
+                send_errors: self.pending.send_errors,
+                ..self.tw.clone()
+            },
+            wan: WanCounters {
+                packets_sent: ws.packets_sent,
+                packets_received: ws.packets_received,
+                packets_lost: ws.packets_lost,
+                packets_retransmitted: ws.packets_retransmitted,
+                packets_accepted: ws.packets_accepted,
+                auth_failures: ws.auth_failures,
+                replays_dropped: ws.replays_dropped,
+                malformed: ws.malformed,
+                stale_generation: ws.stale_generation,
+                no_session: ws.no_session,
+                role_conflicts: ws.role_conflicts,
+                protocol_violations: ws.protocol_violations,
+                peer_restarts: ws.peer_restarts,
+                events_dropped: ws.events_dropped,
+                messages_queued: ws.messages_queued,
+                messages_delivered: ws.messages_delivered,
+                messages_discarded: ws.messages_discarded,
+                datagrams_sent: ws.datagrams_sent,
+                datagrams_received: ws.datagrams_received,
+                datagrams_dropped: ws.datagrams_dropped,
+                send_buffered_bytes: ws.send_buffered,
+                recv_buffered_bytes: ws.recv_buffered,
+                unknown_source: self.socks.unknown_source,
+                foreign_source: self.socks.foreign_source,
+                socket_send_errors: self.socks.send_errors,
+                socket_recv_errors: self.socks.recv_errors,
+            },
+            paths: ws
+                .paths
+                .iter()
+                .zip(&self.paths)
+                .map(|(p, m)| PathSnap {
+                    name: m.name.clone(),
+                    local: m.local.clone(),
+                    remote: m.remote.clone(),
+                    state: path_state(p.state).into(),
+                    weight: m.weight,
+                    dscp: m.dscp,
+                    srtt_us: p.srtt.as_micros() as u64,
+                    min_rtt_us: p.min_rtt.as_micros() as u64,
+                    rttvar_us: p.rttvar.as_micros() as u64,
+                    loss_rate: p.loss_rate,
+                    cwnd_bytes: p.cwnd,
+                    pacing_rate_bps: p.pacing_rate_bps,
+                    bytes_in_flight: p.bytes_in_flight,
+                    packets_sent: p.counters.packets_sent,
+                    bytes_sent: p.counters.bytes_sent,
+                    packets_received: p.counters.packets_received,
+                    bytes_received: p.counters.bytes_received,
+                    packets_lost: p.counters.packets_lost,
+                    packets_retransmitted: p.counters.packets_retransmitted,
+                    auth_failures: p.counters.auth_failures,
+                    malformed: p.counters.malformed,
+                    times_down: p.counters.times_down,
+                })
+                .collect(),
+            flows,
+            flows_total,
+        }
+    }
+}
+
+/// A RoCE request packet (what draining and backpressure refuse).
+fn is_request(pkt: &[u8]) -> bool {
+    RocePacket::parse(pkt).is_ok_and(|p| p.info.is_request())
+}

@@ -1,0 +1,258 @@
+//! Between the engine and the WAN transport: which WAN flow carries a
+//! [`TwinMsg`], and the bounded queues that hold messages while the
+//! transport pushes back.
+//!
+//! # Flow ids
+//!
+//! The transport keeps order within a flow and never across flows; a lost
+//! packet stalls only its own flow. What must stay in order:
+//!
+//! - the Requests of one half (its PSN stream): flow
+//!   `H("req", requester, responder, responder QPN)`, the [`HalfKey`] parsed
+//!   from the request packet;
+//! - in the other direction, everything the egress side tells the ingress
+//!   side about one half: its Responses (READ responses, atomic ACKs, raw
+//!   phase ACK/NAKs), `Delivered` and `Error`. The ingress side relies on a
+//!   READ response arriving before a `Delivered` or `Error` past it (it
+//!   delivers the response first so that a NAK it then injects does not
+//!   overtake it). A Response packet names the requester's QPN, not the
+//!   responder's, so its half cannot be told from the packet alone; all of
+//!   them therefore use flow `H("rsp", requester address, responder
+//!   address)`: the halves between one pair of hosts share a flow in this
+//!   direction (a loss on one QP delays the answers of the others between
+//!   the same two hosts, never anything else). A finer split needs the
+//!   engine to name the half of a Response (see the report: an engine API
+//!   giving the flow of each `Output::Twin`).
+//! - Datagrams (non-RoCE traffic, RDMA-CM MADs) go as unreliable WAN
+//!   datagrams and need no flow.
+//!
+//! `H` is FNV-1a 64 over a tag and the fields, stable across builds and
+//! restarts. Flow 0 is the transport's control flow: a hash of 0 maps to 1.
+//! Messages whose packet does not parse use flow 1 (the engine never
+//! produces those; the counter `unparsable` says if it ever did).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+
+use crate::qp::{HalfKey, TwinMsg};
+use crate::roce::{IpHeader, RocePacket};
+use crate::time::Time;
+use crate::wan::{SendError, WanConnection};
+
+/// At most this many messages wait per flow (a flow's share of the engine's
+/// egress window is far below it).
+pub const PENDING_PER_FLOW: usize = 65_536;
+/// At most this many bytes wait in all flows together.
+pub const PENDING_BYTES: usize = 512 << 20;
+/// Above this many waiting bytes the gateway stops reading new requests from
+/// the DC side (backpressure instead of overflow).
+pub const PENDING_HIGH_WATER: usize = 64 << 20;
+
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        for &x in b {
+            self.0 ^= u64::from(x);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    fn ip(&mut self, ip: IpAddr) {
+        match ip {
+            IpAddr::V4(a) => {
+                self.bytes(&[4]);
+                self.bytes(&a.octets());
+            }
+            IpAddr::V6(a) => {
+                self.bytes(&[6]);
+                self.bytes(&a.octets());
+            }
+        }
+    }
+    fn finish(self) -> u64 {
+        self.0.max(1)
+    }
+}
+
+/// The flow of a half's requests.
+pub fn request_flow(h: &HalfKey) -> u64 {
+    let mut f = Fnv::new();
+    f.bytes(b"req");
+    f.ip(h.requester);
+    f.ip(h.responder);
+    f.bytes(&h.responder_qpn.to_be_bytes());
+    f.finish()
+}
+
+/// The flow of everything answering the requests between two hosts.
+pub fn response_flow(requester: IpAddr, responder: IpAddr) -> u64 {
+    let mut f = Fnv::new();
+    f.bytes(b"rsp");
+    f.ip(requester);
+    f.ip(responder);
+    f.finish()
+}
+
+/// The WAN flow of a reliable message; `None` for datagrams.
+pub fn flow_of(msg: &TwinMsg) -> Option<u64> {
+    Some(match msg {
+        TwinMsg::Request { packet, .. } => match RocePacket::parse(packet) {
+            Ok(p) => request_flow(&HalfKey::of_request(&p)),
+            Err(_) => 1,
+        },
+        TwinMsg::Response { packet } => match IpHeader::split(packet) {
+            // The response goes from the responder (src) to the requester.
+            Ok(s) => response_flow(s.header.dst(), s.header.src()),
+            Err(_) => 1,
+        },
+        TwinMsg::Delivered { half, .. } | TwinMsg::Error { half, .. } => {
+            response_flow(half.requester, half.responder)
+        }
+        TwinMsg::Datagram { .. } => return None,
+    })
+}
+
+/// Messages waiting for room in the transport, per flow, in order.
+#[derive(Default)]
+pub struct Pending {
+    flows: HashMap<u64, VecDeque<(TwinMsg, usize)>>,
+    /// Flows with something waiting, in the order they started waiting.
+    order: VecDeque<u64>,
+    pub messages: usize,
+    pub bytes: usize,
+    pub high_water_bytes: usize,
+    /// Messages refused because a bound was reached (a bug or an overload:
+    /// pseudo-ACKed data may be lost; logged at error level).
+    pub overflow: u64,
+    /// Times a message had to wait.
+    pub blocked: u64,
+    /// Messages the transport refused for good (too large, too many flows,
+    /// closed).
+    pub send_errors: u64,
+    /// Messages dropped because the twin restarted while they waited.
+    pub discarded: u64,
+}
+
+impl Pending {
+    pub fn is_empty(&self) -> bool {
+        self.messages == 0
+    }
+
+    /// Sends `msg` on `flow`, or queues it behind what already waits there.
+    pub fn submit(&mut self, wan: &mut WanConnection, now: Time, flow: u64, msg: TwinMsg) {
+        let waiting = self.flows.get(&flow).is_some_and(|q| !q.is_empty());
+        let len = WanConnection::wire_len(&msg) as usize;
+        if !waiting && wan.send_room(flow) >= len as u64 {
+            self.send(wan, now, flow, msg);
+            return;
+        }
+        if self.bytes + len > PENDING_BYTES
+            || self
+                .flows
+                .get(&flow)
+                .is_some_and(|q| q.len() >= PENDING_PER_FLOW)
+        {
+            self.overflow += 1;
+            tracing::error!(
+                flow = format_args!("{flow:#018x}"),
+                pending_bytes = self.bytes,
+                "twin queue overflow: message dropped (pseudo-ACKed data may be lost; overload or bug)"
+            );
+            return;
+        }
+        self.blocked += 1;
+        let q = self.flows.entry(flow).or_default();
+        if q.is_empty() {
+            self.order.push_back(flow);
+        }
+        q.push_back((msg, len));
+        self.messages += 1;
+        self.bytes += len;
+        self.high_water_bytes = self.high_water_bytes.max(self.bytes);
+    }
+
+    fn send(&mut self, wan: &mut WanConnection, now: Time, flow: u64, msg: TwinMsg) {
+        if let Err(e) = wan.send(now, flow, msg) {
+            self.send_errors += 1;
+            let level_error = !matches!(e, SendError::Closed);
+            if level_error {
+                tracing::error!(flow = format_args!("{flow:#018x}"), error = %e, "twin message refused by the WAN transport");
+            }
+        }
+    }
+
+    /// Moves waiting messages into the transport while it has room.
+    /// Returns whether anything moved.
+    pub fn flush(&mut self, wan: &mut WanConnection, now: Time) -> bool {
+        let mut moved = false;
+        for _ in 0..self.order.len() {
+            let Some(flow) = self.order.pop_front() else {
+                break;
+            };
+            let Some(q) = self.flows.get_mut(&flow) else {
+                continue;
+            };
+            while let Some((_, len)) = q.front() {
+                if wan.send_room(flow) < *len as u64 {
+                    break;
+                }
+                let (msg, len) = q.pop_front().expect("front exists");
+                self.messages -= 1;
+                self.bytes -= len;
+                moved = true;
+                if let Err(e) = wan.send(now, flow, msg) {
+                    self.send_errors += 1;
+                    tracing::error!(flow = format_args!("{flow:#018x}"), error = %e, "twin message refused by the WAN transport");
+                }
+            }
+            if q.is_empty() {
+                self.flows.remove(&flow);
+            } else {
+                self.order.push_back(flow);
+            }
+        }
+        moved
+    }
+
+    /// Forgets everything (the twin restarted: its session is gone).
+    pub fn clear(&mut self) {
+        self.discarded += self.messages as u64;
+        self.flows.clear();
+        self.order.clear();
+        self.messages = 0;
+        self.bytes = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::roce::{NakCode, Psn};
+
+    #[test]
+    fn delivered_and_error_share_the_response_flow() {
+        let h = HalfKey {
+            requester: "10.1.0.1".parse().unwrap(),
+            responder: "10.2.0.1".parse().unwrap(),
+            responder_qpn: 0x22,
+        };
+        let d = TwinMsg::Delivered {
+            half: h,
+            psn: Psn::new(5),
+            msn: None,
+        };
+        let e = TwinMsg::Error {
+            half: h,
+            psn: Psn::new(5),
+            code: NakCode::RemoteOperationalError,
+        };
+        assert_eq!(flow_of(&d), flow_of(&e));
+        assert_eq!(flow_of(&d), Some(response_flow(h.requester, h.responder)));
+        assert_ne!(request_flow(&h), response_flow(h.requester, h.responder));
+        assert_eq!(flow_of(&TwinMsg::Datagram { packet: vec![] }), None);
+        assert_ne!(request_flow(&h), 0);
+    }
+}

@@ -1,0 +1,666 @@
+//! The gateway daemon: `soya gateway --config site.toml`.
+//!
+//! It wraps the two sans-IO state machines, [`QpEngine`](crate::qp::QpEngine)
+//! (pseudo-ACKs, deep buffer, re-injection) and
+//! [`WanConnection`](crate::wan::WanConnection) (the authenticated multipath
+//! transport to the twin gateway), with real sockets and a real clock.
+//!
+//! # Threads
+//!
+//! - **device loop** (`soya-device`, [`device`]): the only thread that
+//!   touches the state machines and the packet sockets (DC backend, one UDP
+//!   socket per `wan.bind`). ppoll(2) on all of them plus an eventfd, with
+//!   the earliest engine / transport / pacing deadline as timeout.
+//! - **metrics** (`soya-metrics`, [`metrics`]): HTTP/1.0 `GET /metrics` on
+//!   `control.metrics`.
+//! - **control** (`soya-control`, [`control`]): the Unix socket
+//!   `control.socket` that `soya status` reads.
+//!
+//! The two servers never read the state machines: they ask the device loop
+//! for a [`Snapshot`] (a counter bump and an eventfd write; the loop answers
+//! between two turns) and wait for it on a condition variable.
+//!
+//! # Modules
+//!
+//! [`backend`] (DC side: udp lab, tun), [`wanio`] (WAN sockets), [`acl`],
+//! [`glue`] (flow ids, waiting queues), [`device`], [`snapshot`],
+//! [`metrics`], [`control`], [`reload`] (SIGHUP diff), [`logging`],
+//! [`signals`], `sys` (the unsafe system calls).
+//!
+//! # Metrics (`/metrics`, Prometheus text format)
+//!
+//! Gateway: `soya_info{site,version,backend,policy,generation,insecure}`,
+//! `soya_uptime_seconds`, `soya_draining`, `soya_wan_connected`.
+//!
+//! DC side: `soya_dc_rx_packets_total{result=accepted|malformed|acl_source|acl_destination|draining|backpressure}`,
+//! `soya_dc_rx_bytes_total`, `soya_dc_tx_packets_total{result=sent|no_peer|acl|error}`,
+//! `soya_dc_tx_bytes_total`, `soya_dc_lab_hosts`, `soya_dc_lab_host_conflicts_total`.
+//!
+//! Engine: `soya_engine_dc_packets_total{kind=all|malformed|bad_icrc|not_roce}`,
+//! `soya_engine_twin_messages_total{kind=all|malformed}`,
+//! `soya_engine_cm_messages_total`, `soya_engine_flows_learned_total{how=cm|traffic}`,
+//! `soya_engine_cnps_absorbed_total`, `soya_engine_unmatched_responses_total`.
+//!
+//! Deep buffer: `soya_buffer_slots_used`, `soya_buffer_slots_total`,
+//! `soya_buffer_high_water_slots`, `soya_buffer_slot_bytes`.
+//!
+//! Engine ↔ transport: `soya_twin_messages_total{dir=out|in}`,
+//! `soya_twin_pending_messages`, `soya_twin_pending_bytes`,
+//! `soya_twin_pending_high_water_bytes`, `soya_twin_pending_overflow_total`
+//! (must stay 0), `soya_twin_blocked_total`, `soya_twin_send_errors_total`,
+//! `soya_twin_discarded_on_restart_total`, `soya_flows_failed_on_restart_total`,
+//! `soya_wan_datagrams_total{dir=out|in}`, `soya_wan_datagram_acl_drops_total`.
+//!
+//! WAN transport: `soya_wan_packets_total{dir=sent|received}`,
+//! `soya_wan_packets_lost_total`, `soya_wan_packets_retransmitted_total`,
+//! `soya_wan_auth_failures_total`, `soya_wan_replays_dropped_total`,
+//! `soya_wan_malformed_total`, `soya_wan_stale_generation_total`,
+//! `soya_wan_no_session_total`, `soya_wan_role_conflicts_total`,
+//! `soya_wan_protocol_violations_total`, `soya_wan_peer_restarts_total`,
+//! `soya_wan_events_dropped_total`, `soya_wan_messages_discarded_total`,
+//! `soya_wan_unknown_source_total`, `soya_wan_foreign_source_total`,
+//! `soya_wan_socket_errors_total{op=send|recv}`,
+//! `soya_wan_transport_datagrams_total{result=sent|received|dropped}`,
+//! `soya_wan_buffered_bytes{dir=send|recv}`.
+//!
+//! Per path (label `path`): `soya_path_state{state=probing|up|down}` (1 for
+//! the current one), `soya_path_rtt_seconds`, `soya_path_min_rtt_seconds`,
+//! `soya_path_loss_ratio`, `soya_path_pacing_rate_bits_per_second`,
+//! `soya_path_cwnd_bytes`, `soya_path_bytes_in_flight`, `soya_path_weight`,
+//! `soya_path_packets_total{dir}`, `soya_path_bytes_total{dir}`,
+//! `soya_path_packets_lost_total`, `soya_path_packets_retransmitted_total`,
+//! `soya_path_auth_failures_total`, `soya_path_malformed_total`,
+//! `soya_path_down_total`.
+//!
+//! Per flow (labels `half="10.1.0.1->10.2.0.1/qp0x22"`, `role=ingress|egress`;
+//! the [`snapshot::MAX_FLOWS`] busiest only): `soya_flow_packets_total`,
+//! `soya_flow_bytes_total`, `soya_flow_pseudo_acks_total`,
+//! `soya_flow_naks_total`, `soya_flow_retransmissions_total`,
+//! `soya_flow_buffered_packets`; and `soya_flows` (halves known).
+//!
+//! # Restarts of the twin
+//!
+//! A new session generation at the twin ([`Event::PeerRestarted`](crate::wan::Event))
+//! or a CLOSE from it means whatever it held is gone. The gateway then fails
+//! every ingress half that still holds undelivered requests: it feeds the
+//! engine a `TwinMsg::Error { code: RemoteOperationalError }` for the half,
+//! so the requester gets a NAK at its next outstanding PSN and its QP goes
+//! to error (docs/semantics.md). This uses the engine's public API only;
+//! `QpEngine::fail_all(code)` (and a way to drop the egress state of the
+//! dead twin) would do it without the synthetic message and with the right
+//! PSN when nothing was acknowledged yet.
+
+pub mod acl;
+pub mod backend;
+pub mod control;
+pub mod device;
+pub mod glue;
+pub mod logging;
+pub mod metrics;
+pub mod reload;
+pub mod signals;
+pub mod snapshot;
+mod sys;
+pub mod wanio;
+
+use std::fmt;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use soya_config::{DcBackend, SiteConfig, WanSecurity};
+
+use crate::qp::{EngineConfig, QpEngine};
+use crate::time::Time;
+use crate::wan::{CcKind, PathConfig, WanConfig, WanConnection};
+
+pub use reload::ReloadReport;
+pub use snapshot::Snapshot;
+
+/// What the device loop is asked to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    Run,
+    /// Stop taking new requests, flush, exit (SIGTERM / SIGINT).
+    Drain,
+    /// Stop at once, like a crash: no CLOSE to the twin, nothing flushed.
+    Abort,
+}
+
+/// State shared between the device loop and the other threads.
+pub struct Shared {
+    command: AtomicU8,
+    wake: sys::EventFd,
+    snap_req: AtomicU64,
+    snap: Mutex<(u64, Option<Snapshot>)>,
+    cv: Condvar,
+    /// The device loop has ended; servers stop.
+    pub(crate) stopping: AtomicBool,
+}
+
+impl Shared {
+    fn new() -> std::io::Result<Shared> {
+        Ok(Shared {
+            command: AtomicU8::new(0),
+            wake: sys::EventFd::new()?,
+            snap_req: AtomicU64::new(0),
+            snap: Mutex::new((0, None)),
+            cv: Condvar::new(),
+            stopping: AtomicBool::new(false),
+        })
+    }
+
+    fn command(&self) -> Command {
+        match self.command.load(Ordering::Acquire) {
+            0 => Command::Run,
+            1 => Command::Drain,
+            _ => Command::Abort,
+        }
+    }
+
+    fn set_command(&self, c: Command) {
+        let v = match c {
+            Command::Run => 0,
+            Command::Drain => 1,
+            Command::Abort => 2,
+        };
+        // Never downgrade (an abort stays an abort).
+        self.command.fetch_max(v, Ordering::AcqRel);
+        self.wake.wake();
+    }
+
+    fn snap_served(&self) -> u64 {
+        self.snap.lock().map_or(0, |g| g.0)
+    }
+
+    fn publish(&self, req: u64, s: Snapshot) {
+        if let Ok(mut g) = self.snap.lock() {
+            g.0 = g.0.max(req);
+            g.1 = Some(s);
+        }
+        self.cv.notify_all();
+    }
+
+    fn stopped(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.cv.notify_all();
+    }
+
+    /// A fresh snapshot from the device loop (the last one once it ended),
+    /// waiting at most `timeout`.
+    pub fn snapshot(&self, timeout: Duration) -> Option<Snapshot> {
+        let ticket = self.snap_req.fetch_add(1, Ordering::AcqRel) + 1;
+        self.wake.wake();
+        let g = self.snap.lock().ok()?;
+        let (g, _) = self
+            .cv
+            .wait_timeout_while(g, timeout, |(served, _)| {
+                *served < ticket && !self.stopping.load(Ordering::Acquire)
+            })
+            .ok()?;
+        g.1.clone()
+    }
+}
+
+/// How the device loop ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// Drain finished with nothing left.
+    Drained,
+    /// Drain gave up after [`device::DRAIN_TIMEOUT`] with data left.
+    DrainTimeout,
+    Aborted,
+    Failed(String),
+}
+
+/// What [`Gateway::wait`] reports.
+#[derive(Clone, Debug)]
+pub struct RunSummary {
+    pub outcome: RunOutcome,
+    pub elapsed: Duration,
+    pub buffered_slots_left: u64,
+    pub waiting_left: u64,
+    pub wan_bytes_left: u64,
+    pub snapshot: Snapshot,
+}
+
+impl fmt::Display for RunSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.snapshot;
+        let how = match &self.outcome {
+            RunOutcome::Drained => "drained cleanly".to_string(),
+            RunOutcome::DrainTimeout => format!(
+                "drain TIMED OUT: {} buffered packets, {} waiting messages, {} WAN bytes abandoned",
+                self.buffered_slots_left, self.waiting_left, self.wan_bytes_left
+            ),
+            RunOutcome::Aborted => "aborted".to_string(),
+            RunOutcome::Failed(e) => format!("FAILED: {e}"),
+        };
+        writeln!(
+            f,
+            "soya gateway {}: {how} after {:.1} s",
+            s.site,
+            self.elapsed.as_secs_f64()
+        )?;
+        writeln!(
+            f,
+            "  dc: rx {} pkts (accepted {}, acl {}, malformed {}), tx {} pkts",
+            s.dc.rx_packets,
+            s.dc.rx_accepted,
+            s.dc.rx_acl_source + s.dc.rx_acl_destination,
+            s.dc.rx_malformed,
+            s.dc.tx_packets
+        )?;
+        writeln!(
+            f,
+            "  twin: msgs out {}, in {}; datagrams out {}, in {}; flows failed on restart {}",
+            s.twin.msgs_out,
+            s.twin.msgs_in,
+            s.twin.datagrams_out,
+            s.twin.datagrams_in,
+            s.twin.flows_failed_on_restart
+        )?;
+        write!(
+            f,
+            "  wan: packets sent {}, received {}, lost {}; auth failures {}; buffer high water {} slots",
+            s.wan.packets_sent,
+            s.wan.packets_received,
+            s.wan.packets_lost,
+            s.wan.auth_failures,
+            s.buffer.high_water
+        )
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("dc backend: {0}")]
+    Backend(std::io::Error),
+    #[error("wan: {0}")]
+    Wan(std::io::Error),
+    #[error("wan key: {0}")]
+    Key(String),
+    #[error("metrics listener {addr}: {err}")]
+    Metrics {
+        addr: SocketAddr,
+        err: std::io::Error,
+    },
+    #[error("control socket {path}: {err}")]
+    Control { path: String, err: std::io::Error },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The 32-byte WAN key: the first 32 bytes of the key file's material
+/// (`soya_config::read_key_file` guarantees at least 32); `None` in
+/// insecure lab mode.
+pub fn wan_key(cfg: &SiteConfig) -> Result<Option<[u8; 32]>, GatewayError> {
+    match &cfg.wan.security {
+        WanSecurity::Insecure { .. } => Ok(None),
+        WanSecurity::PreSharedKey { key_file } => {
+            let k = soya_config::read_key_file(key_file)
+                .map_err(|e| GatewayError::Key(e.to_string()))?;
+            let mut key = [0u8; 32];
+            let Some(first) = k.get(..32) else {
+                return Err(GatewayError::Key(format!(
+                    "{}: fewer than 32 bytes of key material",
+                    key_file.display()
+                )));
+            };
+            key.copy_from_slice(first);
+            Ok(Some(key))
+        }
+    }
+}
+
+/// The transport settings a site asks for. Congestion control: FixedRate
+/// when every path has a configured `rate` (provisioned circuits), Bbr
+/// otherwise. The client role: see [`acl::Acl::is_client`].
+pub fn wan_config(cfg: &SiteConfig, key: Option<[u8; 32]>) -> WanConfig {
+    let paths = cfg
+        .wan
+        .paths
+        .iter()
+        .map(|p| PathConfig {
+            name: p.name.clone(),
+            rate_bps: p.rate_bps,
+            weight: p.weight,
+            rtt_hint: p.rtt,
+        })
+        .collect();
+    let acl = acl_of(cfg);
+    let mut w = WanConfig::new(paths, key, acl.is_client());
+    w.cc = if cfg.wan.paths.iter().all(|p| p.rate_bps.is_some()) {
+        CcKind::FixedRate
+    } else {
+        CcKind::Bbr
+    };
+    w
+}
+
+fn acl_of(cfg: &SiteConfig) -> acl::Acl {
+    acl::Acl {
+        local: cfg.dc.local_prefixes.clone(),
+        remote: cfg.dc.remote_prefixes.clone(),
+    }
+}
+
+fn human_rate(bps: u64) -> String {
+    let b = bps as f64;
+    if b >= 1e9 {
+        format!("{} Gb/s", b / 1e9)
+    } else if b >= 1e6 {
+        format!("{} Mb/s", b / 1e6)
+    } else {
+        format!("{} kb/s", b / 1e3)
+    }
+}
+
+fn human_bytes(n: u64) -> String {
+    if n >= 1 << 30 && n % (1 << 30) == 0 {
+        format!("{} GiB", n >> 30)
+    } else if n >= 1 << 20 {
+        format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64)
+    } else {
+        format!("{n} B")
+    }
+}
+
+/// The one-screen startup summary (also `soya gateway --check`).
+pub fn startup_summary(cfg: &SiteConfig) -> String {
+    let mut s = String::new();
+    let insecure = matches!(cfg.wan.security, WanSecurity::Insecure { .. });
+    if insecure {
+        let _ = writeln!(
+            s,
+            "!!! INSECURE WAN (wan.insecure = true): plaintext, unauthenticated. LAB USE ONLY. !!!"
+        );
+    }
+    let _ = writeln!(
+        s,
+        "Sōya gateway \"{}\" (soya {}, config {})",
+        cfg.site,
+        env!("CARGO_PKG_VERSION"),
+        cfg.origin
+    );
+    let backend = match &cfg.dc.backend {
+        DcBackend::Udp { listen } => {
+            format!("udp lab backend on {listen} (IP-in-UDP, no root needed)")
+        }
+        DcBackend::Tun { interface } => format!(
+            "tun device {interface} (MTU {}; route the remote prefixes to it)",
+            backend::TUN_MTU
+        ),
+        DcBackend::AfPacket { interface } => {
+            format!("afpacket on {interface}: NOT IMPLEMENTED in this build")
+        }
+    };
+    let list = |v: &[soya_config::Prefix]| {
+        v.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let _ = writeln!(s, "  dc:      {backend}");
+    let _ = writeln!(
+        s,
+        "           local {}  <->  remote {}",
+        list(&cfg.dc.local_prefixes),
+        list(&cfg.dc.remote_prefixes)
+    );
+    let w = wan_config(cfg, None);
+    let security = match &cfg.wan.security {
+        WanSecurity::Insecure { .. } => "INSECURE (plaintext lab mode)".to_string(),
+        WanSecurity::PreSharedKey { key_file } => format!(
+            "pre-shared key {} (first 32 bytes), ChaCha20-Poly1305",
+            key_file.display()
+        ),
+    };
+    let _ = writeln!(
+        s,
+        "  wan:     role {}, congestion control {}, max datagram {} B, {security}",
+        if w.is_client { "client" } else { "server" },
+        match w.cc {
+            CcKind::FixedRate => "fixed-rate",
+            CcKind::Bbr => "bbr",
+        },
+        w.max_datagram
+    );
+    for p in &cfg.wan.paths {
+        let rate = p.rate_bps.map_or_else(|| "no rate cap".into(), human_rate);
+        let rtt = p.rtt.map_or_else(
+            || "rtt ?".into(),
+            |r| format!("rtt {:.2} ms", r.as_secs_f64() * 1e3),
+        );
+        let _ = writeln!(
+            s,
+            "    path {:<14} {} -> {}  weight {}  {rate}  {rtt}  dscp {}",
+            p.name, p.bind, p.remote, p.weight, p.dscp
+        );
+    }
+    let b = &cfg.buffer;
+    let _ = writeln!(
+        s,
+        "  buffer:  {} = {} slots x {} B, per-flow quota {}",
+        human_bytes(b.bytes),
+        b.slots,
+        b.slot_bytes,
+        b.per_flow_quota.map_or_else(|| "none".into(), human_bytes)
+    );
+    let pa = &cfg.pseudo_ack;
+    let _ = writeln!(
+        s,
+        "  policy:  pseudo_ack {}, coalesce {} pkts / {} us, CNPs on backpressure: {}",
+        pa.policy,
+        pa.coalesce_packets,
+        pa.coalesce.as_micros(),
+        if pa.cnp_on_backpressure { "yes" } else { "no" }
+    );
+    let _ = writeln!(
+        s,
+        "  control: metrics {}, socket {}",
+        cfg.control
+            .metrics
+            .map_or_else(|| "off".into(), |a| format!("http://{a}/metrics")),
+        cfg.control.socket.display()
+    );
+    let _ = write!(s, "  log:     {}, {}", cfg.log.format, cfg.log.level);
+    s
+}
+
+/// Drain and abort from another thread (a signal handler's helper).
+#[derive(Clone)]
+pub struct Control(Arc<Shared>);
+
+impl Control {
+    pub fn drain(&self) {
+        self.0.set_command(Command::Drain);
+    }
+    pub fn abort(&self) {
+        self.0.set_command(Command::Abort);
+    }
+    pub fn snapshot(&self, timeout: Duration) -> Option<Snapshot> {
+        self.0.snapshot(timeout)
+    }
+}
+
+/// A running gateway.
+pub struct Gateway {
+    shared: Arc<Shared>,
+    device: Option<JoinHandle<RunSummary>>,
+    servers: Vec<JoinHandle<()>>,
+    metrics_addr: Option<SocketAddr>,
+    socket_path: PathBuf,
+    site: String,
+}
+
+impl Gateway {
+    /// Opens every socket and device, then starts the threads. Errors name
+    /// what could not be opened.
+    pub fn start(cfg: &SiteConfig) -> Result<Gateway, GatewayError> {
+        let acl = acl_of(cfg);
+        let key = wan_key(cfg)?;
+        if key.is_none() {
+            tracing::warn!("WAN is INSECURE (wan.insecure = true): plaintext and unauthenticated; lab use only");
+        }
+        for w in cfg.warnings() {
+            tracing::warn!("{w}");
+        }
+        let dc = backend::DcIo::open(&cfg.dc.backend).map_err(GatewayError::Backend)?;
+        let (socks, warnings) = wanio::WanSockets::open(&cfg.wan).map_err(GatewayError::Wan)?;
+        for w in warnings {
+            tracing::warn!("{w}");
+        }
+        let mut metrics_listener = None;
+        let mut metrics_addr = None;
+        if let Some(addr) = cfg.control.metrics {
+            let l = metrics::bind(addr).map_err(|err| GatewayError::Metrics { addr, err })?;
+            metrics_addr = l.local_addr().ok();
+            metrics_listener = Some(l);
+        }
+        let control_listener =
+            control::bind(&cfg.control.socket).map_err(|err| GatewayError::Control {
+                path: cfg.control.socket.display().to_string(),
+                err,
+            })?;
+
+        let wan_cfg = wan_config(cfg, key);
+        let nonce = device::session_nonce()?;
+        let epoch = Instant::now();
+        let wan = WanConnection::new(wan_cfg.clone(), Time::ZERO, nonce);
+        let engine = QpEngine::new(EngineConfig::from_site(cfg));
+        let shared = Arc::new(Shared::new()?);
+        let paths = cfg
+            .wan
+            .paths
+            .iter()
+            .map(|p| device::PathMeta {
+                name: p.name.clone(),
+                local: p.bind.to_string(),
+                remote: p.remote.to_string(),
+                dscp: p.dscp,
+                weight: p.weight,
+            })
+            .collect();
+        let dev = device::Device::new(
+            cfg.site.clone(),
+            key.is_none(),
+            cfg.pseudo_ack.policy.to_string(),
+            engine,
+            wan,
+            wan_cfg,
+            dc,
+            socks,
+            acl,
+            paths,
+            shared.clone(),
+            epoch,
+            u64::from(cfg.buffer.slot_bytes),
+        );
+        let mut servers = Vec::new();
+        if let Some(l) = metrics_listener {
+            servers.push(metrics::serve(l, shared.clone())?);
+        }
+        servers.push(control::serve(
+            control_listener,
+            cfg.control.socket.clone(),
+            shared.clone(),
+        )?);
+        let device = std::thread::Builder::new()
+            .name("soya-device".into())
+            .spawn(move || dev.run())?;
+        Ok(Gateway {
+            shared,
+            device: Some(device),
+            servers,
+            metrics_addr,
+            socket_path: cfg.control.socket.clone(),
+            site: cfg.site.clone(),
+        })
+    }
+
+    pub fn site(&self) -> &str {
+        &self.site
+    }
+
+    /// Where `/metrics` is served, if enabled.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    pub fn socket_path(&self) -> &std::path::Path {
+        &self.socket_path
+    }
+
+    pub fn control(&self) -> Control {
+        Control(self.shared.clone())
+    }
+
+    /// Starts a drain (what SIGTERM does).
+    pub fn drain(&self) {
+        self.shared.set_command(Command::Drain);
+    }
+
+    /// A fresh snapshot (at most 2 s wait).
+    pub fn snapshot(&self) -> Option<Snapshot> {
+        self.shared.snapshot(Duration::from_secs(2))
+    }
+
+    /// Whether the device loop has ended.
+    pub fn is_finished(&self) -> bool {
+        self.device.as_ref().is_none_or(|d| d.is_finished())
+    }
+
+    /// Waits for the device loop to end (after [`Self::drain`] or
+    /// [`Self::abort`], or a failure) and for the servers to stop.
+    pub fn wait(mut self) -> RunSummary {
+        self.join()
+    }
+
+    /// Stops at once, like a crash (no CLOSE to the twin, nothing flushed),
+    /// and waits for the threads.
+    pub fn abort(mut self) -> RunSummary {
+        self.shared.set_command(Command::Abort);
+        self.join()
+    }
+
+    fn join(&mut self) -> RunSummary {
+        let summary = match self.device.take().map(JoinHandle::join) {
+            Some(Ok(s)) => s,
+            Some(Err(_)) => RunSummary {
+                outcome: RunOutcome::Failed("device loop panicked".into()),
+                elapsed: Duration::ZERO,
+                buffered_slots_left: 0,
+                waiting_left: 0,
+                wan_bytes_left: 0,
+                snapshot: Snapshot::default(),
+            },
+            None => RunSummary {
+                outcome: RunOutcome::Aborted,
+                elapsed: Duration::ZERO,
+                buffered_slots_left: 0,
+                waiting_left: 0,
+                wan_bytes_left: 0,
+                snapshot: Snapshot::default(),
+            },
+        };
+        self.shared.stopped();
+        for s in self.servers.drain(..) {
+            let _ = s.join();
+        }
+        summary
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if self.device.is_some() {
+            self.shared.set_command(Command::Abort);
+            let _ = self.join();
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! WAN sockets: one UDP socket per `wan.bind`; paths map onto them.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+
+use super::sys;
+
+/// Socket buffers asked for on every WAN socket (SO_RCVBUFFORCE when
+/// permitted; otherwise whatever `net.core.rmem_max` allows, with a warning).
+pub const WAN_SOCKET_BUFFER: usize = 64 << 20;
+
+#[derive(Debug)]
+pub struct WanSockets {
+    socks: Vec<UdpSocket>,
+    pub binds: Vec<SocketAddr>,
+    /// Per path: socket index and the twin's address.
+    pub paths: Vec<(usize, SocketAddr)>,
+    /// Per socket: the paths it carries.
+    by_sock: Vec<Vec<usize>>,
+    /// Datagrams from an address that is no path's remote, on a socket that
+    /// carries several paths (dropped).
+    pub unknown_source: u64,
+    /// Datagrams from an unexpected address on a single-path socket: handed
+    /// to the transport, which authenticates them (NAT may rewrite ports).
+    pub foreign_source: u64,
+    pub send_errors: u64,
+    pub recv_errors: u64,
+}
+
+impl WanSockets {
+    /// Binds every `wan.bind` address. Returns the sockets and warnings for
+    /// the operator (buffer sizes, DSCP conflicts).
+    pub fn open(wan: &soya_config::WanConfig) -> io::Result<(WanSockets, Vec<String>)> {
+        let mut warnings = Vec::new();
+        let mut socks = Vec::new();
+        let mut by_sock = vec![Vec::new(); wan.bind.len()];
+        let mut paths = Vec::new();
+        for (i, p) in wan.paths.iter().enumerate() {
+            let s = wan.bind.iter().position(|b| *b == p.bind).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("path {} binds {} which is not in wan.bind", p.name, p.bind),
+                )
+            })?;
+            by_sock[s].push(i);
+            paths.push((s, p.remote));
+        }
+        for (si, bind) in wan.bind.iter().enumerate() {
+            let s = socket2::Socket::new(
+                socket2::Domain::for_address(*bind),
+                socket2::Type::DGRAM,
+                Some(socket2::Protocol::UDP),
+            )?;
+            if sys::force_buffers(s.as_raw_fd(), WAN_SOCKET_BUFFER).is_err() {
+                let _ = s.set_recv_buffer_size(WAN_SOCKET_BUFFER);
+                let _ = s.set_send_buffer_size(WAN_SOCKET_BUFFER);
+                // Linux reports twice what it grants (bookkeeping overhead).
+                let got = s.recv_buffer_size().unwrap_or(0) / 2;
+                if got < WAN_SOCKET_BUFFER {
+                    warnings.push(format!(
+                        "wan socket {bind}: receive buffer {} KiB, wanted {} KiB \
+                         (no CAP_NET_ADMIN for SO_RCVBUFFORCE; raise net.core.rmem_max \
+                         and net.core.wmem_max)",
+                        got >> 10,
+                        WAN_SOCKET_BUFFER >> 10
+                    ));
+                }
+            }
+            // DSCP is per socket: the first path on it decides.
+            let dscps: Vec<u8> = by_sock[si].iter().map(|&i| wan.paths[i].dscp).collect();
+            if let Some(&d) = dscps.first() {
+                if dscps.iter().any(|x| *x != d) {
+                    warnings.push(format!(
+                        "wan socket {bind} carries paths with different dscp; using {d} \
+                         (the first path's) for all of them"
+                    ));
+                }
+                let tos = u32::from(d) << 2;
+                let r = if bind.is_ipv4() {
+                    s.set_tos(tos)
+                } else {
+                    sys::set_tclass_v6(s.as_raw_fd(), (d) << 2)
+                };
+                if let Err(e) = r {
+                    warnings.push(format!("wan socket {bind}: cannot set dscp {d}: {e}"));
+                }
+            }
+            s.bind(&(*bind).into()).map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot bind wan socket {bind}: {e}"))
+            })?;
+            s.set_nonblocking(true)?;
+            socks.push(UdpSocket::from(s));
+        }
+        Ok((
+            WanSockets {
+                socks,
+                binds: wan.bind.clone(),
+                paths,
+                by_sock,
+                unknown_source: 0,
+                foreign_source: 0,
+                send_errors: 0,
+                recv_errors: 0,
+            },
+            warnings,
+        ))
+    }
+
+    pub fn len(&self) -> usize {
+        self.socks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.socks.is_empty()
+    }
+
+    pub fn fd(&self, sock: usize) -> RawFd {
+        self.socks[sock].as_raw_fd()
+    }
+
+    /// Reads one datagram from socket `sock`: `Ok(None)` when none waits.
+    pub fn recv(&mut self, sock: usize, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
+        match self.socks[sock].recv_from(buf) {
+            Ok(x) => Some(x),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                None
+            }
+            Err(_) => {
+                // ICMP errors for earlier sends (twin down) land here.
+                self.recv_errors += 1;
+                None
+            }
+        }
+    }
+
+    /// The path a datagram from `from` on socket `sock` belongs to.
+    pub fn path_of(&mut self, sock: usize, from: SocketAddr) -> Option<usize> {
+        let on = &self.by_sock[sock];
+        if let Some(&p) = on.iter().find(|&&p| self.paths[p].1 == from) {
+            return Some(p);
+        }
+        if on.len() == 1 {
+            self.foreign_source += 1;
+            return Some(on[0]);
+        }
+        self.unknown_source += 1;
+        None
+    }
+
+    /// Sends a datagram on `path` to the twin.
+    pub fn send(&mut self, path: usize, bytes: &[u8]) {
+        let (s, remote) = self.paths[path];
+        if self.socks[s].send_to(bytes, remote).is_err() {
+            // Full socket buffer or ICMP from the twin: a lost packet, which
+            // the transport's loss recovery handles.
+            self.send_errors += 1;
+        }
+    }
+}

@@ -1,0 +1,766 @@
+//! The gateway daemon as an operator and a lab host see it, on loopback:
+//! configuration errors, the startup summary, `/metrics`, `soya status`,
+//! ACL counters, non-RoCE traffic crossing, twin restarts, SIGTERM drain
+//! and SIGHUP. Every gateway here uses the udp (lab) backend: no root.
+//! RDMA end to end (RC endpoints through a gateway pair) is
+//! `tests/gateway_e2e.rs` in the integration-test crate.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use soya::gateway::{control, Gateway, RunOutcome, Snapshot};
+
+fn soya() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_soya"))
+}
+
+/// A loopback address of its own for each gateway or host of this process
+/// (127.<pid-derived>.<n>.<k>, ports picked free by the kernel), so
+/// parallel tests and test binaries do not collide.
+fn unique_ip() -> Ipv4Addr {
+    static N: AtomicU32 = AtomicU32::new(1);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let pid = std::process::id();
+    Ipv4Addr::new(
+        127,
+        20 + (pid % 230) as u8,
+        (n / 250) as u8,
+        (n % 250 + 1) as u8,
+    )
+}
+
+fn free_udp(ip: Ipv4Addr) -> SocketAddr {
+    UdpSocket::bind((ip, 0)).unwrap().local_addr().unwrap()
+}
+
+fn free_tcp(ip: Ipv4Addr) -> SocketAddr {
+    std::net::TcpListener::bind((ip, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+fn temp_dir(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("soya-gw-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Addresses of one gateway of a lab pair.
+#[derive(Clone, Debug)]
+struct Side {
+    site: String,
+    dc: SocketAddr,
+    wan: SocketAddr,
+    metrics: SocketAddr,
+    socket: PathBuf,
+    local: &'static str,
+    remote: &'static str,
+}
+
+struct Pair {
+    dir: PathBuf,
+    a: Side,
+    b: Side,
+}
+
+fn pair(test: &str) -> Pair {
+    let dir = temp_dir(test);
+    let side = |name: &str, local, remote| {
+        let ip = unique_ip();
+        Side {
+            site: format!("lab-{name}"),
+            dc: free_udp(ip),
+            wan: free_udp(ip),
+            metrics: free_tcp(ip),
+            socket: dir.join(format!("{name}.sock")),
+            local,
+            remote,
+        }
+    };
+    let a = side("a", "10.1.0.0/16", "10.2.0.0/16");
+    let b = side("b", "10.2.0.0/16", "10.1.0.0/16");
+    Pair { dir, a, b }
+}
+
+fn write_key(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join("psk.key");
+    let mut k = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut k)
+        .unwrap();
+    let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(&p, hex + "\n").unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
+
+fn config_text(me: &Side, twin: &Side, keyed: Option<&Path>, level: &str, weight: u32) -> String {
+    let security = match keyed {
+        Some(k) => format!("key_file = \"{}\"", k.display()),
+        None => "insecure = true".into(),
+    };
+    format!(
+        r#"site = "{site}"
+[dc]
+backend = "udp"
+listen = "{dc}"
+local_prefixes = ["{local}"]
+remote_prefixes = ["{remote}"]
+[wan]
+bind = ["{wan}"]
+{security}
+[[wan.paths]]
+name = "p0"
+remote = "{twin_wan}"
+bind = 0
+weight = {weight}
+rate = "1gbit"
+rtt = "1ms"
+[buffer]
+size = "16MiB"
+per_flow_quota = "8MiB"
+[pseudo_ack]
+policy = "edge"
+[control]
+metrics = "{metrics}"
+socket = "{socket}"
+[log]
+format = "human"
+level = "{level}"
+"#,
+        site = me.site,
+        dc = me.dc,
+        local = me.local,
+        remote = me.remote,
+        wan = me.wan,
+        twin_wan = twin.wan,
+        metrics = me.metrics,
+        socket = me.socket.display(),
+    )
+}
+
+fn write_configs(p: &Pair, keyed: bool) -> (PathBuf, PathBuf) {
+    let key = keyed.then(|| write_key(&p.dir));
+    let fa = p.dir.join("a.toml");
+    let fb = p.dir.join("b.toml");
+    std::fs::write(&fa, config_text(&p.a, &p.b, key.as_deref(), "info", 1)).unwrap();
+    std::fs::write(&fb, config_text(&p.b, &p.a, key.as_deref(), "info", 1)).unwrap();
+    (fa, fb)
+}
+
+fn start(path: &Path) -> Gateway {
+    let cfg = soya_config::load(path).unwrap();
+    Gateway::start(&cfg).unwrap()
+}
+
+/// Polls `f` on fresh snapshots until it holds (10 s at most).
+fn wait_for(gw: &Gateway, what: &str, f: impl Fn(&Snapshot) -> bool) -> Snapshot {
+    let t0 = Instant::now();
+    loop {
+        let s = gw.snapshot().expect("snapshot");
+        if f(&s) {
+            return s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}: {s:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// An IPv4 ICMP echo request (not RoCE: it must travel as a WAN datagram).
+fn icmp(src: [u8; 4], dst: [u8; 4], id: u16) -> Vec<u8> {
+    let mut p = vec![0u8; 28];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&28u16.to_be_bytes());
+    p[8] = 64;
+    p[9] = 1;
+    p[12..16].copy_from_slice(&src);
+    p[16..20].copy_from_slice(&dst);
+    let ck = soya::roce::ip::ipv4_checksum(&p[..20]);
+    p[10..12].copy_from_slice(&ck.to_be_bytes());
+    p[20] = 8;
+    p[24..26].copy_from_slice(&id.to_be_bytes());
+    p
+}
+
+fn host(ip: Ipv4Addr) -> UdpSocket {
+    let s = UdpSocket::bind((ip, 0)).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    s
+}
+
+fn recv_ip(s: &UdpSocket, want: &[u8], within: Duration) -> bool {
+    let t0 = Instant::now();
+    let mut buf = [0u8; 9000];
+    while t0.elapsed() < within {
+        if let Ok((n, _)) = s.recv_from(&mut buf) {
+            if &buf[..n] == want {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// Both hosts talk through the gateway pair; returns the two host sockets
+/// once each gateway has learned its host.
+fn cross_datagrams(p: &Pair, a: &Gateway) -> (UdpSocket, UdpSocket) {
+    let ha = host(unique_ip());
+    let hb = host(unique_ip());
+    wait_for(a, "twin connected", |s| s.connected);
+    // B's host speaks first so that gateway B learns where 10.2.0.1 is;
+    // its ping reaches A's gateway, which does not know 10.1.0.1 yet.
+    let from_b = icmp([10, 2, 0, 1], [10, 1, 0, 1], 1);
+    hb.send_to(&from_b, p.b.dc).unwrap();
+    wait_for(a, "first datagram at A (host unknown)", |s| {
+        s.dc.tx_no_peer >= 1
+    });
+    let from_a = icmp([10, 1, 0, 1], [10, 2, 0, 1], 2);
+    ha.send_to(&from_a, p.a.dc).unwrap();
+    assert!(
+        recv_ip(&hb, &from_a, Duration::from_secs(5)),
+        "A's ping never reached host B"
+    );
+    hb.send_to(&from_b, p.b.dc).unwrap();
+    assert!(
+        recv_ip(&ha, &from_b, Duration::from_secs(5)),
+        "B's ping never reached host A"
+    );
+    (ha, hb)
+}
+
+#[test]
+fn config_errors_name_file_line_and_key() {
+    let p = pair("cfgerr");
+    let (fa, _) = write_configs(&p, false);
+    let bad = std::fs::read_to_string(&fa)
+        .unwrap()
+        .replace("weight = 1", "weight = 0");
+    std::fs::write(&fa, &bad).unwrap();
+    let line = bad.lines().position(|l| l == "weight = 0").unwrap() + 1;
+    let out = soya()
+        .args(["gateway", "--config"])
+        .arg(&fa)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{}:{line}:", fa.display())), "{err}");
+    assert!(err.contains("wan.paths[0].weight"), "{err}");
+}
+
+#[test]
+fn check_prints_the_startup_summary() {
+    let p = pair("check");
+    let (fa, _) = write_configs(&p, true);
+    let out = soya()
+        .args(["gateway", "--check", "--config"])
+        .arg(&fa)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "lab-a",
+        &format!("udp lab backend on {}", p.a.dc),
+        "10.1.0.0/16",
+        "path p0",
+        &p.b.wan.to_string(),
+        "16.0 MiB",
+        "pseudo_ack edge",
+        &format!("http://{}/metrics", p.a.metrics),
+        &p.a.socket.display().to_string(),
+        "pre-shared key",
+        "role client",
+        "configuration OK",
+    ] {
+        assert!(text.contains(want), "{want:?} missing from:\n{text}");
+    }
+    assert!(text.lines().count() <= 24, "more than a screen:\n{text}");
+    // Nothing was started: the control socket does not exist.
+    assert!(!p.a.socket.exists());
+
+    let (fb, _) = (p.dir.join("b.toml"), ());
+    let out = soya()
+        .args(["gateway", "--check", "-c"])
+        .arg(&fb)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("role server"));
+}
+
+#[test]
+fn afpacket_is_refused_as_not_implemented() {
+    let p = pair("afpacket");
+    let (fa, _) = write_configs(&p, false);
+    let text = std::fs::read_to_string(&fa).unwrap().replace(
+        &format!("backend = \"udp\"\nlisten = \"{}\"", p.a.dc),
+        "backend = \"afpacket\"\ninterface = \"eth9\"",
+    );
+    std::fs::write(&fa, text).unwrap();
+    let out = soya().args(["gateway", "-c"]).arg(&fa).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("afpacket") && err.contains("not implemented"),
+        "{err}"
+    );
+}
+
+fn datagrams_cross_and_acl_counts(keyed: bool) {
+    let p = pair(if keyed {
+        "cross-keyed"
+    } else {
+        "cross-insecure"
+    });
+    let (fa, fb) = write_configs(&p, keyed);
+    let a = start(&fa);
+    let b = start(&fb);
+    let (ha, _hb) = cross_datagrams(&p, &a);
+
+    // Refused at A's DC side: wrong source, wrong destination, not IP.
+    ha.send_to(&icmp([10, 9, 0, 1], [10, 2, 0, 1], 3), p.a.dc)
+        .unwrap();
+    ha.send_to(&icmp([10, 1, 0, 1], [10, 1, 0, 2], 4), p.a.dc)
+        .unwrap();
+    ha.send_to(&icmp([10, 1, 0, 1], [192, 0, 2, 1], 5), p.a.dc)
+        .unwrap();
+    ha.send_to(b"\x45garbage", p.a.dc).unwrap();
+    ha.send_to(&[0u8; 0], p.a.dc).unwrap();
+    // A RoCE packet with a bad ICRC passes the ACL and is refused by the engine.
+    let ip = soya::roce::IpHeader::v4([10, 1, 0, 1].into(), [10, 2, 0, 1].into());
+    let to = soya::roce::builders::ReplyTo {
+        ip,
+        src_port: 0xc000,
+        dest_qp: 0x22,
+    };
+    let mut ack = soya::roce::builders::ack(&to, soya::roce::Psn::new(7), 1)
+        .to_vec(&[])
+        .unwrap();
+    *ack.last_mut().unwrap() ^= 0xff;
+    ha.send_to(&ack, p.a.dc).unwrap();
+    let s = wait_for(&a, "ACL counters", |s| {
+        s.dc.rx_acl_source == 1
+            && s.dc.rx_acl_destination == 2
+            && s.dc.rx_malformed == 2
+            && s.engine.dc_bad_icrc == 1
+    });
+    assert_eq!(s.twin.datagrams_out, 1, "{s:#?}");
+    assert_eq!(s.twin.datagrams_in, 2, "{s:#?}");
+    assert_eq!(s.dc.lab_hosts, 1);
+    assert_eq!(s.insecure, !keyed);
+
+    // Garbage on B's WAN socket: dropped and counted by the transport.
+    let refused = |s: &Snapshot| {
+        s.wan.malformed + s.wan.auth_failures + s.wan.stale_generation + s.wan.no_session
+    };
+    let before = refused(&b.snapshot().unwrap());
+    let junk = host(unique_ip());
+    junk.send_to(b"not a soya packet", p.b.wan).unwrap();
+    let mut forged = vec![0u8; 100];
+    forged[0] = 1; // version 1, PROTECTED, path 0: fails authentication
+    if !keyed {
+        forged[1] = 0x80;
+    }
+    junk.send_to(&forged, p.b.wan).unwrap();
+    let sb = wait_for(&b, "WAN garbage counted", |s| {
+        s.wan.foreign_source == 2 && refused(s) >= before + 2
+    });
+    assert!(sb.connected);
+
+    // The metrics endpoint and the control socket tell the same story.
+    let m = http_get(p.a.metrics, "/metrics");
+    assert!(m.starts_with("HTTP/1.0 200 OK"), "{m}");
+    for want in [
+        "soya_dc_rx_packets_total{result=\"acl_source\"} 1",
+        "soya_dc_rx_packets_total{result=\"acl_destination\"} 2",
+        "soya_dc_rx_packets_total{result=\"malformed\"} 2",
+        "soya_engine_dc_packets_total{kind=\"bad_icrc\"} 1",
+        "soya_wan_datagrams_total{dir=\"out\"} 1",
+        "soya_wan_connected 1",
+        "soya_path_state{path=\"p0\",state=\"up\"} 1",
+        "# TYPE soya_path_rtt_seconds gauge",
+        "soya_buffer_slots_total ",
+    ] {
+        assert!(m.contains(want), "{want:?} missing from /metrics:\n{m}");
+    }
+    assert!(http_get(p.a.metrics, "/nope").starts_with("HTTP/1.0 404"));
+
+    let snap = control::query(&p.a.socket).unwrap();
+    assert_eq!(snap.site, "lab-a");
+    assert_eq!(snap.dc.rx_acl_source, 1);
+    let out = soya()
+        .args(["status", "--socket"])
+        .arg(&p.a.socket)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    assert!(table.contains("gateway: lab-a (running)"), "{table}");
+    assert!(table.contains("twin: connected"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("p0 ") && l.contains(" up ")),
+        "{table}"
+    );
+    let out = soya()
+        .args(["status", "--json", "--socket"])
+        .arg(&p.b.socket)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["site"], "lab-b");
+    assert_eq!(v["paths"][0]["state"], "up");
+
+    let sa = a.wait_drain();
+    assert_eq!(sa.outcome, RunOutcome::Drained, "{sa}");
+    assert!(!p.a.socket.exists(), "control socket left behind");
+    drop(b);
+}
+
+trait DrainWait {
+    fn wait_drain(self) -> soya::gateway::RunSummary;
+}
+
+impl DrainWait for Gateway {
+    fn wait_drain(self) -> soya::gateway::RunSummary {
+        self.drain();
+        self.wait()
+    }
+}
+
+#[test]
+fn datagrams_cross_and_acl_drops_are_counted_insecure() {
+    datagrams_cross_and_acl_counts(false);
+}
+
+#[test]
+fn datagrams_cross_and_acl_drops_are_counted_keyed() {
+    datagrams_cross_and_acl_counts(true);
+}
+
+#[test]
+fn keyed_and_insecure_twins_refuse_each_other() {
+    let p = pair("mismatch");
+    let key = write_key(&p.dir);
+    let fa = p.dir.join("a.toml");
+    let fb = p.dir.join("b.toml");
+    std::fs::write(&fa, config_text(&p.a, &p.b, Some(&key), "info", 1)).unwrap();
+    std::fs::write(&fb, config_text(&p.b, &p.a, None, "info", 1)).unwrap();
+    let a = start(&fa);
+    let b = start(&fb);
+    let s = wait_for(&a, "auth failures", |s| s.wan.auth_failures >= 2);
+    assert!(!s.connected);
+    assert!(!b.snapshot().unwrap().connected);
+}
+
+#[test]
+fn a_restarted_twin_is_detected_and_traffic_resumes() {
+    let p = pair("restart");
+    let (fa, fb) = write_configs(&p, false);
+    let a = start(&fa);
+    let b = start(&fb);
+    wait_for(&a, "connected", |s| s.connected);
+    let g1 = wait_for(&b, "connected", |s| s.connected).generation;
+    let sb = b.abort();
+    assert_eq!(sb.outcome, RunOutcome::Aborted);
+    let _b = start(&fb);
+    let s = wait_for(&a, "peer restart", |s| {
+        s.wan.peer_restarts == 1 && s.connected
+    });
+    assert_ne!(s.peer_generation, Some(g1));
+    // Traffic resumes through the new session.
+    cross_datagrams(&p, &a);
+}
+
+fn wait_child(c: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let t0 = Instant::now();
+    while t0.elapsed() < within {
+        if let Some(s) = c.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+fn spawn_daemon(cfg: &Path, socket: &Path) -> Child {
+    let c = soya()
+        .args(["gateway", "--config"])
+        .arg(cfg)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !socket.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "daemon never opened its control socket"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c
+}
+
+fn signal(c: &Child, sig: i32) {
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(c.id() as i32, sig) }, 0);
+}
+
+#[test]
+fn sighup_reloads_and_sigterm_drains_with_exit_zero() {
+    let p = pair("signals");
+    let (fa, _) = write_configs(&p, false);
+    let mut child = spawn_daemon(&fa, &p.a.socket);
+
+    // SIGHUP: a new log level applies live; a new path weight needs a restart.
+    let text = config_text(&p.a, &p.b, None, "debug", 7);
+    std::fs::write(&fa, text).unwrap();
+    signal(&child, libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(300));
+    // The gateway keeps running and answering.
+    let s = control::query(&p.a.socket).unwrap();
+    assert_eq!(s.state, "running");
+
+    signal(&child, libc::SIGTERM);
+    let status = wait_child(&mut child, Duration::from_secs(10)).expect("no exit after SIGTERM");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{out}\n{err}");
+    assert!(out.contains("Sōya gateway \"lab-a\""), "{out}");
+    assert!(out.contains("lab-a: drained cleanly"), "{out}");
+    assert!(err.contains("SIGHUP"), "{err}");
+    assert!(err.contains("log.level"), "{err}");
+    assert!(
+        err.contains("need a restart") && err.contains("wan.paths[0].weight"),
+        "{err}"
+    );
+    assert!(err.contains("draining"), "{err}");
+    assert!(!p.a.socket.exists());
+}
+
+#[test]
+fn a_second_gateway_on_the_same_control_socket_is_refused() {
+    let p = pair("twice");
+    let (fa, _) = write_configs(&p, false);
+    let a = start(&fa);
+    // Same control socket, other ports.
+    let mut other = p.a.clone();
+    let ip = unique_ip();
+    other.dc = free_udp(ip);
+    other.wan = free_udp(ip);
+    other.metrics = free_tcp(ip);
+    let f2 = p.dir.join("a2.toml");
+    std::fs::write(&f2, config_text(&other, &p.b, None, "info", 1)).unwrap();
+    let cfg = soya_config::load(&f2).unwrap();
+    let err = Gateway::start(&cfg).err().expect("second gateway started");
+    assert!(
+        err.to_string().contains("another gateway is running"),
+        "{err}"
+    );
+    drop(a);
+}
+
+// ----- tun backend, in network namespaces this test creates -----
+
+fn sh(args: &[&str]) -> bool {
+    Command::new(args[0])
+        .args(&args[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Deletes the namespaces (and with them every device and process socket in
+/// them) when the test ends, however it ends.
+struct Netns(Vec<String>, Vec<Child>);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for c in &mut self.1 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for n in &self.0 {
+            sh(&["ip", "netns", "del", n]);
+        }
+    }
+}
+
+/// Two gateways with the tun backend, each in its own network namespace,
+/// their WAN sockets joined by a veth pair: a UDP datagram from a host
+/// address of site A reaches an echo server at site B and comes back
+/// (non-RoCE traffic crosses as WAN datagrams). Needs root, /dev/net/tun,
+/// `ip` and python3; skipped (with a note) otherwise.
+#[test]
+fn tun_backend_routes_between_namespaces() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !Path::new("/dev/net/tun").exists() || !sh(&["ip", "-V"]) || !sh(&["python3", "-V"])
+    {
+        eprintln!("tun_backend_routes_between_namespaces: skipped (needs root, /dev/net/tun, ip, python3)");
+        return;
+    }
+    let pid = std::process::id();
+    let (na, nb) = (format!("soyaA{pid}"), format!("soyaB{pid}"));
+    let mut ns = Netns(vec![], vec![]);
+    for n in [&na, &nb] {
+        assert!(sh(&["ip", "netns", "add", n]), "ip netns add {n}");
+        ns.0.push(n.clone());
+        assert!(sh(&["ip", "-n", n, "link", "set", "lo", "up"]));
+    }
+    let (va, vb) = (
+        format!("sva{}", pid % 100_000),
+        format!("svb{}", pid % 100_000),
+    );
+    assert!(sh(&[
+        "ip", "link", "add", &va, "netns", &na, "type", "veth", "peer", "name", &vb, "netns", &nb
+    ]));
+    for (n, v, wan, host) in [
+        (&na, &va, "169.254.77.1/30", "10.1.0.1/32"),
+        (&nb, &vb, "169.254.77.2/30", "10.2.0.1/32"),
+    ] {
+        assert!(sh(&["ip", "-n", n, "addr", "add", wan, "dev", v]));
+        assert!(sh(&["ip", "-n", n, "link", "set", v, "up"]));
+        assert!(sh(&["ip", "-n", n, "addr", "add", host, "dev", "lo"]));
+    }
+    let dir = temp_dir("tun");
+    let conf = |site: &str, local: &str, remote: &str, bind: &str, twin: &str| {
+        format!(
+            "site = \"{site}\"\n[dc]\nbackend = \"tun\"\ninterface = \"soya0\"\n\
+             local_prefixes = [\"{local}\"]\nremote_prefixes = [\"{remote}\"]\n\
+             [wan]\nbind = [\"{bind}\"]\ninsecure = true\n[[wan.paths]]\nname = \"veth\"\n\
+             remote = \"{twin}\"\nrate = \"1gbit\"\nrtt = \"1ms\"\n[buffer]\nsize = \"16MiB\"\n\
+             [control]\nmetrics = \"\"\nsocket = \"{}\"\n",
+            dir.join(format!("{site}.sock")).display()
+        )
+    };
+    let fa = dir.join("a.toml");
+    let fb = dir.join("b.toml");
+    std::fs::write(
+        &fa,
+        conf(
+            "tun-a",
+            "10.1.0.0/16",
+            "10.2.0.0/16",
+            "169.254.77.1:7400",
+            "169.254.77.2:7400",
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        &fb,
+        conf(
+            "tun-b",
+            "10.2.0.0/16",
+            "10.1.0.0/16",
+            "169.254.77.2:7400",
+            "169.254.77.1:7400",
+        ),
+    )
+    .unwrap();
+    for (n, f, site, remote) in [
+        (&na, &fa, "tun-a", "10.2.0.0/16"),
+        (&nb, &fb, "tun-b", "10.1.0.0/16"),
+    ] {
+        let c = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                n,
+                env!("CARGO_BIN_EXE_soya"),
+                "gateway",
+                "-c",
+            ])
+            .arg(f)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        ns.1.push(c);
+        let sock = dir.join(format!("{site}.sock"));
+        let t0 = Instant::now();
+        while !sock.exists() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{site} did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The gateway made and raised soya0; routing is the operator's job.
+        assert!(
+            sh(&["ip", "-n", n, "route", "add", remote, "dev", "soya0"]),
+            "route via soya0 in {n}"
+        );
+    }
+    let echo = Command::new("ip")
+        .args(["netns", "exec", &nb, "python3", "-c"])
+        .arg(
+            "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             s.bind(('10.2.0.1',9000))\nwhile True:\n d,a=s.recvfrom(2048)\n s.sendto(d,a)\n",
+        )
+        .spawn()
+        .unwrap();
+    ns.1.push(echo);
+    let out = Command::new("ip")
+        .args(["netns", "exec", &na, "python3", "-c"])
+        .arg(
+            "import socket,sys\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             s.bind(('10.1.0.1',0))\ns.settimeout(0.2)\n\
+             for i in range(50):\n s.sendto(b'soya-tun',('10.2.0.1',9000))\n try:\n  d,a=s.recvfrom(2048)\n  print('echo',d.decode(),a[0]); sys.exit(0)\n except socket.timeout:\n  pass\nsys.exit(1)\n",
+        )
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let sa = control::query(&dir.join("tun-a.sock")).unwrap();
+    assert!(
+        out.status.success() && text.contains("echo soya-tun 10.2.0.1"),
+        "no echo through the tun gateways: {text}{}\n{sa:#?}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(sa.backend, "tun soya0");
+    assert!(
+        sa.twin.datagrams_out >= 1 && sa.twin.datagrams_in >= 1,
+        "{:?}",
+        sa.twin
+    );
+}

@@ -1,0 +1,741 @@
+//! RDMA end to end through a pair of Sōya gateways, on loopback:
+//!
+//! ```text
+//! host A (RcQp 10.1.0.1) ─IP-in-UDP─ gateway A ─WAN/UDP─ gateway B ─IP-in-UDP─ host B (RcQp 10.2.0.1)
+//! ```
+//!
+//! The hosts are the project's RC endpoint ([`soya_tools::rc::RcQp`]) on
+//! plain UDP sockets; the gateways are the daemon's library API
+//! ([`soya::gateway::Gateway`]) on threads of this process, configured
+//! like `config/examples/lab-udp-{a,b}.toml` with free loopback ports.
+//! Every test is bounded in time.
+
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use soya::gateway::{Gateway, Snapshot};
+use soya::roce::Psn;
+use soya::time::Time;
+use soya_tools::rc::{Completion, CompletionStatus, QpAddr, QpConfig, RcQp, WorkRequest, WrOpcode};
+
+// ----- addresses and configuration -----
+
+fn unique_ip() -> Ipv4Addr {
+    static N: AtomicU32 = AtomicU32::new(1);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let pid = std::process::id();
+    Ipv4Addr::new(
+        127,
+        20 + (pid % 230) as u8,
+        100 + (n / 250) as u8,
+        (n % 250 + 1) as u8,
+    )
+}
+
+fn free_udp(ip: Ipv4Addr) -> SocketAddr {
+    UdpSocket::bind((ip, 0)).unwrap().local_addr().unwrap()
+}
+
+struct Side {
+    site: &'static str,
+    dc: SocketAddr,
+    wan: SocketAddr,
+    socket: PathBuf,
+    local: &'static str,
+    remote: &'static str,
+}
+
+struct Lab {
+    a: Side,
+    b: Side,
+    fa: PathBuf,
+    fb: PathBuf,
+}
+
+fn lab(test: &str, keyed: bool, rate: &str) -> Lab {
+    let dir = std::env::temp_dir().join(format!("soya-e2e-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let side = |site, local, remote, name: &str| {
+        let ip = unique_ip();
+        Side {
+            site,
+            dc: free_udp(ip),
+            wan: free_udp(ip),
+            socket: dir.join(format!("{name}.sock")),
+            local,
+            remote,
+        }
+    };
+    let a = side("lab-a", "10.1.0.0/16", "10.2.0.0/16", "a");
+    let b = side("lab-b", "10.2.0.0/16", "10.1.0.0/16", "b");
+    let key = keyed.then(|| {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join("psk.key");
+        let mut k = [0u8; 32];
+        std::fs::File::open("/dev/urandom")
+            .unwrap()
+            .read_exact(&mut k)
+            .unwrap();
+        std::fs::write(&p, k.iter().map(|b| format!("{b:02x}")).collect::<String>()).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        p
+    });
+    let fa = dir.join("a.toml");
+    let fb = dir.join("b.toml");
+    std::fs::write(&fa, config(&a, &b, key.as_deref(), rate)).unwrap();
+    std::fs::write(&fb, config(&b, &a, key.as_deref(), rate)).unwrap();
+    Lab { a, b, fa, fb }
+}
+
+fn config(me: &Side, twin: &Side, key: Option<&Path>, rate: &str) -> String {
+    let security = match key {
+        Some(k) => format!("key_file = \"{}\"", k.display()),
+        None => "insecure = true".into(),
+    };
+    format!(
+        r#"site = "{site}"
+[dc]
+backend = "udp"
+listen = "{dc}"
+local_prefixes = ["{local}"]
+remote_prefixes = ["{remote}"]
+[wan]
+bind = ["{wan}"]
+{security}
+[[wan.paths]]
+name = "fast"
+remote = "{twin_wan}"
+bind = 0
+rate = "{rate}"
+rtt = "1ms"
+[buffer]
+size = "32MiB"
+per_flow_quota = "8MiB"
+[pseudo_ack]
+policy = "edge"
+[control]
+metrics = ""
+socket = "{socket}"
+"#,
+        site = me.site,
+        dc = me.dc,
+        local = me.local,
+        remote = me.remote,
+        wan = me.wan,
+        twin_wan = twin.wan,
+        socket = me.socket.display(),
+    )
+}
+
+fn start(path: &Path) -> Gateway {
+    Gateway::start(&soya_config::load(path).unwrap()).unwrap()
+}
+
+fn wait_for(gw: &Gateway, what: &str, f: impl Fn(&Snapshot) -> bool) -> Snapshot {
+    let t0 = Instant::now();
+    loop {
+        let s = gw.snapshot().expect("snapshot");
+        if f(&s) {
+            return s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}: {s:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+// ----- lab hosts -----
+
+const A_IP: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
+const B_IP: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 1);
+const MEM: usize = 8 << 20;
+
+/// One RoCE host: an RcQp whose IP packets travel as UDP payloads to its
+/// gateway's `dc.listen`.
+struct Host {
+    qp: RcQp,
+    sock: UdpSocket,
+    gw: SocketAddr,
+    ip: Ipv4Addr,
+    peer: Ipv4Addr,
+    completions: Vec<Completion>,
+    recvs: u64,
+    last_announce: Option<Instant>,
+}
+
+/// A plain UDP/IPv4 packet from `src` to `dst`'s discard port: how a lab
+/// host announces its UDP address to its gateway.
+fn announce_packet(src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
+    let mut p = vec![0u8; 28];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&28u16.to_be_bytes());
+    p[8] = 64;
+    p[9] = 17;
+    p[12..16].copy_from_slice(&src.octets());
+    p[16..20].copy_from_slice(&dst.octets());
+    let ck = soya::roce::ip::ipv4_checksum(&p[..20]);
+    p[10..12].copy_from_slice(&ck.to_be_bytes());
+    p[20..22].copy_from_slice(&9u16.to_be_bytes());
+    p[22..24].copy_from_slice(&9u16.to_be_bytes());
+    p[24..26].copy_from_slice(&8u16.to_be_bytes());
+    p
+}
+
+impl Host {
+    fn new(
+        ip: Ipv4Addr,
+        qpn: u32,
+        peer: Ipv4Addr,
+        peer_qpn: u32,
+        gw: SocketAddr,
+        verify: bool,
+    ) -> Host {
+        let cfg = QpConfig {
+            mem_size: MEM,
+            verify_data: verify,
+            ..QpConfig::default()
+        };
+        let (sp, rp) = if qpn < peer_qpn {
+            (1000, 9000)
+        } else {
+            (9000, 1000)
+        };
+        let qp = RcQp::new(
+            cfg,
+            QpAddr { ip: ip.into(), qpn },
+            QpAddr {
+                ip: peer.into(),
+                qpn: peer_qpn,
+            },
+            Psn::new(sp),
+            Psn::new(rp),
+        )
+        .unwrap();
+        let sock = UdpSocket::bind((unique_ip(), 0)).unwrap();
+        sock.set_nonblocking(true).unwrap();
+        // The egress gateway re-injects a whole window (up to 1024 packets)
+        // at once after a timeout: a receive buffer smaller than that makes
+        // every retransmission round lose packets again.
+        set_buffers(&sock, 16 << 20);
+        Host {
+            qp,
+            sock,
+            gw,
+            ip,
+            peer,
+            completions: Vec::new(),
+            recvs: 0,
+            last_announce: None,
+        }
+    }
+
+    /// Receives, runs timers, transmits; true if anything happened.
+    fn pump(&mut self, now: Time, buf: &mut [u8]) -> bool {
+        let mut active = false;
+        if self
+            .last_announce
+            .is_none_or(|t| t.elapsed() > Duration::from_millis(100))
+        {
+            let _ = self
+                .sock
+                .send_to(&announce_packet(self.ip, self.peer), self.gw);
+            self.last_announce = Some(Instant::now());
+        }
+        for _ in 0..256 {
+            match self.sock.recv_from(buf) {
+                Ok((n, _)) => {
+                    active = true;
+                    self.qp.handle_packet(now, &buf[..n]);
+                }
+                Err(_) => break,
+            }
+        }
+        if self.qp.poll_timeout().is_some_and(|t| t <= now) {
+            self.qp.handle_timeout(now);
+        }
+        while let Some(n) = self.qp.poll_transmit(now, buf) {
+            active = true;
+            let _ = self.sock.send_to(&buf[..n], self.gw);
+        }
+        while let Some(c) = self.qp.poll_completion() {
+            active = true;
+            self.completions.push(c);
+        }
+        while self.qp.poll_recv_completion().is_some() {
+            self.recvs += 1;
+        }
+        active
+    }
+
+    fn rkey(&self) -> u32 {
+        self.qp.memory().rkey()
+    }
+
+    fn base(&self) -> u64 {
+        self.qp.memory().base()
+    }
+}
+
+/// Large socket buffers: SO_RCVBUFFORCE as root, else up to rmem_max.
+fn set_buffers(s: &UdpSocket, bytes: libc::c_int) {
+    const SO_SNDBUFFORCE: libc::c_int = 32;
+    const SO_RCVBUFFORCE: libc::c_int = 33;
+    for opt in [
+        SO_RCVBUFFORCE,
+        SO_SNDBUFFORCE,
+        libc::SO_RCVBUF,
+        libc::SO_SNDBUF,
+    ] {
+        // SAFETY: setsockopt with a pointer to a live c_int and its size.
+        unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&bytes as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+    }
+}
+
+/// Drives the hosts until `done` holds or `limit` passes; `post` may post
+/// new work before each turn. Returns whether `done` held.
+fn drive(
+    hosts: &mut [&mut Host],
+    epoch: Instant,
+    limit: Duration,
+    mut post: impl FnMut(&mut [&mut Host]),
+    mut done: impl FnMut(&[&mut Host]) -> bool,
+) -> bool {
+    let mut buf = vec![0u8; 9000];
+    let t0 = Instant::now();
+    loop {
+        post(hosts);
+        let now = Time::from_nanos(epoch.elapsed().as_nanos() as u64);
+        let mut active = false;
+        for h in hosts.iter_mut() {
+            active |= h.pump(now, &mut buf);
+        }
+        if done(hosts) {
+            return true;
+        }
+        if t0.elapsed() > limit {
+            return false;
+        }
+        if !active {
+            let mut fds: Vec<libc::pollfd> = hosts
+                .iter()
+                .map(|h| libc::pollfd {
+                    fd: h.sock.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
+            // SAFETY: poll(2) on a live array of pollfd.
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1) };
+        }
+    }
+}
+
+fn cpu_seconds_of_threads(name: &str) -> f64 {
+    // utime + stime (fields 14, 15) of every thread of this process with
+    // that name, in clock ticks.
+    let tick = 100.0;
+    let mut total = 0.0;
+    if let Ok(d) = std::fs::read_dir("/proc/self/task") {
+        for t in d.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() != name {
+                continue;
+            }
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            let after = stat.rsplit(')').next().unwrap_or("");
+            let f: Vec<&str> = after.split_whitespace().collect();
+            if f.len() > 13 {
+                let u: f64 = f[11].parse().unwrap_or(0.0);
+                let s: f64 = f[12].parse().unwrap_or(0.0);
+                total += (u + s) / tick;
+            }
+        }
+    }
+    total
+}
+
+/// A mixed workload both ways with data verification, forged and malformed
+/// packets injected on the DC side and the WAN side meanwhile, then a
+/// throughput figure.
+fn transfer(keyed: bool) {
+    let l = lab(if keyed { "keyed" } else { "insecure" }, keyed, "10gbit");
+    let ga = start(&l.fa);
+    let gb = start(&l.fb);
+    wait_for(&ga, "twin", |s| s.connected);
+    let epoch = Instant::now();
+    let mut a = Host::new(A_IP, 0x11, B_IP, 0x22, l.a.dc, true);
+    let mut b = Host::new(B_IP, 0x22, A_IP, 0x11, l.b.dc, true);
+    // Both gateways learn their host before any RoCE flows.
+    drive(
+        &mut [&mut a, &mut b],
+        epoch,
+        Duration::from_secs(5),
+        |_| {},
+        |_| true,
+    );
+    wait_for(&ga, "host A learned", |s| s.dc.lab_hosts == 1);
+    wait_for(&gb, "host B learned", |s| s.dc.lab_hosts == 1);
+
+    const WRITES: u32 = 150;
+    const SENDS: u32 = 60;
+    const READS: u32 = 60;
+    const B_WRITES: u32 = 60;
+    const W: u32 = 64 << 10;
+    const S: u32 = 16 << 10;
+    b.qp.post_recv(SENDS);
+    let (b_base, b_rkey, a_base, a_rkey) = (b.base(), b.rkey(), a.base(), a.rkey());
+    // A: WRITEs into B's lower half, READs of B's upper half (landing in
+    // A's upper half), SENDs. B: WRITEs into A's lower half.
+    let mut plan_a: Vec<WorkRequest> = Vec::new();
+    for i in 0..WRITES.max(SENDS).max(READS) {
+        if i < WRITES {
+            plan_a.push(WorkRequest::Write {
+                remote_va: b_base + u64::from(i % 64) * u64::from(W),
+                rkey: b_rkey,
+                len: W,
+                imm: None,
+            });
+        }
+        if i < SENDS {
+            plan_a.push(WorkRequest::Send { len: S, imm: None });
+        }
+        if i < READS {
+            plan_a.push(WorkRequest::Read {
+                remote_va: b_base + (MEM as u64 / 2) + u64::from(i % 64) * u64::from(W),
+                rkey: b_rkey,
+                len: W,
+            });
+        }
+    }
+    let plan_b: Vec<WorkRequest> = (0..B_WRITES)
+        .map(|i| WorkRequest::Write {
+            remote_va: a_base + u64::from(i % 64) * u64::from(W),
+            rkey: a_rkey,
+            len: W,
+            imm: None,
+        })
+        .collect();
+    let (na, nb) = (plan_a.len(), plan_b.len());
+    let mut ia = 0;
+    let mut ib = 0;
+    let injector = UdpSocket::bind((unique_ip(), 0)).unwrap();
+    let mut injected = 0u32;
+    let mut last_inject = Instant::now();
+    let ok = drive(
+        &mut [&mut a, &mut b],
+        epoch,
+        Duration::from_secs(20),
+        |hs| {
+            while ia < na && hs[0].qp.outstanding() < 32 {
+                hs[0].qp.post_send(plan_a[ia]).unwrap();
+                ia += 1;
+            }
+            while ib < nb && hs[1].qp.outstanding() < 32 {
+                hs[1].qp.post_send(plan_b[ib]).unwrap();
+                ib += 1;
+            }
+            // Forgeries while the transfer runs, every 2 ms, 20 rounds.
+            if injected < 20 && last_inject.elapsed() > Duration::from_millis(2) {
+                last_inject = Instant::now();
+                injected += 1;
+                inject_dc(&injector, l.a.dc);
+                inject_wan(&injector, l.b.wan, keyed);
+            }
+        },
+        // Completions come from pseudo-ACKs: wait for the data to land too.
+        |hs| {
+            hs[0].completions.len() == na
+                && hs[1].completions.len() == nb
+                && hs[1].qp.memory().stats().bytes_placed == u64::from(WRITES) * u64::from(W)
+                && hs[1].recvs == u64::from(SENDS)
+                && hs[0].qp.memory().stats().bytes_placed == u64::from(B_WRITES) * u64::from(W)
+        },
+    );
+    let sa = ga.snapshot().unwrap();
+    let sb = gb.snapshot().unwrap();
+    assert!(
+        ok,
+        "transfer did not finish: A {}/{na} B {}/{nb}\nA: {:?}\nB: {:?}\n{sa:#?}\n{sb:#?}",
+        a.completions.len(),
+        b.completions.len(),
+        a.qp.stats(),
+        b.qp.stats()
+    );
+    for c in a.completions.iter().chain(&b.completions) {
+        assert_eq!(c.status, CompletionStatus::Success, "{c:?}");
+    }
+    assert_eq!(b.recvs, u64::from(SENDS));
+    for (h, name) in [(&a, "A"), (&b, "B")] {
+        let m = h.qp.memory().verify_all();
+        assert!(m.is_ok(), "host {name} data errors: {m:?}");
+        assert_eq!(h.qp.stats().data_errors, 0, "host {name}");
+    }
+    let ma = a.qp.memory().stats();
+    let mb = b.qp.memory().stats();
+    assert_eq!(mb.bytes_placed, u64::from(WRITES) * u64::from(W));
+    assert_eq!(mb.send_bytes_received, u64::from(SENDS) * u64::from(S));
+    assert_eq!(ma.read_bytes_received, u64::from(READS) * u64::from(W));
+    assert_eq!(ma.bytes_placed, u64::from(B_WRITES) * u64::from(W));
+    assert!(mb.bytes_verified > 0 && ma.bytes_verified > 0);
+
+    // The forgeries were dropped and counted, the sessions never broke.
+    assert_eq!(injected, 20);
+    assert!(sa.dc.rx_acl_source >= 20, "{:?}", sa.dc);
+    assert!(sa.dc.rx_acl_destination >= 20, "{:?}", sa.dc);
+    assert!(sa.dc.rx_malformed >= 20, "{:?}", sa.dc);
+    assert!(sa.engine.dc_bad_icrc >= 20, "{:?}", sa.engine);
+    assert!(
+        sb.wan.malformed + sb.wan.auth_failures + sb.wan.stale_generation >= 40,
+        "{:?}",
+        sb.wan
+    );
+    assert_eq!(sa.wan.peer_restarts + sb.wan.peer_restarts, 0);
+    assert_eq!(sa.twin.pending_overflow + sb.twin.pending_overflow, 0);
+    // Pseudo-ACKs did the acknowledging at both edges.
+    let acks = |s: &Snapshot| s.flows.iter().map(|f| f.pseudo_acks).sum::<u64>();
+    assert!(acks(&sa) > 0 && acks(&sb) > 0, "{:#?}", sa.flows);
+    println!(
+        "mixed workload ({}): A completed {} WQEs, B {}; A's gateway pseudo-ACKed {}, B's {}; buffer high water A {} B {} slots",
+        if keyed { "keyed" } else { "insecure" },
+        na,
+        nb,
+        acks(&sa),
+        acks(&sb),
+        sa.buffer.high_water,
+        sb.buffer.high_water
+    );
+
+    // Throughput: WRITE-only A -> B on a fresh QP pair without pattern
+    // work, 4 KiB MTU, 64 KiB messages.
+    let mut ta = Host::new(A_IP, 0x33, B_IP, 0x44, l.a.dc, false);
+    let mut tb = Host::new(B_IP, 0x44, A_IP, 0x33, l.b.dc, false);
+    let n_msgs: u32 = 1024; // 64 MiB
+    let rkey = tb.rkey();
+    let base = tb.base();
+    let mut posted = 0;
+    let cpu0 = cpu_seconds_of_threads("soya-device");
+    let t0 = Instant::now();
+    let ok = drive(
+        &mut [&mut ta, &mut tb],
+        epoch,
+        Duration::from_secs(60),
+        |hs| {
+            while posted < n_msgs && hs[0].qp.outstanding() < 64 {
+                hs[0]
+                    .qp
+                    .post_send(WorkRequest::Write {
+                        remote_va: base + u64::from(posted % 64) * u64::from(W),
+                        rkey,
+                        len: W,
+                        imm: None,
+                    })
+                    .unwrap();
+                posted += 1;
+            }
+        },
+        |hs| {
+            hs[0].completions.len() == n_msgs as usize
+                && hs[1].qp.memory().stats().writes_placed == u64::from(n_msgs)
+        },
+    );
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds_of_threads("soya-device") - cpu0;
+    assert!(ok, "throughput phase did not finish");
+    if std::env::var_os("SOYA_E2E_DEBUG").is_some() {
+        println!("host A: {:?}\nhost B: {:?}", ta.qp.stats(), tb.qp.stats());
+        for (g, n) in [(&ga, "A"), (&gb, "B")] {
+            let s = g.snapshot().unwrap();
+            println!("gateway {n}: wan {:?}\npaths {:?}", s.wan, s.paths);
+            for f in &s.flows {
+                println!("  {} {} {}", f.role, f.half, f.detail);
+            }
+        }
+    }
+    assert!(ta
+        .completions
+        .iter()
+        .all(|c| c.status == CompletionStatus::Success));
+    let bits = f64::from(n_msgs) * f64::from(W) * 8.0;
+    println!(
+        "throughput ({}): {:.2} Gb/s goodput of 64 KiB WRITEs (4 KiB MTU) through the gateway pair on loopback, {:.3} s; \
+         both device threads used {:.2} CPU-s = {:.2} Gb/s per gateway-core (2 cores shared with the hosts)",
+        if keyed { "keyed" } else { "insecure" },
+        bits / secs / 1e9,
+        secs,
+        cpu,
+        if cpu > 0.0 { 2.0 * bits / cpu / 1e9 } else { f64::NAN }
+    );
+}
+
+/// DC-side forgeries toward gateway A: a wrong source, a wrong
+/// destination, garbage, and a RoCE packet of the flow with a bad ICRC.
+fn inject_dc(s: &UdpSocket, dc: SocketAddr) {
+    let _ = s.send_to(&announce_packet([10, 9, 9, 9].into(), B_IP), dc);
+    let _ = s.send_to(&announce_packet(A_IP, [10, 1, 0, 99].into()), dc);
+    let _ = s.send_to(b"\x45\x00\x00\xff garbage", dc);
+    let to = soya::roce::builders::ReplyTo {
+        ip: soya::roce::IpHeader::v4(A_IP, B_IP),
+        src_port: 0xc000,
+        dest_qp: 0x22,
+    };
+    let mut p = soya::roce::builders::ack(&to, Psn::new(1000), 1)
+        .to_vec(&[])
+        .unwrap();
+    *p.last_mut().unwrap() ^= 0x5a;
+    let _ = s.send_to(&p, dc);
+}
+
+/// WAN-side forgeries toward gateway B: garbage and a protected packet
+/// that cannot authenticate.
+fn inject_wan(s: &UdpSocket, wan: SocketAddr, keyed: bool) {
+    let _ = s.send_to(b"\x01garbage that is not a soya packet", wan);
+    let mut p = vec![0u8; 200];
+    p[0] = 1;
+    p[1] = if keyed { 0 } else { 0x80 };
+    p[8..16].copy_from_slice(&0x1234_5678u64.to_be_bytes());
+    let _ = s.send_to(&p, wan);
+}
+
+#[test]
+fn write_send_read_through_a_gateway_pair_insecure() {
+    transfer(false);
+}
+
+#[test]
+fn write_send_read_through_a_gateway_pair_keyed() {
+    transfer(true);
+}
+
+/// Gateway B dies mid-transfer (no drain, no CLOSE) and comes back. Host A's
+/// WRITEs were pseudo-ACKed by gateway A; what never landed at host B must
+/// not stay a silent success: gateway A fails the flow when it sees B's new
+/// session generation, and host A's QP goes to error.
+#[test]
+fn killing_the_far_gateway_never_yields_silent_success() {
+    // A slow WAN so that gateway A holds plenty pseudo-ACKed data.
+    let l = lab("kill", false, "200mbit");
+    let ga = start(&l.fa);
+    let gb = start(&l.fb);
+    wait_for(&ga, "twin", |s| s.connected);
+    let epoch = Instant::now();
+    let mut a = Host::new(A_IP, 0x11, B_IP, 0x22, l.a.dc, true);
+    let mut b = Host::new(B_IP, 0x22, A_IP, 0x11, l.b.dc, true);
+    let (rkey, base) = (b.rkey(), b.base());
+    const W: u32 = 64 << 10;
+    let mut posted = 0u64;
+    let mut post = |hs: &mut [&mut Host]| {
+        while hs[0].qp.outstanding() < 32 && !hs[0].qp.is_error() {
+            hs[0]
+                .qp
+                .post_send(WorkRequest::Write {
+                    remote_va: base + (posted % 64) * u64::from(W),
+                    rkey,
+                    len: W,
+                    imm: None,
+                })
+                .unwrap();
+            posted += 1;
+        }
+    };
+    // Run until gateway A holds at least 2 MiB it has pseudo-ACKed.
+    let ok = drive(
+        &mut [&mut a, &mut b],
+        epoch,
+        Duration::from_secs(20),
+        &mut post,
+        |hs| hs[0].qp.stats().write_send_bytes_completed >= 8 << 20,
+    );
+    assert!(ok, "no progress before the kill: {:?}", a.qp.stats());
+    let before = ga.snapshot().unwrap();
+    let sb = gb.abort();
+    let landed_at_kill = b.qp.memory().stats().bytes_placed;
+    let success_at_kill = a.qp.stats().write_send_bytes_completed;
+    // Host A keeps posting for a while against a dead twin.
+    drive(
+        &mut [&mut a, &mut b],
+        epoch,
+        Duration::from_millis(500),
+        &mut post,
+        |_| false,
+    );
+    let success_dead = a.qp.stats().write_send_bytes_completed;
+    // Gateway B comes back (a fresh process would do the same).
+    let gb2 = start(&l.fb);
+    let ok = drive(
+        &mut [&mut a, &mut b],
+        epoch,
+        Duration::from_secs(10),
+        &mut post,
+        |hs| hs[0].qp.is_error(),
+    );
+    let after = ga.snapshot().unwrap();
+    let landed = b.qp.memory().stats().bytes_placed;
+    let success = a.qp.stats().write_send_bytes_completed;
+    let errors: Vec<CompletionStatus> = a
+        .completions
+        .iter()
+        .filter(|c| c.status != CompletionStatus::Success)
+        .map(|c| c.status)
+        .collect();
+    println!(
+        "kill: gateway A held {} slots when B died (B aborted: {:?}); \
+         at the kill A had {} B of WRITEs completed successfully, {} B had landed at host B; \
+         with B dead A completed {} B more; after B's restart A saw peer restart {} and failed {} flow(s); \
+         host A: QP in error = {}, error completions = {} (first: {:?}), success total {} B, landed total {} B, \
+         unlanded successes {} B",
+        before.buffer.slots_used,
+        sb.outcome,
+        success_at_kill,
+        landed_at_kill,
+        success_dead - success_at_kill,
+        after.wan.peer_restarts,
+        after.twin.flows_failed_on_restart,
+        a.qp.is_error(),
+        errors.len(),
+        errors.first(),
+        success,
+        landed,
+        success.saturating_sub(landed)
+    );
+    assert!(
+        b.qp.memory().verify_all().is_ok(),
+        "host B saw corrupt data"
+    );
+    assert_eq!(after.wan.peer_restarts, 1);
+    assert!(after.twin.flows_failed_on_restart >= 1, "{:?}", after.twin);
+    // The rule: success that never landed must be followed by an error.
+    if success > landed {
+        assert!(
+            ok && a.qp.is_error(),
+            "silent success: {success} B completed, {landed} B landed, QP not in error"
+        );
+        assert!(
+            errors.iter().any(|s| matches!(
+                s,
+                CompletionStatus::RemoteOperationalError | CompletionStatus::Flushed
+            )),
+            "{errors:?}"
+        );
+        assert!(a
+            .completions
+            .iter()
+            .any(|c| c.status == CompletionStatus::RemoteOperationalError
+                && c.opcode == WrOpcode::Write));
+    }
+    drop(gb2);
+}

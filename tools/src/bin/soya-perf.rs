@@ -1,0 +1,9 @@
+//! `soya-perf`: a RoCEv2 RC endpoint in software (UDP port 4791, modelled on
+//! Linux rxe), driven like perftest. See `soya_tools::perf::cli` for the
+//! synopsis.
+
+fn main() {
+    std::process::exit(soya_tools::perf::cli::main_with_args(
+        std::env::args().collect(),
+    ));
+}

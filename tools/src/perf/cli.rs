@@ -1,0 +1,354 @@
+//! The `soya-perf` command line.
+//!
+//! ```text
+//! soya-perf server [--bind-ip IP] [--port P] [--once] [--json] [--quiet]
+//! soya-perf client [SERVER] [--port P] [--bind-ip IP]
+//!                  [--op write|read|send|atomic] [--size BYTES] [--tx-depth N]
+//!                  [--qps N] [--duration S | --iters N] [--mtu M] [--lat] [--json]
+//! ```
+//!
+//! Exit status: 0 when the run was clean (no data errors, every completion
+//! successful), 1 when it was not or could not take place, 2 for usage
+//! errors.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use soya::roce::ip::ROCE_PORT;
+
+use super::client::{run_client, ClientConfig, RunLimit};
+use super::exchange::DEFAULT_PORT;
+use super::report::PerfReport;
+use super::server::{Server, ServerConfig};
+use super::workload::Op;
+use super::{PerfError, ProgressTo, Transport};
+
+/// A RoCEv2 RC endpoint in software (UDP port 4791, modelled on Linux rxe),
+/// driven like perftest. Every payload carries a verifiable pattern, so loss,
+/// duplication, corruption and misplacement are detected and reported.
+#[derive(Parser, Debug)]
+#[command(name = "soya-perf", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Wait for clients; serve one session at a time.
+    Server(ServerArgs),
+    /// Connect to a server and run a workload.
+    Client(ClientArgs),
+}
+
+#[derive(Args, Debug)]
+struct Common {
+    /// This side's RoCE address: the UDP socket binds it on port 4791
+    /// (any 127.x.y.z works on Linux loopback; one endpoint per address).
+    #[arg(long)]
+    bind_ip: Option<IpAddr>,
+    /// TCP port of the out-of-band exchange.
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// UDP port of the RoCE socket (4791 is RoCEv2; others only for tests).
+    #[arg(long, default_value_t = ROCE_PORT, hide = true)]
+    roce_port: u16,
+    /// `udp` (RoCEv2 over a UDP socket) or `verbs` (an RDMA device; needs a
+    /// build with the `verbs` feature).
+    #[arg(long, default_value = "udp", value_parser = parse_transport)]
+    transport: Transport,
+    /// One JSON object (per session) on stdout; progress goes to stderr.
+    #[arg(long)]
+    json: bool,
+    /// No progress lines.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Send with UDP GSO: runs of equal-size datagrams in one system call
+    /// (faster on loopback). The kernel numbers the IPv4 IDs of the
+    /// segments 0, 1, 2, ..., and the ICRC covers the ID, so a capture or a
+    /// gateway may find bad ICRCs; soya-perf itself rebuilds the header.
+    #[arg(long)]
+    gso: bool,
+    /// Busy-poll this many µs after the last activity before sleeping
+    /// (lower latency; keeps a core busy meanwhile).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    busy_poll_us: u64,
+}
+
+#[derive(Args, Debug)]
+struct ServerArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Serve one session, then exit (status 0 if it was clean).
+    #[arg(long)]
+    once: bool,
+    /// With --once: give up if no client comes within this many seconds.
+    #[arg(long, value_parser = parse_secs)]
+    accept_timeout: Option<Duration>,
+    /// Testing aid: advertise a wrong R_Key so the client's WRITEs and
+    /// READs fail with a remote access error.
+    #[arg(long, hide = true)]
+    wrong_rkey: bool,
+}
+
+#[derive(Args, Debug)]
+struct ClientArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The server's control address (host or IP; port from --port).
+    #[arg(default_value = "127.0.0.1")]
+    server: String,
+    /// RDMA operation: write, read, send or atomic (8-byte fetch-and-add).
+    #[arg(long, default_value = "write")]
+    op: Op,
+    /// Message size in bytes (suffixes K, KiB, M, MiB: powers of 1024).
+    #[arg(long, default_value = "65536", value_parser = parse_size)]
+    size: u32,
+    /// Work requests outstanding per QP (default 128, 1 with --lat).
+    #[arg(long)]
+    tx_depth: Option<u32>,
+    /// QPs in parallel.
+    #[arg(long, default_value_t = 1)]
+    qps: u32,
+    /// Post new work for this many seconds (default 5 unless --iters).
+    #[arg(long, value_parser = parse_secs, conflicts_with = "iters")]
+    duration: Option<Duration>,
+    /// Exactly this many messages per QP.
+    #[arg(long)]
+    iters: Option<u64>,
+    /// Path MTU: 1024, 2048 or 4096.
+    #[arg(long, default_value_t = 4096)]
+    mtu: usize,
+    /// Record post-to-completion latency of every message; report percentiles.
+    #[arg(long)]
+    lat: bool,
+    /// Seconds to keep trying to reach the server.
+    #[arg(long, default_value = "5", value_parser = parse_secs)]
+    connect_timeout: Duration,
+}
+
+fn parse_transport(s: &str) -> Result<Transport, String> {
+    match s {
+        "udp" => Ok(Transport::Udp),
+        "verbs" => Ok(Transport::Verbs),
+        _ => Err(format!("unknown transport {s:?}: udp or verbs")),
+    }
+}
+
+fn parse_secs(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .trim_end_matches('s')
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+        return Err(format!("{s:?}: seconds must be in (0, 86400]"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// Bytes with an optional binary suffix: 4096, 4K, 4KiB, 1M, 1MiB.
+pub fn parse_size(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 4096, 64K, 1MiB)"))?;
+    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(format!("{s:?}: unknown size unit {unit:?}")),
+    };
+    n.checked_mul(mult)
+        .and_then(|v| u32::try_from(v).ok())
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+fn progress(c: &Common) -> ProgressTo {
+    if c.quiet {
+        ProgressTo::Off
+    } else if c.json {
+        ProgressTo::Stderr
+    } else {
+        ProgressTo::Stdout
+    }
+}
+
+fn print_report(r: &PerfReport, json: bool) {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(r).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        );
+    } else {
+        print!("{}", r.human());
+        if let Some(s) = &r.server {
+            print!("{}", s.human());
+        }
+    }
+}
+
+fn fail(e: &PerfError) -> i32 {
+    eprintln!("soya-perf: error: {e}");
+    match e {
+        PerfError::Usage(_) => 2,
+        PerfError::Failed(_) => 1,
+    }
+}
+
+fn resolve(host: &str, port: u16) -> Result<SocketAddr, PerfError> {
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| PerfError::Usage(format!("server address {host:?}: {e}")))?
+        .next()
+        .ok_or_else(|| PerfError::Usage(format!("server address {host:?} resolves to nothing")))
+}
+
+fn client(a: ClientArgs) -> i32 {
+    let c = &a.common;
+    let server = match resolve(&a.server, c.port) {
+        Ok(s) => s,
+        Err(e) => return fail(&e),
+    };
+    let bind_ip = c.bind_ip.unwrap_or_else(|| {
+        // Next to a loopback server, take the next loopback address.
+        match server.ip() {
+            IpAddr::V4(v4) if v4.is_loopback() => {
+                let o = v4.octets();
+                let last = if o[3] == 2 { 3 } else { 2 };
+                IpAddr::from([o[0], o[1], o[2], last])
+            }
+            ip => ip,
+        }
+    });
+    let cfg = ClientConfig {
+        server,
+        bind_ip,
+        roce_port: c.roce_port,
+        transport: c.transport,
+        op: a.op,
+        size: a.size,
+        tx_depth: a.tx_depth.unwrap_or(if a.lat { 1 } else { 128 }),
+        qps: a.qps,
+        mtu: a.mtu,
+        limit: match (a.iters, a.duration) {
+            (Some(n), _) => RunLimit::Iters(n),
+            (None, Some(d)) => RunLimit::Duration(d),
+            (None, None) => RunLimit::Duration(Duration::from_secs(5)),
+        },
+        latency: a.lat,
+        progress: progress(c),
+        connect_timeout: a.connect_timeout,
+        gso: c.gso,
+        busy_poll: Duration::from_micros(c.busy_poll_us),
+        ..ClientConfig::default()
+    };
+    match run_client(&cfg) {
+        Ok(r) => {
+            print_report(&r, c.json);
+            if r.ok {
+                0
+            } else {
+                for e in &r.errors {
+                    eprintln!("soya-perf: {e}");
+                }
+                1
+            }
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+fn server(a: ServerArgs) -> i32 {
+    let c = &a.common;
+    let cfg = ServerConfig {
+        bind_ip: c.bind_ip.unwrap_or([127, 0, 0, 1].into()),
+        port: c.port,
+        roce_port: c.roce_port,
+        transport: c.transport,
+        progress: progress(c),
+        accept_timeout: a.accept_timeout,
+        wrong_rkey: a.wrong_rkey,
+        gso: c.gso,
+        busy_poll: Duration::from_micros(c.busy_poll_us),
+        ..ServerConfig::default()
+    };
+    let mut srv = match Server::bind(cfg) {
+        Ok(s) => s,
+        Err(e) => return fail(&e),
+    };
+    if !c.json {
+        println!(
+            "soya-perf server: control {} (TCP), RoCEv2 {} (UDP)",
+            srv.control_addr(),
+            srv.roce_addr()
+        );
+    }
+    loop {
+        let status = match srv.serve_one() {
+            Ok(r) => {
+                print_report(&r, c.json);
+                i32::from(!r.ok)
+            }
+            Err(e) => fail(&e),
+        };
+        if a.once {
+            return status;
+        }
+    }
+}
+
+/// Runs `soya-perf` with `args` (program name first); returns the exit status.
+pub fn main_with_args(args: Vec<String>) -> i32 {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    match cli.command {
+        Command::Server(a) => server(a),
+        Command::Client(a) => client(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("4K"), Ok(4096));
+        assert_eq!(parse_size("64KiB"), Ok(65536));
+        assert_eq!(parse_size("1M"), Ok(1 << 20));
+        assert!(parse_size("4G").is_err());
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("4Q").is_err());
+    }
+
+    #[test]
+    fn usage_errors_exit_2() {
+        let run = |a: &[&str]| {
+            main_with_args(
+                std::iter::once("soya-perf")
+                    .chain(a.iter().copied())
+                    .map(String::from)
+                    .collect(),
+            )
+        };
+        assert_eq!(run(&["client", "--op", "frob"]), 2);
+        assert_eq!(run(&["client", "--iters", "5", "--duration", "1"]), 2);
+        assert_eq!(
+            run(&["client", "--mtu", "1500", "--connect-timeout", "0.1"]),
+            2
+        );
+        assert_eq!(run(&["client", "--transport", "verbs"]), 2);
+        assert_eq!(run(&["server", "--transport", "verbs"]), 2);
+        assert_eq!(run(&["--help"]), 0);
+    }
+}

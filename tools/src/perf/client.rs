@@ -1,0 +1,457 @@
+//! The client: connects, negotiates, runs the workload (`tx_depth` work
+//! requests outstanding per QP), prints progress, collects the server's
+//! summary and reports.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use soya::roce::ip::ROCE_PORT;
+use soya::roce::Psn;
+use soya::time::Time;
+
+use super::endpoint::Endpoint;
+use super::exchange::{Control, Msg, QpInfo, DEFAULT_PORT, VERSION};
+use super::report::{LatencyReport, PacketCounters, PerfReport};
+use super::workload::{Layout, Op, QpDriver};
+use super::{
+    qp_config, random_psn, random_qpn_base, random_rkey, validate_shape, PerfError, ProgressTo,
+    Transport, MEM_BASE, VERBS_UNAVAILABLE,
+};
+use crate::rc::{CompletionStatus, QpAddr, RcQp, WrOpcode};
+
+/// How long a run goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunLimit {
+    /// Exactly this many messages per QP.
+    Iters(u64),
+    /// Post new work for this long, then wait for what is outstanding.
+    Duration(Duration),
+}
+
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// The server's control (TCP) address.
+    pub server: SocketAddr,
+    /// This side's RoCE address (bound with `roce_port`).
+    pub bind_ip: IpAddr,
+    /// UDP port of this side's socket (4791 for real RoCEv2).
+    pub roce_port: u16,
+    pub transport: Transport,
+    pub op: Op,
+    pub size: u32,
+    pub tx_depth: u32,
+    pub qps: u32,
+    pub mtu: usize,
+    pub limit: RunLimit,
+    /// Record post-to-completion latency of every message.
+    pub latency: bool,
+    pub progress: ProgressTo,
+    /// Keep trying to reach the server this long.
+    pub connect_timeout: Duration,
+    /// Give up when work is outstanding and nothing completes for this long.
+    pub stall_timeout: Duration,
+    /// Send with UDP GSO (runs of equal-size datagrams per system call;
+    /// faster, but the segments' IPv4 IDs then differ from what the ICRC
+    /// covers, so only soya-perf itself verifies them).
+    pub gso: bool,
+    /// Busy-poll this long after the last activity before sleeping.
+    pub busy_poll: Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> ClientConfig {
+        ClientConfig {
+            server: SocketAddr::new(Ipv4Addr::LOCALHOST.into(), DEFAULT_PORT),
+            bind_ip: Ipv4Addr::new(127, 0, 0, 2).into(),
+            roce_port: ROCE_PORT,
+            transport: Transport::Udp,
+            op: Op::Write,
+            size: 65_536,
+            tx_depth: 128,
+            qps: 1,
+            mtu: 4096,
+            limit: RunLimit::Duration(Duration::from_secs(5)),
+            latency: false,
+            progress: ProgressTo::Off,
+            connect_timeout: Duration::from_secs(5),
+            stall_timeout: Duration::from_secs(5),
+            gso: false,
+            busy_poll: Duration::ZERO,
+        }
+    }
+}
+
+impl ClientConfig {
+    pub fn validate(&self) -> Result<(), PerfError> {
+        if self.transport == Transport::Verbs {
+            return Err(PerfError::Usage(VERBS_UNAVAILABLE.into()));
+        }
+        validate_shape(self.op, self.size, self.qps, self.tx_depth, self.mtu)
+            .map_err(PerfError::Usage)?;
+        match self.limit {
+            RunLimit::Iters(0) => Err(PerfError::Usage("--iters must be at least 1".into())),
+            RunLimit::Duration(d) if d.is_zero() => {
+                Err(PerfError::Usage("--duration must be positive".into()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, PerfError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+            Ok(s) => return Ok(s),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(PerfError::Failed(format!(
+                    "cannot reach the soya-perf server at {addr}: {e}"
+                )))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+fn failed(what: &str, e: io::Error) -> PerfError {
+    PerfError::Failed(format!("{what}: {e}"))
+}
+
+/// Runs one client session against a server; blocks until it is over.
+/// `Ok` whenever the run took place (look at [`PerfReport::ok`]).
+pub fn run_client(cfg: &ClientConfig) -> Result<PerfReport, PerfError> {
+    cfg.validate()?;
+    let layout = Layout::new(MEM_BASE, cfg.size);
+    let local_sock = SocketAddr::new(cfg.bind_ip, cfg.roce_port);
+    let mut ep = Endpoint::bind(local_sock).map_err(|e| {
+        PerfError::Failed(format!(
+            "cannot bind the RoCE socket {local_sock}: {e} (another endpoint on this address? use --bind-ip)"
+        ))
+    })?;
+    ep.set_gso(cfg.gso);
+    ep.set_busy_poll(cfg.busy_poll);
+    let mut ctrl = Control::new(connect(cfg.server, cfg.connect_timeout)?);
+
+    let base = random_qpn_base(cfg.qps);
+    let mine: Vec<QpInfo> = (0..cfg.qps)
+        .map(|i| QpInfo {
+            qpn: base + i,
+            psn: random_psn().value(),
+            rkey: random_rkey(),
+            vaddr: layout.base,
+            len: layout.mem_size() as u64,
+        })
+        .collect();
+    ctrl.send(&Msg::Hello {
+        version: VERSION,
+        op: cfg.op,
+        size: cfg.size,
+        qps: cfg.qps,
+        tx_depth: cfg.tx_depth,
+        mtu: cfg.mtu,
+        ip: cfg.bind_ip,
+        port: ep.local_addr().port(),
+        qp: mine.clone(),
+    })
+    .map_err(|e| failed("sending the hello", e))?;
+    let (peer_ip, peer_port, theirs) = match ctrl
+        .recv(Duration::from_secs(10))
+        .map_err(|e| failed("waiting for the server's answer", e))?
+    {
+        Msg::Accept { ip, port, qp } => (ip, port, qp),
+        Msg::Error { message } => {
+            return Err(PerfError::Failed(format!("server refused: {message}")))
+        }
+        m => return Err(PerfError::Failed(format!("unexpected answer {m:?}"))),
+    };
+    if theirs.len() != mine.len() {
+        return Err(PerfError::Failed(format!(
+            "server offered {} QPs, {} asked",
+            theirs.len(),
+            mine.len()
+        )));
+    }
+    let mut qps = Vec::with_capacity(mine.len());
+    for (m, t) in mine.iter().zip(&theirs) {
+        let qp = RcQp::new(
+            qp_config(cfg.mtu, layout, m.rkey),
+            QpAddr {
+                ip: cfg.bind_ip,
+                qpn: m.qpn,
+            },
+            QpAddr {
+                ip: peer_ip,
+                qpn: t.qpn,
+            },
+            Psn::new(m.psn),
+            Psn::new(t.psn),
+        )
+        .map_err(|e| PerfError::Failed(format!("QP setup: {e}")))?;
+        qps.push(qp);
+    }
+    ep.start_session(SocketAddr::new(peer_ip, peer_port), qps, base);
+
+    let run = drive(cfg, &mut ep, layout, &theirs);
+
+    // Tell the server, collect its summary.
+    let mut errors = run.errors;
+    let server = match ctrl.send(&Msg::Done) {
+        Err(e) => {
+            errors.push(format!("telling the server we are done: {e}"));
+            None
+        }
+        Ok(()) => match ctrl.recv(Duration::from_secs(10)) {
+            Ok(Msg::Summary { report }) => Some(report),
+            Ok(m) => {
+                errors.push(format!("unexpected message instead of the summary: {m:?}"));
+                None
+            }
+            Err(e) => {
+                errors.push(format!("no summary from the server: {e}"));
+                None
+            }
+        },
+    };
+    let qps = ep.end_session();
+    let mut lat = run.lat;
+    Ok(report(
+        cfg,
+        &ep,
+        &qps,
+        &run.drivers,
+        run.start,
+        errors,
+        server,
+        &mut lat,
+        SocketAddr::new(peer_ip, peer_port),
+    ))
+}
+
+struct Run {
+    drivers: Vec<QpDriver>,
+    lat: Vec<u64>,
+    start: Time,
+    errors: Vec<String>,
+}
+
+fn drive(cfg: &ClientConfig, ep: &mut Endpoint, layout: Layout, theirs: &[QpInfo]) -> Run {
+    let depth = u64::from(cfg.tx_depth);
+    let mut drivers: Vec<QpDriver> = (0..cfg.qps).map(|_| QpDriver::new(cfg.latency)).collect();
+    let mut lat = Vec::new();
+    let mut errors = Vec::new();
+    let start = ep.now();
+    let (iters, post_until) = match cfg.limit {
+        RunLimit::Iters(n) => (n, None),
+        RunLimit::Duration(d) => (u64::MAX, Some(start + d)),
+    };
+    let mut next_report = start + Duration::from_secs(1);
+    let mut last_bytes = 0u64;
+    let mut last_report = start;
+    let mut last_done = 0u64;
+    let mut last_move = start;
+    loop {
+        let now = ep.now();
+        let mut moved = ep.receive(now) > 0;
+        ep.timers(now);
+        let posting = post_until.is_none_or(|t| now < t);
+        for (i, (qp, d)) in ep.qps.iter_mut().zip(&mut drivers).enumerate() {
+            let limit = if posting { iters } else { d.posted };
+            let rkey = theirs[i].rkey;
+            moved |= d.pump(
+                qp,
+                now,
+                depth,
+                limit,
+                |n| layout.wr(cfg.op, n, rkey),
+                &mut lat,
+            );
+        }
+        moved |= ep.transmit(now) > 0;
+
+        let done: u64 = drivers.iter().map(QpDriver::done).sum();
+        if done != last_done {
+            last_done = done;
+            last_move = now;
+        }
+        if now >= next_report {
+            let bytes: u64 = drivers.iter().map(|d| d.bytes).sum();
+            let msgs: u64 = drivers.iter().map(|d| d.ok).sum();
+            let retx: u64 = ep.qps.iter().map(|q| q.stats().retransmitted_packets).sum();
+            let naks: u64 = ep.qps.iter().map(|q| q.stats().naks_received).sum();
+            let dt = (now - last_report).as_secs_f64();
+            let all = (now - start).as_secs_f64();
+            cfg.progress.line(&format!(
+                "[{all:6.1} s] {:8.3} Gb/s  (avg {:.3} Gb/s)  {msgs} msgs  {} retx  {} NAKs",
+                (bytes - last_bytes) as f64 * 8.0 / dt / 1e9,
+                bytes as f64 * 8.0 / all / 1e9,
+                retx,
+                naks,
+            ));
+            last_bytes = bytes;
+            last_report = now;
+            next_report = now + Duration::from_secs(1);
+        }
+
+        let finished = drivers
+            .iter()
+            .all(|d| d.outstanding() == 0 && (d.has_failed() || !posting || d.posted >= iters));
+        if finished {
+            break;
+        }
+        let outstanding: u64 = drivers.iter().map(QpDriver::outstanding).sum();
+        if outstanding > 0 && now.since(last_move) >= cfg.stall_timeout {
+            errors.push(format!(
+                "stalled: {outstanding} work requests outstanding and none completed for {:?}",
+                cfg.stall_timeout
+            ));
+            break;
+        }
+        let mut until = next_report;
+        if let Some(t) = ep.next_deadline() {
+            until = until.min(t);
+        }
+        if let Some(t) = post_until.filter(|_| posting) {
+            until = until.min(t);
+        }
+        ep.idle(now, moved, Some(until), Duration::from_millis(10));
+    }
+    Run {
+        drivers,
+        lat,
+        start,
+        errors,
+    }
+}
+
+fn status_text(s: CompletionStatus) -> &'static str {
+    match s {
+        CompletionStatus::Success => "success",
+        CompletionStatus::RetryExceeded => "retry count exceeded (IB_WC_RETRY_EXC_ERR)",
+        CompletionStatus::RnrRetryExceeded => "RNR retry count exceeded (IB_WC_RNR_RETRY_EXC_ERR)",
+        CompletionStatus::RemoteAccessError => {
+            "remote access error (NAK 0x62, IB_WC_REM_ACCESS_ERR)"
+        }
+        CompletionStatus::RemoteInvalidRequest => {
+            "remote invalid request (NAK 0x61, IB_WC_REM_INV_REQ_ERR)"
+        }
+        CompletionStatus::RemoteOperationalError => {
+            "remote operational error (NAK 0x63, IB_WC_REM_OP_ERR)"
+        }
+        CompletionStatus::Flushed => "flushed (IB_WC_WR_FLUSH_ERR)",
+    }
+}
+
+fn opcode_text(o: WrOpcode) -> &'static str {
+    match o {
+        WrOpcode::Write => "RDMA WRITE",
+        WrOpcode::Send => "SEND",
+        WrOpcode::Read => "RDMA READ",
+        WrOpcode::FetchAdd => "FETCH_ADD",
+        WrOpcode::CmpSwap => "CMP_SWAP",
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    cfg: &ClientConfig,
+    ep: &Endpoint,
+    qps: &[RcQp],
+    drivers: &[QpDriver],
+    start: Time,
+    mut errors: Vec<String>,
+    server: Option<Box<PerfReport>>,
+    lat: &mut [u64],
+    peer: SocketAddr,
+) -> PerfReport {
+    let mut r = PerfReport {
+        role: "client".into(),
+        transport: "udp".into(),
+        op: Some(cfg.op),
+        size: cfg.size,
+        qps: cfg.qps,
+        tx_depth: cfg.tx_depth,
+        mtu: cfg.mtu,
+        local: ep.local_addr().to_string(),
+        peer: peer.to_string(),
+        io: ep.io.clone(),
+        ..PerfReport::default()
+    };
+    let mut packets = PacketCounters::default();
+    let mut write_send_bytes = 0u64;
+    let mut last = start;
+    for (i, (qp, d)) in qps.iter().zip(drivers).enumerate() {
+        let s = qp.stats();
+        packets.add(s);
+        r.retransmissions += s.retransmitted_packets;
+        r.naks += s.naks_received;
+        r.seq_naks += s.seq_naks_received;
+        r.rnrs += s.rnr_naks_received;
+        r.fatal_naks += s.fatal_naks_received;
+        r.local_data_errors += s.data_errors;
+        r.bytes_verified += qp.memory().stats().bytes_verified;
+        write_send_bytes += s.bytes_completed_writes_sends();
+        r.messages += d.ok;
+        r.bytes += d.bytes;
+        r.failed_completions += d.failed;
+        r.incomplete += d.outstanding();
+        last = last.max(d.last_completion);
+        if let Some(c) = d.first_error {
+            // The first real error, not the flushes that follow it.
+            errors.insert(
+                0,
+                format!(
+                    "QP {i} (QPN {:#x}): {} work request {} failed: {}",
+                    qp.local().qpn,
+                    opcode_text(c.opcode),
+                    c.wr_id,
+                    status_text(c.status)
+                ),
+            );
+        }
+    }
+    r.packets = packets;
+    r.elapsed_s = (last - start).as_secs_f64();
+    if r.elapsed_s > 0.0 {
+        r.goodput_gbps = r.bytes as f64 * 8.0 / r.elapsed_s / 1e9;
+        r.msg_rate_mpps = r.messages as f64 / r.elapsed_s / 1e6;
+    }
+    if r.incomplete > 0 {
+        errors.push(format!("{} work requests never completed", r.incomplete));
+    }
+    if r.local_data_errors > 0 {
+        errors.push(format!(
+            "{} data errors in what this side received (READ data)",
+            r.local_data_errors
+        ));
+    }
+    r.data_errors = r.local_data_errors;
+    if let Some(s) = &server {
+        r.remote_data_errors = Some(s.data_errors);
+        r.data_errors += s.data_errors;
+        r.bytes_verified += s.bytes_verified;
+        if s.data_errors > 0 {
+            errors.push(format!(
+                "{} data errors at the server (WRITE/SEND data it received)",
+                s.data_errors
+            ));
+        }
+        if matches!(cfg.op, Op::Write | Op::Send) && write_send_bytes > s.bytes {
+            r.bytes_lost = write_send_bytes - s.bytes;
+            errors.push(format!(
+                "{write_send_bytes} bytes completed here but the server placed only {}",
+                s.bytes
+            ));
+        }
+    }
+    r.latency = LatencyReport::from_nanos(lat);
+    r.ok = errors.is_empty()
+        && r.data_errors == 0
+        && r.failed_completions == 0
+        && r.incomplete == 0
+        && r.bytes_lost == 0
+        && server.is_some();
+    r.errors = errors;
+    r.server = server;
+    r
+}

@@ -1,0 +1,371 @@
+//! One RoCEv2 endpoint address: a nonblocking UDP socket bound to
+//! `ip:4791`, the session's [`RcQp`]s (found by BTH destination QP), batched
+//! receive and send (`recvmmsg` / `sendmmsg` via [`crate::wanem::sys`]), and
+//! a monotonic clock mapped onto [`Time`].
+//!
+//! The caller runs the loop, one turn at a time:
+//!
+//! ```text
+//! now = ep.now()
+//! ep.receive(now)      // datagrams -> rebuilt IP packets -> qp.handle_packet
+//! ep.timers(now)       // qp.handle_timeout for every due deadline
+//! ... post work, take completions ...
+//! ep.transmit(now)     // qp.poll_transmit -> UDP payloads -> sendmmsg
+//! if nothing moved: ep.wait(deadline)
+//! ```
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::ops::Range;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use soya::time::Time;
+
+use super::report::IoCounters;
+use super::wire::{dest_qp, to_udp_payload, Rebuild, HEADROOM};
+use crate::rc::RcQp;
+use crate::wanem::sys::{self, RawAddr, RecvBatch, RxMeta, SendBatch};
+
+/// Datagrams per `recvmmsg` / `sendmmsg`.
+const BATCH: usize = 64;
+/// Room for the largest IP packet an `RcQp` emits at MTU 4096 (4191 B).
+const PKT_BUF: usize = 4096 + 256;
+/// Receive batches per turn before the rest of the loop gets a go.
+const RX_ROUNDS: usize = 8;
+/// Packets sent per turn at most.
+const TX_PER_TURN: usize = 4 * BATCH;
+/// Socket buffers asked for (forced past rmem_max when root).
+const SOCK_BUF: usize = 16 << 20;
+
+/// A UDP socket speaking RoCEv2 for a set of QPs.
+pub struct Endpoint {
+    sock: UdpSocket,
+    local: SocketAddr,
+    peer: Option<(SocketAddr, RawAddr)>,
+    /// The session's QPs; QPNs are `qpn_base + index`.
+    pub qps: Vec<RcQp>,
+    qpn_base: u32,
+    rx: RecvBatch,
+    rx_bufs: Vec<Vec<u8>>,
+    rx_meta: Vec<RxMeta>,
+    tx: SendBatch,
+    tx_bufs: Vec<Vec<u8>>,
+    tx_ranges: Vec<Range<usize>>,
+    rebuild: Option<(SocketAddr, Rebuild)>,
+    rr: usize,
+    pub io: IoCounters,
+    start: Instant,
+    /// When the last datagram arrived.
+    pub last_rx: Time,
+    /// Keep polling this long after the last activity before sleeping.
+    spin: std::time::Duration,
+    idle_since: Option<Time>,
+    /// The socket's drop counter when the session started.
+    drops_before: u64,
+}
+
+// SAFETY: the only non-Send parts are the raw pointers inside the
+// recvmmsg/sendmmsg state (`RecvBatch`, `SendBatch`). They point into heap
+// buffers owned by this same Endpoint (or are rewritten before every system
+// call), are used only during `&mut self` calls, and are never shared, so
+// moving the whole Endpoint to another thread is sound.
+unsafe impl Send for Endpoint {}
+
+impl Endpoint {
+    /// Binds `local` (an address on this host, normally port 4791).
+    pub fn bind(local: SocketAddr) -> io::Result<Endpoint> {
+        let sock = UdpSocket::bind(local)?;
+        sock.set_nonblocking(true)?;
+        sys::tune_udp_socket(sock.as_raw_fd(), SOCK_BUF);
+        never_fragment(&sock, local.is_ipv4())?;
+        let local = sock.local_addr()?;
+        let io = IoCounters {
+            rcvbuf_bytes: rcvbuf(&sock),
+            ..IoCounters::default()
+        };
+        Ok(Endpoint {
+            sock,
+            local,
+            peer: None,
+            qps: Vec::new(),
+            qpn_base: 0,
+            rx: RecvBatch::new(BATCH, 0),
+            rx_bufs: (0..BATCH).map(|_| vec![0u8; HEADROOM + PKT_BUF]).collect(),
+            rx_meta: vec![RxMeta::default(); BATCH],
+            tx: SendBatch::new(BATCH, false),
+            tx_bufs: (0..BATCH).map(|_| vec![0u8; PKT_BUF]).collect(),
+            tx_ranges: vec![0..0; BATCH],
+            rebuild: None,
+            rr: 0,
+            io,
+            start: Instant::now(),
+            last_rx: Time::ZERO,
+            spin: Duration::ZERO,
+            idle_since: None,
+            drops_before: 0,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    pub fn local_ip(&self) -> IpAddr {
+        self.local.ip()
+    }
+
+    /// Sends with UDP GSO (runs of equal-size datagrams in one system call).
+    pub fn set_gso(&mut self, on: bool) {
+        self.tx.gso = on;
+    }
+
+    /// Starts a session: traffic goes to `peer`, arrives for `qps`, whose
+    /// QPNs must be `qpn_base`, `qpn_base + 1`, ... Counters start afresh.
+    pub fn start_session(&mut self, peer: SocketAddr, qps: Vec<RcQp>, qpn_base: u32) {
+        debug_assert!(qps
+            .iter()
+            .enumerate()
+            .all(|(i, q)| q.local().qpn == qpn_base + i as u32));
+        self.peer = Some((peer, RawAddr::from_std(peer)));
+        self.qps = qps;
+        self.qpn_base = qpn_base;
+        self.rr = 0;
+        self.rebuild = None;
+        self.drops_before = self.rx.kernel_drops;
+        self.io = IoCounters {
+            rcvbuf_bytes: self.io.rcvbuf_bytes,
+            ..IoCounters::default()
+        };
+    }
+
+    /// Ends the session and hands its QPs back. Counters are kept until the
+    /// next session starts.
+    pub fn end_session(&mut self) -> Vec<RcQp> {
+        self.peer = None;
+        std::mem::take(&mut self.qps)
+    }
+
+    /// Now on the endpoint's clock (zero when it was bound).
+    pub fn now(&self) -> Time {
+        Time::from_nanos(self.start.elapsed().as_nanos() as u64)
+    }
+
+    /// Receives every datagram waiting (up to a bound) and hands each to its
+    /// QP. Returns how many arrived.
+    pub fn receive(&mut self, now: Time) -> usize {
+        let mut total = 0;
+        for _ in 0..RX_ROUNDS {
+            let ptrs: [*mut u8; BATCH] =
+                std::array::from_fn(|i| self.rx_bufs[i][HEADROOM..].as_mut_ptr());
+            // SAFETY: each pointer is valid for PKT_BUF bytes of its buffer,
+            // which nothing else borrows during the call.
+            // Errors other than "nothing waiting" (none expected on a bound
+            // UDP socket) read as an empty batch.
+            let got = unsafe {
+                self.rx
+                    .recv(self.sock.as_raw_fd(), &ptrs, PKT_BUF, &mut self.rx_meta)
+            }
+            .unwrap_or_default();
+            for i in 0..got {
+                self.deliver(i, now);
+            }
+            total += got;
+            if got < BATCH {
+                break;
+            }
+        }
+        if total > 0 {
+            self.last_rx = now;
+        }
+        self.io.datagrams_received += total as u64;
+        // The kernel's count is per socket; report the session's share.
+        self.io.kernel_rx_drops = self.rx.kernel_drops.saturating_sub(self.drops_before);
+        total
+    }
+
+    fn deliver(&mut self, i: usize, now: Time) {
+        let meta = self.rx_meta[i];
+        let buf = &mut self.rx_bufs[i];
+        let dgram = &buf[HEADROOM..HEADROOM + meta.len.min(PKT_BUF)];
+        let (Some(qpn), false) = (dest_qp(dgram), meta.truncated) else {
+            self.io.bad_datagrams += 1;
+            return;
+        };
+        let Some(qp) = qpn
+            .checked_sub(self.qpn_base)
+            .and_then(|k| self.qps.get_mut(k as usize))
+        else {
+            self.io.unknown_qp += 1;
+            return;
+        };
+        let Some(src) = self.rx.source(i).to_std() else {
+            self.io.bad_datagrams += 1;
+            return;
+        };
+        let rb = match self.rebuild {
+            Some((a, rb)) if a == src => rb,
+            _ => match Rebuild::new(src, self.local.ip()) {
+                Some(rb) => {
+                    self.rebuild = Some((src, rb));
+                    rb
+                }
+                None => {
+                    self.io.bad_datagrams += 1;
+                    return;
+                }
+            },
+        };
+        let r = rb.apply(buf, meta.len);
+        qp.handle_packet(now, &buf[r]);
+    }
+
+    /// Fires the QPs' due timers.
+    pub fn timers(&mut self, now: Time) {
+        for qp in &mut self.qps {
+            if qp.poll_timeout().is_some_and(|t| t <= now) {
+                qp.handle_timeout(now);
+            }
+        }
+    }
+
+    /// The QPs' earliest deadline.
+    pub fn next_deadline(&self) -> Option<Time> {
+        self.qps.iter().filter_map(RcQp::poll_timeout).min()
+    }
+
+    /// Sends what the QPs have to send (round robin, a bounded amount per
+    /// turn). Returns how many datagrams went out.
+    pub fn transmit(&mut self, now: Time) -> usize {
+        let Some((_, dest)) = self.peer else {
+            return 0;
+        };
+        let n = self.qps.len();
+        if n == 0 {
+            return 0;
+        }
+        let sport = self.local.port();
+        let mut total = 0;
+        while total < TX_PER_TURN {
+            let mut k = 0;
+            let mut idle = 0;
+            while k < BATCH && idle < n {
+                let qp = &mut self.qps[self.rr];
+                match qp.poll_transmit(now, &mut self.tx_bufs[k]) {
+                    Some(len) => {
+                        if let Ok(r) = to_udp_payload(&mut self.tx_bufs[k][..len], sport) {
+                            self.tx_ranges[k] = r;
+                            k += 1;
+                        }
+                        idle = 0;
+                    }
+                    None => idle += 1,
+                }
+                self.rr = (self.rr + 1) % n;
+            }
+            if k == 0 {
+                break;
+            }
+            let pkts: [(*const u8, usize); BATCH] = std::array::from_fn(|j| {
+                if j < k {
+                    let r = &self.tx_ranges[j];
+                    (self.tx_bufs[j][r.start..].as_ptr(), r.len())
+                } else {
+                    (std::ptr::null(), 0)
+                }
+            });
+            // SAFETY: the first k entries point into tx_bufs, unchanged
+            // until the call returns.
+            let out = unsafe { self.tx.send(self.sock.as_raw_fd(), &pkts[..k], Some(&dest)) };
+            self.io.datagrams_sent += out.sent as u64;
+            self.io.send_failures += out.failed as u64;
+            total += k;
+            if k < BATCH {
+                break;
+            }
+        }
+        total
+    }
+
+    /// Busy-polls this long after the last activity before sleeping in the
+    /// kernel (lower latency, one core kept busy).
+    pub fn set_busy_poll(&mut self, d: Duration) {
+        self.spin = d;
+    }
+
+    /// Ends a loop turn: after a turn where something `moved`, returns at
+    /// once; otherwise busy-polls for a while, then blocks until a datagram
+    /// arrives or `until` (at most `cap` from now).
+    pub fn idle(&mut self, now: Time, moved: bool, until: Option<Time>, cap: Duration) {
+        if moved {
+            self.idle_since = None;
+            return;
+        }
+        let since = *self.idle_since.get_or_insert(now);
+        if now.since(since) < self.spin {
+            std::hint::spin_loop();
+            return;
+        }
+        let d = until.map_or(cap, |t| t.since(now).min(cap));
+        if !d.is_zero() {
+            sys::wait_readable(self.sock.as_raw_fd(), d);
+        }
+    }
+}
+
+/// DF on every datagram, never fragmented (a too-large one fails with
+/// EMSGSIZE), as RoCE requires. Also what makes the IPv4 ID on the wire
+/// match `RcQp`'s header: with `IP_PMTUDISC_DO` an unconnected socket's DF
+/// datagrams carry ID 0 (`ip_select_ident_segs`), while the default
+/// (`IP_PMTUDISC_WANT`) gives them hashed IDs, which the ICRC covers.
+fn never_fragment(sock: &UdpSocket, v4: bool) -> io::Result<()> {
+    let (level, opt, val) = if v4 {
+        (
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
+    } else {
+        (
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )
+    };
+    // SAFETY: a c_int option value of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            level,
+            opt,
+            &val as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The receive buffer the kernel granted.
+fn rcvbuf(sock: &UdpSocket) -> u64 {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a c_int out value of the size given.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            &mut v as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if r == 0 {
+        v.max(0) as u64
+    } else {
+        0
+    }
+}

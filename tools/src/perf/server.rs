@@ -1,0 +1,412 @@
+//! The server: listens on TCP, takes one client session at a time, creates
+//! the QPs asked for, answers the traffic until the client says done, and
+//! reports what its memory verification found.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+use soya::roce::ip::ROCE_PORT;
+use soya::roce::Psn;
+use soya::time::Time;
+
+use super::endpoint::Endpoint;
+use super::exchange::{Control, Msg, QpInfo, DEFAULT_PORT, VERSION};
+use super::report::{PacketCounters, PerfReport};
+use super::workload::{Layout, Op};
+use super::{
+    qp_config, random_psn, random_qpn_base, random_rkey, validate_shape, PerfError, ProgressTo,
+    Transport, MEM_BASE, VERBS_UNAVAILABLE,
+};
+use crate::rc::{QpAddr, RcQp};
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// RoCE address, and the address the control port listens on.
+    pub bind_ip: IpAddr,
+    /// TCP control port.
+    pub port: u16,
+    /// UDP port of the RoCE socket (4791 for real RoCEv2).
+    pub roce_port: u16,
+    pub transport: Transport,
+    pub progress: ProgressTo,
+    /// Give up waiting for a client after this long (`None`: forever).
+    pub accept_timeout: Option<Duration>,
+    /// End a session when the client is silent this long (no datagram and
+    /// no control message).
+    pub idle_timeout: Duration,
+    /// For tests: advertise an R_Key other than the real one, so every
+    /// WRITE/READ of the client fails with a remote access error.
+    pub wrong_rkey: bool,
+    /// Send with UDP GSO (see [`super::ClientConfig::gso`]).
+    pub gso: bool,
+    /// Busy-poll this long after the last activity before sleeping.
+    pub busy_poll: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            bind_ip: Ipv4Addr::LOCALHOST.into(),
+            port: DEFAULT_PORT,
+            roce_port: ROCE_PORT,
+            transport: Transport::Udp,
+            progress: ProgressTo::Off,
+            accept_timeout: None,
+            idle_timeout: Duration::from_secs(30),
+            wrong_rkey: false,
+            gso: false,
+            busy_poll: Duration::ZERO,
+        }
+    }
+}
+
+/// A bound server: control listener and RoCE socket.
+pub struct Server {
+    cfg: ServerConfig,
+    listener: TcpListener,
+    ep: Endpoint,
+    sessions: u64,
+}
+
+/// Everything a session needs from the hello.
+struct Shape {
+    op: Op,
+    size: u32,
+    qps: u32,
+    tx_depth: u32,
+    mtu: usize,
+}
+
+impl Server {
+    pub fn bind(cfg: ServerConfig) -> Result<Server, PerfError> {
+        if cfg.transport == Transport::Verbs {
+            return Err(PerfError::Usage(VERBS_UNAVAILABLE.into()));
+        }
+        let ctl = SocketAddr::new(cfg.bind_ip, cfg.port);
+        let listener = TcpListener::bind(ctl)
+            .map_err(|e| PerfError::Failed(format!("cannot listen on {ctl}: {e} (use --port)")))?;
+        let roce = SocketAddr::new(cfg.bind_ip, cfg.roce_port);
+        let mut ep = Endpoint::bind(roce).map_err(|e| {
+            PerfError::Failed(format!(
+                "cannot bind the RoCE socket {roce}: {e} (another endpoint on this address? use --bind-ip)"
+            ))
+        })?;
+        ep.set_gso(cfg.gso);
+        ep.set_busy_poll(cfg.busy_poll);
+        Ok(Server {
+            cfg,
+            listener,
+            ep,
+            sessions: 0,
+        })
+    }
+
+    /// The control address (useful with port 0).
+    pub fn control_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::new(self.cfg.bind_ip, self.cfg.port))
+    }
+
+    pub fn roce_addr(&self) -> SocketAddr {
+        self.ep.local_addr()
+    }
+
+    fn accept(&self) -> Result<Control, PerfError> {
+        let deadline = self.cfg.accept_timeout.map(|t| Instant::now() + t);
+        self.listener
+            .set_nonblocking(deadline.is_some())
+            .map_err(|e| PerfError::Failed(format!("listener: {e}")))?;
+        loop {
+            match self.listener.accept() {
+                Ok((s, _)) => {
+                    let _ = s.set_nonblocking(false);
+                    return Ok(Control::new(s));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(PerfError::Failed("no client came".into()));
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(PerfError::Failed(format!("accept: {e}"))),
+            }
+        }
+    }
+
+    /// Waits for one client and serves its session. `Ok` whenever a session
+    /// ran (look at [`PerfReport::ok`]); `Err` if none could be set up.
+    pub fn serve_one(&mut self) -> Result<PerfReport, PerfError> {
+        let mut ctrl = self.accept()?;
+        self.sessions += 1;
+        let hello = ctrl
+            .recv(Duration::from_secs(10))
+            .map_err(|e| PerfError::Failed(format!("waiting for the hello: {e}")))?;
+        let Msg::Hello {
+            version,
+            op,
+            size,
+            qps,
+            tx_depth,
+            mtu,
+            ip,
+            port,
+            qp: theirs,
+        } = hello
+        else {
+            let m = format!("expected a hello, got {hello:?}");
+            let _ = ctrl.send(&Msg::Error { message: m.clone() });
+            return Err(PerfError::Failed(m));
+        };
+        let shape = Shape {
+            op,
+            size,
+            qps,
+            tx_depth,
+            mtu,
+        };
+        let refusal = if version != VERSION {
+            Some(format!(
+                "protocol version {version}, this server speaks {VERSION}"
+            ))
+        } else if let Err(e) = validate_shape(op, size, qps, tx_depth, mtu) {
+            Some(e)
+        } else if theirs.len() != qps as usize {
+            Some(format!("{qps} QPs announced, {} described", theirs.len()))
+        } else if std::mem::discriminant(&ip) != std::mem::discriminant(&self.cfg.bind_ip) {
+            Some(format!(
+                "client address {ip} and server address {} differ in family",
+                self.cfg.bind_ip
+            ))
+        } else {
+            None
+        };
+        if let Some(m) = refusal {
+            let _ = ctrl.send(&Msg::Error { message: m.clone() });
+            return Err(PerfError::Failed(format!("refused {}: {m}", ctrl.peer())));
+        }
+
+        let layout = Layout::new(MEM_BASE, size);
+        let base = random_qpn_base(qps);
+        let mut mine = Vec::with_capacity(qps as usize);
+        let mut qp_list = Vec::with_capacity(qps as usize);
+        for (i, t) in theirs.iter().enumerate() {
+            let info = QpInfo {
+                qpn: base + i as u32,
+                psn: random_psn().value(),
+                rkey: random_rkey(),
+                vaddr: layout.base,
+                len: layout.mem_size() as u64,
+            };
+            let qp = RcQp::new(
+                qp_config(mtu, layout, info.rkey),
+                QpAddr {
+                    ip: self.cfg.bind_ip,
+                    qpn: info.qpn,
+                },
+                QpAddr { ip, qpn: t.qpn },
+                Psn::new(info.psn),
+                Psn::new(t.psn),
+            );
+            let mut qp = match qp {
+                Ok(q) => q,
+                Err(e) => {
+                    let _ = ctrl.send(&Msg::Error { message: e.clone() });
+                    return Err(PerfError::Failed(format!("QP setup: {e}")));
+                }
+            };
+            if op == Op::Send {
+                qp.post_recv(recv_target(tx_depth));
+            }
+            let mut advertised = info;
+            if self.cfg.wrong_rkey {
+                advertised.rkey ^= 0x00ff_ff00;
+            }
+            mine.push(advertised);
+            qp_list.push(qp);
+        }
+        let peer = SocketAddr::new(ip, port);
+        self.ep.start_session(peer, qp_list, base);
+        if let Err(e) = ctrl.send(&Msg::Accept {
+            ip: self.cfg.bind_ip,
+            port: self.ep.local_addr().port(),
+            qp: mine,
+        }) {
+            self.ep.end_session();
+            return Err(PerfError::Failed(format!("sending the accept: {e}")));
+        }
+
+        let (start, end, errors) = self.run_session(&mut ctrl, &shape);
+        let qps_done = self.ep.end_session();
+        let report = self.report(&shape, &qps_done, peer, start, end, errors);
+        if let Err(e) = ctrl.send(&Msg::Summary {
+            report: Box::new(report.clone()),
+        }) {
+            let mut r = report;
+            r.errors.push(format!("sending the summary: {e}"));
+            return Ok(r);
+        }
+        Ok(report)
+    }
+
+    fn run_session(&mut self, ctrl: &mut Control, shape: &Shape) -> (Time, Time, Vec<String>) {
+        let start = self.ep.now();
+        let mut errors = Vec::new();
+        let mut next_report = start + Duration::from_secs(1);
+        let mut next_ctrl = start;
+        let mut last_ctrl = start;
+        let mut last_bytes = 0u64;
+        let mut last_report = start;
+        let target = recv_target(shape.tx_depth);
+        loop {
+            let now = self.ep.now();
+            let mut moved = self.ep.receive(now) > 0;
+            self.ep.timers(now);
+            if shape.op == Op::Send {
+                for qp in &mut self.ep.qps {
+                    let have = qp.posted_recvs();
+                    if have < u64::from(target / 2) {
+                        qp.post_recv(target - have as u32);
+                    }
+                }
+            }
+            moved |= self.ep.transmit(now) > 0;
+            if now >= next_ctrl {
+                next_ctrl = now + Duration::from_millis(2);
+                match ctrl.try_recv() {
+                    Ok(None) => {}
+                    Ok(Some(Msg::Done)) => return (start, now, errors),
+                    Ok(Some(m)) => {
+                        last_ctrl = now;
+                        errors.push(format!("unexpected control message {m:?}"));
+                    }
+                    Err(e) => {
+                        errors.push(format!("client went away: {e}"));
+                        return (start, now, errors);
+                    }
+                }
+            }
+            if now >= next_report {
+                let bytes = self.bytes();
+                let dt = (now - last_report).as_secs_f64();
+                let all = (now - start).as_secs_f64();
+                let errs: u64 = self.ep.qps.iter().map(|q| q.stats().data_errors).sum();
+                self.cfg.progress.line(&format!(
+                    "[{all:6.1} s] {:8.3} Gb/s  {} bytes  {} data errors",
+                    (bytes - last_bytes) as f64 * 8.0 / dt / 1e9,
+                    bytes,
+                    errs
+                ));
+                last_bytes = bytes;
+                last_report = now;
+                next_report = now + Duration::from_secs(1);
+            }
+            let heard = self.ep.last_rx.max(last_ctrl).max(start);
+            if now.since(heard) >= self.cfg.idle_timeout {
+                errors.push(format!(
+                    "client silent for {:?}: session abandoned",
+                    self.cfg.idle_timeout
+                ));
+                return (start, now, errors);
+            }
+            let until = self
+                .ep
+                .next_deadline()
+                .map_or(next_ctrl, |t| t.min(next_ctrl));
+            self.ep
+                .idle(now, moved, Some(until), Duration::from_millis(2));
+        }
+    }
+
+    /// Payload bytes this side received or served so far.
+    fn bytes(&self) -> u64 {
+        self.ep
+            .qps
+            .iter()
+            .map(|q| {
+                let m = q.memory().stats();
+                m.bytes_placed + m.send_bytes_received + m.read_bytes_served
+            })
+            .sum()
+    }
+
+    fn report(
+        &self,
+        shape: &Shape,
+        qps: &[RcQp],
+        peer: SocketAddr,
+        start: Time,
+        end: Time,
+        mut errors: Vec<String>,
+    ) -> PerfReport {
+        let mut r = PerfReport {
+            role: "server".into(),
+            transport: "udp".into(),
+            op: Some(shape.op),
+            size: shape.size,
+            qps: shape.qps,
+            tx_depth: shape.tx_depth,
+            mtu: shape.mtu,
+            local: self.ep.local_addr().to_string(),
+            peer: peer.to_string(),
+            elapsed_s: (end - start).as_secs_f64(),
+            io: self.ep.io.clone(),
+            ..PerfReport::default()
+        };
+        let mut packets = PacketCounters::default();
+        for qp in qps {
+            let s = qp.stats();
+            let m = qp.memory().stats();
+            packets.add(s);
+            r.local_data_errors += s.data_errors;
+            r.bytes_verified += m.bytes_verified;
+            r.naks += s.naks_received;
+            r.retransmissions += s.retransmitted_packets;
+            match shape.op {
+                Op::Write => {
+                    r.messages += m.writes_placed;
+                    r.bytes += m.bytes_placed;
+                }
+                Op::Send => {
+                    r.messages += m.sends_received;
+                    r.bytes += m.send_bytes_received;
+                }
+                Op::Read => {
+                    r.bytes += m.read_bytes_served;
+                    r.messages += m.read_bytes_served / u64::from(shape.size.max(1));
+                }
+                Op::Atomic => {
+                    r.messages += m.atomics_executed;
+                    r.bytes += 8 * m.atomics_executed;
+                }
+            }
+        }
+        r.packets = packets;
+        r.data_errors = r.local_data_errors;
+        if r.data_errors > 0 {
+            errors.push(format!(
+                "{} data errors in what this side received",
+                r.data_errors
+            ));
+        }
+        if r.elapsed_s > 0.0 {
+            r.goodput_gbps = r.bytes as f64 * 8.0 / r.elapsed_s / 1e9;
+            r.msg_rate_mpps = r.messages as f64 / r.elapsed_s / 1e6;
+        }
+        r.ok = errors.is_empty();
+        r.errors = errors;
+        r
+    }
+}
+
+/// Receive WQEs kept posted per QP for SENDs.
+fn recv_target(tx_depth: u32) -> u32 {
+    (4 * tx_depth).max(1024)
+}
+
+/// Binds, serves one session, returns its report.
+pub fn run_server(cfg: ServerConfig) -> Result<PerfReport, PerfError> {
+    Server::bind(cfg)?.serve_one()
+}
