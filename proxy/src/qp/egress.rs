@@ -21,6 +21,10 @@ use super::half::HalfKey;
 use super::ingress::span_of;
 use super::twin::TwinMsg;
 
+/// Injection window at the start and after a timeout (PSNs).
+const INITIAL_CWND: u32 = 64;
+const MIN_CWND: u32 = 16;
+
 /// Timeouts tolerated while the tunnel phase waits for the requester's own
 /// recovery (its ACK timeout is 67 ms by default; ours backs off to 100 ms).
 const RAW_WAIT_BUDGET: u32 = 64;
@@ -114,6 +118,12 @@ pub struct Reinjector {
     retries: u32,
     /// Timeouts spent waiting for the requester to recover raw packets.
     raw_waits: u32,
+    /// PSNs we let ourselves have in flight toward the responder: starts
+    /// small and grows with ACKs (slow start), collapses on a timeout. A
+    /// local responder is fast, but its socket buffer (or NIC queue) is not
+    /// infinite: resending a whole 1024-packet window at once after a
+    /// timeout overflows it again and again.
+    cwnd: u32,
     rnr_retries: u32,
     failed: bool,
     tuning: EgressTuning,
@@ -137,6 +147,7 @@ impl Reinjector {
             last_rnr: None,
             retries: 0,
             raw_waits: 0,
+            cwnd: INITIAL_CWND,
             rnr_retries: 0,
             failed: false,
             tuning,
@@ -248,7 +259,8 @@ impl Reinjector {
         self.rnr_until = None;
         while self.next < self.queue.len() {
             let first = self.queue[0].psn;
-            if self.queue[self.next].last().diff(first) as u32 >= self.tuning.window {
+            if self.queue[self.next].last().diff(first) as u32 >= self.cwnd.min(self.tuning.window)
+            {
                 break;
             }
             let p = &mut self.queue[self.next];
@@ -293,6 +305,7 @@ impl Reinjector {
             }
             self.next = self.next.saturating_sub(1);
             progressed = true;
+            self.cwnd = (self.cwnd + p.span).min(self.tuning.window);
         }
         self.acked = Some(psn);
         if progressed || self.queue.is_empty() {
@@ -409,6 +422,7 @@ impl Reinjector {
                         if self.retries > self.tuning.retry_budget {
                             return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
                         }
+                        self.cwnd = (self.cwnd / 2).max(MIN_CWND);
                         self.go_back(psn);
                         self.pump(now, buf, out);
                     }
@@ -483,6 +497,7 @@ impl Reinjector {
                 let psn = self.queue.front().map_or(Psn::new(0), |p| p.psn);
                 return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
             }
+            self.cwnd = MIN_CWND;
             // Back off: double the timeout for each consecutive expiry.
             if let Some(s) = self.srtt {
                 self.srtt = Some((s * 2).min(Duration::from_millis(100)));
