@@ -32,7 +32,13 @@ enum Command {
     /// Sōya, and whether a data-parallel job's AllReduce hides behind backward.
     Plan(soya::plan::PlanArgs),
     /// Run the two-site demo on loopback (direct vs. through Sōya at 300 km).
-    Demo,
+    ///
+    /// Starts two gateways, soya-wanem relays and soya-perf endpoints as
+    /// child processes (loopback only, no root) and runs the same RDMA WRITE
+    /// workload direct at 0 km, direct over the emulated WAN and through
+    /// Sōya. Needs soya-perf and soya-wanem next to this binary
+    /// (`cargo build --release --workspace`).
+    Demo(DemoArgs),
     /// Run the gateway daemon of one site (SIGTERM/SIGINT drain and exit,
     /// SIGHUP re-reads the configuration).
     Gateway {
@@ -58,19 +64,100 @@ enum Command {
     },
 }
 
+#[derive(clap::Args)]
+struct DemoArgs {
+    /// Fibre length between the two sites (4.9 µs one way per km).
+    #[arg(long, default_value_t = 300.0)]
+    distance_km: f64,
+    /// Random loss probability on each WAN direction (0 to 1).
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// WAN paths between the gateways.
+    #[arg(long, default_value_t = 1)]
+    paths: u32,
+    /// Seconds of each throughput run.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// RDMA WRITE size in bytes (K/M suffixes accepted).
+    #[arg(long, default_value = "65536")]
+    size: String,
+    /// One JSON object on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `soya demo`: runs the orchestration in `soya-perf demo` (the lab tools
+/// live in their own crate), found next to this executable.
+fn demo(a: &DemoArgs) -> ExitCode {
+    let me = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("soya demo: cannot find this executable: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let dir = me
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    let missing: Vec<&str> = ["soya-perf", "soya-wanem"]
+        .into_iter()
+        .filter(|b| !dir.join(b).is_file())
+        .collect();
+    if !missing.is_empty() {
+        eprintln!(
+            "soya demo: {} not found in {}: the demo runs them from the directory of the soya \
+             binary. Build the whole workspace first: cargo build --release --workspace",
+            missing.join(" and "),
+            dir.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let mut cmd = std::process::Command::new(dir.join("soya-perf"));
+    cmd.arg("demo")
+        .arg("--soya-bin")
+        .arg(&me)
+        .args(["--distance-km", &a.distance_km.to_string()])
+        .args(["--loss", &a.loss.to_string()])
+        .args(["--paths", &a.paths.to_string()])
+        .args(["--duration", &a.duration.to_string()])
+        .args(["--size", &a.size]);
+    if a.json {
+        cmd.arg("--json");
+    }
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: prctl is async-signal-safe; nothing else runs between
+        // fork and exec. The demo (and its children) end with this process.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+    }
+    match cmd.status() {
+        Ok(st) => match st.code() {
+            Some(0) => ExitCode::SUCCESS,
+            Some(c) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
+            None => ExitCode::FAILURE,
+        },
+        Err(e) => {
+            eprintln!(
+                "soya demo: cannot run {}: {e}",
+                dir.join("soya-perf").display()
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { files, quiet } => check_config(&files, quiet),
         Command::Plan(args) => soya::plan::run(&args),
-        Command::Demo => {
-            eprintln!(
-                "soya demo: not built yet. The two-site demo needs the gateway daemon \
-                 (pseudo-ACK engine, WAN transport, lab tools); this build has the RoCEv2 \
-                 wire codec and the site configuration only."
-            );
-            ExitCode::from(2)
-        }
+        Command::Demo(args) => demo(&args),
         Command::Gateway { config, check } => gateway(&config, check),
         Command::Status {
             socket,

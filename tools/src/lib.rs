@@ -4,6 +4,7 @@
 //!   (used by `soya-decode` and by the capture tests).
 
 pub mod capture;
+pub mod demo;
 pub mod perf;
 pub mod rc;
 pub mod sim;

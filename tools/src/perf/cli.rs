@@ -5,6 +5,12 @@
 //! soya-perf client [SERVER] [--port P] [--bind-ip IP]
 //!                  [--op write|read|send|atomic] [--size BYTES] [--tx-depth N]
 //!                  [--qps N] [--duration S | --iters N] [--mtu M] [--lat] [--json]
+//!
+//! IP-in-UDP (each datagram one whole RoCEv2 IP packet, as a Sōya gateway's
+//! lab `udp` backend speaks it; the RoCE address is --roce-ip, inside only):
+//!   --gateway DC_LISTEN   through a gateway (announces --roce-ip to it)
+//!   --peer UDP_ADDR       straight to a peer soya-perf or a soya-wanem relay
+//!   --ip-in-udp           (server) answer wherever the datagrams came from
 //! ```
 //!
 //! Exit status: 0 when the run was clean (no data errors, every completion
@@ -18,6 +24,7 @@ use clap::{Args, Parser, Subcommand};
 use soya::roce::ip::ROCE_PORT;
 
 use super::client::{run_client, ClientConfig, RunLimit};
+use super::endpoint::Tunnel;
 use super::exchange::DEFAULT_PORT;
 use super::report::PerfReport;
 use super::server::{Server, ServerConfig};
@@ -40,6 +47,49 @@ enum Command {
     Server(ServerArgs),
     /// Connect to a server and run a workload.
     Client(ClientArgs),
+    /// The two-site demo (what `soya demo` runs; see `soya demo --help`).
+    #[command(hide = true)]
+    Demo(DemoArgs),
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// The `soya` binary (soya-perf and soya-wanem are looked up beside it).
+    #[arg(long)]
+    soya_bin: std::path::PathBuf,
+    #[arg(long, default_value_t = 300.0)]
+    distance_km: f64,
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    #[arg(long, default_value_t = 1)]
+    paths: u32,
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    #[arg(long, default_value = "65536", value_parser = parse_size)]
+    size: u32,
+    #[arg(long)]
+    json: bool,
+}
+
+fn demo(a: DemoArgs) -> i32 {
+    let bins = match crate::demo::Binaries::beside(&a.soya_bin) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("soya demo: {e}");
+            return 1;
+        }
+    };
+    crate::demo::run(
+        &crate::demo::DemoOptions {
+            distance_km: a.distance_km,
+            loss: a.loss,
+            paths: a.paths,
+            duration: a.duration,
+            size: a.size,
+            json: a.json,
+        },
+        &bins,
+    )
 }
 
 #[derive(Args, Debug)]
@@ -74,6 +124,48 @@ struct Common {
     /// (lower latency; keeps a core busy meanwhile).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     busy_poll_us: u64,
+    /// IP-in-UDP through a Sōya gateway: send every RoCEv2 IP packet as
+    /// one UDP datagram to this `dc.listen` address (and announce there).
+    /// The UDP socket binds --bind-ip (port --roce-port, 0 = any).
+    #[arg(long, conflicts_with = "peer")]
+    gateway: Option<SocketAddr>,
+    /// IP-in-UDP straight to a peer soya-perf (or a `soya-wanem udp`
+    /// relay) at this UDP address. A server in IP-in-UDP mode without
+    /// --peer answers wherever the client's datagrams came from.
+    #[arg(long)]
+    peer: Option<SocketAddr>,
+    /// IP-in-UDP mode without a fixed destination (servers: reply to the
+    /// sender).
+    #[arg(long)]
+    ip_in_udp: bool,
+    /// The RoCE address inside the datagrams in IP-in-UDP mode (e.g. a lab
+    /// host 10.1.0.1); default: --bind-ip.
+    #[arg(long)]
+    roce_ip: Option<IpAddr>,
+}
+
+impl Common {
+    fn tunnel(&self, bind_ip: IpAddr) -> Option<Tunnel> {
+        let roce_ip = self.roce_ip.unwrap_or(bind_ip);
+        match (self.gateway, self.peer) {
+            (Some(g), _) => Some(Tunnel {
+                roce_ip,
+                to: Some(g),
+                announce: true,
+            }),
+            (None, Some(p)) => Some(Tunnel {
+                roce_ip,
+                to: Some(p),
+                announce: false,
+            }),
+            (None, None) if self.ip_in_udp || self.roce_ip.is_some() => Some(Tunnel {
+                roce_ip,
+                to: None,
+                announce: false,
+            }),
+            (None, None) => None,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -244,6 +336,7 @@ fn client(a: ClientArgs) -> i32 {
         connect_timeout: a.connect_timeout,
         gso: c.gso,
         busy_poll: Duration::from_micros(c.busy_poll_us),
+        tunnel: c.tunnel(bind_ip),
         ..ClientConfig::default()
     };
     match run_client(&cfg) {
@@ -264,8 +357,10 @@ fn client(a: ClientArgs) -> i32 {
 
 fn server(a: ServerArgs) -> i32 {
     let c = &a.common;
+    let bind_ip = c.bind_ip.unwrap_or([127, 0, 0, 1].into());
     let cfg = ServerConfig {
-        bind_ip: c.bind_ip.unwrap_or([127, 0, 0, 1].into()),
+        bind_ip,
+        tunnel: c.tunnel(bind_ip),
         port: c.port,
         roce_port: c.roce_port,
         transport: c.transport,
@@ -313,6 +408,7 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
     match cli.command {
         Command::Server(a) => server(a),
         Command::Client(a) => client(a),
+        Command::Demo(a) => demo(a),
     }
 }
 

@@ -57,6 +57,8 @@ pub struct ClientConfig {
     pub gso: bool,
     /// Busy-poll this long after the last activity before sleeping.
     pub busy_poll: Duration,
+    /// IP-in-UDP mode (through a gateway or a relay); `None`: RoCEv2/UDP.
+    pub tunnel: Option<super::endpoint::Tunnel>,
 }
 
 impl Default for ClientConfig {
@@ -78,6 +80,7 @@ impl Default for ClientConfig {
             stall_timeout: Duration::from_secs(5),
             gso: false,
             busy_poll: Duration::ZERO,
+            tunnel: None,
         }
     }
 }
@@ -131,6 +134,10 @@ pub fn run_client(cfg: &ClientConfig) -> Result<PerfReport, PerfError> {
     })?;
     ep.set_gso(cfg.gso);
     ep.set_busy_poll(cfg.busy_poll);
+    if let Some(t) = cfg.tunnel {
+        ep.set_tunnel(t);
+    }
+    let my_ip = ep.roce_ip();
     let mut ctrl = Control::new(connect(cfg.server, cfg.connect_timeout)?);
 
     let base = random_qpn_base(cfg.qps);
@@ -150,7 +157,7 @@ pub fn run_client(cfg: &ClientConfig) -> Result<PerfReport, PerfError> {
         qps: cfg.qps,
         tx_depth: cfg.tx_depth,
         mtu: cfg.mtu,
-        ip: cfg.bind_ip,
+        ip: my_ip,
         port: ep.local_addr().port(),
         qp: mine.clone(),
     })
@@ -177,7 +184,7 @@ pub fn run_client(cfg: &ClientConfig) -> Result<PerfReport, PerfError> {
         let qp = RcQp::new(
             qp_config(cfg.mtu, layout, m.rkey),
             QpAddr {
-                ip: cfg.bind_ip,
+                ip: my_ip,
                 qpn: m.qpn,
             },
             QpAddr {
@@ -196,7 +203,17 @@ pub fn run_client(cfg: &ClientConfig) -> Result<PerfReport, PerfError> {
 
     // Tell the server, collect its summary.
     let mut errors = run.errors;
-    let server = match ctrl.send(&Msg::Done) {
+    let placed: u64 = ep
+        .qps
+        .iter()
+        .map(|q| q.stats().bytes_completed_writes_sends())
+        .sum();
+    let done = if matches!(cfg.op, Op::Write | Op::Send) && placed > 0 {
+        Msg::DoneAfter { bytes: placed }
+    } else {
+        Msg::Done
+    };
+    let server = match ctrl.send(&done) {
         Err(e) => {
             errors.push(format!("telling the server we are done: {e}"));
             None

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use soya::time::Time;
 
 use super::report::IoCounters;
-use super::wire::{dest_qp, to_udp_payload, Rebuild, HEADROOM};
+use super::wire::{announce_packet, dest_qp, ip_dest_qp, to_udp_payload, Rebuild, HEADROOM};
 use crate::rc::RcQp;
 use crate::wanem::sys::{self, RawAddr, RecvBatch, RxMeta, SendBatch};
 
@@ -38,8 +38,30 @@ const TX_PER_TURN: usize = 4 * BATCH;
 /// Socket buffers asked for (forced past rmem_max when root).
 const SOCK_BUF: usize = 16 << 20;
 
+/// IP-in-UDP ("tunnel") mode: every datagram carries one whole IP packet,
+/// exactly as [`RcQp`] emits and consumes it (no header rewriting). This is
+/// what a Sōya gateway's lab `udp` backend (`dc.listen`) speaks, and what two
+/// soya-perf endpoints speak to each other through a `soya-wanem udp` relay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tunnel {
+    /// This side's RoCE address (only inside the datagrams; any address).
+    pub roce_ip: IpAddr,
+    /// Where datagrams go: a gateway's `dc.listen`, a relay, or the peer's
+    /// socket. `None`: to wherever the last datagram came from.
+    pub to: Option<SocketAddr>,
+    /// Announce `roce_ip` to `to` periodically (a gateway learns its lab
+    /// hosts' UDP addresses from their packets).
+    pub announce: bool,
+}
+
+/// How often a tunnel endpoint announces itself to its gateway.
+const ANNOUNCE_EVERY: Duration = Duration::from_millis(100);
+
 /// A UDP socket speaking RoCEv2 for a set of QPs.
 pub struct Endpoint {
+    tunnel: Option<Tunnel>,
+    tunnel_dest: Option<RawAddr>,
+    announce: Option<(IpAddr, Option<Instant>)>,
     sock: UdpSocket,
     local: SocketAddr,
     peer: Option<(SocketAddr, RawAddr)>,
@@ -85,6 +107,9 @@ impl Endpoint {
             ..IoCounters::default()
         };
         Ok(Endpoint {
+            tunnel: None,
+            tunnel_dest: None,
+            announce: None,
             sock,
             local,
             peer: None,
@@ -115,6 +140,32 @@ impl Endpoint {
         self.local.ip()
     }
 
+    /// Switches to IP-in-UDP mode (before the first session).
+    pub fn set_tunnel(&mut self, t: Tunnel) {
+        self.tunnel = Some(t);
+        self.tx.gso = false;
+    }
+
+    /// The RoCE address the QPs use: the tunnel's, else the socket's.
+    pub fn roce_ip(&self) -> IpAddr {
+        self.tunnel.map_or(self.local.ip(), |t| t.roce_ip)
+    }
+
+    /// Tunnel mode with announcements: sends one when due.
+    fn maybe_announce(&mut self) {
+        let (Some(t), Some((peer, last))) = (self.tunnel, self.announce.as_mut()) else {
+            return;
+        };
+        let Some(to) = t.to else { return };
+        if last.is_some_and(|l| l.elapsed() < ANNOUNCE_EVERY) {
+            return;
+        }
+        *last = Some(Instant::now());
+        if let Some(p) = announce_packet(t.roce_ip, *peer) {
+            let _ = self.sock.send_to(&p, to);
+        }
+    }
+
     /// Sends with UDP GSO (runs of equal-size datagrams in one system call).
     pub fn set_gso(&mut self, on: bool) {
         self.tx.gso = on;
@@ -128,6 +179,11 @@ impl Endpoint {
             .enumerate()
             .all(|(i, q)| q.local().qpn == qpn_base + i as u32));
         self.peer = Some((peer, RawAddr::from_std(peer)));
+        if let Some(t) = self.tunnel {
+            self.tunnel_dest = t.to.map(RawAddr::from_std);
+            self.announce = t.announce.then_some((peer.ip(), None));
+            self.maybe_announce();
+        }
         self.qps = qps;
         self.qpn_base = qpn_base;
         self.rr = 0;
@@ -186,6 +242,10 @@ impl Endpoint {
 
     fn deliver(&mut self, i: usize, now: Time) {
         let meta = self.rx_meta[i];
+        if self.tunnel.is_some() {
+            self.deliver_ip(i, now);
+            return;
+        }
         let buf = &mut self.rx_bufs[i];
         let dgram = &buf[HEADROOM..HEADROOM + meta.len.min(PKT_BUF)];
         let (Some(qpn), false) = (dest_qp(dgram), meta.truncated) else {
@@ -220,6 +280,27 @@ impl Endpoint {
         qp.handle_packet(now, &buf[r]);
     }
 
+    /// Tunnel mode: the datagram is a whole IP packet.
+    fn deliver_ip(&mut self, i: usize, now: Time) {
+        let meta = self.rx_meta[i];
+        let pkt = &self.rx_bufs[i][HEADROOM..HEADROOM + meta.len.min(PKT_BUF)];
+        let (Some(qpn), false) = (ip_dest_qp(pkt), meta.truncated) else {
+            self.io.bad_datagrams += 1;
+            return;
+        };
+        let Some(qp) = qpn
+            .checked_sub(self.qpn_base)
+            .and_then(|k| self.qps.get_mut(k as usize))
+        else {
+            self.io.unknown_qp += 1;
+            return;
+        };
+        if self.tunnel.is_some_and(|t| t.to.is_none()) {
+            self.tunnel_dest = Some(self.rx.source(i));
+        }
+        qp.handle_packet(now, pkt);
+    }
+
     /// Fires the QPs' due timers.
     pub fn timers(&mut self, now: Time) {
         for qp in &mut self.qps {
@@ -237,9 +318,17 @@ impl Endpoint {
     /// Sends what the QPs have to send (round robin, a bounded amount per
     /// turn). Returns how many datagrams went out.
     pub fn transmit(&mut self, now: Time) -> usize {
-        let Some((_, dest)) = self.peer else {
+        let Some((_, mut dest)) = self.peer else {
             return 0;
         };
+        let tunnel = self.tunnel.is_some();
+        if tunnel {
+            self.maybe_announce();
+            match self.tunnel_dest {
+                Some(d) => dest = d,
+                None => return 0,
+            }
+        }
         let n = self.qps.len();
         if n == 0 {
             return 0;
@@ -252,6 +341,11 @@ impl Endpoint {
             while k < BATCH && idle < n {
                 let qp = &mut self.qps[self.rr];
                 match qp.poll_transmit(now, &mut self.tx_bufs[k]) {
+                    Some(len) if tunnel => {
+                        self.tx_ranges[k] = 0..len;
+                        k += 1;
+                        idle = 0;
+                    }
                     Some(len) => {
                         if let Ok(r) = to_udp_payload(&mut self.tx_bufs[k][..len], sport) {
                             self.tx_ranges[k] = r;

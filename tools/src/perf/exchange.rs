@@ -63,10 +63,20 @@ pub enum Msg {
         message: String,
     },
     Done,
+    /// Like `Done`, but the server first waits (at most [`DRAIN_MAX`])
+    /// until it has placed `bytes` of WRITE/SEND payload: behind a Sōya
+    /// gateway's pseudo-ACKs, the client's completions run ahead of
+    /// placement at the server.
+    DoneAfter {
+        bytes: u64,
+    },
     Summary {
         report: Box<PerfReport>,
     },
 }
+
+/// Longest a server waits for the data a `DoneAfter` announces.
+pub const DRAIN_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A control connection: JSON lines, read with a deadline or without
 /// blocking.

@@ -42,6 +42,8 @@ pub struct ServerConfig {
     pub gso: bool,
     /// Busy-poll this long after the last activity before sleeping.
     pub busy_poll: Duration,
+    /// IP-in-UDP mode (through a gateway or a relay); `None`: RoCEv2/UDP.
+    pub tunnel: Option<super::endpoint::Tunnel>,
 }
 
 impl Default for ServerConfig {
@@ -57,6 +59,7 @@ impl Default for ServerConfig {
             wrong_rkey: false,
             gso: false,
             busy_poll: Duration::ZERO,
+            tunnel: None,
         }
     }
 }
@@ -94,6 +97,9 @@ impl Server {
         })?;
         ep.set_gso(cfg.gso);
         ep.set_busy_poll(cfg.busy_poll);
+        if let Some(t) = cfg.tunnel {
+            ep.set_tunnel(t);
+        }
         Ok(Server {
             cfg,
             listener,
@@ -175,10 +181,10 @@ impl Server {
             Some(e)
         } else if theirs.len() != qps as usize {
             Some(format!("{qps} QPs announced, {} described", theirs.len()))
-        } else if std::mem::discriminant(&ip) != std::mem::discriminant(&self.cfg.bind_ip) {
+        } else if std::mem::discriminant(&ip) != std::mem::discriminant(&self.ep.roce_ip()) {
             Some(format!(
                 "client address {ip} and server address {} differ in family",
-                self.cfg.bind_ip
+                self.ep.roce_ip()
             ))
         } else {
             None
@@ -203,7 +209,7 @@ impl Server {
             let qp = RcQp::new(
                 qp_config(mtu, layout, info.rkey),
                 QpAddr {
-                    ip: self.cfg.bind_ip,
+                    ip: self.ep.roce_ip(),
                     qpn: info.qpn,
                 },
                 QpAddr { ip, qpn: t.qpn },
@@ -230,7 +236,7 @@ impl Server {
         let peer = SocketAddr::new(ip, port);
         self.ep.start_session(peer, qp_list, base);
         if let Err(e) = ctrl.send(&Msg::Accept {
-            ip: self.cfg.bind_ip,
+            ip: self.ep.roce_ip(),
             port: self.ep.local_addr().port(),
             qp: mine,
         }) {
@@ -260,6 +266,7 @@ impl Server {
         let mut last_bytes = 0u64;
         let mut last_report = start;
         let target = recv_target(shape.tx_depth);
+        let mut drain: Option<(u64, Time)> = None;
         loop {
             let now = self.ep.now();
             let mut moved = self.ep.receive(now) > 0;
@@ -278,6 +285,10 @@ impl Server {
                 match ctrl.try_recv() {
                     Ok(None) => {}
                     Ok(Some(Msg::Done)) => return (start, now, errors),
+                    Ok(Some(Msg::DoneAfter { bytes })) => {
+                        last_ctrl = now;
+                        drain = Some((bytes, now + super::exchange::DRAIN_MAX));
+                    }
                     Ok(Some(m)) => {
                         last_ctrl = now;
                         errors.push(format!("unexpected control message {m:?}"));
@@ -286,6 +297,19 @@ impl Server {
                         errors.push(format!("client went away: {e}"));
                         return (start, now, errors);
                     }
+                }
+            }
+            if let Some((want, until)) = drain {
+                if self.bytes() >= want {
+                    return (start, now, errors);
+                }
+                if now >= until {
+                    errors.push(format!(
+                        "only {} of the {want} bytes the client completed arrived within {:?}",
+                        self.bytes(),
+                        super::exchange::DRAIN_MAX
+                    ));
+                    return (start, now, errors);
                 }
             }
             if now >= next_report {

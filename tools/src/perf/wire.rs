@@ -121,6 +121,38 @@ pub fn dest_qp(datagram: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes([0, b[0], b[1], b[2]]))
 }
 
+/// The BTH destination QP of a whole RoCEv2 IP packet (UDP port 4791).
+pub fn ip_dest_qp(pkt: &[u8]) -> Option<u32> {
+    let l4 = ip_header_len(pkt).ok()?;
+    let udp = pkt.get(l4..l4 + UDP_LEN)?;
+    if u16::from_be_bytes([udp[2], udp[3]]) != ROCE_PORT {
+        return None;
+    }
+    dest_qp(&pkt[l4 + UDP_LEN..])
+}
+
+/// A plain UDP packet from `src` to `dst`'s discard port (9): how a lab host
+/// announces its UDP address to a Sōya gateway's `udp` backend. IPv4 only
+/// (`None` otherwise).
+pub fn announce_packet(src: IpAddr, dst: IpAddr) -> Option<Vec<u8>> {
+    let (IpAddr::V4(src), IpAddr::V4(dst)) = (src, dst) else {
+        return None;
+    };
+    let mut p = vec![0u8; 28];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&28u16.to_be_bytes());
+    p[8] = 64;
+    p[9] = 17;
+    p[12..16].copy_from_slice(&src.octets());
+    p[16..20].copy_from_slice(&dst.octets());
+    let ck = soya::roce::ip::ipv4_checksum(&p[..20]);
+    p[10..12].copy_from_slice(&ck.to_be_bytes());
+    p[20..22].copy_from_slice(&9u16.to_be_bytes());
+    p[22..24].copy_from_slice(&9u16.to_be_bytes());
+    p[24..26].copy_from_slice(&8u16.to_be_bytes());
+    Some(p)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,6 +233,20 @@ mod tests {
     #[test]
     fn ipv6_round_trip() {
         round_trip("fd00::1", "fd00::2");
+    }
+
+    #[test]
+    fn ip_in_udp_helpers() {
+        let (mut qa, _) = pair("10.1.0.1", "10.2.0.1");
+        qa.post_send(WorkRequest::Send { len: 10, imm: None })
+            .unwrap();
+        let mut buf = vec![0u8; qa.max_packet_len()];
+        let n = qa.poll_transmit(soya::time::Time::ZERO, &mut buf).unwrap();
+        assert_eq!(ip_dest_qp(&buf[..n]), Some(0x456));
+        let a = announce_packet("10.1.0.1".parse().unwrap(), "10.2.0.1".parse().unwrap()).unwrap();
+        assert_eq!(a.len(), 28);
+        assert_eq!(ip_dest_qp(&a), None);
+        assert!(announce_packet("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap()).is_none());
     }
 
     #[test]
