@@ -159,13 +159,11 @@ impl Reinjector {
     /// injected? (See `PseudoAcker::claims`.)
     pub fn claims(&self, psn: Psn) -> bool {
         let in_raw = match (self.raw_low, self.raw_high) {
-            (Some(lo), Some(hi)) => psn.in_window(lo.sub(1), hi.diff(lo).max(0) as u32 + 2),
+            (Some(lo), Some(hi)) => psn.in_range(lo.sub(1), hi),
             _ => false,
         };
         let in_queue = match (self.queue.front(), self.queue.back()) {
-            (Some(f), Some(b)) => {
-                psn.in_window(f.psn.sub(1), b.last().diff(f.psn).max(0) as u32 + 2)
-            }
+            (Some(f), Some(b)) => psn.in_range(f.psn.sub(1), b.last()),
             _ => false,
         };
         in_raw || in_queue || self.acked == Some(psn)

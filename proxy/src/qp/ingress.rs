@@ -242,13 +242,11 @@ impl PseudoAcker {
     /// requester QPNs are known (PSN spaces start at random 24-bit values).
     pub fn claims(&self, psn: Psn) -> bool {
         let in_raw = match (self.raw_low, self.raw_high) {
-            (Some(lo), Some(hi)) => psn.in_window(lo.sub(1), hi.diff(lo).max(0) as u32 + 2),
+            (Some(lo), Some(hi)) => psn.in_range(lo.sub(1), hi),
             _ => false,
         };
         let in_entries = match (self.entries.front(), self.entries.back()) {
-            (Some(f), Some(b)) => {
-                psn.in_window(f.psn.sub(1), b.last().diff(f.psn).max(0) as u32 + 2)
-            }
+            (Some(f), Some(b)) => psn.in_range(f.psn.sub(1), b.last()),
             _ => false,
         };
         in_raw || in_entries

@@ -66,6 +66,12 @@ impl Psn {
         self.diff(other) > 0
     }
 
+    /// `self` lies in the inclusive range `[lo, hi]` (empty when `hi` comes
+    /// before `lo`).
+    pub const fn in_range(self, lo: Psn, hi: Psn) -> bool {
+        !hi.before(lo) && self.in_window(lo, hi.diff(lo) as u32 + 1)
+    }
+
     /// `self` lies in the half-open window `[start, start + len)`.
     pub const fn in_window(self, start: Psn, len: u32) -> bool {
         self.0.wrapping_sub(start.0) & Self::MASK < len
@@ -123,6 +129,12 @@ mod tests {
         assert!(Psn::new(1).in_window(start, 4));
         assert!(!Psn::new(2).in_window(start, 4));
         assert!(!Psn::new(Psn::MASK - 2).in_window(start, 4));
+        assert!(Psn::new(0).in_range(start, Psn::new(1)));
+        assert!(!Psn::new(2).in_range(start, Psn::new(1)));
+        assert!(
+            !Psn::new(5).in_range(Psn::new(6), Psn::new(4)),
+            "empty range"
+        );
     }
 
     proptest! {
