@@ -25,9 +25,15 @@ use super::twin::TwinMsg;
 const INITIAL_CWND: u32 = 64;
 const MIN_CWND: u32 = 16;
 
-/// Timeouts tolerated while the tunnel phase waits for the requester's own
-/// recovery (its ACK timeout is 67 ms by default; ours backs off to 100 ms).
-const RAW_WAIT_BUDGET: u32 = 64;
+/// How long the tunnel phase may wait, without progress, for the
+/// requester's own recovery of raw packets lost in its datacenter. That
+/// recovery takes the requester's ACK timeout (67 ms by default in rxe,
+/// more over several losses) plus a WAN round trip, so this must be well
+/// above it; a requester that has not recovered by then has failed itself.
+pub const RAW_WAIT_LIMIT: Duration = Duration::from_secs(10);
+
+/// Ceiling of the backed-off retransmission timeout.
+const MAX_RTO: Duration = Duration::from_millis(100);
 
 #[derive(Clone, Copy, Debug)]
 pub struct EgressTuning {
@@ -116,8 +122,11 @@ pub struct Reinjector {
     /// PSN of the last RNR NAK (its trailing sequence NAK is expected).
     last_rnr: Option<Psn>,
     retries: u32,
-    /// Timeouts spent waiting for the requester to recover raw packets.
-    raw_waits: u32,
+    /// Since when timeouts have been waiting for the requester to recover
+    /// raw packets (no progress since).
+    raw_wait_since: Option<Time>,
+    /// Consecutive timeouts: the RTO doubles with each (RFC 6298 5.5).
+    backoff: u32,
     /// PSNs we let ourselves have in flight toward the responder: starts
     /// small and grows with ACKs (slow start), collapses on a timeout. A
     /// local responder is fast, but its socket buffer (or NIC queue) is not
@@ -146,7 +155,8 @@ impl Reinjector {
             rnr_until: None,
             last_rnr: None,
             retries: 0,
-            raw_waits: 0,
+            raw_wait_since: None,
+            backoff: 0,
             cwnd: INITIAL_CWND,
             rnr_retries: 0,
             failed: false,
@@ -186,10 +196,11 @@ impl Reinjector {
     }
 
     fn rto(&self) -> Duration {
-        match self.srtt {
+        let base = match self.srtt {
             None => self.tuning.initial_rto,
             Some(s) => (s + 4 * self.rttvar).max(self.tuning.min_rto),
-        }
+        };
+        (base * (1 << self.backoff.min(16))).min(MAX_RTO.max(base))
     }
 
     /// A request the twin forwarded raw (tunnel phase, or a duplicate READ
@@ -199,6 +210,13 @@ impl Reinjector {
         let last = p.psn().add(span_of(p) - 1);
         if self.raw_high.is_none_or(|h| last.after(h)) {
             self.raw_high = Some(last);
+        }
+        // Even a resent SEND/WRITE re-arms: the requester resends one only
+        // when the ACK it waits for (possibly forwarded already, then lost
+        // in its datacenter) never came, so the responder's re-ACK of the
+        // duplicate must reach it too. (A replayed READ or atomic needs no
+        // re-arming: its responses are always forwarded.)
+        if !p.info.needs_real_response() {
             self.raw_done = false;
         }
         self.stats.raw_injected += 1;
@@ -256,9 +274,10 @@ impl Reinjector {
         }
         self.rnr_until = None;
         while self.next < self.queue.len() {
+            // The window limits where a packet *starts*: a READ spanning
+            // more PSNs than the window must still go out at the head.
             let first = self.queue[0].psn;
-            if self.queue[self.next].last().diff(first) as u32 >= self.cwnd.min(self.tuning.window)
-            {
+            if self.queue[self.next].psn.diff(first) as u32 >= self.cwnd.min(self.tuning.window) {
                 break;
             }
             let p = &mut self.queue[self.next];
@@ -309,7 +328,8 @@ impl Reinjector {
         if progressed || self.queue.is_empty() {
             self.retries = 0;
             self.rnr_retries = 0;
-            self.raw_waits = 0;
+            self.raw_wait_since = None;
+            self.backoff = 0;
             self.rto_deadline = (self.next > 0).then(|| now + self.rto());
         }
         out.push_back(Output::Twin(TwinMsg::Delivered {
@@ -485,8 +505,8 @@ impl Reinjector {
             } else {
                 // ...but not forever: a requester that never recovers its
                 // raw packets has failed too.
-                self.raw_waits += 1;
-                if self.raw_waits > RAW_WAIT_BUDGET {
+                let since = *self.raw_wait_since.get_or_insert(now);
+                if now - since > RAW_WAIT_LIMIT {
                     let psn = self.queue.front().map_or(Psn::new(0), |p| p.psn);
                     return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
                 }
@@ -497,9 +517,7 @@ impl Reinjector {
             }
             self.cwnd = MIN_CWND;
             // Back off: double the timeout for each consecutive expiry.
-            if let Some(s) = self.srtt {
-                self.srtt = Some((s * 2).min(Duration::from_millis(100)));
-            }
+            self.backoff += 1;
             self.next = 0;
             self.pump(now, buf, out);
         }

@@ -301,8 +301,7 @@ impl PseudoAcker {
             self.stats.out_of_order_dropped += 1;
             if !self.nak_sent {
                 self.nak_sent = true;
-                self.stats.seq_naks += 1;
-                self.send_nak(expected, NakCode::PsnSequenceError, out);
+                self.send_gap_nak(expected, out);
             }
             return;
         }
@@ -395,8 +394,7 @@ impl PseudoAcker {
             self.expected = Some(expected);
             if std::mem::take(&mut self.nak_after_read) {
                 self.nak_sent = true;
-                self.stats.seq_naks += 1;
-                self.send_nak(expected, NakCode::PsnSequenceError, out);
+                self.send_gap_nak(expected, out);
             }
         }
     }
@@ -567,6 +565,32 @@ impl PseudoAcker {
                 out.push_back(Output::Dc(v));
             }
         }
+    }
+
+    /// A PSN-sequence-error NAK for a gap before `expected`.
+    ///
+    /// Such a NAK also acknowledges every PSN before it (rxe_comp.c: "a nak
+    /// implicitly acks all packets with psns before"). While packets of the
+    /// tunnel phase are not yet acknowledged by the real responder
+    /// (`Switching`), NAKing at `expected` would complete raw packets that
+    /// may never have arrived — and the responder's own NAK for them would
+    /// then be ignored as stale, hanging the QP. So until then the NAK goes
+    /// back to the first PSN the responder has not acknowledged, with its
+    /// real MSN: the requester resends from there (the raw ones through the
+    /// tunnel again). With no real ACK seen yet, stay silent and leave the
+    /// recovery to the responder's NAK or the requester's timeout.
+    fn send_gap_nak(&mut self, expected: Psn, out: &mut VecDeque<Output>) {
+        let at = if self.mode == Mode::Accelerated {
+            expected
+        } else {
+            match self.acked {
+                Some((a, _)) if a.next().before(expected) => a.next(),
+                Some(_) => expected,
+                None => return,
+            }
+        };
+        self.stats.seq_naks += 1;
+        self.send_nak(at, NakCode::PsnSequenceError, out);
     }
 
     fn send_nak(&self, psn: Psn, code: NakCode, out: &mut VecDeque<Output>) {

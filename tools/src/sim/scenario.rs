@@ -481,8 +481,16 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
         }
         w.step_to(t);
     }
-    // Let gateways settle (delivered watermarks, coalescing timers).
-    let settle_until = w.now + Duration::from_secs(1);
+    // Let gateways settle (delivered watermarks, coalescing timers). After
+    // a requester failed, an egress side may still hold packets behind raw
+    // ones that will never come: it frees them after RAW_WAIT_LIMIT.
+    let requester_failed = progress.iter().flatten().any(|p| p.failed);
+    let settle = if requester_failed {
+        soya::qp::egress::RAW_WAIT_LIMIT + Duration::from_secs(2)
+    } else {
+        Duration::from_secs(1)
+    };
+    let settle_until = w.now + settle;
     while let Some(t) = w.next_time() {
         if t > settle_until || w.events > MAX_EVENTS {
             break;
