@@ -75,6 +75,8 @@ pub struct EgressStats {
     pub responses_forwarded: u64,
     pub duplicates_dropped: u64,
     pub overflow_held: u64,
+    /// ACKs past a READ/atomic whose response was lost: asked again.
+    pub implied_naks: u64,
 }
 
 /// Where a held packet's bytes are.
@@ -103,6 +105,7 @@ impl Pending {
     }
 }
 
+#[derive(Debug)]
 pub struct Reinjector {
     pub key: HalfKey,
     queue: VecDeque<Pending>,
@@ -415,7 +418,24 @@ impl Reinjector {
                     Syndrome::Ack { .. } => {
                         self.stats.acks_absorbed += 1;
                         self.note_raw_acked(psn);
-                        self.advance(now, psn, Some(aeth.msn), buf, out);
+                        // An ACK at or past a READ or atomic whose response
+                        // never came: the response was lost on its way to us.
+                        // rxe's requester calls this an implied NAK and asks
+                        // again; so do we (the responder replays it).
+                        let unanswered = self
+                            .queue
+                            .iter()
+                            .position(|q| q.needs_response && !q.last().after(psn));
+                        if let Some(i) = unanswered {
+                            let at = self.queue[i].psn;
+                            if i > 0 {
+                                self.advance(now, at.sub(1), None, buf, out);
+                            }
+                            self.stats.implied_naks += 1;
+                            self.go_back(at);
+                        } else {
+                            self.advance(now, psn, Some(aeth.msn), buf, out);
+                        }
                         self.pump(now, buf, out);
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) if self.last_rnr == Some(psn) => {
@@ -424,6 +444,10 @@ impl Reinjector {
                         // covers it, and it is no failure to count.
                         self.stats.seq_naks += 1;
                         self.go_back(psn);
+                        // (Sends nothing while the RNR wait lasts; if it is
+                        // over already, resend now: no timer is armed for
+                        // packets not in flight.)
+                        self.pump(now, buf, out);
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) => {
                         self.stats.seq_naks += 1;
@@ -493,7 +517,12 @@ impl Reinjector {
         }
         if self.rto_deadline.is_some_and(|t| now >= t) {
             self.rto_deadline = None;
+            if self.queue.is_empty() {
+                return;
+            }
             if self.next == 0 {
+                // Nothing in flight (we went back): just send.
+                self.pump(now, buf, out);
                 return;
             }
             self.stats.timeouts += 1;

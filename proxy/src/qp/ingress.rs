@@ -100,6 +100,7 @@ impl Entry {
 }
 
 /// Ingress state of one half.
+#[derive(Debug)]
 pub struct PseudoAcker {
     pub key: HalfKey,
     pub mode: Mode,
@@ -257,7 +258,13 @@ impl PseudoAcker {
         self.learn_pmtu(p);
         let (span, span_max) = read_span(p, self.pmtu);
         let last = p.psn().add(span - 1);
-        if self.raw_high.is_none_or(|h| last.after(h)) {
+        // A replay (a resent READ/atomic already answered, or a resend of
+        // the tunnel phase) is not the requester's newest request: it must
+        // not move the tunnel's frontier nor become the READ whose span we
+        // guess — that guess would later pull `expected` back behind
+        // packets already accepted.
+        let replay = self.mode != Mode::Raw && self.expected.is_some_and(|e| p.psn().before(e));
+        if !replay && self.raw_high.is_none_or(|h| last.after(h)) {
             self.raw_high = Some(last);
             self.read_slack = (span < span_max).then_some((p.psn(), span_max, p.ext.reth.len));
         }
@@ -387,7 +394,8 @@ impl PseudoAcker {
         {
             self.raw_high = Some(last);
         }
-        if self.mode != Mode::Raw {
+        let newest = self.expected.is_none_or(|e| !last.next().before(e));
+        if self.mode != Mode::Raw && newest {
             // Nothing was accepted after the READ (that would have resolved
             // it), so the next expected PSN follows its true last PSN.
             let expected = last.next();

@@ -630,3 +630,70 @@ fn a_gap_before_the_switch_naks_the_first_psn_the_responder_has_not_acked() {
         vec![(100, Syndrome::Nak(NakCode::PsnSequenceError), 5)]
     );
 }
+
+#[test]
+fn egress_resends_after_a_sequence_nak_that_trails_an_expired_rnr_wait() {
+    // RNR NAK on 10; the wait expires and 10, 11 go again; then the NAK-seq
+    // the responder sent behind its RNR NAK arrives late. Going back to 10
+    // must resend (or arm a timer): nothing in flight means no timer.
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    for psn in 10..12 {
+        e.handle_twin(
+            t,
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: request(Opcode::RC_SEND_ONLY, psn, true, 8, 0),
+            },
+        );
+    }
+    assert_eq!(injected(&drain(&mut e)), vec![10, 11]);
+    e.handle_dc(
+        t,
+        &response(Opcode::RC_ACK, 10, Syndrome::RnrNak { timer: 1 }, 0),
+    );
+    let wake = e.poll_timeout().unwrap();
+    e.handle_timeout(wake);
+    assert_eq!(injected(&drain(&mut e)), vec![10, 11]);
+    let nak = response(
+        Opcode::RC_ACK,
+        10,
+        Syndrome::Nak(NakCode::PsnSequenceError),
+        0,
+    );
+    e.handle_dc(wake, &nak);
+    let mut sent = injected(&drain(&mut e));
+    if sent.is_empty() {
+        let rto = e.poll_timeout().expect("a timer while packets are held");
+        e.handle_timeout(rto);
+        sent = injected(&drain(&mut e));
+    }
+    assert_eq!(sent, vec![10, 11]);
+}
+
+#[test]
+fn egress_asks_again_for_an_atomic_whose_response_was_lost() {
+    // FetchAdd 10 and SEND 11 injected; the responder's atomic ACK is lost
+    // on its way to us and its ACK of 11 arrives. That must not count 10 as
+    // delivered (the requester still needs its result): resend from 10.
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    for (psn, op) in [(10, Opcode::RC_FETCH_ADD), (11, Opcode::RC_SEND_ONLY)] {
+        e.handle_twin(
+            t,
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: request(op, psn, true, if psn == 11 { 8 } else { 0 }, 0),
+            },
+        );
+    }
+    assert_eq!(injected(&drain(&mut e)), vec![10, 11]);
+    e.handle_dc(t, &response(Opcode::RC_ACK, 11, Syndrome::ACK_UNLIMITED, 0));
+    let out = drain(&mut e);
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, Output::Twin(TwinMsg::Delivered { .. }))),
+        "nothing delivered past the unanswered atomic: {out:?}"
+    );
+    assert_eq!(injected(&out), vec![10, 11], "asked again");
+}
