@@ -9,7 +9,12 @@
 #   5. installs it into a throwaway root (dpkg -x: no maintainer scripts, no
 #      dpkg database) and runs soya --version and soya check-config on the
 #      installed /etc/soya/*.toml from there: refused without a key, refused
-#      with a world-readable key, accepted with a key made as the docs say.
+#      with a world-readable key, accepted with a key made as the docs say;
+#   6. as root: a real `dpkg -i`, reinstall, `-r` and `--purge` inside a
+#      private mount namespace whose /etc, /usr and /var are overlays that
+#      are thrown away afterwards (the host is not changed): the postinst
+#      creates the user soya and /etc/soya root:soya 0750, and the gateway's
+#      user can read the configs and a key made as the docs say.
 # Usage: packaging/test-deb.sh [path/to/soya_*.deb]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,7 +48,7 @@ for f in etc/soya/sapporo.toml etc/soya/wakkanai.toml \
   usr/share/soya/examples/lab-udp-a.toml usr/share/soya/examples/lab-udp-b.toml \
   usr/share/soya/prometheus/soya-scrape.yml usr/share/soya/prometheus/soya-alerts.yml \
   usr/share/soya/grafana/soya-dashboard.json usr/share/doc/soya/README.md \
-  usr/share/doc/soya/copyright; do
+  usr/share/doc/soya/copyright usr/share/doc/soya/bench/distance.svg; do
   has -rw-r--r-- "$f"
 done
 for d in docs/*.md; do
@@ -144,6 +149,44 @@ for c in "${cfgs[@]}"; do
   "$soya" gateway --config "$c" --check > "$tmp/out" 2>&1 || { cat "$tmp/out" >&2; fail "soya gateway --check $c"; }
 done
 "$soya" check-config --quiet "$root"/usr/share/soya/examples/*.toml || fail "lab examples"
+
+# 6. A real installation, in a throwaway overlay of the host.
+if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && command -v findmnt >/dev/null; then
+  mkdir -p "$tmp/ovl"
+  cat > "$tmp/ovl/inside.sh" <<'INSIDE'
+set -eu
+ovl=$1 deb=$2
+for d in etc usr var; do
+  mkdir -p "$ovl/$d-up" "$ovl/$d-work"
+  mount -t overlay overlay -o "lowerdir=/$d,upperdir=$ovl/$d-up,workdir=$ovl/$d-work" "/$d"
+  [ "$(findmnt -n -o FSTYPE "/$d")" = overlay ] || { echo "no overlay on /$d" >&2; exit 1; }
+done
+if getent passwd soya >/dev/null; then had_user=1; else had_user=0; fi
+dpkg -i "$deb" > "$ovl/dpkg.log" 2>&1 || { cat "$ovl/dpkg.log" >&2; exit 1; }
+getent passwd soya >/dev/null || { echo "postinst did not create the user soya" >&2; exit 1; }
+[ "$(stat -c '%U:%G %a' /etc/soya)" = "root:soya 750" ] || { echo "/etc/soya is $(stat -c '%U:%G %a' /etc/soya)" >&2; exit 1; }
+[ "$(soya --version)" = "$(/usr/bin/soya --version)" ]
+if [ ! -e /etc/soya/psk.key ]; then
+  (umask 027 && od -An -tx1 -N32 /dev/urandom > /etc/soya/psk.key)
+  chgrp soya /etc/soya/psk.key
+fi
+setpriv --reuid=soya --regid=soya --init-groups /usr/bin/soya check-config --quiet /etc/soya/sapporo.toml /etc/soya/wakkanai.toml
+dpkg -i "$deb" > "$ovl/dpkg.log" 2>&1 || { cat "$ovl/dpkg.log" >&2; exit 1; }
+dpkg -r soya > "$ovl/dpkg.log" 2>&1 || { cat "$ovl/dpkg.log" >&2; exit 1; }
+[ ! -e /usr/bin/soya ] && [ -e /etc/soya/sapporo.toml ] || { echo "dpkg -r: binary left or conffile removed" >&2; exit 1; }
+dpkg --purge soya > "$ovl/dpkg.log" 2>&1 || { cat "$ovl/dpkg.log" >&2; exit 1; }
+[ ! -e /etc/soya/sapporo.toml ] || { echo "dpkg --purge left the conffiles" >&2; exit 1; }
+echo "installed as user $(getent passwd soya | cut -d: -f1) (existed before: $had_user)"
+INSIDE
+  if out=$(unshare -m bash "$tmp/ovl/inside.sh" "$tmp/ovl" "$(realpath "$deb")" 2>&1); then
+    ok "dpkg -i / reinstall / -r / --purge in a throwaway overlay: $out"
+  else
+    echo "$out" >&2
+    fail "real installation in an overlay"
+  fi
+else
+  echo "test-deb: not root (or no unshare/findmnt): real dpkg installation not tried"
+fi
 
 if [ "$errors" != 0 ]; then
   echo "test-deb: $errors failure(s)" >&2
