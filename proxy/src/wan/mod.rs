@@ -23,7 +23,7 @@ pub mod cc;
 mod crypto;
 mod dgram;
 mod flow;
-mod msg;
+pub mod msg;
 mod packet;
 mod path;
 mod recovery;
