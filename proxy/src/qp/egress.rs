@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::buffer::{DeepBuffer, SlotHandle};
 use crate::roce::ext::RNR_TIMER_US;
-use crate::roce::{NakCode, OpKind, Psn, RocePacket, Syndrome};
+use crate::roce::{set_ack_req, NakCode, OpKind, Psn, RocePacket, Syndrome};
 use crate::time::Time;
 
 use super::engine::Output;
@@ -69,6 +69,9 @@ pub struct EgressStats {
     pub responses_forwarded: u64,
     pub duplicates_dropped: u64,
     pub overflow_held: u64,
+    /// Packets injected with AckReq set by us (at a window edge or after a
+    /// resend) so that the responder acknowledges them.
+    pub ack_reqs_added: u64,
 }
 
 /// Where a held packet's bytes are.
@@ -255,21 +258,40 @@ impl Reinjector {
             return;
         }
         self.rnr_until = None;
+        // The responder acknowledges only packets with AckReq set (the
+        // requester sets it on the last packet of a message and on every
+        // 64th). A packet that fills our window, or the last one of a
+        // resend, would otherwise leave nothing to acknowledge until our
+        // timeout: ask for an ACK on it.
+        let limit = self.cwnd.min(self.tuning.window);
+        let mut resent = false;
         while self.next < self.queue.len() {
             let first = self.queue[0].psn;
-            if self.queue[self.next].last().diff(first) as u32 >= self.cwnd.min(self.tuning.window)
-            {
+            let used = self.queue[self.next].last().diff(first) as u32 + 1;
+            if used > limit {
                 break;
             }
             let p = &mut self.queue[self.next];
             if p.sent_at.is_some() {
                 p.retransmitted = true;
+                resent = true;
                 self.stats.retransmitted += 1;
             } else {
                 self.stats.injected += 1;
             }
             p.sent_at = Some(now);
-            out.push_back(Output::Dc(Self::bytes(&p.held, buf).to_vec()));
+            let mut v = Self::bytes(&p.held, buf).to_vec();
+            // Fills the window: the next packet (queued or still to come)
+            // does not fit until an ACK moves it.
+            let fills = self
+                .queue
+                .get(self.next + 1)
+                .map_or(used >= limit, |n| n.last().diff(first) as u32 + 1 > limit);
+            let last_of_resend = resent && self.next + 1 == self.queue.len();
+            if (fills || last_of_resend) && set_ack_req(&mut v).unwrap_or(false) {
+                self.stats.ack_reqs_added += 1;
+            }
+            out.push_back(Output::Dc(v));
             self.next += 1;
         }
         if self.next > 0 && self.rto_deadline.is_none() {

@@ -419,6 +419,59 @@ fn egress_injects_in_order_absorbs_acks_and_goes_back_on_nak() {
     assert_eq!(e.occupancy().slots_used, 0);
 }
 
+/// rxe's responder acknowledges only packets with AckReq set: a re-injector
+/// that stops at its window edge (or resends) must ask for an ACK there, or
+/// nothing comes back until its own timeout.
+#[test]
+fn egress_asks_for_an_ack_at_its_window_edge() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    // 100 middle packets of one long WRITE: no AckReq from the requester
+    // (its every-64th one falls elsewhere here).
+    for psn in 1000..1100 {
+        let op = if psn == 1000 { Opcode::RC_WRITE_FIRST } else { Opcode::RC_WRITE_MIDDLE };
+        e.handle_twin(
+            t,
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: request(op, psn, false, 64, 0),
+            },
+        );
+    }
+    let sent: Vec<(u32, bool)> = drain(&mut e)
+        .iter()
+        .filter_map(|o| match o {
+            Output::Dc(v) => {
+                let p = RocePacket::parse_verified(v).expect("valid ICRC");
+                Some((p.psn().value(), p.bth.ack_req))
+            }
+            _ => None,
+        })
+        .collect();
+    let edge = sent.last().unwrap().0;
+    assert!(edge < 1099, "the initial window stops before the end: {edge}");
+    assert!(
+        sent.iter().all(|&(psn, a)| a == (psn == edge)),
+        "AckReq only on the window's last packet: {sent:?}"
+    );
+    // The responder ACKs that packet: the window moves on, and its new
+    // edge asks again.
+    e.handle_dc(t, &response(Opcode::RC_ACK, edge, Syndrome::ACK_UNLIMITED, 0));
+    let more: Vec<(u32, bool)> = drain(&mut e)
+        .iter()
+        .filter_map(|o| match o {
+            Output::Dc(v) => {
+                let p = RocePacket::parse_verified(v).expect("valid ICRC");
+                Some((p.psn().value(), p.bth.ack_req))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(!more.is_empty());
+    let last = *more.last().unwrap();
+    assert!(last.1 || last.0 == 1099, "{more:?}");
+}
+
 #[test]
 fn egress_waits_out_rnr_and_retransmits_on_timeout() {
     let mut e = QpEngine::new(cfg(AckPolicy::Edge));
