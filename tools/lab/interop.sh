@@ -22,13 +22,16 @@
 #   --out DIR       output directory (default target/interop/<matrix>)
 #   --rtts L --losses L --modes L --tests L --dur S   override the matrix
 #   --policy P      pseudo_ack.policy of the gateways (edge, strict, off)
+#   --insecure      plaintext WAN between the gateways (wan.insecure = true; default: a PSK)
+#   --capture N     tcpdump the first N RoCE frames of each bandwidth run through
+#                   the gateways on both DC links (OUT/pcap/; decode: target/release/soya-decode)
 #   --publish       copy the results and the plot into docs/ (interop-results.*)
 #   --no-install    do not apt-get install     --no-build   do not cargo build
 # Exit status: 0 when every "must hold" check passed.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-MATRIX=full RTTS= LOSSES= MODES= TESTS= DUR= POLICY=edge OUT= PUBLISH=0 INSTALL=1 BUILD=1
+INSECURE=0 CAPTURE=0 MATRIX=full RTTS= LOSSES= MODES= TESTS= DUR= POLICY=edge OUT= PUBLISH=0 INSTALL=1 BUILD=1
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) MATRIX=quick ;;
@@ -41,6 +44,8 @@ while [ $# -gt 0 ]; do
     --tests) TESTS=$2; shift ;;
     --dur) DUR=$2; shift ;;
     --policy) POLICY=$2; shift ;;
+    --capture) CAPTURE=$2; shift ;;
+    --insecure) INSECURE=1 ;;
     --publish) PUBLISH=1 ;;
     --no-install) INSTALL=0 ;;
     --no-build) BUILD=0 ;;
@@ -66,7 +71,7 @@ stamp() { echo "[interop $(( $(date +%s) - T0 ))s] $*"; }
 
 if [ $INSTALL = 1 ]; then
   PKGS="qemu-system-x86 linux-image-amd64 rdma-core ibverbs-utils rdmacm-utils perftest qperf
-        busybox-static iproute2 ethtool iputils-ping cpio python3 python3-matplotlib"
+        busybox-static iproute2 ethtool tcpdump iputils-ping cpio python3 python3-matplotlib"
   missing=$(for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
   if [ -n "$missing" ]; then
     stamp "apt-get install:" $missing
@@ -83,10 +88,12 @@ if [ $BUILD = 1 ]; then
   stamp "cargo build --release -p soya"
   (cd "$ROOT" && cargo build --release -q -p soya --bin soya) || { echo "interop.sh: build failed" >&2; exit 1; }
 fi
-SOYA_BIN=$TARGET/release
-[ -x "$SOYA_BIN/soya" ] || { echo "interop.sh: $SOYA_BIN/soya missing (build first)" >&2; exit 1; }
+[ -x "$TARGET/release/soya" ] || { echo "interop.sh: $TARGET/release/soya missing (build first)" >&2; exit 1; }
 
-rm -rf "$OUT"; mkdir -p "$OUT"
+rm -rf "$OUT"; mkdir -p "$OUT/bin"
+# the guest runs a private copy: a rebuild during the run must not change it
+cp "$TARGET/release/soya" "$OUT/bin/soya"
+SOYA_BIN=/mnt/out/bin   # OUT as the guest mounts it
 bash "$HERE/vm/build-initramfs.sh" "$OUT/initramfs.cpio.gz" > "$OUT/initramfs.log" 2>&1 \
   || { cat "$OUT/initramfs.log"; exit 1; }
 stamp "initramfs built; booting (matrix $MATRIX: modes $MODES, RTT $RTTS ms, loss $LOSSES %, tests $TESTS, ${DUR}s runs)"
@@ -95,7 +102,7 @@ stamp "initramfs built; booting (matrix $MATRIX: modes $MODES, RTT $RTTS ms, los
 n=$(( $(echo "$MODES" | tr , '\n' | wc -l) * $(echo "$RTTS" | tr , '\n' | wc -l) \
       * $(echo "$LOSSES" | tr , '\n' | wc -l) * $(echo "$TESTS" | tr , '\n' | wc -l) ))
 LIMIT=${TIMEOUT:-$(( 300 + n * (DUR + 150) ))}
-EXTRA_APPEND="soya.lab=$HERE soya.bin=$SOYA_BIN soya.rtts=$RTTS soya.losses=$LOSSES soya.modes=$MODES soya.tests=$TESTS soya.dur=$DUR soya.policy=$POLICY" \
+EXTRA_APPEND="soya.lab=$HERE soya.bin=$SOYA_BIN soya.rtts=$RTTS soya.losses=$LOSSES soya.modes=$MODES soya.tests=$TESTS soya.dur=$DUR soya.policy=$POLICY soya.capture=$CAPTURE soya.insecure=$INSECURE" \
   timeout "$LIMIT" "$HERE/vm/boot-vm.sh" "$HERE/guest/job.sh" "$OUT" > "$OUT/serial.log" 2>&1
 rc=$?
 grep -q GUEST-DONE "$OUT/serial.log" || { echo "interop.sh: the VM did not finish (qemu rc=$rc, limit ${LIMIT}s); see $OUT/serial.log" >&2; tail -20 "$OUT/serial.log" >&2; }

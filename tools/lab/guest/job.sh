@@ -15,8 +15,10 @@ LOSSES=$(arg losses); LOSSES=${LOSSES:-0,0.1}
 MODES=$(arg modes); MODES=${MODES:-direct,soya}
 TESTS=$(arg tests); TESTS=${TESTS:-rping,write4k,write64k,write1m,write64k_t16,send64k,read64k,qperf,pingpong}
 DUR=$(arg dur); DUR=${DUR:-5}
+CAPTURE=$(arg capture)   # >0: tcpdump that many RoCE frames on dcA and dcB per test (soya mode)
 GW_POLICY=$(arg policy); GW_POLICY=${GW_POLICY:-edge}
-export GW_POLICY
+GW_INSECURE=$(arg insecure)
+export GW_POLICY GW_INSECURE
 mkdir -p "$OUT/perf" "$OUT/gw"
 RES=$OUT/results.tsv
 printf 'mode\trtt_ms\tloss_pct\ttest\tparams\trc\tgbps\twire_gbps\tlat_us\tnote\trxe_ctrs_A/B\n' > "$RES"
@@ -33,24 +35,45 @@ row() {  # test params rc gbps wire lat note
     "$(diff_ctrs /tmp/c0 /tmp/c1)" | tee -a "$RES"
 }
 
+cap_start() {  # tag
+  CAP_PIDS=
+  [ "${CAPTURE:-0}" -gt 0 ] && [ "$MODE" = soya ] || return 0
+  mkdir -p "$OUT/pcap"
+  ip netns exec gwA tcpdump -U -ni dcA -s 256 -c "$CAPTURE" -w "$OUT/pcap/$1.dcA.pcap" udp port 4791 2>/dev/null &
+  CAP_PIDS="$!"
+  ip netns exec gwB tcpdump -U -ni dcB -s 256 -c "$CAPTURE" -w "$OUT/pcap/$1.dcB.pcap" udp port 4791 2>/dev/null &
+  CAP_PIDS="$CAP_PIDS $!"
+  ip netns exec gwA tcpdump -U -ni soya0 -s 256 -c "$CAPTURE" -w "$OUT/pcap/$1.tunA.pcap" udp port 4791 2>/dev/null &
+  CAP_PIDS="$CAP_PIDS $!"
+  sleep 1
+}
+cap_stop() {
+  [ -n "$CAP_PIDS" ] || return 0
+  sleep 1; kill $CAP_PIDS 2>/dev/null; wait $CAP_PIDS 2>/dev/null; CAP_PIDS=
+}
+
 TAG=
 perf_test() {  # tool size [extra...]  (client on hostA, server on hostB)
   local tool=$1 size=$2; shift 2
   local extra="$*" tag="$TAG.$tool.$size${*:+.$(echo "$*" | tr -d ' ')}" sp wp rc bw wire dir=tx_bytes
   [ "$tool" = ib_read_bw ] && dir=rx_bytes
+  cap_start "$tag"
   snap_ctrs > /tmp/c0
-  timeout $((DUR+90)) $tool -d $B_DEV -x $B_GID -F --report_gbits -s "$size" -D "$DUR" "$@" \
+  timeout $((DUR+60)) $tool -d $B_DEV -x $B_GID -F --report_gbits -s "$size" -D "$DUR" "$@" \
     > "$OUT/perf/$tag.server.log" 2>&1 &
   sp=$!
   sleep 2
   wire_sample vethA $dir $((DUR/2+2)) $((DUR/2)) > /tmp/wire &
   wp=$!
-  timeout $((DUR+80)) $tool -d $A_DEV -x $A_GID -F --report_gbits -s "$size" -D "$DUR" "$@" $B_IP \
+  # who has the guest's CPUs in the middle of the run
+  (sleep $((DUR/2+2)); top -b -n 1 -w 160 | head -25 > "$OUT/perf/$tag.top.txt" 2>&1) &
+  timeout $((DUR+50)) $tool -d $A_DEV -x $A_GID -F --report_gbits -s "$size" -D "$DUR" "$@" $B_IP \
     > "$OUT/perf/$tag.client.log" 2>&1
   rc=$?
   wait $sp; local src=$?; wait $wp
   [ $rc = 0 ] && rc=$src
   snap_ctrs > /tmp/c1
+  cap_stop
   bw=$(awk '$1 ~ /^[0-9]+$/ && NF>=5 && $4 ~ /^[0-9.]+$/ {v=$4} END{print v}' "$OUT/perf/$tag.client.log")
   wire=$(cat /tmp/wire)
   row "$tool" "-s $size${extra:+ $extra}" "$rc" "${bw:-FAIL}" "$wire" - "$(grep -m1 -iE 'error|fail|status' "$OUT/perf/$tag.client.log" | tr '\t' ' ' | cut -c1-80)"
@@ -114,6 +137,7 @@ run_test() {
     write1m) perf_test ib_write_bw 1048576 ;;
     write64k_t16) perf_test ib_write_bw 65536 -t 16 ;;
     write64k_cm) perf_test ib_write_bw 65536 -R ;;
+    write64k_ev) perf_test ib_write_bw 65536 -e ;;
     send64k) perf_test ib_send_bw 65536 ;;
     send4k) perf_test ib_send_bw 4096 ;;
     read64k) perf_test ib_read_bw 65536 ;;

@@ -129,8 +129,7 @@ local_prefixes = ["$2"]
 remote_prefixes = ["$3"]
 [wan]
 bind = ["$4:7400"]
-insecure = false
-key_file = "psk.key"
+$(if [ "${GW_INSECURE:-0}" = 1 ]; then echo 'insecure = true'; else printf 'insecure = false\nkey_file = "psk.key"'; fi)
 [[wan.paths]]
 name = "lab-wan"
 remote = "$5:7400"
@@ -168,6 +167,14 @@ gw_start() {  # rtt_ms tag
       [ $t -gt 150 ] && { log "gateway $site did not start"; cat $OUT/gw/$tag.$site.log; return 1; }
     done
   done
+  # The kernel queues packets for the gateway on soya0's transmit queue:
+  # its default fq_codel qdisc (qlen 500) drops RoCE requests whenever the
+  # gateway falls a few ms behind (CoDel target 5 ms), which under TCG is
+  # all the time. A plain deep FIFO: the requester's window bounds it.
+  for n in gwA gwB; do
+    ip -n $n link set soya0 txqueuelen 10000
+    tc -n $n qdisc replace dev soya0 root pfifo limit 10000
+  done
   ip -n gwA route replace $B_NET dev soya0
   ip -n gwB route replace $A_NET dev soya0
   # wait until the WAN session is up
@@ -181,6 +188,10 @@ gw_status() {  # tag
   local site
   for site in site-a site-b; do
     $SOYA status --json -s $GW_DIR/$site.sock > $OUT/gw/$1.$site.status.json 2>&1
+  done
+  # the gateway namespaces' kernel counters (drops on the forwarding path)
+  for n in gwA gwB; do
+    { ip netns exec $n nstat -az; ip -n $n -s link; } > $OUT/gw/$1.$n.kernel.txt 2>&1
   done
 }
 
