@@ -21,6 +21,11 @@ use super::half::HalfKey;
 use super::ingress::span_of;
 use super::twin::TwinMsg;
 
+/// Does this (valid) request packet carry AckReq?
+fn p_ack_req(v: &[u8]) -> bool {
+    RocePacket::parse(v).is_ok_and(|p| p.bth.ack_req)
+}
+
 /// Injection window at the start and after a timeout (PSNs).
 const INITIAL_CWND: u32 = 64;
 const MIN_CWND: u32 = 16;
@@ -128,6 +133,8 @@ pub struct Reinjector {
     /// timeout overflows it again and again.
     cwnd: u32,
     rnr_retries: u32,
+    /// Highest PSN sent with AckReq set (by the requester or by us).
+    ack_req_out: Option<Psn>,
     failed: bool,
     tuning: EgressTuning,
     pub stats: EgressStats,
@@ -152,6 +159,7 @@ impl Reinjector {
             raw_waits: 0,
             cwnd: INITIAL_CWND,
             rnr_retries: 0,
+            ack_req_out: None,
             failed: false,
             tuning,
             stats: EgressStats::default(),
@@ -260,11 +268,11 @@ impl Reinjector {
         self.rnr_until = None;
         // The responder acknowledges only packets with AckReq set (the
         // requester sets it on the last packet of a message and on every
-        // 64th). A packet that fills our window, or the last one of a
-        // resend, would otherwise leave nothing to acknowledge until our
-        // timeout: ask for an ACK on it.
+        // 64th). A packet that fills our window, or the last one we hold
+        // (the twin's next ones may be a WAN hiccup away), would otherwise
+        // leave nothing to acknowledge until our timeout: ask for an ACK
+        // on it.
         let limit = self.cwnd.min(self.tuning.window);
-        let mut resent = false;
         while self.next < self.queue.len() {
             let first = self.queue[0].psn;
             let used = self.queue[self.next].last().diff(first) as u32 + 1;
@@ -274,7 +282,6 @@ impl Reinjector {
             let p = &mut self.queue[self.next];
             if p.sent_at.is_some() {
                 p.retransmitted = true;
-                resent = true;
                 self.stats.retransmitted += 1;
             } else {
                 self.stats.injected += 1;
@@ -287,9 +294,19 @@ impl Reinjector {
                 .queue
                 .get(self.next + 1)
                 .map_or(used >= limit, |n| n.last().diff(first) as u32 + 1 > limit);
-            let last_of_resend = resent && self.next + 1 == self.queue.len();
-            if (fills || last_of_resend) && set_ack_req(&mut v).unwrap_or(false) {
+            // The last packet we hold, with no request for an ACK in
+            // flight: the twin's next packets may be a WAN hiccup away, so
+            // it must ask too. (One outstanding request is enough: when its
+            // ACK comes, whatever follows is sent and asks in turn.)
+            let asking = self.ack_req_out.is_some_and(|r| self.acked.is_none_or(|a| r.after(a)));
+            let tail = self.next + 1 == self.queue.len() && !asking;
+            let mut asks = p_ack_req(&v);
+            if (fills || tail) && set_ack_req(&mut v).unwrap_or(false) {
                 self.stats.ack_reqs_added += 1;
+                asks = true;
+            }
+            if asks {
+                self.ack_req_out = Some(self.queue[self.next].last());
             }
             out.push_back(Output::Dc(v));
             self.next += 1;
@@ -358,6 +375,7 @@ impl Reinjector {
 
     /// Goes back to `psn` and resends from there.
     fn go_back(&mut self, psn: Psn) {
+        self.ack_req_out = None;
         self.next = self
             .queue
             .iter()
@@ -518,6 +536,7 @@ impl Reinjector {
                 return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
             }
             self.cwnd = MIN_CWND;
+            self.ack_req_out = None;
             // Back off: double the timeout for each consecutive expiry.
             if let Some(s) = self.srtt {
                 self.srtt = Some((s * 2).min(Duration::from_millis(100)));
