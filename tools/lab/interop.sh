@@ -23,6 +23,7 @@
 #   --rtts L --losses L --modes L --tests L --dur S   override the matrix
 #   --policy P      pseudo_ack.policy of the gateways (edge, strict, off)
 #   --insecure      plaintext WAN between the gateways (wan.insecure = true; default: a PSK)
+#   --rt N          run the gateways at SCHED_FIFO priority N in the guest (0: normal)
 #   --capture N     tcpdump the first N RoCE frames of each bandwidth run through
 #                   the gateways on both DC links (OUT/pcap/; decode: target/release/soya-decode)
 #   --publish       copy the results and the plot into docs/ (interop-results.*)
@@ -31,7 +32,7 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-INSECURE=0 CAPTURE=0 MATRIX=full RTTS= LOSSES= MODES= TESTS= DUR= POLICY=edge OUT= PUBLISH=0 INSTALL=1 BUILD=1
+RT=0 INSECURE=0 CAPTURE=0 MATRIX=full RTTS= LOSSES= MODES= TESTS= DUR= POLICY=edge OUT= PUBLISH=0 INSTALL=1 BUILD=1
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) MATRIX=quick ;;
@@ -46,6 +47,7 @@ while [ $# -gt 0 ]; do
     --policy) POLICY=$2; shift ;;
     --capture) CAPTURE=$2; shift ;;
     --insecure) INSECURE=1 ;;
+    --rt) RT=$2; shift ;;
     --publish) PUBLISH=1 ;;
     --no-install) INSTALL=0 ;;
     --no-build) BUILD=0 ;;
@@ -102,7 +104,7 @@ stamp "initramfs built; booting (matrix $MATRIX: modes $MODES, RTT $RTTS ms, los
 n=$(( $(echo "$MODES" | tr , '\n' | wc -l) * $(echo "$RTTS" | tr , '\n' | wc -l) \
       * $(echo "$LOSSES" | tr , '\n' | wc -l) * $(echo "$TESTS" | tr , '\n' | wc -l) ))
 LIMIT=${TIMEOUT:-$(( 300 + n * (DUR + 150) ))}
-EXTRA_APPEND="soya.lab=$HERE soya.bin=$SOYA_BIN soya.rtts=$RTTS soya.losses=$LOSSES soya.modes=$MODES soya.tests=$TESTS soya.dur=$DUR soya.policy=$POLICY soya.capture=$CAPTURE soya.insecure=$INSECURE" \
+EXTRA_APPEND="soya.lab=$HERE soya.bin=$SOYA_BIN soya.rtts=$RTTS soya.losses=$LOSSES soya.modes=$MODES soya.tests=$TESTS soya.dur=$DUR soya.policy=$POLICY soya.capture=$CAPTURE soya.insecure=$INSECURE soya.rt=$RT" \
   timeout "$LIMIT" "$HERE/vm/boot-vm.sh" "$HERE/guest/job.sh" "$OUT" > "$OUT/serial.log" 2>&1
 rc=$?
 grep -q GUEST-DONE "$OUT/serial.log" || { echo "interop.sh: the VM did not finish (qemu rc=$rc, limit ${LIMIT}s); see $OUT/serial.log" >&2; tail -20 "$OUT/serial.log" >&2; }

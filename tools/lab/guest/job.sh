@@ -18,7 +18,8 @@ DUR=$(arg dur); DUR=${DUR:-5}
 CAPTURE=$(arg capture)   # >0: tcpdump that many RoCE frames on dcA and dcB per test (soya mode)
 GW_POLICY=$(arg policy); GW_POLICY=${GW_POLICY:-edge}
 GW_INSECURE=$(arg insecure)
-export GW_POLICY GW_INSECURE
+GW_RT=$(arg rt); [ "$GW_RT" = 0 ] && GW_RT=
+export GW_POLICY GW_INSECURE GW_RT
 mkdir -p "$OUT/perf" "$OUT/gw"
 RES=$OUT/results.tsv
 printf 'mode\trtt_ms\tloss_pct\ttest\tparams\trc\tgbps\twire_gbps\tlat_us\tnote\trxe_ctrs_A/B\n' > "$RES"

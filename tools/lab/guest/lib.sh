@@ -137,6 +137,7 @@ rate = "${GW_RATE:-1gbit}"
 rtt = "${rtt}ms"
 [buffer]
 size = "${GW_BUFFER:-64MiB}"
+per_flow_quota = "${GW_FLOW_QUOTA:-4MiB}"
 [pseudo_ack]
 policy = "${GW_POLICY:-edge}"
 [control]
@@ -157,7 +158,11 @@ gw_start() {  # rtt_ms tag
   for site in site-a site-b; do
     n=gwA; [ $site = site-b ] && n=gwB
     rm -f $GW_DIR/$site.sock
-    ip netns exec $n $SOYA gateway -c $GW_DIR/$site.toml > $OUT/gw/$tag.$site.log 2>&1 &
+    # A gateway is an appliance with its own cores; here it shares two
+    # emulated CPUs with busy-polling perftest clients and the kernel's rxe
+    # work. Real-time priority (soya.rt=N) keeps its ACK latency below
+    # rxe's ACK timeout (67 ms at perftest's default -u 14).
+    ip netns exec $n ${GW_RT:+chrt -f $GW_RT} $SOYA gateway -c $GW_DIR/$site.toml > $OUT/gw/$tag.$site.log 2>&1 &
     eval "GWPID_$n=$!"
   done
   for site in site-a site-b; do
