@@ -32,7 +32,7 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-RT=0 INSECURE=0 CAPTURE=0 MATRIX=full RTTS= LOSSES= MODES= TESTS= DUR= POLICY=edge OUT= PUBLISH=0 INSTALL=1 BUILD=1
+RT=0 INSECURE=0 CAPTURE=0 MATRIX=full RTTS='' LOSSES='' MODES='' TESTS='' DUR='' POLICY=edge OUT='' PUBLISH=0 INSTALL=1 BUILD=1
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) MATRIX=quick ;;

@@ -12,6 +12,7 @@
 # Mode "direct": gwA/gwB route the site prefixes over the wan veth (kernel
 # forwarding, same netem).  Mode "soya": the site prefixes are routed into
 # each gateway's tun device and the gateways carry them over the wan veth.
+# shellcheck disable=SC2034  # variables used by job.sh
 OUT=${OUT:-/mnt/out}
 A_IP=10.0.1.1; DCA_IP=10.0.1.254; B_IP=10.0.2.1; DCB_IP=10.0.2.254
 A_NET=10.0.1.0/24; B_NET=10.0.2.0/24
@@ -27,8 +28,9 @@ load_modules() {
 
 # GID index of the IPv4-mapped GID (::ffff:a.b.c.d) of an rxe device
 gid_index() {  # dev ip
-  local dev=$1 ip=$2 hex f
-  hex=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' $(echo "$ip" | tr . ' '))
+  local dev=$1 a b c d hex f
+  IFS=. read -r a b c d <<< "$2"
+  hex=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' "$a" "$b" "$c" "$d")
   for f in /sys/class/infiniband/$dev/ports/1/gids/*; do
     [ "$(cat "$f" 2>/dev/null)" = "$hex" ] && { basename "$f"; return; }
   done
@@ -88,6 +90,7 @@ topo() {
   fi
   rdma link add rxe0 type rxe netdev vethA
   rdma link add rxe1 type rxe netdev vethB
+  # shellcheck disable=SC2034
   A_GID=$(gid_index rxe0 $A_IP); B_GID=$(gid_index rxe1 $B_IP)
   routes_direct
 }
@@ -150,7 +153,7 @@ CONF
 
 # start both gateways and route the site prefixes into their tun devices
 gw_start() {  # rtt_ms tag
-  local rtt=$1 tag=$2 n site sock t
+  local rtt=$1 tag=$2 n site t
   mkdir -p $GW_DIR
   [ -f $GW_DIR/psk.key ] || { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > $GW_DIR/psk.key; chmod 600 $GW_DIR/psk.key; }
   gw_conf site-a $A_NET $B_NET $WANA_IP $WANB_IP "$rtt" > $GW_DIR/site-a.toml

@@ -5,7 +5,7 @@
 # (adapted from shared/lab/build-initramfs.sh)
 set -euo pipefail
 OUTF=${1:?output initramfs path}
-KV=${KV:-$(ls /lib/modules | grep -E '^6\.1\.' | sort -V | tail -1)}
+KV=${KV:-$(find /lib/modules -mindepth 1 -maxdepth 1 -name '6.1.*' -printf '%f\n' | sort -V | tail -1)}
 MODDIR=/lib/modules/$KV
 W=$(mktemp -d)
 rm -rf "$W"; mkdir -p "$W"/{bin,dev,proc,sys,mnt/lower,mnt/rw,newroot,modules}
