@@ -417,9 +417,18 @@ impl Reinjector {
                     self.note_raw_acked(psn);
                     let msn = p.ext.aeth.map(|a| a.msn);
                     self.advance(now, psn, msn, buf, out);
-                } else if let Some(i) = read_at.filter(|&i| i > 0) {
-                    let before = self.queue[i].psn.sub(1);
-                    self.advance(now, before, None, buf, out);
+                } else if let Some(i) = read_at {
+                    if i > 0 {
+                        let before = self.queue[i].psn.sub(1);
+                        self.advance(now, before, None, buf, out);
+                    }
+                    // The responder is streaming this READ's answer: that is
+                    // progress (rxe's requester restarts its retransmission
+                    // timer on every response packet too). A long READ whose
+                    // response takes longer than our RTO must not be
+                    // re-requested and, after the retry budget, failed.
+                    self.retries = 0;
+                    self.rto_deadline = Some(now + self.rto());
                 }
                 self.pump(now, buf, out);
             }

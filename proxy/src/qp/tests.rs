@@ -473,6 +473,40 @@ fn egress_asks_for_an_ack_at_its_window_edge() {
     assert!(last.1 || last.0 == 1099, "{more:?}");
 }
 
+/// A long READ's response may take longer than the egress RTO to stream
+/// back; every response packet is progress (as for rxe's own requester), so
+/// the READ is not re-requested, and the budget is not spent, while it flows.
+#[test]
+fn egress_does_not_time_out_a_read_whose_response_is_streaming() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let mut t = Time::from_micros(1);
+    e.handle_twin(
+        t,
+        TwinMsg::Request {
+            carry: Carry::Reliable,
+            packet: request(Opcode::RC_READ_REQUEST, 10, true, 0, 64 * 1024),
+        },
+    );
+    assert_eq!(drain(&mut e).len(), 1);
+    let rto = e.poll_timeout().expect("the READ is timed").since(t);
+    for i in 0..40u32 {
+        // One response packet every half RTO: the whole answer takes 20 RTOs.
+        t = t + rto / 2;
+        let op = if i == 0 {
+            Opcode::RC_READ_RESPONSE_FIRST
+        } else {
+            Opcode::RC_READ_RESPONSE_MIDDLE
+        };
+        e.handle_dc(t, &response(op, 10 + i, Syndrome::ACK_UNLIMITED, 1024));
+        e.handle_timeout(t);
+        let resent = drain(&mut e)
+            .iter()
+            .filter(|o| matches!(o, Output::Dc(_)))
+            .count();
+        assert_eq!(resent, 0, "READ re-requested while its response streams (packet {i})");
+    }
+}
+
 #[test]
 fn egress_waits_out_rnr_and_retransmits_on_timeout() {
     let mut e = QpEngine::new(cfg(AckPolicy::Edge));
