@@ -298,7 +298,9 @@ impl Reinjector {
             // flight: the twin's next packets may be a WAN hiccup away, so
             // it must ask too. (One outstanding request is enough: when its
             // ACK comes, whatever follows is sent and asks in turn.)
-            let asking = self.ack_req_out.is_some_and(|r| self.acked.is_none_or(|a| r.after(a)));
+            let asking = self
+                .ack_req_out
+                .is_some_and(|r| self.acked.is_none_or(|a| r.after(a)));
             let tail = self.next + 1 == self.queue.len() && !asking;
             let mut asks = p_ack_req(&v);
             if (fills || tail) && set_ack_req(&mut v).unwrap_or(false) {

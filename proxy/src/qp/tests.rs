@@ -429,7 +429,11 @@ fn egress_asks_for_an_ack_at_its_window_edge() {
     // 100 middle packets of one long WRITE: no AckReq from the requester
     // (its every-64th one falls elsewhere here).
     for psn in 1000..1100 {
-        let op = if psn == 1000 { Opcode::RC_WRITE_FIRST } else { Opcode::RC_WRITE_MIDDLE };
+        let op = if psn == 1000 {
+            Opcode::RC_WRITE_FIRST
+        } else {
+            Opcode::RC_WRITE_MIDDLE
+        };
         e.handle_twin(
             t,
             TwinMsg::Request {
@@ -449,7 +453,10 @@ fn egress_asks_for_an_ack_at_its_window_edge() {
         })
         .collect();
     let edge = sent.last().unwrap().0;
-    assert!(edge < 1099, "the initial window stops before the end: {edge}");
+    assert!(
+        edge < 1099,
+        "the initial window stops before the end: {edge}"
+    );
     // Packets arrive one by one: the first, the last we held with no
     // request outstanding, asks; then the one that fills the window.
     assert_eq!(sent[0], (1000, true));
@@ -457,7 +464,10 @@ fn egress_asks_for_an_ack_at_its_window_edge() {
     assert!(sent.last().unwrap().1, "{sent:?}");
     // The responder ACKs that packet: the window moves on, and its new
     // edge asks again.
-    e.handle_dc(t, &response(Opcode::RC_ACK, edge, Syndrome::ACK_UNLIMITED, 0));
+    e.handle_dc(
+        t,
+        &response(Opcode::RC_ACK, edge, Syndrome::ACK_UNLIMITED, 0),
+    );
     let more: Vec<(u32, bool)> = drain(&mut e)
         .iter()
         .filter_map(|o| match o {
@@ -503,7 +513,10 @@ fn egress_does_not_time_out_a_read_whose_response_is_streaming() {
             .iter()
             .filter(|o| matches!(o, Output::Dc(_)))
             .count();
-        assert_eq!(resent, 0, "READ re-requested while its response streams (packet {i})");
+        assert_eq!(
+            resent, 0,
+            "READ re-requested while its response streams (packet {i})"
+        );
     }
 }
 

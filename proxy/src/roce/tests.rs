@@ -429,7 +429,12 @@ fn set_ack_req_asks_for_an_ack_and_keeps_the_packet_valid() {
         // Only the AckReq bit, the ICRC and (IPv6) the UDP checksum changed.
         let bth8 = v.len() - 4 - 1024 - 12 + 8;
         let changed: Vec<usize> = (0..v.len()).filter(|&i| v[i] != before[i]).collect();
-        assert!(changed.iter().all(|&i| i == bth8 || i >= v.len() - 4 || (ip.len() + 6..ip.len() + 8).contains(&i)), "{changed:?}");
+        assert!(
+            changed.iter().all(|&i| i == bth8
+                || i >= v.len() - 4
+                || (ip.len() + 6..ip.len() + 8).contains(&i)),
+            "{changed:?}"
+        );
         if let IpHeader::V6(_) = ip {
             assert!(udp6_sum_ok(&v));
         }
