@@ -17,7 +17,7 @@
 #   full (default)  RTT 0,3,30 ms x loss 0,0.1 % x direct,soya; tests
 #                   rping write4k write64k write1m write64k_t16 send64k read64k qperf pingpong
 #   --quick         RTT 0,30 x loss 0,0.1 x direct,soya; rping write64k send64k read64k qperf pingpong
-#   --reduced       RTT 30, loss 0, soya only: rping write64k (the CI case, tools/lab/ci-reduced.sh)
+#   --reduced       RTT 30, loss 0: rping write64k, direct and through Sōya (the CI case, tools/lab/ci-reduced.sh)
 # Options:
 #   --out DIR       output directory (default target/interop/<matrix>)
 #   --rtts L --losses L --modes L --tests L --dur S   override the matrix
@@ -61,7 +61,7 @@ case $MATRIX in
            d_tests=rping,write4k,write64k,write1m,write64k_t16,send64k,read64k,qperf,pingpong ;;
   quick)   d_rtts=0,30; d_losses=0,0.1; d_modes=direct,soya
            d_tests=rping,write64k,send64k,read64k,qperf,pingpong ;;
-  reduced) d_rtts=30; d_losses=0; d_modes=soya; d_tests=rping,write64k ;;
+  reduced) d_rtts=30; d_losses=0; d_modes=direct,soya; d_tests=rping,write64k ;;
 esac
 RTTS=${RTTS:-$d_rtts}; LOSSES=${LOSSES:-$d_losses}; MODES=${MODES:-$d_modes}
 TESTS=${TESTS:-$d_tests}; DUR=${DUR:-5}
@@ -93,6 +93,8 @@ fi
 [ -x "$TARGET/release/soya" ] || { echo "interop.sh: $TARGET/release/soya missing (build first)" >&2; exit 1; }
 
 rm -rf "$OUT"; mkdir -p "$OUT/bin"
+# what was measured: the commit the binary was built from (+ "-dirty")
+git -C "$ROOT" describe --always --dirty > "$OUT/commit.txt" 2>/dev/null || echo unknown > "$OUT/commit.txt"
 # the guest runs a private copy: a rebuild during the run must not change it
 cp "$TARGET/release/soya" "$OUT/bin/soya"
 SOYA_BIN=/mnt/out/bin   # OUT as the guest mounts it
@@ -113,7 +115,9 @@ stamp "VM finished (qemu rc=$rc)"
 
 args=(--out "$OUT")
 [ $PUBLISH = 1 ] && args+=(--publish "$ROOT/docs")
-python3 "$HERE/report.py" "${args[@]}"
+# Debian's python3 (it has python3-matplotlib), not whatever python3 is first on PATH
+PY=/usr/bin/python3; [ -x $PY ] || PY=python3
+$PY "$HERE/report.py" "${args[@]}"
 vrc=$?
 stamp "done: $OUT (verdict rc=$vrc)"
 exit $vrc

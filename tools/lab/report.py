@@ -233,9 +233,16 @@ def main():
     a = ap.parse_args()
     rows = load(os.path.join(a.out, "results.tsv"))
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    commit = subprocess.run(["git", "-C", root, "describe", "--always", "--dirty"],
-                            capture_output=True, text=True).stdout.strip() or "unknown"
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    try:  # the commit interop.sh built the measured binary from
+        commit = open(os.path.join(a.out, "commit.txt")).read().strip()
+    except OSError:
+        commit = subprocess.run(["git", "-C", root, "describe", "--always", "--dirty"],
+                                capture_output=True, text=True).stdout.strip() or "unknown"
+    try:  # when the run ended (results.tsv last written), not when this report ran
+        mtime = os.path.getmtime(os.path.join(a.out, "results.tsv"))
+    except OSError:
+        mtime = None
+    date = datetime.datetime.fromtimestamp(mtime, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     stamp = f"{date}, commit {commit}"
     ok, verdict = checks(rows)
     doc = {"date": date, "commit": commit, "verdict": "pass" if ok else "fail", "checks": verdict, "rows": rows}
