@@ -13,13 +13,18 @@ use std::time::Duration;
 
 use crate::buffer::{DeepBuffer, SlotHandle};
 use crate::roce::ext::RNR_TIMER_US;
-use crate::roce::{NakCode, OpKind, Psn, RocePacket, Syndrome};
+use crate::roce::{set_ack_req, NakCode, OpKind, Psn, RocePacket, Syndrome};
 use crate::time::Time;
 
 use super::engine::Output;
 use super::half::HalfKey;
 use super::ingress::span_of;
 use super::twin::TwinMsg;
+
+/// Does this (valid) request packet carry AckReq?
+fn p_ack_req(v: &[u8]) -> bool {
+    RocePacket::parse(v).is_ok_and(|p| p.bth.ack_req)
+}
 
 /// Injection window at the start and after a timeout (PSNs).
 const INITIAL_CWND: u32 = 64;
@@ -77,6 +82,9 @@ pub struct EgressStats {
     pub overflow_held: u64,
     /// ACKs past a READ/atomic whose response was lost: asked again.
     pub implied_naks: u64,
+    /// Packets injected with AckReq set by us (at a window edge or after a
+    /// resend) so that the responder acknowledges them.
+    pub ack_reqs_added: u64,
 }
 
 /// Where a held packet's bytes are.
@@ -137,6 +145,8 @@ pub struct Reinjector {
     /// timeout overflows it again and again.
     cwnd: u32,
     rnr_retries: u32,
+    /// Highest PSN sent with AckReq set (by the requester or by us).
+    ack_req_out: Option<Psn>,
     failed: bool,
     tuning: EgressTuning,
     pub stats: EgressStats,
@@ -162,6 +172,7 @@ impl Reinjector {
             backoff: 0,
             cwnd: INITIAL_CWND,
             rnr_retries: 0,
+            ack_req_out: None,
             failed: false,
             tuning,
             stats: EgressStats::default(),
@@ -276,11 +287,18 @@ impl Reinjector {
             return;
         }
         self.rnr_until = None;
+        // The responder acknowledges only packets with AckReq set (the
+        // requester sets it on the last packet of a message and on every
+        // 64th). A packet that fills our window, or the last one we hold
+        // (the twin's next ones may be a WAN hiccup away), would otherwise
+        // leave nothing to acknowledge until our timeout: ask for an ACK
+        // on it.
+        let limit = self.cwnd.min(self.tuning.window);
         while self.next < self.queue.len() {
             // The window limits where a packet *starts*: a READ spanning
             // more PSNs than the window must still go out at the head.
             let first = self.queue[0].psn;
-            if self.queue[self.next].psn.diff(first) as u32 >= self.cwnd.min(self.tuning.window) {
+            if self.queue[self.next].psn.diff(first) as u32 >= limit {
                 break;
             }
             let p = &mut self.queue[self.next];
@@ -291,7 +309,31 @@ impl Reinjector {
                 self.stats.injected += 1;
             }
             p.sent_at = Some(now);
-            out.push_back(Output::Dc(Self::bytes(&p.held, buf).to_vec()));
+            let used = p.last().diff(first) as u32 + 1;
+            let mut v = Self::bytes(&p.held, buf).to_vec();
+            // Fills the window: the next packet (queued or still to come)
+            // does not fit until an ACK moves it.
+            let fills = self
+                .queue
+                .get(self.next + 1)
+                .map_or(used >= limit, |n| n.psn.diff(first) as u32 >= limit);
+            // The last packet we hold, with no request for an ACK in
+            // flight: the twin's next packets may be a WAN hiccup away, so
+            // it must ask too. (One outstanding request is enough: when its
+            // ACK comes, whatever follows is sent and asks in turn.)
+            let asking = self
+                .ack_req_out
+                .is_some_and(|r| self.acked.is_none_or(|a| r.after(a)));
+            let tail = self.next + 1 == self.queue.len() && !asking;
+            let mut asks = p_ack_req(&v);
+            if (fills || tail) && set_ack_req(&mut v).unwrap_or(false) {
+                self.stats.ack_reqs_added += 1;
+                asks = true;
+            }
+            if asks {
+                self.ack_req_out = Some(self.queue[self.next].last());
+            }
+            out.push_back(Output::Dc(v));
             self.next += 1;
         }
         if self.next > 0 && self.rto_deadline.is_none() {
@@ -359,6 +401,7 @@ impl Reinjector {
 
     /// Goes back to `psn` and resends from there.
     fn go_back(&mut self, psn: Psn) {
+        self.ack_req_out = None;
         self.next = self
             .queue
             .iter()
@@ -400,9 +443,18 @@ impl Reinjector {
                     self.note_raw_acked(psn);
                     let msn = p.ext.aeth.map(|a| a.msn);
                     self.advance(now, psn, msn, buf, out);
-                } else if let Some(i) = read_at.filter(|&i| i > 0) {
-                    let before = self.queue[i].psn.sub(1);
-                    self.advance(now, before, None, buf, out);
+                } else if let Some(i) = read_at {
+                    if i > 0 {
+                        let before = self.queue[i].psn.sub(1);
+                        self.advance(now, before, None, buf, out);
+                    }
+                    // The responder is streaming this READ's answer: that is
+                    // progress (rxe's requester restarts its retransmission
+                    // timer on every response packet too). A long READ whose
+                    // response takes longer than our RTO must not be
+                    // re-requested and, after the retry budget, failed.
+                    self.retries = 0;
+                    self.rto_deadline = Some(now + self.rto());
                 }
                 self.pump(now, buf, out);
             }
@@ -545,6 +597,7 @@ impl Reinjector {
                 return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
             }
             self.cwnd = MIN_CWND;
+            self.ack_req_out = None;
             // Back off: double the timeout for each consecutive expiry.
             self.backoff += 1;
             self.next = 0;

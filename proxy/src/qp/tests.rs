@@ -419,6 +419,107 @@ fn egress_injects_in_order_absorbs_acks_and_goes_back_on_nak() {
     assert_eq!(e.occupancy().slots_used, 0);
 }
 
+/// rxe's responder acknowledges only packets with AckReq set: a re-injector
+/// that stops at its window edge (or resends) must ask for an ACK there, or
+/// nothing comes back until its own timeout.
+#[test]
+fn egress_asks_for_an_ack_at_its_window_edge() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    // 100 middle packets of one long WRITE: no AckReq from the requester
+    // (its every-64th one falls elsewhere here).
+    for psn in 1000..1100 {
+        let op = if psn == 1000 {
+            Opcode::RC_WRITE_FIRST
+        } else {
+            Opcode::RC_WRITE_MIDDLE
+        };
+        e.handle_twin(
+            t,
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: request(op, psn, false, 64, 0),
+            },
+        );
+    }
+    let sent: Vec<(u32, bool)> = drain(&mut e)
+        .iter()
+        .filter_map(|o| match o {
+            Output::Dc(v) => {
+                let p = RocePacket::parse_verified(v).expect("valid ICRC");
+                Some((p.psn().value(), p.bth.ack_req))
+            }
+            _ => None,
+        })
+        .collect();
+    let edge = sent.last().unwrap().0;
+    assert!(
+        edge < 1099,
+        "the initial window stops before the end: {edge}"
+    );
+    // Packets arrive one by one: the first, the last we held with no
+    // request outstanding, asks; then the one that fills the window.
+    assert_eq!(sent[0], (1000, true));
+    assert!(sent[1..sent.len() - 1].iter().all(|&(_, a)| !a), "{sent:?}");
+    assert!(sent.last().unwrap().1, "{sent:?}");
+    // The responder ACKs that packet: the window moves on, and its new
+    // edge asks again.
+    e.handle_dc(
+        t,
+        &response(Opcode::RC_ACK, edge, Syndrome::ACK_UNLIMITED, 0),
+    );
+    let more: Vec<(u32, bool)> = drain(&mut e)
+        .iter()
+        .filter_map(|o| match o {
+            Output::Dc(v) => {
+                let p = RocePacket::parse_verified(v).expect("valid ICRC");
+                Some((p.psn().value(), p.bth.ack_req))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(!more.is_empty());
+    let last = *more.last().unwrap();
+    assert!(last.1 || last.0 == 1099, "{more:?}");
+}
+
+/// A long READ's response may take longer than the egress RTO to stream
+/// back; every response packet is progress (as for rxe's own requester), so
+/// the READ is not re-requested, and the budget is not spent, while it flows.
+#[test]
+fn egress_does_not_time_out_a_read_whose_response_is_streaming() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let mut t = Time::from_micros(1);
+    e.handle_twin(
+        t,
+        TwinMsg::Request {
+            carry: Carry::Reliable,
+            packet: request(Opcode::RC_READ_REQUEST, 10, true, 0, 64 * 1024),
+        },
+    );
+    assert_eq!(drain(&mut e).len(), 1);
+    let rto = e.poll_timeout().expect("the READ is timed").since(t);
+    for i in 0..40u32 {
+        // One response packet every half RTO: the whole answer takes 20 RTOs.
+        t = t + rto / 2;
+        let op = if i == 0 {
+            Opcode::RC_READ_RESPONSE_FIRST
+        } else {
+            Opcode::RC_READ_RESPONSE_MIDDLE
+        };
+        e.handle_dc(t, &response(op, 10 + i, Syndrome::ACK_UNLIMITED, 1024));
+        e.handle_timeout(t);
+        let resent = drain(&mut e)
+            .iter()
+            .filter(|o| matches!(o, Output::Dc(_)))
+            .count();
+        assert_eq!(
+            resent, 0,
+            "READ re-requested while its response streams (packet {i})"
+        );
+    }
+}
+
 #[test]
 fn egress_waits_out_rnr_and_retransmits_on_timeout() {
     let mut e = QpEngine::new(cfg(AckPolicy::Edge));

@@ -25,7 +25,7 @@ pub use error::WireError;
 pub use ext::{Aeth, AtomicEth, Deth, ExtHeaders, NakCode, Reth, Syndrome};
 pub use ip::{ethernet_payload, IpHeader};
 pub use opcode::{Headers, OpKind, Opcode, OpcodeInfo, Position};
-pub use packet::{is_roce, RocePacket, RoceRepr};
+pub use packet::{is_roce, set_ack_req, RocePacket, RoceRepr};
 pub use psn::Psn;
 
 #[cfg(test)]

@@ -261,6 +261,36 @@ impl RoceRepr {
     }
 }
 
+/// Sets the AckReq bit of a RoCEv2 IP packet's BTH and re-seals it (ICRC,
+/// and the UDP checksum where one is carried), so the receiving responder
+/// acknowledges this packet. A responder (rxe_resp.c `acknowledge`) sends an
+/// ACK for a request only when AckReq is set; a sender that stops at a
+/// window edge must ask for one there. Returns whether the packet changed
+/// (false if the bit was already set). The packet must parse.
+pub fn set_ack_req(ip_packet: &mut [u8]) -> Result<bool> {
+    let p = RocePacket::parse(ip_packet)?;
+    if p.bth.ack_req {
+        return Ok(false);
+    }
+    let split = IpHeader::split(ip_packet)?;
+    let l4 = split.header_len;
+    let total = split.total_len;
+    ip_packet[l4 + UDP_LEN + 8] |= 0x80;
+    icrc::seal(&mut ip_packet[..total])?;
+    if be16(ip_packet, l4 + 6) != 0 {
+        match split.header {
+            IpHeader::V6(h) => {
+                ip_packet[l4 + 6..l4 + 8].fill(0);
+                let c = udp6_checksum(&h.src, &h.dst, &ip_packet[l4..total]);
+                ip_packet[l4 + 6..l4 + 8].copy_from_slice(&c.to_be_bytes());
+            }
+            // Optional over IPv4 (rxe sends 0): drop a stale one.
+            IpHeader::V4(_) => ip_packet[l4 + 6..l4 + 8].fill(0),
+        }
+    }
+    Ok(true)
+}
+
 /// Pad bytes that bring a payload to a multiple of four.
 pub const fn pad_for(payload_len: usize) -> usize {
     (4 - payload_len % 4) % 4

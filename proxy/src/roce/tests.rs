@@ -389,6 +389,63 @@ fn any_repr() -> impl Strategy<Value = (RoceRepr, Vec<u8>)> {
         })
 }
 
+/// The UDP checksum of an IPv6 packet verifies (one's complement sum 0xFFFF).
+fn udp6_sum_ok(v: &[u8]) -> bool {
+    let mut acc: u32 = 0;
+    for c in v[8..40].chunks(2) {
+        acc += u32::from(u16::from_be_bytes([c[0], c[1]]));
+    }
+    acc += (v.len() - 40) as u32 + 17;
+    for c in v[40..].chunks(2) {
+        acc += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    while acc > 0xFFFF {
+        acc = (acc & 0xFFFF) + (acc >> 16);
+    }
+    acc == 0xFFFF
+}
+
+#[test]
+fn set_ack_req_asks_for_an_ack_and_keeps_the_packet_valid() {
+    for ip in [
+        IpHeader::v4(Ipv4Addr::new(10, 0, 1, 1), Ipv4Addr::new(10, 0, 2, 1)),
+        IpHeader::v6("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap()),
+    ] {
+        let repr = RoceRepr {
+            ip,
+            src_port: 0xc001,
+            bth: Bth::new(Opcode::RC_WRITE_MIDDLE, 0x12, Psn::new(0xFF_FFFF)),
+            ext: ExtHeaders::default(),
+        };
+        let mut v = repr.to_vec(&[7u8; 1024]).unwrap();
+        let before = v.clone();
+        assert!(set_ack_req(&mut v).unwrap());
+        let p = RocePacket::parse_verified(&v).unwrap();
+        assert!(p.bth.ack_req);
+        let mut want = repr;
+        want.bth.ack_req = true;
+        assert_eq!(p.repr(), want);
+        assert_eq!(p.payload(), &[7u8; 1024][..]);
+        // Only the AckReq bit, the ICRC and (IPv6) the UDP checksum changed.
+        let bth8 = v.len() - 4 - 1024 - 12 + 8;
+        let changed: Vec<usize> = (0..v.len()).filter(|&i| v[i] != before[i]).collect();
+        assert!(
+            changed.iter().all(|&i| i == bth8
+                || i >= v.len() - 4
+                || (ip.len() + 6..ip.len() + 8).contains(&i)),
+            "{changed:?}"
+        );
+        if let IpHeader::V6(_) = ip {
+            assert!(udp6_sum_ok(&v));
+        }
+        // Already set: nothing to do.
+        let again = v.clone();
+        assert!(!set_ack_req(&mut v).unwrap());
+        assert_eq!(v, again);
+    }
+    assert!(set_ack_req(&mut [0x45, 0, 0]).is_err());
+}
+
 proptest! {
     #[test]
     fn build_then_parse_round_trips_every_opcode((repr, payload) in any_repr()) {

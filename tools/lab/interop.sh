@@ -1,0 +1,123 @@
+#!/bin/bash
+# Sōya against the Linux kernel's RoCE stack (Soft-RoCE, rxe) under qemu.
+#
+#   tools/lab/interop.sh [--quick | --reduced] [options]
+#
+# One command: installs the Debian packages it needs (if missing), builds
+# this tree's binaries, builds a small initramfs, boots Debian's stock 6.1
+# kernel under qemu (TCG) with the host's / read-only over 9p, and inside it
+# builds  hostA (rxe0) - gwA (soya gateway, tun) - wan (netem) - gwB (soya
+# gateway, tun) - hostB (rxe1), then runs rping, ib_write_bw, ib_send_bw,
+# ib_read_bw, qperf rc_bw/rc_lat and ibv_rc_pingpong, direct (kernel
+# forwarding over the same netem'd wan link) and through the gateways, at
+# every RTT and loss setting.  Writes OUT/results.tsv, results.json,
+# goodput.png, summary.md and the verdict of the "must hold" checks.
+#
+# Matrices (per-run duration: --dur seconds, default 5):
+#   full (default)  RTT 0,3,30 ms x loss 0,0.1 % x direct,soya; tests
+#                   rping write4k write64k write1m write64k_t16 send64k read64k qperf pingpong
+#   --quick         RTT 0,30 x loss 0,0.1 x direct,soya; rping write64k send64k read64k qperf pingpong
+#   --reduced       RTT 30, loss 0: rping write64k, direct and through Sōya (the CI case, tools/lab/ci-reduced.sh)
+# Options:
+#   --out DIR       output directory (default target/interop/<matrix>)
+#   --rtts L --losses L --modes L --tests L --dur S   override the matrix
+#   --policy P      pseudo_ack.policy of the gateways (edge, strict, off)
+#   --insecure      plaintext WAN between the gateways (wan.insecure = true; default: a PSK)
+#   --rt N          run the gateways at SCHED_FIFO priority N in the guest (0: normal)
+#   --capture N     tcpdump the first N RoCE frames of each bandwidth run through
+#                   the gateways on both DC links (OUT/pcap/; decode: target/release/soya-decode)
+#   --publish       copy the results and the plot into docs/ (interop-results.*)
+#   --no-install    do not apt-get install     --no-build   do not cargo build
+# Exit status: 0 when every "must hold" check passed.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+RT=0 INSECURE=0 CAPTURE=0 MATRIX=full RTTS='' LOSSES='' MODES='' TESTS='' DUR='' POLICY=edge OUT='' PUBLISH=0 INSTALL=1 BUILD=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --quick) MATRIX=quick ;;
+    --reduced) MATRIX=reduced ;;
+    --full) MATRIX=full ;;
+    --out) OUT=$2; shift ;;
+    --rtts) RTTS=$2; shift ;;
+    --losses) LOSSES=$2; shift ;;
+    --modes) MODES=$2; shift ;;
+    --tests) TESTS=$2; shift ;;
+    --dur) DUR=$2; shift ;;
+    --policy) POLICY=$2; shift ;;
+    --capture) CAPTURE=$2; shift ;;
+    --insecure) INSECURE=1 ;;
+    --rt) RT=$2; shift ;;
+    --publish) PUBLISH=1 ;;
+    --no-install) INSTALL=0 ;;
+    --no-build) BUILD=0 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "interop.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+case $MATRIX in
+  full)    d_rtts=0,3,30; d_losses=0,0.1; d_modes=direct,soya
+           d_tests=rping,write4k,write64k,write1m,write64k_t16,send64k,read64k,qperf,pingpong ;;
+  quick)   d_rtts=0,30; d_losses=0,0.1; d_modes=direct,soya
+           d_tests=rping,write64k,send64k,read64k,qperf,pingpong ;;
+  reduced) d_rtts=30; d_losses=0; d_modes=direct,soya; d_tests=rping,write64k ;;
+esac
+RTTS=${RTTS:-$d_rtts}; LOSSES=${LOSSES:-$d_losses}; MODES=${MODES:-$d_modes}
+TESTS=${TESTS:-$d_tests}; DUR=${DUR:-5}
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+case $TARGET in /*) ;; *) TARGET=$ROOT/$TARGET ;; esac
+OUT=${OUT:-$TARGET/interop/$MATRIX}
+T0=$(date +%s)
+stamp() { echo "[interop $(( $(date +%s) - T0 ))s] $*"; }
+
+if [ $INSTALL = 1 ]; then
+  PKGS="qemu-system-x86 linux-image-amd64 rdma-core ibverbs-utils rdmacm-utils perftest qperf
+        busybox-static iproute2 ethtool tcpdump iputils-ping cpio python3 python3-matplotlib"
+  missing=$(for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
+  if [ -n "$missing" ]; then
+    stamp "apt-get install:" $missing
+    apt-get update -qq >/dev/null 2>&1
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null \
+      || { echo "interop.sh: apt-get install failed" >&2; exit 1; }
+  fi
+  stamp "packages ok"
+fi
+ls /boot/vmlinuz-6.1.* >/dev/null 2>&1 || { echo "interop.sh: no /boot/vmlinuz-6.1.* (apt-get install linux-image-amd64)" >&2; exit 1; }
+
+if [ $BUILD = 1 ]; then
+  stamp "cargo build --release -p soya"
+  (cd "$ROOT" && cargo build --release -q -p soya --bin soya) || { echo "interop.sh: build failed" >&2; exit 1; }
+fi
+[ -x "$TARGET/release/soya" ] || { echo "interop.sh: $TARGET/release/soya missing (build first)" >&2; exit 1; }
+
+rm -rf "$OUT"; mkdir -p "$OUT/bin"
+# what was measured: the commit the binary was built from (+ "-dirty")
+git -C "$ROOT" describe --always --dirty > "$OUT/commit.txt" 2>/dev/null || echo unknown > "$OUT/commit.txt"
+# the guest runs a private copy: a rebuild during the run must not change it
+cp "$TARGET/release/soya" "$OUT/bin/soya"
+SOYA_BIN=/mnt/out/bin   # OUT as the guest mounts it
+bash "$HERE/vm/build-initramfs.sh" "$OUT/initramfs.cpio.gz" > "$OUT/initramfs.log" 2>&1 \
+  || { cat "$OUT/initramfs.log"; exit 1; }
+stamp "initramfs built; booting (matrix $MATRIX: modes $MODES, RTT $RTTS ms, loss $LOSSES %, tests $TESTS, ${DUR}s runs)"
+
+# rough upper bound on the VM's run time, for the watchdog
+n=$(( $(echo "$MODES" | tr , '\n' | wc -l) * $(echo "$RTTS" | tr , '\n' | wc -l) \
+      * $(echo "$LOSSES" | tr , '\n' | wc -l) * $(echo "$TESTS" | tr , '\n' | wc -l) ))
+LIMIT=${TIMEOUT:-$(( 300 + n * (DUR + 150) ))}
+EXTRA_APPEND="soya.lab=$HERE soya.bin=$SOYA_BIN soya.rtts=$RTTS soya.losses=$LOSSES soya.modes=$MODES soya.tests=$TESTS soya.dur=$DUR soya.policy=$POLICY soya.capture=$CAPTURE soya.insecure=$INSECURE soya.rt=$RT" \
+  timeout "$LIMIT" "$HERE/vm/boot-vm.sh" "$HERE/guest/job.sh" "$OUT" > "$OUT/serial.log" 2>&1
+rc=$?
+grep -q GUEST-DONE "$OUT/serial.log" || { echo "interop.sh: the VM did not finish (qemu rc=$rc, limit ${LIMIT}s); see $OUT/serial.log" >&2; tail -20 "$OUT/serial.log" >&2; }
+stamp "VM finished (qemu rc=$rc)"
+[ -s "$OUT/results.tsv" ] || { echo "interop.sh: no results" >&2; exit 1; }
+
+args=(--out "$OUT")
+[ $PUBLISH = 1 ] && args+=(--publish "$ROOT/docs")
+# Debian's python3 (it has python3-matplotlib), not whatever python3 is first on PATH
+PY=/usr/bin/python3; [ -x $PY ] || PY=python3
+$PY "$HERE/report.py" "${args[@]}"
+vrc=$?
+stamp "done: $OUT (verdict rc=$vrc)"
+exit $vrc

@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Interop results: results.tsv -> results.json, summary.md, goodput.png and
+the verdict of the issue's "must hold" checks (exit 1 if one fails).
+
+usage: report.py --out DIR [--publish DOCS_DIR]
+With --publish, copies the TSV, JSON and PNG into DOCS_DIR as
+interop-results.{tsv,json} and interop-goodput.png, stamped with the date
+and the commit."""
+import argparse, json, os, shutil, subprocess, sys, datetime
+
+BAD = ["rcvd_seq_err", "out_of_seq_request", "duplicate_request",
+       "completer_retry_err", "retry_exceeded_err", "rcvd_rnr_err",
+       "rnr_nak_retry_err", "retry_rnr_exceeded_err", "send_err", "link_downed"]
+BW_TESTS = {"ib_write_bw", "ib_send_bw", "ib_read_bw", "qperf_rc_bw"}
+
+
+def num(s):
+    try:
+        return float(s)
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_ctrs(s):
+    """'name=a/b,...' -> {name: [a, b]}"""
+    d = {}
+    for part in (s or "").split(","):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            a, b = v.split("/")
+            d[k] = [int(a), int(b)]
+    return d
+
+
+def load(path):
+    rows = []
+    with open(path) as f:
+        head = f.readline().rstrip("\n").split("\t")
+        for line in f:
+            cols = line.rstrip("\n").split("\t")
+            cols += [""] * (len(head) - len(cols))
+            r = dict(zip(head, cols))
+            rows.append({
+                "mode": r["mode"], "rtt_ms": num(r["rtt_ms"]), "loss_pct": num(r["loss_pct"]),
+                "test": r["test"], "params": r["params"], "rc": int(r["rc"]) if r["rc"].lstrip("-").isdigit() else None,
+                "gbps": num(r["gbps"]), "wire_gbps": num(r["wire_gbps"]), "lat_us": num(r["lat_us"]),
+                "note": r["note"], "rxe": parse_ctrs(r["rxe_ctrs_A/B"]),
+            })
+    return rows
+
+
+def goodput(r):
+    """perftest's/qperf's figure; when perftest printed 0.000000 (a known
+    TCG artefact, docs/interop.md) the mid-run wire rate on vethA instead."""
+    g = r["gbps"]
+    if g == 0 and r["wire_gbps"]:
+        return r["wire_gbps"]
+    return g
+
+
+def key(r):
+    return (r["test"], r["params"], r["rtt_ms"], r["loss_pct"])
+
+
+def bad_sum(r):
+    return sum(a + b for k, (a, b) in r["rxe"].items() if k in BAD)
+
+
+def checks(rows):
+    out = []
+    ok_all = True
+
+    def check(ok, what):
+        nonlocal ok_all
+        ok_all &= ok
+        out.append(("PASS" if ok else "FAIL") + "  " + what)
+
+    # 1. every tool completes through the gateways (and direct), no error, no data error
+    for r in rows:
+        if r["test"] == "ping":
+            continue
+        label = f'{r["mode"]} rtt={r["rtt_ms"]:g} loss={r["loss_pct"]:g} {r["test"]} {r["params"]}'
+        fine = r["rc"] == 0
+        if r["test"] in BW_TESTS:
+            fine &= r["gbps"] is not None
+        if r["test"] == "rping":
+            fine &= r["note"].startswith("50/50") and "ERRORS" not in r["note"]
+        if r["test"] == "qperf_rc_lat" or r["test"] == "ibv_rc_pingpong":
+            fine &= r["lat_us"] is not None
+        if r["mode"] == "soya" or not fine:
+            check(fine, f"completes: {label}" + ("" if fine else f' (rc={r["rc"]}, {r["note"]})'))
+    # 2. no sequence errors or retries at the endpoints beyond the direct path's
+    direct = {key(r): r for r in rows if r["mode"] == "direct"}
+    for r in rows:
+        if r["mode"] != "soya" or r["test"] == "ping":
+            continue
+        d = direct.get(key(r))
+        s = bad_sum(r)
+        ds = bad_sum(d) if d else 0
+        label = f'rtt={r["rtt_ms"]:g} loss={r["loss_pct"]:g} {r["test"]} {r["params"]}'
+        check(s <= ds, f"rxe errors/retries through soya ({s}) <= direct ({ds if d else 'not run'}): {label}"
+              + (f' {r["rxe"]}' if s else ""))
+    # 3. latency hiding where the window bounds the direct path (30 ms RTT)
+    def bw(mode, test, params, rtt, loss):
+        for r in rows:
+            if (r["mode"], r["test"], r["params"], r["rtt_ms"], r["loss_pct"]) == (mode, test, params, rtt, loss):
+                return goodput(r) if r["rc"] == 0 else None
+        return None
+    for test, params in sorted({(r["test"], r["params"]) for r in rows if r["test"] in ("ib_write_bw", "ib_send_bw")}):
+        for loss in sorted({r["loss_pct"] for r in rows}):
+            s30 = bw("soya", test, params, 30.0, loss)
+            if s30 is None:
+                continue
+            d30 = bw("direct", test, params, 30.0, loss)
+            s0 = bw("soya", test, params, 0.0, loss)
+            d0 = bw("direct", test, params, 0.0, loss)
+            tag = f"{test} {params} loss={loss:g}: soya@30ms {s30:.4f} Gb/s"
+            if not s30:
+                check(False, f"{tag}: no goodput through the gateways")
+                continue
+            if d30:
+                check(s30 >= 5 * d30, f"{tag} >= 5x direct@30ms {d30:.4f} ({s30 / d30:.1f}x)")
+            if s0:
+                check(s30 >= 0.9 * s0, f"{tag} >= 0.9x soya@0ms {s0:.4f} ({s30 / s0:.2f}x)")
+            if d0:
+                out.append(f"info  {tag} vs direct@0ms {d0:.4f}: {s30 / d0:.2f}x")
+    return ok_all, out
+
+
+def table(rows):
+    lines = ["| mode | RTT ms | loss % | test | params | rc | Gb/s | wire Gb/s | lat µs | rxe counters (hostA/hostB) | note |",
+             "| --- | --: | --: | --- | --- | --: | --: | --: | --: | --- | --- |"]
+    for r in rows:
+        f = lambda v, p=4: "-" if v is None else f"{v:.{p}f}".rstrip("0").rstrip(".") if p else f"{v}"
+        ctr = ", ".join(f"{k} {a}/{b}" for k, (a, b) in r["rxe"].items()) or "-"
+        lines.append(f'| {r["mode"]} | {r["rtt_ms"]:g} | {r["loss_pct"]:g} | {r["test"]} | `{r["params"]}` | {r["rc"]} | '
+                     f'{f(r["gbps"])} | {f(r["wire_gbps"])} | {f(r["lat_us"], 1)} | {ctr} | {r["note"]} |')
+    return "\n".join(lines)
+
+
+def gateway_table(out):
+    """Per soya condition (all tests of it together): what the gateways saw,
+    from `soya status --json` taken at the end of the condition."""
+    import glob, re
+    lines = ["| condition | pseudo-ACKs | requester dups dropped / re-ACKed | NAKs to requester (seq / injected errors) | "
+             "egress injected / resent / timeouts | AckReq added | WAN lost / retransmitted | path down | soya0 qdisc drops |",
+             "| --- | --: | --: | --: | --: | --: | --: | --: | --: |"]
+    for a in sorted(glob.glob(os.path.join(out, "gw", "soya.*.site-a.status.json"))):
+        cond = os.path.basename(a)[len("soya."):-len(".site-a.status.json")]
+        tot = dict(pa=0, dd=0, da=0, sn=0, ei=0, inj=0, rt=0, to=0, ar=0, wl=0, wr=0, down=0)
+        for f in (a, a.replace("site-a", "site-b")):
+            try:
+                d = json.load(open(f))
+            except (OSError, ValueError):
+                continue
+            tot["wl"] += d["wan"]["packets_lost"]
+            tot["wr"] += d["wan"]["packets_retransmitted"]
+            tot["down"] += sum(p["times_down"] for p in d["paths"])
+            for fl in d["flows"]:
+                det = dict((k, int(v)) for k, v in re.findall(r"(\w+): (\d+)", fl["detail"]))
+                if fl["role"] == "ingress":
+                    tot["pa"] += det.get("pseudo_acks", 0)
+                    tot["dd"] += det.get("duplicates_dropped", 0)
+                    tot["da"] += det.get("duplicate_acks", 0)
+                    tot["sn"] += det.get("seq_naks", 0)
+                    tot["ei"] += det.get("errors_injected", 0)
+                else:
+                    tot["inj"] += det.get("injected", 0)
+                    tot["rt"] += det.get("retransmitted", 0)
+                    tot["to"] += det.get("timeouts", 0)
+                    tot["ar"] += det.get("ack_reqs_added", 0)
+        drops = 0
+        for n in ("gwA", "gwB"):
+            try:
+                txt = open(os.path.join(out, "gw", f"soya.{cond}.{n}.kernel.txt")).read()
+                m = re.search(r"soya0:.*?TX:.*?\n\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", txt, re.S)
+                if m:
+                    drops += int(m.group(4))
+            except OSError:
+                pass
+        lines.append(f"| {cond} | {tot['pa']} | {tot['dd']} / {tot['da']} | {tot['sn']} / {tot['ei']} | "
+                     f"{tot['inj']} / {tot['rt']} / {tot['to']} | {tot['ar']} | {tot['wl']} / {tot['wr']} | {tot['down']} | {drops} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def plot(rows, path, stamp):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("report.py: no matplotlib (apt-get install python3-matplotlib); no plot", file=sys.stderr)
+        return False
+    series = {}
+    for r in rows:
+        if r["test"] not in BW_TESTS or goodput(r) is None or r["rc"] != 0:
+            continue
+        series.setdefault((r["test"], r["params"], r["mode"], r["loss_pct"]), []).append((r["rtt_ms"], goodput(r)))
+    tests = sorted({(t, p) for (t, p, _, _) in series})
+    if not tests:
+        return False
+    cols = min(3, len(tests))
+    nrows = (len(tests) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.6 * nrows), squeeze=False)
+    for ax, (t, p) in zip(axes.flat, tests):
+        for (tt, pp, mode, loss), pts in sorted(series.items()):
+            if (tt, pp) != (t, p):
+                continue
+            pts.sort()
+            ax.plot([x for x, _ in pts], [y * 1000 for _, y in pts],
+                    marker="o" if mode == "soya" else "s",
+                    color="tab:red" if mode == "soya" else "tab:blue",
+                    linestyle="-" if loss == 0 else "--",
+                    label=f"{'through Sōya' if mode == 'soya' else 'direct'}, loss {loss:g} %")
+        ax.set_title(f"{t} {p}", fontsize=9)
+        ax.set_xlabel("RTT (ms)")
+        ax.set_ylabel("goodput (Mb/s)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(tests):]:
+        ax.axis("off")
+    fig.suptitle(f"Soft-RoCE (rxe, qemu TCG) goodput vs RTT, direct vs through two Sōya gateways — {stamp}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    return True
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--publish")
+    a = ap.parse_args()
+    rows = load(os.path.join(a.out, "results.tsv"))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:  # the commit interop.sh built the measured binary from
+        commit = open(os.path.join(a.out, "commit.txt")).read().strip()
+    except OSError:
+        commit = subprocess.run(["git", "-C", root, "describe", "--always", "--dirty"],
+                                capture_output=True, text=True).stdout.strip() or "unknown"
+    try:  # when the run ended (results.tsv last written), not when this report ran
+        mtime = os.path.getmtime(os.path.join(a.out, "results.tsv"))
+    except OSError:
+        mtime = None
+    date = datetime.datetime.fromtimestamp(mtime, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = f"{date}, commit {commit}"
+    ok, verdict = checks(rows)
+    doc = {"date": date, "commit": commit, "verdict": "pass" if ok else "fail", "checks": verdict, "rows": rows}
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    gw = gateway_table(a.out)
+    summary = (f"Measured {stamp}\n\n{table(rows)}\n\n"
+               + (f"Gateways (both sites, per condition):\n\n{gw}\n\n" if gw else "")
+               + "Checks:\n\n" + "\n".join(f"    {c}" for c in verdict) + "\n")
+    with open(os.path.join(a.out, "summary.md"), "w") as f:
+        f.write(summary)
+    png = os.path.join(a.out, "goodput.png")
+    have_png = plot(rows, png, stamp)
+    print(summary)
+    if a.publish:
+        shutil.copy(os.path.join(a.out, "results.json"), os.path.join(a.publish, "interop-results.json"))
+        with open(os.path.join(a.out, "results.tsv")) as src, open(os.path.join(a.publish, "interop-results.tsv"), "w") as dst:
+            dst.write(f"# measured {stamp}\n")
+            dst.write(src.read())
+        if have_png:
+            shutil.copy(png, os.path.join(a.publish, "interop-goodput.png"))
+        print(f"published into {a.publish}")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

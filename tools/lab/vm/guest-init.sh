@@ -1,0 +1,31 @@
+#!/bin/sh
+# PID 1 inside the guest after switch_root (root = host / read-only over 9p
+# + tmpfs overlay).  Runs the job named on the kernel command line
+# (soya.job=/path/script) and powers off.
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev 2>/dev/null
+mkdir -p /dev/pts /dev/shm /dev/net; mount -t devpts devpts /dev/pts; mount -t tmpfs tmpfs /dev/shm
+mount -t tmpfs tmpfs /run
+mount -t tmpfs tmpfs /var/run 2>/dev/null
+mount -t tmpfs tmpfs /tmp
+mount -t cgroup2 none /sys/fs/cgroup 2>/dev/null
+mkdir -p /run/netns /var/log
+hostname soya-lab
+ip link set lo up
+echo "GUEST-UP uptime=$(cut -d' ' -f1 /proc/uptime)"
+JOB=$(sed -n 's/.*soya\.job=\([^ ]*\).*/\1/p' /proc/cmdline)
+OUT=/mnt/out
+if [ -n "$JOB" ] && [ -f "$JOB" ]; then
+  # run a private copy: the host / is shared live over 9p, and editing the
+  # script on the host mid-run must not shift bash's read offset
+  cp "$JOB" /run/job.sh
+  bash /run/job.sh 2>&1 | tee "$OUT/guest-console.log"
+else
+  echo "no job ($JOB)"
+fi
+echo "GUEST-DONE uptime=$(cut -d' ' -f1 /proc/uptime)"
+sync
+echo o > /proc/sysrq-trigger
+sleep 5
