@@ -23,7 +23,7 @@
 #   --rtts L --losses L --modes L --tests L --dur S   override the matrix
 #   --policy P      pseudo_ack.policy of the gateways (edge, strict, off)
 #   --insecure      plaintext WAN between the gateways (wan.insecure = true; default: a PSK)
-#   --rt N          run the gateways at SCHED_FIFO priority N in the guest (0: normal)
+#   --rt N          SCHED_FIFO priority of the gateways in the guest (default 10; 0: normal)
 #   --capture N     tcpdump the first N RoCE frames of each bandwidth run through
 #                   the gateways on both DC links (OUT/pcap/; decode: target/release/soya-decode)
 #   --publish       copy the results and the plot into docs/ (interop-results.*)
@@ -32,7 +32,7 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-RT=0 INSECURE=0 CAPTURE=0 MATRIX=full RTTS='' LOSSES='' MODES='' TESTS='' DUR='' POLICY=edge OUT='' PUBLISH=0 INSTALL=1 BUILD=1
+RT=10 INSECURE=0 CAPTURE=0 MATRIX=full RTTS='' LOSSES='' MODES='' TESTS='' DUR='' POLICY=edge OUT='' PUBLISH=0 INSTALL=1 BUILD=1
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) MATRIX=quick ;;
