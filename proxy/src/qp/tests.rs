@@ -501,7 +501,7 @@ fn egress_does_not_time_out_a_read_whose_response_is_streaming() {
     let rto = e.poll_timeout().expect("the READ is timed").since(t);
     for i in 0..40u32 {
         // One response packet every half RTO: the whole answer takes 20 RTOs.
-        t = t + rto / 2;
+        t += rto / 2;
         let op = if i == 0 {
             Opcode::RC_READ_RESPONSE_FIRST
         } else {
