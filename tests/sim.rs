@@ -7,14 +7,13 @@ use soya_tools::sim::sweep::{sweep, SweepConfig};
 
 #[test]
 fn randomized_scenarios_keep_every_invariant() {
-    // Loss inside the requester's DC is left out here: those scenarios still
-    // have known failures (see the pseudo-ACK issue's notes).
+    // Everything the sweep draws, loss inside the requester's DC included.
     let t = sweep(&SweepConfig {
         scenarios: 300,
         seed: 1,
         progress: false,
         verbose: false,
-        dc_loss: false,
+        dc_loss: true,
     });
     assert_eq!(t.violations, 0, "{}", t.summary());
     assert_eq!(

@@ -48,6 +48,12 @@ enum Command {
         /// Validate the configuration, print the startup summary and exit.
         #[arg(long)]
         check: bool,
+        /// Packet I/O: gso (GSO/GRO, sendmmsg/recvmmsg fallback; default),
+        /// mmsg, single (one datagram per system call), or uring (builds
+        /// with the `io-uring` feature). Also the SOYA_IO environment
+        /// variable.
+        #[arg(long, value_name = "MODE")]
+        io: Option<String>,
     },
     /// Show a running gateway's paths and busiest flows (read from its
     /// control socket).
@@ -158,7 +164,13 @@ fn main() -> ExitCode {
         Command::CheckConfig { files, quiet } => check_config(&files, quiet),
         Command::Plan(args) => soya::plan::run(&args),
         Command::Demo(args) => demo(&args),
-        Command::Gateway { config, check } => gateway(&config, check),
+        Command::Gateway { config, check, io } => {
+            if let Some(io) = io {
+                // Read once by Gateway::start, before any thread exists.
+                std::env::set_var(soya::gateway::IO_ENV, io);
+            }
+            gateway(&config, check)
+        }
         Command::Status {
             socket,
             config,

@@ -1,4 +1,7 @@
-//! Debug one sweep scenario with a short time limit: `cargo run --example sim_debug -- SEED [LIMIT_MS]`.
+//! Debug one sweep scenario: `cargo run --example sim_debug -- SEED [LIMIT_MS]`.
+//!
+//! SOYA_SIM_TRACE_PACKETS=1 prints every delivery; SOYA_SIM_DEBUG_STATE=1
+//! prints each gateway's per-half ingress and egress state at the end.
 use std::time::Duration;
 
 fn main() {

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use soya_config::DcBackend;
 
 use super::sys;
+use super::udpio::{IoMode, IoStats, TxDatagram, UdpIo};
 
 /// MTU set on the tun device (jumbo: RoCE packets of a 4096-byte path MTU
 /// are about 4.2 KB).
@@ -33,6 +34,14 @@ pub const TUN_MTU: u32 = 9000;
 pub const PEER_STALE: Duration = Duration::from_secs(2);
 /// Socket buffers asked for on the lab DC socket.
 const DC_SOCKET_BUFFER: usize = 32 << 20;
+/// Messages per recvmmsg / sendmmsg on the lab DC socket.
+const DC_IO_BATCH: usize = 64;
+/// Largest packet on the DC side (the tun MTU; lab datagrams alike).
+pub const DC_MAX_PACKET: usize = 9_216;
+/// Bytes of DC packets staged before a flush.
+const DC_STAGE_BYTES: usize = 512 << 10;
+/// Packets read from the tun device per batch.
+const TUN_BATCH: usize = 64;
 
 /// What became of a packet written to the DC side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,10 +58,60 @@ struct Peer {
     last_seen: Instant,
 }
 
+impl UdpLab {
+    fn flush(&mut self) {
+        if self.staged.is_empty() {
+            return;
+        }
+        let sent = self.io.send(&self.stage, &self.staged);
+        if sent < self.staged.len() {
+            tracing::debug!(failed = self.staged.len() - sent, "dc: sends refused");
+        }
+        self.staged.clear();
+    }
+}
+
+/// Notes that `from` sent a packet whose inner source is `inner_src` (the
+/// packet passed the ACL).
+fn learn(
+    peers: &mut HashMap<IpAddr, Peer>,
+    peer_conflicts: &mut u64,
+    peers_learned: &mut u64,
+    inner_src: IpAddr,
+    from: SocketAddr,
+    now: Instant,
+) {
+    match peers.get_mut(&inner_src) {
+        Some(p) if p.addr == from => p.last_seen = now,
+        Some(p) if now.duration_since(p.last_seen) >= PEER_STALE => {
+            tracing::info!(host = %inner_src, old = %p.addr, new = %from, "dc: lab host moved");
+            p.addr = from;
+            p.last_seen = now;
+            *peers_learned += 1;
+        }
+        Some(_) => *peer_conflicts += 1,
+        None => {
+            tracing::info!(host = %inner_src, udp = %from, "dc: learned lab host");
+            peers.insert(
+                inner_src,
+                Peer {
+                    addr: from,
+                    last_seen: now,
+                },
+            );
+            *peers_learned += 1;
+        }
+    }
+}
+
 /// The lab backend: IP packets in UDP datagrams.
 #[derive(Debug)]
 pub struct UdpLab {
     sock: UdpSocket,
+    io: UdpIo,
+    /// Packets staged for the next flush (slices of `stage`).
+    stage: Vec<u8>,
+    staged: Vec<TxDatagram>,
     peers: HashMap<IpAddr, Peer>,
     /// Datagrams whose inner source is known under another UDP address that
     /// is still active (not learned from).
@@ -68,12 +127,12 @@ pub struct Tun {
 
 #[derive(Debug)]
 pub enum DcIo {
-    Udp(UdpLab),
+    Udp(Box<UdpLab>),
     Tun(Tun),
 }
 
 impl DcIo {
-    pub fn open(backend: &DcBackend) -> io::Result<DcIo> {
+    pub fn open(backend: &DcBackend, mode: IoMode) -> io::Result<DcIo> {
         match backend {
             DcBackend::Udp { listen } => {
                 let s = socket2::Socket::new(
@@ -86,12 +145,26 @@ impl DcIo {
                 let _ = sys::force_buffers(s.as_raw_fd(), DC_SOCKET_BUFFER);
                 s.bind(&(*listen).into())?;
                 s.set_nonblocking(true)?;
-                Ok(DcIo::Udp(UdpLab {
+                let mut io = UdpIo::new(
+                    s.as_raw_fd(),
+                    mode,
+                    DC_IO_BATCH,
+                    DC_MAX_PACKET,
+                    &format!("dc {listen}"),
+                );
+                // No GSO toward lab hosts: with it, the e2e test's hosts
+                // (plain recv_from, no GRO) stall into egress timeouts and
+                // fatal NAKs (cause not found yet; sendmmsg works).
+                io.disable_gso();
+                Ok(DcIo::Udp(Box::new(UdpLab {
                     sock: s.into(),
+                    io,
+                    stage: vec![0; DC_STAGE_BYTES],
+                    staged: Vec::with_capacity(DC_IO_BATCH),
                     peers: HashMap::new(),
                     peer_conflicts: 0,
                     peers_learned: 0,
-                }))
+                })))
             }
             DcBackend::Tun { interface } => Ok(DcIo::Tun(Tun {
                 file: sys::open_tun(interface, TUN_MTU)?,
@@ -127,69 +200,107 @@ impl DcIo {
         }
     }
 
-    /// Reads one packet; `Ok(None)` when nothing is waiting. The lab
-    /// backend also returns the UDP address it came from.
-    pub fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<(usize, Option<SocketAddr>)>> {
-        let r = match self {
-            DcIo::Udp(u) => u.sock.recv_from(buf).map(|(n, a)| (n, Some(a))),
-            DcIo::Tun(t) => t.file.read(buf).map(|n| (n, None)),
-        };
-        match r {
-            Ok(x) => Ok(Some(x)),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
-            // A lab host that went away: ICMP port unreachable surfaces here.
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(None),
-            Err(e) => Err(e),
+    /// Reads one batch and calls `f(packet, from)` for each packet (`from`:
+    /// the lab host's UDP address). When `f` returns an inner source
+    /// address (the packet passed the ACL), the lab backend learns the
+    /// host's UDP address from it. Returns the packets read (0: none) and
+    /// whether the socket was emptied.
+    pub fn recv_batch(
+        &mut self,
+        buf: &mut [u8],
+        now: Instant,
+        mut f: impl FnMut(&[u8]) -> Option<IpAddr>,
+    ) -> io::Result<(usize, bool)> {
+        match self {
+            DcIo::Udp(u) => {
+                let UdpLab {
+                    io,
+                    peers,
+                    peer_conflicts,
+                    peers_learned,
+                    ..
+                } = &mut **u;
+                let n = io.recv(|pkt, from| {
+                    if let (Some(src), Some(from)) = (f(pkt), from) {
+                        learn(peers, peer_conflicts, peers_learned, src, from, now);
+                    }
+                });
+                Ok((n, io.drained()))
+            }
+            DcIo::Tun(t) => {
+                let mut n = 0;
+                while n < TUN_BATCH {
+                    match t.file.read(buf) {
+                        Ok(len) => {
+                            n += 1;
+                            f(&buf[..len]);
+                        }
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                            ) =>
+                        {
+                            return Ok((n, true));
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok((n, false))
+            }
         }
     }
 
-    /// Notes that `from` sent a packet whose inner source is `inner_src`
-    /// (the packet passed the ACL).
-    pub fn learn(&mut self, inner_src: IpAddr, from: Option<SocketAddr>, now: Instant) {
-        let (DcIo::Udp(u), Some(from)) = (self, from) else {
-            return;
-        };
-        match u.peers.get_mut(&inner_src) {
-            Some(p) if p.addr == from => p.last_seen = now,
-            Some(p) if now.duration_since(p.last_seen) >= PEER_STALE => {
-                tracing::info!(host = %inner_src, old = %p.addr, new = %from, "dc: lab host moved");
-                p.addr = from;
-                p.last_seen = now;
-                u.peers_learned += 1;
-            }
-            Some(_) => u.peer_conflicts += 1,
-            None => {
-                tracing::info!(host = %inner_src, udp = %from, "dc: learned lab host");
-                u.peers.insert(
-                    inner_src,
-                    Peer {
-                        addr: from,
-                        last_seen: now,
-                    },
-                );
-                u.peers_learned += 1;
-            }
+    /// I/O counters of the lab socket.
+    pub fn io_stats(&self) -> Option<IoStats> {
+        match self {
+            DcIo::Udp(u) => Some(u.io.stats),
+            DcIo::Tun(_) => None,
         }
     }
 
-    /// Writes one IP packet toward local host `dst`.
+    /// Writes one IP packet toward local host `dst`: the lab backend stages
+    /// it for the next [`flush`](Self::flush) (flushing first when the
+    /// stage is full); tun writes it at once.
     pub fn send(&mut self, packet: &[u8], dst: IpAddr) -> TxOutcome {
-        let r = match self {
+        match self {
             DcIo::Udp(u) => {
                 let Some(p) = u.peers.get(&dst) else {
                     return TxOutcome::NoPeer;
                 };
-                u.sock.send_to(packet, p.addr).map(|_| ())
+                let dest = p.addr;
+                let used = u.staged.last().map_or(0, |d| d.off + d.len);
+                let mut off = used;
+                if used + packet.len() > u.stage.len() || u.staged.len() >= DC_IO_BATCH {
+                    u.flush();
+                    off = 0;
+                }
+                if packet.len() > u.stage.len() {
+                    return TxOutcome::Error;
+                }
+                u.stage[off..off + packet.len()].copy_from_slice(packet);
+                u.staged.push(TxDatagram {
+                    off,
+                    len: packet.len(),
+                    dest,
+                });
+                TxOutcome::Sent
             }
-            DcIo::Tun(t) => t.file.write(packet).map(|_| ()),
-        };
-        match r {
-            Ok(()) => TxOutcome::Sent,
-            Err(e) => {
-                tracing::debug!(error = %e, "dc: write failed");
-                TxOutcome::Error
-            }
+            DcIo::Tun(t) => match t.file.write(packet) {
+                Ok(_) => TxOutcome::Sent,
+                Err(e) => {
+                    tracing::debug!(error = %e, "dc: write failed");
+                    TxOutcome::Error
+                }
+            },
+        }
+    }
+
+    /// Sends what the lab backend staged (packets the kernel refuses are
+    /// counted in [`io_stats`](Self::io_stats)).
+    pub fn flush(&mut self) {
+        if let DcIo::Udp(u) = self {
+            u.flush();
         }
     }
 

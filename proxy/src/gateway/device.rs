@@ -29,14 +29,19 @@ use super::snapshot::{
 use super::wanio::WanSockets;
 use super::{sys, Command, RunOutcome, RunSummary, Shared};
 
-/// Packets read from one socket per turn before the others get their turn.
-const BATCH: usize = 256;
+/// Batches read from one socket per turn before the others get their turn
+/// (each batch up to `WAN_IO_BATCH` / 64 messages).
+const RX_BATCHES: usize = 4;
+/// Staging buffer for WAN datagrams, in `max_datagram` slots.
+const STAGE_SLOTS: usize = 64;
 /// Packets transmitted per turn before reading again.
 const TX_BATCH: usize = 512;
 /// A paced packet due within this is waited for by spinning.
 const SPIN: Duration = Duration::from_micros(50);
 /// Longest wait without a timer (the eventfd wakes us for commands).
 const IDLE_WAIT: Duration = Duration::from_millis(250);
+/// Set (to anything) to keep the device thread at normal priority.
+pub const NORMAL_PRIORITY_ENV: &str = "SOYA_NORMAL_PRIORITY";
 /// How long a drain may take.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -66,8 +71,13 @@ pub struct Device {
     pub slot_bytes: u64,
     pending: Pending,
     rx: Vec<u8>,
+    /// A held (paced, not yet due) datagram's bytes.
     tx: Vec<u8>,
     held: Option<Transmit>,
+    /// WAN datagrams of this turn, staged for one flush.
+    stage: Vec<u8>,
+    stage_used: usize,
+    max_datagram: usize,
     dcc: DcCounters,
     tw: TwinCounters,
     draining: Option<Instant>,
@@ -115,6 +125,7 @@ impl Device {
         slot_bytes: u64,
     ) -> Device {
         let backend = dc.describe();
+        let max_datagram = wan_cfg.max_datagram.max(crate::wan::MIN_MAX_DATAGRAM);
         Device {
             site,
             insecure,
@@ -133,6 +144,9 @@ impl Device {
             rx: vec![0; 65_536],
             tx: vec![0; 65_536],
             held: None,
+            stage: vec![0; STAGE_SLOTS * max_datagram],
+            stage_used: 0,
+            max_datagram,
             dcc: DcCounters::default(),
             tw: TwinCounters::default(),
             draining: None,
@@ -152,6 +166,12 @@ impl Device {
     /// Runs until drained, aborted or failed.
     pub fn run(mut self) -> RunSummary {
         sys::set_timer_slack(1_000);
+        sys::keep_heap();
+        if std::env::var_os(NORMAL_PRIORITY_ENV).is_none() && !sys::raise_thread_priority() {
+            tracing::debug!(
+                "device loop: cannot raise the thread priority; running at normal priority"
+            );
+        }
         let started = Instant::now();
         let mut fds = vec![
             sys::pollfd(self.shared.wake.fd(), libc::POLLIN),
@@ -205,6 +225,7 @@ impl Device {
                 self.wan.handle_timeout(now);
             }
             self.pump(now);
+            self.dc.flush();
             self.transmit();
             self.serve_snapshot();
             if let Some(deadline) = self.draining {
@@ -236,48 +257,58 @@ impl Device {
     }
 
     fn recv_wan(&mut self, s: usize, now: Time) {
-        for _ in 0..BATCH {
-            let Some((n, from)) = self.socks.recv(s, &mut self.rx) else {
+        for _ in 0..RX_BATCHES {
+            let wan = &mut self.wan;
+            let (_, drained) = self
+                .socks
+                .recv_batch(s, |path, bytes| wan.handle_datagram(now, path, bytes));
+            if drained {
                 break;
-            };
-            let Some(path) = self.socks.path_of(s, from) else {
-                continue;
-            };
-            self.wan.handle_datagram(now, path, &self.rx[..n]);
+            }
         }
     }
 
     fn recv_dc(&mut self, now: Time) -> std::io::Result<()> {
         let wall = Instant::now();
-        for _ in 0..BATCH {
-            let Some((n, from)) = self.dc.recv(&mut self.rx)? else {
-                break;
-            };
-            self.dcc.rx_packets += 1;
-            self.dcc.rx_bytes += n as u64;
-            let pkt = &self.rx[..n];
-            let (verdict, addrs) = self.acl.outbound(pkt);
-            match verdict {
-                Verdict::Malformed => self.dcc.rx_malformed += 1,
-                Verdict::BadSource => self.dcc.rx_acl_source += 1,
-                Verdict::BadDestination => self.dcc.rx_acl_destination += 1,
-                Verdict::Pass => {
-                    if let Some((src, _)) = addrs {
-                        self.dc.learn(src, from, wall);
-                    }
-                    let refuse_new =
-                        self.draining.is_some() || self.pending.bytes > PENDING_HIGH_WATER;
-                    if refuse_new && is_request(pkt) {
-                        if self.draining.is_some() {
-                            self.dcc.rx_draining += 1;
+        let Device {
+            dc,
+            dcc,
+            acl,
+            engine,
+            draining,
+            pending,
+            rx,
+            ..
+        } = self;
+        let refuse_new = draining.is_some() || pending.bytes > PENDING_HIGH_WATER;
+        let draining = draining.is_some();
+        for _ in 0..RX_BATCHES {
+            let (_, drained) = dc.recv_batch(rx, wall, |pkt| {
+                dcc.rx_packets += 1;
+                dcc.rx_bytes += pkt.len() as u64;
+                let (verdict, addrs) = acl.outbound(pkt);
+                match verdict {
+                    Verdict::Malformed => dcc.rx_malformed += 1,
+                    Verdict::BadSource => dcc.rx_acl_source += 1,
+                    Verdict::BadDestination => dcc.rx_acl_destination += 1,
+                    Verdict::Pass => {
+                        if refuse_new && is_request(pkt) {
+                            if draining {
+                                dcc.rx_draining += 1;
+                            } else {
+                                dcc.rx_backpressure += 1;
+                            }
                         } else {
-                            self.dcc.rx_backpressure += 1;
+                            dcc.rx_accepted += 1;
+                            engine.handle_dc(now, pkt);
                         }
-                        continue;
+                        return addrs.map(|(src, _)| src);
                     }
-                    self.dcc.rx_accepted += 1;
-                    self.engine.handle_dc(now, pkt);
                 }
+                None
+            })?;
+            if drained {
+                break;
             }
         }
         Ok(())
@@ -428,32 +459,55 @@ impl Device {
         }
     }
 
-    /// Sends what the transport releases, honouring `release_at`.
+    /// Sends what the transport releases, honouring `release_at`: datagrams
+    /// already due are staged and sent together (see the module docs).
     fn transmit(&mut self) {
         if let Some(h) = self.held {
             let due = self.instant(h.release_at);
             if due > Instant::now() {
                 return;
             }
-            self.socks.send(h.path, &self.tx[..h.len]);
+            self.stage[..h.len].copy_from_slice(&self.tx[..h.len]);
+            self.socks.stage(h.path, 0, h.len);
+            self.stage_used = h.len;
             self.held = None;
         }
         for _ in 0..TX_BATCH {
+            if self.stage.len() - self.stage_used < self.max_datagram {
+                self.flush_wan();
+            }
             let now = self.now();
-            let Some(t) = self.wan.poll_transmit(now, &mut self.tx) else {
-                return;
+            let off = self.stage_used;
+            let Some(t) = self.wan.poll_transmit(now, &mut self.stage[off..]) else {
+                break;
             };
             if t.release_at > now {
-                let due = self.instant(t.release_at);
                 if t.release_at.since(now) > SPIN {
+                    self.tx[..t.len].copy_from_slice(&self.stage[off..off + t.len]);
                     self.held = Some(t);
-                    return;
+                    break;
                 }
+                // Due soon: send what is due first, then wait for it.
+                self.flush_wan();
+                if off > 0 {
+                    self.stage.copy_within(off..off + t.len, 0);
+                }
+                let due = self.instant(t.release_at);
                 while Instant::now() < due {
                     std::hint::spin_loop();
                 }
             }
-            self.socks.send(t.path, &self.tx[..t.len]);
+            let off = self.stage_used;
+            self.socks.stage(t.path, off, t.len);
+            self.stage_used = off + t.len;
+        }
+        self.flush_wan();
+    }
+
+    fn flush_wan(&mut self) {
+        if self.stage_used > 0 {
+            self.socks.flush(&self.stage[..self.stage_used]);
+            self.stage_used = 0;
         }
     }
 
@@ -489,8 +543,39 @@ impl Device {
                     self.socks.send(h.path, &self.tx[..h.len]);
                 }
                 self.transmit();
+                self.dc.flush();
                 while self.wan.poll_event().is_some() {}
             }
+        }
+        for s in 0..self.socks.len() {
+            let st = self.socks.io_stats(s);
+            let (mode, gso, gro) = self.socks.io_describe(s);
+            tracing::info!(
+                socket = %self.socks.binds[s],
+                mode = mode.name(),
+                gso,
+                gro,
+                send_calls = st.send_calls,
+                sent = st.datagrams_sent,
+                gso_messages = st.gso_messages,
+                recv_calls = st.recv_calls,
+                received = st.datagrams_received,
+                gro_messages = st.gro_messages,
+                kernel_drops = st.kernel_drops,
+                "wan socket i/o"
+            );
+        }
+        if let Some(st) = self.dc.io_stats() {
+            tracing::info!(
+                send_calls = st.send_calls,
+                sent = st.datagrams_sent,
+                gso_messages = st.gso_messages,
+                send_errors = st.send_errors,
+                recv_calls = st.recv_calls,
+                received = st.datagrams_received,
+                kernel_drops = st.kernel_drops,
+                "dc socket i/o"
+            );
         }
         let occ = self.engine.occupancy();
         let summary = RunSummary {
@@ -542,6 +627,7 @@ impl Device {
         let flows_total = flows.len();
         flows.sort_by_key(|f| std::cmp::Reverse((f.bytes, f.packets)));
         flows.truncate(MAX_FLOWS);
+        let dc_refused = self.dc.io_stats().map_or(0, |s| s.send_errors);
         let (lab_hosts, lab_host_conflicts) = match &self.dc {
             DcIo::Udp(u) => (self.dc.peers() as u64, u.peer_conflicts),
             DcIo::Tun(_) => (0, 0),
@@ -565,6 +651,8 @@ impl Device {
             dc: DcCounters {
                 lab_hosts,
                 lab_host_conflicts,
+                tx_packets: self.dcc.tx_packets.saturating_sub(dc_refused),
+                tx_errors: self.dcc.tx_errors + dc_refused,
                 ..self.dcc.clone()
             },
             engine: EngineCounters {
@@ -621,7 +709,7 @@ impl Device {
                 unknown_source: self.socks.unknown_source,
                 foreign_source: self.socks.foreign_source,
                 socket_send_errors: self.socks.send_errors,
-                socket_recv_errors: self.socks.recv_errors,
+                socket_recv_errors: self.socks.recv_errors(),
             },
             paths: ws
                 .paths

@@ -101,6 +101,9 @@ pub mod reload;
 pub mod signals;
 pub mod snapshot;
 mod sys;
+pub mod udpio;
+#[cfg(feature = "io-uring")]
+mod uring;
 pub mod wanio;
 
 use std::fmt;
@@ -293,6 +296,33 @@ pub enum GatewayError {
     Control { path: String, err: std::io::Error },
     #[error("{0}")]
     Io(#[from] std::io::Error),
+}
+
+/// Environment variable choosing the packet I/O: `gso` (default: GSO / GRO
+/// where the kernel has them, sendmmsg / recvmmsg otherwise), `mmsg`,
+/// `single` (one datagram per system call) or `uring` (builds with the
+/// `io-uring` feature). `soya gateway --io MODE` sets it.
+pub const IO_ENV: &str = "SOYA_IO";
+
+/// The packet I/O mode from [`IO_ENV`].
+pub fn io_mode() -> Result<udpio::IoMode, GatewayError> {
+    match std::env::var(IO_ENV) {
+        Err(_) => Ok(udpio::IoMode::Gso),
+        Ok(v) if v.is_empty() => Ok(udpio::IoMode::Gso),
+        Ok(v) => match udpio::IoMode::parse(&v) {
+            Some(m) if m.available() => Ok(m),
+            Some(_) => Err(GatewayError::Io(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                format!(
+                    "{IO_ENV}={v}: this build has no io_uring backend (cargo feature `io-uring`)"
+                ),
+            ))),
+            None => Err(GatewayError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{IO_ENV}={v}: expected gso, mmsg, single or uring"),
+            ))),
+        },
+    }
 }
 
 /// The 32-byte WAN key: the first 32 bytes of the key file's material
@@ -510,8 +540,11 @@ impl Gateway {
         for w in cfg.warnings() {
             tracing::warn!("{w}");
         }
-        let dc = backend::DcIo::open(&cfg.dc.backend).map_err(GatewayError::Backend)?;
-        let (socks, warnings) = wanio::WanSockets::open(&cfg.wan).map_err(GatewayError::Wan)?;
+        let io = io_mode()?;
+        let wan_cfg = wan_config(cfg, key);
+        let dc = backend::DcIo::open(&cfg.dc.backend, io).map_err(GatewayError::Backend)?;
+        let (socks, warnings) = wanio::WanSockets::open(&cfg.wan, io, wan_cfg.max_datagram)
+            .map_err(GatewayError::Wan)?;
         for w in warnings {
             tracing::warn!("{w}");
         }
@@ -528,7 +561,6 @@ impl Gateway {
                 err,
             })?;
 
-        let wan_cfg = wan_config(cfg, key);
         let nonce = device::session_nonce()?;
         let epoch = Instant::now();
         let wan = WanConnection::new(wan_cfg.clone(), Time::ZERO, nonce);

@@ -1,10 +1,20 @@
 //! WAN sockets: one UDP socket per `wan.bind`; paths map onto them.
+//!
+//! Sends and receives go through [`UdpIo`] (GSO / GRO, sendmmsg /
+//! recvmmsg, or one datagram per system call; see [`super::udpio`]). The
+//! device loop *stages* the datagrams the transport releases
+//! ([`WanSockets::stage`], slices of its staging buffer) and *flushes*
+//! them per socket ([`WanSockets::flush`]).
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 
 use super::sys;
+use super::udpio::{IoMode, IoStats, TxDatagram, UdpIo};
+
+/// Messages per sendmmsg / recvmmsg on a WAN socket.
+pub const WAN_IO_BATCH: usize = 64;
 
 /// Socket buffers asked for on every WAN socket (SO_RCVBUFFORCE when
 /// permitted; otherwise whatever `net.core.rmem_max` allows, with a warning).
@@ -13,6 +23,9 @@ pub const WAN_SOCKET_BUFFER: usize = 64 << 20;
 #[derive(Debug)]
 pub struct WanSockets {
     socks: Vec<UdpSocket>,
+    io: Vec<UdpIo>,
+    /// Per socket: datagrams staged for the next flush.
+    staged: Vec<Vec<TxDatagram>>,
     pub binds: Vec<SocketAddr>,
     /// Per path: socket index and the twin's address.
     pub paths: Vec<(usize, SocketAddr)>,
@@ -25,13 +38,16 @@ pub struct WanSockets {
     /// to the transport, which authenticates them (NAT may rewrite ports).
     pub foreign_source: u64,
     pub send_errors: u64,
-    pub recv_errors: u64,
 }
 
 impl WanSockets {
     /// Binds every `wan.bind` address. Returns the sockets and warnings for
     /// the operator (buffer sizes, DSCP conflicts).
-    pub fn open(wan: &soya_config::WanConfig) -> io::Result<(WanSockets, Vec<String>)> {
+    pub fn open(
+        wan: &soya_config::WanConfig,
+        mode: IoMode,
+        max_datagram: usize,
+    ) -> io::Result<(WanSockets, Vec<String>)> {
         let mut warnings = Vec::new();
         let mut socks = Vec::new();
         let mut by_sock = vec![Vec::new(); wan.bind.len()];
@@ -92,16 +108,30 @@ impl WanSockets {
             s.set_nonblocking(true)?;
             socks.push(UdpSocket::from(s));
         }
+        let io = socks
+            .iter()
+            .zip(&wan.bind)
+            .map(|(s, b)| {
+                UdpIo::new(
+                    s.as_raw_fd(),
+                    mode,
+                    WAN_IO_BATCH,
+                    max_datagram,
+                    &format!("wan {b}"),
+                )
+            })
+            .collect();
         Ok((
             WanSockets {
+                staged: vec![Vec::new(); socks.len()],
                 socks,
+                io,
                 binds: wan.bind.clone(),
                 paths,
                 by_sock,
                 unknown_source: 0,
                 foreign_source: 0,
                 send_errors: 0,
-                recv_errors: 0,
             },
             warnings,
         ))
@@ -119,24 +149,55 @@ impl WanSockets {
         self.socks[sock].as_raw_fd()
     }
 
-    /// Reads one datagram from socket `sock`: `Ok(None)` when none waits.
-    pub fn recv(&mut self, sock: usize, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
-        match self.socks[sock].recv_from(buf) {
-            Ok(x) => Some(x),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) =>
-            {
-                None
-            }
-            Err(_) => {
-                // ICMP errors for earlier sends (twin down) land here.
-                self.recv_errors += 1;
-                None
-            }
-        }
+    /// Reads one batch from socket `sock` and hands every datagram to
+    /// `f(path, bytes)`. Returns the datagrams read (0: none waiting) and
+    /// whether the socket was emptied (see [`UdpIo::drained`]).
+    pub fn recv_batch(&mut self, sock: usize, mut f: impl FnMut(usize, &[u8])) -> (usize, bool) {
+        let WanSockets {
+            io,
+            paths,
+            by_sock,
+            unknown_source,
+            foreign_source,
+            ..
+        } = self;
+        let on = &by_sock[sock];
+        let n = io[sock].recv(|bytes, from| {
+            let path = match from {
+                Some(from) => on.iter().copied().find(|&p| paths[p].1 == from),
+                None => None,
+            };
+            let path = match path {
+                Some(p) => p,
+                None if on.len() == 1 => {
+                    *foreign_source += 1;
+                    on[0]
+                }
+                None => {
+                    *unknown_source += 1;
+                    return;
+                }
+            };
+            f(path, bytes);
+        });
+        (n, io[sock].drained())
+    }
+
+    /// Receive errors (ICMP errors of earlier sends land here) and
+    /// truncated datagrams, all sockets.
+    pub fn recv_errors(&self) -> u64 {
+        self.io.iter().map(|io| io.stats.recv_errors).sum()
+    }
+
+    /// I/O counters of socket `sock`.
+    pub fn io_stats(&self, sock: usize) -> IoStats {
+        self.io[sock].stats
+    }
+
+    /// How socket `sock` sends: its mode and whether GSO / GRO are on.
+    pub fn io_describe(&self, sock: usize) -> (IoMode, bool, bool) {
+        let io = &self.io[sock];
+        (io.mode(), io.gso(), io.gro())
     }
 
     /// The path a datagram from `from` on socket `sock` belongs to.
@@ -153,13 +214,36 @@ impl WanSockets {
         None
     }
 
-    /// Sends a datagram on `path` to the twin.
-    pub fn send(&mut self, path: usize, bytes: &[u8]) {
-        let (s, remote) = self.paths[path];
-        if self.socks[s].send_to(bytes, remote).is_err() {
+    /// Stages `buf[off..off + len]` (of the buffer later passed to
+    /// [`flush`](Self::flush)) for `path`.
+    pub fn stage(&mut self, path: usize, off: usize, len: usize) {
+        let (s, dest) = self.paths[path];
+        self.staged[s].push(TxDatagram { off, len, dest });
+    }
+
+    /// Datagrams staged and not flushed yet.
+    pub fn staged(&self) -> usize {
+        self.staged.iter().map(Vec::len).sum()
+    }
+
+    /// Sends everything staged (slices of `buf`), socket by socket.
+    pub fn flush(&mut self, buf: &[u8]) {
+        for s in 0..self.socks.len() {
+            if self.staged[s].is_empty() {
+                continue;
+            }
+            let n = self.staged[s].len();
+            let sent = self.io[s].send(buf, &self.staged[s]);
             // Full socket buffer or ICMP from the twin: a lost packet, which
             // the transport's loss recovery handles.
-            self.send_errors += 1;
+            self.send_errors += (n - sent) as u64;
+            self.staged[s].clear();
         }
+    }
+
+    /// Sends one datagram on `path` to the twin at once.
+    pub fn send(&mut self, path: usize, bytes: &[u8]) {
+        self.stage(path, 0, bytes.len());
+        self.flush(bytes);
     }
 }

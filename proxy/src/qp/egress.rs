@@ -30,9 +30,15 @@ fn p_ack_req(v: &[u8]) -> bool {
 const INITIAL_CWND: u32 = 64;
 const MIN_CWND: u32 = 16;
 
-/// Timeouts tolerated while the tunnel phase waits for the requester's own
-/// recovery (its ACK timeout is 67 ms by default; ours backs off to 100 ms).
-const RAW_WAIT_BUDGET: u32 = 64;
+/// How long the tunnel phase may wait, without progress, for the
+/// requester's own recovery of raw packets lost in its datacenter. That
+/// recovery takes the requester's ACK timeout (67 ms by default in rxe,
+/// more over several losses) plus a WAN round trip, so this must be well
+/// above it; a requester that has not recovered by then has failed itself.
+pub const RAW_WAIT_LIMIT: Duration = Duration::from_secs(10);
+
+/// Ceiling of the backed-off retransmission timeout.
+const MAX_RTO: Duration = Duration::from_millis(100);
 
 #[derive(Clone, Copy, Debug)]
 pub struct EgressTuning {
@@ -74,6 +80,8 @@ pub struct EgressStats {
     pub responses_forwarded: u64,
     pub duplicates_dropped: u64,
     pub overflow_held: u64,
+    /// ACKs past a READ/atomic whose response was lost: asked again.
+    pub implied_naks: u64,
     /// Packets injected with AckReq set by us (at a window edge or after a
     /// resend) so that the responder acknowledges them.
     pub ack_reqs_added: u64,
@@ -105,6 +113,7 @@ impl Pending {
     }
 }
 
+#[derive(Debug)]
 pub struct Reinjector {
     pub key: HalfKey,
     queue: VecDeque<Pending>,
@@ -124,8 +133,11 @@ pub struct Reinjector {
     /// PSN of the last RNR NAK (its trailing sequence NAK is expected).
     last_rnr: Option<Psn>,
     retries: u32,
-    /// Timeouts spent waiting for the requester to recover raw packets.
-    raw_waits: u32,
+    /// Since when timeouts have been waiting for the requester to recover
+    /// raw packets (no progress since).
+    raw_wait_since: Option<Time>,
+    /// Consecutive timeouts: the RTO doubles with each (RFC 6298 5.5).
+    backoff: u32,
     /// PSNs we let ourselves have in flight toward the responder: starts
     /// small and grows with ACKs (slow start), collapses on a timeout. A
     /// local responder is fast, but its socket buffer (or NIC queue) is not
@@ -156,7 +168,8 @@ impl Reinjector {
             rnr_until: None,
             last_rnr: None,
             retries: 0,
-            raw_waits: 0,
+            raw_wait_since: None,
+            backoff: 0,
             cwnd: INITIAL_CWND,
             rnr_retries: 0,
             ack_req_out: None,
@@ -197,10 +210,11 @@ impl Reinjector {
     }
 
     fn rto(&self) -> Duration {
-        match self.srtt {
+        let base = match self.srtt {
             None => self.tuning.initial_rto,
             Some(s) => (s + 4 * self.rttvar).max(self.tuning.min_rto),
-        }
+        };
+        (base * (1 << self.backoff.min(16))).min(MAX_RTO.max(base))
     }
 
     /// A request the twin forwarded raw (tunnel phase, or a duplicate READ
@@ -210,6 +224,13 @@ impl Reinjector {
         let last = p.psn().add(span_of(p) - 1);
         if self.raw_high.is_none_or(|h| last.after(h)) {
             self.raw_high = Some(last);
+        }
+        // Even a resent SEND/WRITE re-arms: the requester resends one only
+        // when the ACK it waits for (possibly forwarded already, then lost
+        // in its datacenter) never came, so the responder's re-ACK of the
+        // duplicate must reach it too. (A replayed READ or atomic needs no
+        // re-arming: its responses are always forwarded.)
+        if !p.info.needs_real_response() {
             self.raw_done = false;
         }
         self.stats.raw_injected += 1;
@@ -274,9 +295,10 @@ impl Reinjector {
         // on it.
         let limit = self.cwnd.min(self.tuning.window);
         while self.next < self.queue.len() {
+            // The window limits where a packet *starts*: a READ spanning
+            // more PSNs than the window must still go out at the head.
             let first = self.queue[0].psn;
-            let used = self.queue[self.next].last().diff(first) as u32 + 1;
-            if used > limit {
+            if self.queue[self.next].psn.diff(first) as u32 >= limit {
                 break;
             }
             let p = &mut self.queue[self.next];
@@ -287,13 +309,14 @@ impl Reinjector {
                 self.stats.injected += 1;
             }
             p.sent_at = Some(now);
+            let used = p.last().diff(first) as u32 + 1;
             let mut v = Self::bytes(&p.held, buf).to_vec();
             // Fills the window: the next packet (queued or still to come)
             // does not fit until an ACK moves it.
             let fills = self
                 .queue
                 .get(self.next + 1)
-                .map_or(used >= limit, |n| n.last().diff(first) as u32 + 1 > limit);
+                .map_or(used >= limit, |n| n.psn.diff(first) as u32 >= limit);
             // The last packet we hold, with no request for an ACK in
             // flight: the twin's next packets may be a WAN hiccup away, so
             // it must ask too. (One outstanding request is enough: when its
@@ -350,7 +373,8 @@ impl Reinjector {
         if progressed || self.queue.is_empty() {
             self.retries = 0;
             self.rnr_retries = 0;
-            self.raw_waits = 0;
+            self.raw_wait_since = None;
+            self.backoff = 0;
             self.rto_deadline = (self.next > 0).then(|| now + self.rto());
         }
         out.push_back(Output::Twin(TwinMsg::Delivered {
@@ -446,7 +470,24 @@ impl Reinjector {
                     Syndrome::Ack { .. } => {
                         self.stats.acks_absorbed += 1;
                         self.note_raw_acked(psn);
-                        self.advance(now, psn, Some(aeth.msn), buf, out);
+                        // An ACK at or past a READ or atomic whose response
+                        // never came: the response was lost on its way to us.
+                        // rxe's requester calls this an implied NAK and asks
+                        // again; so do we (the responder replays it).
+                        let unanswered = self
+                            .queue
+                            .iter()
+                            .position(|q| q.needs_response && !q.last().after(psn));
+                        if let Some(i) = unanswered {
+                            let at = self.queue[i].psn;
+                            if i > 0 {
+                                self.advance(now, at.sub(1), None, buf, out);
+                            }
+                            self.stats.implied_naks += 1;
+                            self.go_back(at);
+                        } else {
+                            self.advance(now, psn, Some(aeth.msn), buf, out);
+                        }
                         self.pump(now, buf, out);
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) if self.last_rnr == Some(psn) => {
@@ -455,6 +496,10 @@ impl Reinjector {
                         // covers it, and it is no failure to count.
                         self.stats.seq_naks += 1;
                         self.go_back(psn);
+                        // (Sends nothing while the RNR wait lasts; if it is
+                        // over already, resend now: no timer is armed for
+                        // packets not in flight.)
+                        self.pump(now, buf, out);
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) => {
                         self.stats.seq_naks += 1;
@@ -524,7 +569,12 @@ impl Reinjector {
         }
         if self.rto_deadline.is_some_and(|t| now >= t) {
             self.rto_deadline = None;
+            if self.queue.is_empty() {
+                return;
+            }
             if self.next == 0 {
+                // Nothing in flight (we went back): just send.
+                self.pump(now, buf, out);
                 return;
             }
             self.stats.timeouts += 1;
@@ -536,8 +586,8 @@ impl Reinjector {
             } else {
                 // ...but not forever: a requester that never recovers its
                 // raw packets has failed too.
-                self.raw_waits += 1;
-                if self.raw_waits > RAW_WAIT_BUDGET {
+                let since = *self.raw_wait_since.get_or_insert(now);
+                if now - since > RAW_WAIT_LIMIT {
                     let psn = self.queue.front().map_or(Psn::new(0), |p| p.psn);
                     return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
                 }
@@ -549,9 +599,7 @@ impl Reinjector {
             self.cwnd = MIN_CWND;
             self.ack_req_out = None;
             // Back off: double the timeout for each consecutive expiry.
-            if let Some(s) = self.srtt {
-                self.srtt = Some((s * 2).min(Duration::from_millis(100)));
-            }
+            self.backoff += 1;
             self.next = 0;
             self.pump(now, buf, out);
         }

@@ -100,6 +100,7 @@ impl Entry {
 }
 
 /// Ingress state of one half.
+#[derive(Debug)]
 pub struct PseudoAcker {
     pub key: HalfKey,
     pub mode: Mode,
@@ -257,7 +258,13 @@ impl PseudoAcker {
         self.learn_pmtu(p);
         let (span, span_max) = read_span(p, self.pmtu);
         let last = p.psn().add(span - 1);
-        if self.raw_high.is_none_or(|h| last.after(h)) {
+        // A replay (a resent READ/atomic already answered, or a resend of
+        // the tunnel phase) is not the requester's newest request: it must
+        // not move the tunnel's frontier nor become the READ whose span we
+        // guess — that guess would later pull `expected` back behind
+        // packets already accepted.
+        let replay = self.mode != Mode::Raw && self.expected.is_some_and(|e| p.psn().before(e));
+        if !replay && self.raw_high.is_none_or(|h| last.after(h)) {
             self.raw_high = Some(last);
             self.read_slack = (span < span_max).then_some((p.psn(), span_max, p.ext.reth.len));
         }
@@ -301,8 +308,7 @@ impl PseudoAcker {
             self.stats.out_of_order_dropped += 1;
             if !self.nak_sent {
                 self.nak_sent = true;
-                self.stats.seq_naks += 1;
-                self.send_nak(expected, NakCode::PsnSequenceError, out);
+                self.send_gap_nak(expected, out);
             }
             return;
         }
@@ -388,15 +394,15 @@ impl PseudoAcker {
         {
             self.raw_high = Some(last);
         }
-        if self.mode != Mode::Raw {
+        let newest = self.expected.is_none_or(|e| !last.next().before(e));
+        if self.mode != Mode::Raw && newest {
             // Nothing was accepted after the READ (that would have resolved
             // it), so the next expected PSN follows its true last PSN.
             let expected = last.next();
             self.expected = Some(expected);
             if std::mem::take(&mut self.nak_after_read) {
                 self.nak_sent = true;
-                self.stats.seq_naks += 1;
-                self.send_nak(expected, NakCode::PsnSequenceError, out);
+                self.send_gap_nak(expected, out);
             }
         }
     }
@@ -567,6 +573,32 @@ impl PseudoAcker {
                 out.push_back(Output::Dc(v));
             }
         }
+    }
+
+    /// A PSN-sequence-error NAK for a gap before `expected`.
+    ///
+    /// Such a NAK also acknowledges every PSN before it (rxe_comp.c: "a nak
+    /// implicitly acks all packets with psns before"). While packets of the
+    /// tunnel phase are not yet acknowledged by the real responder
+    /// (`Switching`), NAKing at `expected` would complete raw packets that
+    /// may never have arrived — and the responder's own NAK for them would
+    /// then be ignored as stale, hanging the QP. So until then the NAK goes
+    /// back to the first PSN the responder has not acknowledged, with its
+    /// real MSN: the requester resends from there (the raw ones through the
+    /// tunnel again). With no real ACK seen yet, stay silent and leave the
+    /// recovery to the responder's NAK or the requester's timeout.
+    fn send_gap_nak(&mut self, expected: Psn, out: &mut VecDeque<Output>) {
+        let at = if self.mode == Mode::Accelerated {
+            expected
+        } else {
+            match self.acked {
+                Some((a, _)) if a.next().before(expected) => a.next(),
+                Some(_) => expected,
+                None => return,
+            }
+        };
+        self.stats.seq_naks += 1;
+        self.send_nak(at, NakCode::PsnSequenceError, out);
     }
 
     fn send_nak(&self, psn: Psn, code: NakCode, out: &mut VecDeque<Output>) {

@@ -605,3 +605,196 @@ fn malformed_and_forged_packets_are_counted_and_dropped() {
         REQUESTER
     );
 }
+
+fn injected(out: &[Output]) -> Vec<u32> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Dc(v) => Some(RocePacket::parse(v).unwrap().psn().value()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn forwarded_responses(out: &[Output]) -> usize {
+    out.iter()
+        .filter(|o| matches!(o, Output::Twin(TwinMsg::Response { .. })))
+        .count()
+}
+
+#[test]
+fn egress_injects_a_read_spanning_more_psns_than_its_window() {
+    // A 1 MiB READ guessed at 4096-byte MTU occupies 256 PSNs: more than the
+    // injection window at the start (64) or after a timeout (16). It must
+    // still go out at the head of the queue, or the QP hangs.
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    e.handle_twin(
+        t,
+        TwinMsg::Request {
+            carry: Carry::Reliable,
+            packet: request(Opcode::RC_READ_REQUEST, 10, true, 0, 1 << 20),
+        },
+    );
+    assert_eq!(injected(&drain(&mut e)), vec![10]);
+    let rto = e.poll_timeout().unwrap();
+    e.handle_timeout(rto);
+    assert_eq!(injected(&drain(&mut e)), vec![10], "resent after a timeout");
+}
+
+#[test]
+fn egress_timeouts_back_off_exponentially_before_any_rtt_sample() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    e.handle_twin(
+        t,
+        TwinMsg::Request {
+            carry: Carry::Reliable,
+            packet: request(Opcode::RC_SEND_ONLY, 10, true, 8, 0),
+        },
+    );
+    drain(&mut e);
+    let mut now = t;
+    let mut gaps = Vec::new();
+    for _ in 0..4 {
+        let next = e.poll_timeout().unwrap();
+        gaps.push(next - now);
+        now = next;
+        e.handle_timeout(now);
+        assert_eq!(injected(&drain(&mut e)), vec![10]);
+    }
+    let initial = EngineConfig::default().egress.initial_rto;
+    assert_eq!(
+        gaps,
+        vec![initial, initial * 2, initial * 4, initial * 8],
+        "each consecutive timeout doubles the wait"
+    );
+}
+
+#[test]
+fn egress_forwards_the_re_ack_of_a_resent_raw_request() {
+    // Tunnel phase: the responder's ACK was forwarded once and then lost in
+    // the requester's datacenter. The requester resends; the responder's
+    // re-ACK of that duplicate must reach it too, or it retries forever.
+    let mut e = QpEngine::new(cfg(AckPolicy::Off));
+    let t = Time::from_micros(1);
+    let raw = TwinMsg::Request {
+        carry: Carry::Raw,
+        packet: request(Opcode::RC_SEND_ONLY, 10, true, 8, 0),
+    };
+    let ack = response(Opcode::RC_ACK, 10, Syndrome::ACK_UNLIMITED, 0);
+    e.handle_twin(t, raw.clone());
+    assert_eq!(injected(&drain(&mut e)), vec![10]);
+    e.handle_dc(t, &ack);
+    assert_eq!(forwarded_responses(&drain(&mut e)), 1);
+    e.handle_twin(t, raw);
+    assert_eq!(
+        injected(&drain(&mut e)),
+        vec![10],
+        "the duplicate goes through"
+    );
+    e.handle_dc(t, &ack);
+    assert_eq!(
+        forwarded_responses(&drain(&mut e)),
+        1,
+        "and so does its re-ACK"
+    );
+}
+
+#[test]
+fn a_gap_before_the_switch_naks_the_first_psn_the_responder_has_not_acked() {
+    // Raw 99..=101 went through the tunnel; the responder has acknowledged
+    // only 99 when the requester's 103 arrives (102 lost in the DC). A NAK
+    // at 102 would also acknowledge 100 and 101, which may never arrive
+    // (rxe completes everything before a NAK's PSN): NAK 100 instead.
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::ZERO;
+    for psn in 99..=101 {
+        e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
+    }
+    assert_eq!(drain(&mut e).len(), 3, "tunnelled");
+    // The real ACK of 99 carries the responder's MSN 5.
+    let ack = builders::ack(
+        &ReplyTo::answering(
+            &RocePacket::parse(&request(Opcode::RC_SEND_ONLY, 99, true, 8, 0)).unwrap(),
+            RQ_QPN,
+        ),
+        Psn::new(99),
+        5,
+    )
+    .to_vec(&[])
+    .unwrap();
+    e.handle_twin(t, TwinMsg::Response { packet: ack });
+    drain(&mut e);
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 103, true, 8, 0));
+    assert_eq!(
+        acks(&drain(&mut e)),
+        vec![(100, Syndrome::Nak(NakCode::PsnSequenceError), 5)]
+    );
+}
+
+#[test]
+fn egress_resends_after_a_sequence_nak_that_trails_an_expired_rnr_wait() {
+    // RNR NAK on 10; the wait expires and 10, 11 go again; then the NAK-seq
+    // the responder sent behind its RNR NAK arrives late. Going back to 10
+    // must resend (or arm a timer): nothing in flight means no timer.
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    for psn in 10..12 {
+        e.handle_twin(
+            t,
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: request(Opcode::RC_SEND_ONLY, psn, true, 8, 0),
+            },
+        );
+    }
+    assert_eq!(injected(&drain(&mut e)), vec![10, 11]);
+    e.handle_dc(
+        t,
+        &response(Opcode::RC_ACK, 10, Syndrome::RnrNak { timer: 1 }, 0),
+    );
+    let wake = e.poll_timeout().unwrap();
+    e.handle_timeout(wake);
+    assert_eq!(injected(&drain(&mut e)), vec![10, 11]);
+    let nak = response(
+        Opcode::RC_ACK,
+        10,
+        Syndrome::Nak(NakCode::PsnSequenceError),
+        0,
+    );
+    e.handle_dc(wake, &nak);
+    let mut sent = injected(&drain(&mut e));
+    if sent.is_empty() {
+        let rto = e.poll_timeout().expect("a timer while packets are held");
+        e.handle_timeout(rto);
+        sent = injected(&drain(&mut e));
+    }
+    assert_eq!(sent, vec![10, 11]);
+}
+
+#[test]
+fn egress_asks_again_for_an_atomic_whose_response_was_lost() {
+    // FetchAdd 10 and SEND 11 injected; the responder's atomic ACK is lost
+    // on its way to us and its ACK of 11 arrives. That must not count 10 as
+    // delivered (the requester still needs its result): resend from 10.
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    for (psn, op) in [(10, Opcode::RC_FETCH_ADD), (11, Opcode::RC_SEND_ONLY)] {
+        e.handle_twin(
+            t,
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: request(op, psn, true, if psn == 11 { 8 } else { 0 }, 0),
+            },
+        );
+    }
+    assert_eq!(injected(&drain(&mut e)), vec![10, 11]);
+    e.handle_dc(t, &response(Opcode::RC_ACK, 11, Syndrome::ACK_UNLIMITED, 0));
+    let out = drain(&mut e);
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, Output::Twin(TwinMsg::Delivered { .. }))),
+        "nothing delivered past the unanswered atomic: {out:?}"
+    );
+    assert_eq!(injected(&out), vec![10, 11], "asked again");
+}

@@ -23,7 +23,7 @@ pub mod cc;
 mod crypto;
 mod dgram;
 mod flow;
-mod msg;
+pub mod msg;
 mod packet;
 mod path;
 mod recovery;
@@ -887,7 +887,8 @@ impl WanConnection {
             if p.state != PathState::Up && now >= p.next_probe {
                 // Earlier probes will never be acknowledged if the path is
                 // dead: forget them so a long outage holds no state.
-                if p.state == PathState::Down {
+                if p.state == PathState::Down && self.has_other_up_path(i) {
+                    let p = &mut self.paths[i];
                     let lost = p.recovery.drain_all();
                     self.on_lost(now, i, lost);
                 }
@@ -898,16 +899,31 @@ impl WanConnection {
         }
     }
 
+    fn has_other_up_path(&self, i: usize) -> bool {
+        self.paths
+            .iter()
+            .enumerate()
+            .any(|(k, p)| k != i && p.state == PathState::Up)
+    }
+
     fn path_down(&mut self, now: Time, i: usize) {
+        let survivors = self.has_other_up_path(i);
         let p = &mut self.paths[i];
         p.state = PathState::Down;
         p.counters.times_down += 1;
         p.pto_count = 0;
         p.next_probe = now + self.tuning.probe_interval;
-        let lost = p.recovery.drain_all();
         p.cc.on_path_down(now);
         // Its data goes back to the retransmission queue, for the survivors.
-        self.on_lost(now, i, lost);
+        // With none, there is nowhere better to send it: a silent path is
+        // more often stalled (a busy relay or host) than cut, and declaring
+        // everything in flight lost would resend it all when the ACKs were
+        // merely late. Normal loss detection sorts it out once the path
+        // answers again.
+        if survivors {
+            let lost = p.recovery.drain_all();
+            self.on_lost(now, i, lost);
+        }
         self.push_event(Event::PathDown(i));
     }
 

@@ -97,8 +97,8 @@ struct SweepArgs {
     /// Print every scenario's parameters as it starts, and each failure.
     #[arg(long)]
     verbose: bool,
-    /// Leave out packet loss inside the requester's datacenter (the
-    /// scenarios with it still have known failures: see the issue notes).
+    /// Leave out packet loss inside the requester's datacenter (to tell
+    /// a WAN-side failure from a DC-side one).
     #[arg(long)]
     no_dc_loss: bool,
 }

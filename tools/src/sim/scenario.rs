@@ -160,18 +160,19 @@ const MEM_BASE: u64 = 0x10_0000;
 const RKEY: u32 = 0x1234;
 
 fn qp_config(s: &Scenario, mem_size: usize) -> QpConfig {
+    // A receiver that never posts enough receives must end in an RNR retry
+    // error, not an endless wait: finite retry counts then. (rxe treats 7 as
+    // "forever" for both counts; with both directions in use, the QP that
+    // failed stops answering as a responder too, and its peer would time
+    // out forever with retry_cnt 7.)
+    let starved = s.recv_credits.is_some() && s.recv_refill.is_none();
     QpConfig {
         mtu: s.mtu,
         mem_base: MEM_BASE,
         mem_size,
         rkey: Some(RKEY),
-        // A receiver that never posts enough receives must end in an RNR
-        // retry error, not an endless wait: a finite RNR retry count then.
-        rnr_retry: if s.recv_credits.is_some() && s.recv_refill.is_none() {
-            3
-        } else {
-            7
-        },
+        rnr_retry: if starved { 3 } else { 7 },
+        retry_cnt: if starved { 6 } else { 7 },
         ..QpConfig::default()
     }
 }
@@ -481,13 +482,44 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
         }
         w.step_to(t);
     }
-    // Let gateways settle (delivered watermarks, coalescing timers).
-    let settle_until = w.now + Duration::from_secs(1);
+    // Let gateways settle (delivered watermarks, coalescing timers). After a
+    // failure, a gateway may still hold packets it is bound to give up on
+    // (an egress waiting behind raw packets that never come frees them after
+    // RAW_WAIT_LIMIT; one in an endless RNR storm after its RNR budget), so
+    // it gets longer — the buffers must still come back to zero.
+    let any_failure = progress.iter().flatten().any(|p| p.failed)
+        || w.gw_a
+            .iter()
+            .chain(w.gw_b.iter())
+            .any(|g| g.ingress_halves().any(|h| h.stats.errors_injected > 0));
+    let settle = if any_failure {
+        soya::qp::egress::RAW_WAIT_LIMIT + Duration::from_secs(2)
+    } else {
+        Duration::from_secs(1)
+    };
+    let settle_until = w.now + settle;
+    let held = |w: &World| {
+        w.gw_a
+            .iter()
+            .chain(w.gw_b.iter())
+            .map(|g| g.occupancy().slots_used)
+            .sum::<usize>()
+    };
     while let Some(t) = w.next_time() {
-        if t > settle_until || w.events > MAX_EVENTS {
+        if t > settle_until || w.events > MAX_EVENTS || (any_failure && held(&w) == 0) {
             break;
         }
         w.step_to(t);
+    }
+    if std::env::var_os("SOYA_SIM_DEBUG_STATE").is_some() {
+        for (name, gw) in [("GwA", &w.gw_a), ("GwB", &w.gw_b)] {
+            for g in gw.iter() {
+                g.ingress_halves()
+                    .for_each(|h| eprintln!("{name} ingress {h:#?}"));
+                g.egress_halves()
+                    .for_each(|h| eprintln!("{name} egress {h:#?}"));
+            }
+        }
     }
     let end = landed_at.map_or(last_done, |l| l.max(last_done));
     finish(s, &w, first_done, end, &mut out);

@@ -1,0 +1,418 @@
+//! Per-packet cost of the gateway's QP engine, and its memory per flow.
+//!
+//! ```sh
+//! cargo bench -p soya --bench engine
+//! cargo bench -p soya --bench engine -- --warm-up-time 1 --measurement-time 3   # about a minute
+//! ```
+//!
+//! Prints one `memory per flow` line first (measured with a counting global
+//! allocator, no assertion), then criterion groups, each timed per packet
+//! (`Throughput::Elements(1)`), on 4 KiB RDMA WRITE Only packets:
+//!
+//! - `baseline`: parse, ICRC-verify and copy the packet once, what any
+//!   forwarder must do;
+//! - `ingress`: a learned, accelerated half at the requester's site taking
+//!   in-order packets (accept, buffer, forward to the twin, pseudo-ACK every
+//!   16), outputs drained; the twin reports `Delivered` every 1024 packets
+//!   so the buffer stays in a steady state;
+//! - `egress`: the twin's reliable requests re-injected toward the responder,
+//!   whose ACK (one per 64 packets) is absorbed and reported delivered;
+//! - `wan_msg`: the WAN codec of one such `Request` (encode, decode).
+//!
+//! Building the input packets (their ICRC) happens outside the timed part.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+
+use criterion::{criterion_group, BatchSize, Criterion, Throughput};
+
+use soya::qp::egress::Reinjector;
+use soya::qp::ingress::{Mode, PseudoAcker};
+use soya::qp::twin::Carry;
+use soya::qp::{EngineConfig, HalfKey, QpEngine, TwinMsg};
+use soya::roce::{
+    Aeth, Bth, ExtHeaders, Headers, IpHeader, Opcode, Psn, Reth, RocePacket, RoceRepr, Syndrome,
+};
+use soya::time::Time;
+use soya::wan::msg;
+
+// ---------------------------------------------------------------------------
+// A global allocator that counts live heap bytes while `COUNTING` is set
+// (only during the memory measurement: the timed benches pay one relaxed load).
+
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded as is.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded as is.
+        unsafe { System.alloc_zeroed(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded as is.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded as is.
+        unsafe { System.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+// ---------------------------------------------------------------------------
+// Packets.
+
+const REQUESTER: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
+const RESPONDER: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 1);
+const RQ_QPN: u32 = 0x11;
+const RS_QPN: u32 = 0x22;
+const PAYLOAD: usize = 4096;
+/// The simulated clock advances this much per packet (4 KiB at ~80 Gbit/s):
+/// pseudo-ACKs are due by count, long before the 20 µs coalescing timer.
+const TICK_NS: u64 = 400;
+/// The twin reports `Delivered` every this many packets (ingress).
+const DELIVER_EVERY: u32 = 1024;
+/// The responder ACKs every this many packets (egress).
+const ACK_EVERY: u32 = 64;
+/// PSN of the learning request; the timed packets follow it, so the 24-bit
+/// PSN wraps within the first 256 of them (a long run wraps again every
+/// 2^24 packets either way).
+const FIRST_PSN: u32 = 0xFF_FF00;
+
+/// PSN of the `n`th packet after the learning request.
+fn psn(n: u32) -> u32 {
+    FIRST_PSN.wrapping_add(n) & 0xFF_FFFF
+}
+
+fn key(requester: Ipv4Addr) -> HalfKey {
+    HalfKey {
+        requester: requester.into(),
+        responder: RESPONDER.into(),
+        responder_qpn: RS_QPN,
+    }
+}
+
+/// A request from `requester` to the responder.
+fn request(op: Opcode, requester: Ipv4Addr, psn: u32, ack_req: bool, len: usize) -> Vec<u8> {
+    let info = op.info().unwrap();
+    let mut bth = Bth::new(op, RS_QPN, Psn::new(psn & 0xFF_FFFF));
+    bth.ack_req = ack_req;
+    RoceRepr {
+        ip: IpHeader::v4(requester, RESPONDER),
+        src_port: 0xc000,
+        bth,
+        ext: ExtHeaders {
+            present: info.headers,
+            reth: Reth {
+                va: 0x1000,
+                rkey: 7,
+                len: len as u32,
+            },
+            ..Default::default()
+        },
+    }
+    .to_vec(&vec![0x5a; len])
+    .unwrap()
+}
+
+/// The `n`th 4 KiB WRITE Only after the learning request, AckReq set every
+/// 16 packets.
+fn write(requester: Ipv4Addr, n: u32) -> Vec<u8> {
+    request(
+        Opcode::RC_WRITE_ONLY,
+        requester,
+        psn(n),
+        n % 16 == 0,
+        PAYLOAD,
+    )
+}
+
+/// The responder's ACK of `psn` to `requester`.
+fn ack(requester: Ipv4Addr, psn: u32, msn: u32) -> Vec<u8> {
+    RoceRepr {
+        ip: IpHeader::v4(RESPONDER, requester),
+        src_port: 0xc000,
+        bth: Bth::new(Opcode::RC_ACK, RQ_QPN, Psn::new(psn & 0xFF_FFFF)),
+        ext: ExtHeaders {
+            present: Headers::AETH,
+            aeth: Some(Aeth {
+                syndrome: Syndrome::ACK_UNLIMITED,
+                msn: msn & 0xFF_FFFF,
+            }),
+            ..Default::default()
+        },
+    }
+    .to_vec(&[])
+    .unwrap()
+}
+
+fn drain(e: &mut QpEngine) {
+    while let Some(o) = e.poll_output() {
+        black_box(o);
+    }
+}
+
+/// Requester address of flow `i` (one half per requester host).
+fn host(i: u32) -> Ipv4Addr {
+    Ipv4Addr::new(10, 1, (i >> 8) as u8, i as u8)
+}
+
+/// Ingress: learn the half of `requester` from traffic (a request forwarded
+/// raw, the responder's ACK back): accelerated from the next PSN on.
+fn learn_ingress(e: &mut QpEngine, requester: Ipv4Addr) {
+    e.handle_dc(
+        Time::ZERO,
+        &request(Opcode::RC_SEND_ONLY, requester, psn(0), true, 8),
+    );
+    drain(e);
+    e.handle_twin(
+        Time::ZERO,
+        TwinMsg::Response {
+            packet: ack(requester, psn(0), 1),
+        },
+    );
+    drain(e);
+}
+
+/// Egress: the twin's raw request, the responder's ACK of it.
+fn learn_egress(e: &mut QpEngine, requester: Ipv4Addr) {
+    e.handle_twin(
+        Time::ZERO,
+        TwinMsg::Request {
+            carry: Carry::Raw,
+            packet: request(Opcode::RC_SEND_ONLY, requester, psn(0), true, 8),
+        },
+    );
+    drain(e);
+    e.handle_dc(Time::ZERO, &ack(requester, psn(0), 1));
+    drain(e);
+}
+
+// ---------------------------------------------------------------------------
+// Memory per flow.
+
+/// Flows learned for the per-flow figure (the hash tables are then ~61 %
+/// full: the figure includes their usual slack).
+const FLOWS: u32 = 10_000;
+/// Packets held by one half for the per-held-packet figure (a power of two:
+/// the queues' capacity is then exactly this).
+const HELD: u32 = 4096;
+
+fn memory_per_flow() {
+    let cfg = EngineConfig {
+        buffer_slots: 2 * HELD as usize,
+        ..EngineConfig::default()
+    };
+    // The buffer's slab is allocated up front (and is the packets' storage,
+    // excluded here): create the engines before counting.
+    let mut ing = QpEngine::new(cfg);
+    let mut eg = QpEngine::new(cfg);
+    let mut held_ing = QpEngine::new(cfg);
+    let mut held_eg = QpEngine::new(cfg);
+    COUNTING.store(true, Ordering::Relaxed);
+
+    // One flow first, so the engines' output queues are allocated.
+    learn_ingress(&mut ing, host(0));
+    learn_egress(&mut eg, host(0));
+    let before = live();
+    for i in 1..=FLOWS {
+        learn_ingress(&mut ing, host(i));
+    }
+    let ingress = (live() - before) as f64 / f64::from(FLOWS);
+    let before = live();
+    for i in 1..=FLOWS {
+        learn_egress(&mut eg, host(i));
+    }
+    let egress = (live() - before) as f64 / f64::from(FLOWS);
+    assert!(ing.ingress_halves().all(|h| h.mode == Mode::Accelerated));
+
+    // Held packets: their bytes are in the slab; what grows is the halves'
+    // queues (and the buffer's per-flow count, once per flow).
+    learn_ingress(&mut held_ing, REQUESTER);
+    learn_egress(&mut held_eg, REQUESTER);
+    let pkts: Vec<Vec<u8>> = (1..=HELD).map(|n| write(REQUESTER, n)).collect();
+    let before = live();
+    for p in &pkts {
+        held_ing.handle_dc(Time::ZERO, p);
+        drain(&mut held_ing);
+    }
+    let per_held_ing = (live() - before) as f64 / f64::from(HELD);
+    let mut msgs: Vec<TwinMsg> = pkts
+        .into_iter()
+        .map(|packet| TwinMsg::Request {
+            carry: Carry::Reliable,
+            packet,
+        })
+        .collect();
+    let before = live();
+    for m in msgs.drain(..) {
+        held_eg.handle_twin(Time::ZERO, m);
+        drain(&mut held_eg);
+    }
+    // The messages' own vectors were freed inside: count them back.
+    let per_held_eg =
+        (live() - before) as f64 / f64::from(HELD) + (write(REQUESTER, 1).capacity()) as f64;
+    COUNTING.store(false, Ordering::Relaxed);
+    assert_eq!(held_ing.occupancy().slots_used, HELD as usize);
+    assert_eq!(held_eg.occupancy().slots_used, HELD as usize);
+
+    println!(
+        "memory per flow (excluding buffered packets): ingress {ingress:.0} B + egress {egress:.0} B \
+         (+{per_held_ing:.0} B ingress / +{per_held_eg:.0} B egress per held packet); \
+         size_of PseudoAcker {} B, Reinjector {} B; heap measured over {FLOWS} flows and {HELD} held packets",
+        std::mem::size_of::<PseudoAcker>(),
+        std::mem::size_of::<Reinjector>(),
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Per-packet cost.
+
+fn baseline(c: &mut Criterion) {
+    let pkts: Vec<Vec<u8>> = (1..=64).map(|n| write(REQUESTER, n)).collect();
+    let mut g = c.benchmark_group("baseline");
+    g.throughput(Throughput::Elements(1));
+    let mut i = 0;
+    g.bench_function("parse_verify_copy_4KiB", |b| {
+        b.iter(|| {
+            let p = &pkts[i % pkts.len()];
+            i += 1;
+            let v = RocePacket::parse_verified(black_box(p)).unwrap();
+            v.as_bytes().to_vec()
+        })
+    });
+    g.finish();
+}
+
+fn ingress(c: &mut Criterion) {
+    let mut e = QpEngine::new(EngineConfig::default());
+    learn_ingress(&mut e, REQUESTER);
+    assert!(e.ingress_halves().all(|h| h.mode == Mode::Accelerated));
+    let half = key(REQUESTER);
+    let mut next = 0u32; // packets built
+    let mut done = 0u32; // packets handled
+    let mut g = c.benchmark_group("ingress");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("write_4KiB_pseudo_ack", |b| {
+        b.iter_batched(
+            || {
+                next += 1;
+                write(REQUESTER, next)
+            },
+            |p| {
+                done += 1;
+                let now = Time::from_nanos(u64::from(done) * TICK_NS);
+                e.handle_dc(now, &p);
+                drain(&mut e);
+                if done % DELIVER_EVERY == 0 {
+                    e.handle_twin(
+                        now,
+                        TwinMsg::Delivered {
+                            half,
+                            psn: Psn::new(psn(done)),
+                            msn: Some((done + 1) & 0xFF_FFFF),
+                        },
+                    );
+                    drain(&mut e);
+                }
+                p
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+    let s = e.ingress_halves().next().unwrap().stats;
+    assert_eq!(s.packets, u64::from(done) + 1, "every packet accepted");
+    assert!(s.pseudo_acks >= u64::from(done / 16), "pseudo-ACKed: {s:?}");
+    assert_eq!(s.withheld_acks + s.backpressure_drops, 0, "{s:?}");
+    assert!(e.occupancy().slots_used <= DELIVER_EVERY as usize);
+}
+
+fn egress(c: &mut Criterion) {
+    let mut e = QpEngine::new(EngineConfig::default());
+    learn_egress(&mut e, REQUESTER);
+    let mut next = 0u32;
+    let mut g = c.benchmark_group("egress");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("write_4KiB_inject_absorb_ack", |b| {
+        b.iter_batched(
+            || {
+                next += 1;
+                let m = TwinMsg::Request {
+                    carry: Carry::Reliable,
+                    packet: write(REQUESTER, next),
+                };
+                let a = (next % ACK_EVERY == 0).then(|| ack(REQUESTER, psn(next), next + 1));
+                (next, m, a)
+            },
+            |(n, m, a)| {
+                let now = Time::from_nanos(u64::from(n) * TICK_NS);
+                e.handle_twin(now, m);
+                drain(&mut e);
+                if let Some(a) = &a {
+                    e.handle_dc(now, a);
+                    drain(&mut e);
+                }
+                a
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+    let s = e.egress_halves().next().unwrap().stats;
+    assert_eq!(s.injected, u64::from(next), "every packet injected: {s:?}");
+    assert_eq!(s.retransmitted + s.timeouts + s.overflow_held, 0, "{s:?}");
+    assert!(e.occupancy().slots_used <= ACK_EVERY as usize);
+}
+
+fn wan_msg(c: &mut Criterion) {
+    let m = TwinMsg::Request {
+        carry: Carry::Reliable,
+        packet: write(REQUESTER, 1),
+    };
+    let bytes = msg::encode(&m);
+    assert_eq!(msg::decode(&bytes).as_ref(), Some(&m));
+    let mut g = c.benchmark_group("wan_msg");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("encode_request_4KiB", |b| {
+        b.iter(|| msg::encode(black_box(&m)))
+    });
+    g.bench_function("decode_request_4KiB", |b| {
+        b.iter(|| msg::decode(black_box(&bytes)))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, baseline, ingress, egress, wan_msg);
+
+fn main() {
+    memory_per_flow();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
