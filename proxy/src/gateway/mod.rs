@@ -364,6 +364,12 @@ pub fn wan_config(cfg: &SiteConfig, key: Option<[u8; 32]>) -> WanConfig {
         .collect();
     let acl = acl_of(cfg);
     let mut w = WanConfig::new(paths, key, acl.is_client());
+    // A flow's credit covers everything its quota lets the twin hold in
+    // flight; the sender's deep buffer bounds the total across flows, so a
+    // large window costs no extra memory at the receiver.
+    w.flow_window_bytes = w
+        .flow_window_bytes
+        .max(EngineConfig::from_site(cfg).flow_bytes());
     w.cc = if cfg.wan.paths.iter().all(|p| p.rate_bps.is_some()) {
         CcKind::FixedRate
     } else {
@@ -475,11 +481,12 @@ pub fn startup_summary(cfg: &SiteConfig) -> String {
     let b = &cfg.buffer;
     let _ = writeln!(
         s,
-        "  buffer:  {} = {} slots x {} B, per-flow quota {}",
+        "  buffer:  {} = {} slots x {} B, per-flow quota {}, WAN flow window {}",
         human_bytes(b.bytes),
         b.slots,
         b.slot_bytes,
-        b.per_flow_quota.map_or_else(|| "none".into(), human_bytes)
+        b.per_flow_quota.map_or_else(|| "none".into(), human_bytes),
+        human_bytes(w.flow_window_bytes)
     );
     let pa = &cfg.pseudo_ack;
     let _ = writeln!(
@@ -694,5 +701,38 @@ impl Drop for Gateway {
             self.shared.set_command(Command::Abort);
             let _ = self.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(buffer: &str) -> SiteConfig {
+        let text = format!(
+            "site = \"t\"\n[dc]\nbackend = \"udp\"\nlisten = \"127.0.0.1:7000\"\n\
+             local_prefixes = [\"10.1.0.0/16\"]\nremote_prefixes = [\"10.2.0.0/16\"]\n\
+             [wan]\nbind = [\"127.0.0.1:7400\"]\ninsecure = true\n[[wan.paths]]\n\
+             name = \"a\"\nremote = \"127.0.0.1:7401\"\nrate = \"10gbit\"\nrtt = \"3ms\"\n\
+             [buffer]\n{buffer}\n"
+        );
+        soya_config::parse_str(&text, "test.toml").unwrap()
+    }
+
+    #[test]
+    fn a_flows_wan_window_covers_its_buffer_quota() {
+        // No quota: a flow may use the whole buffer.
+        let cfg = site("size = \"64MiB\"");
+        let w = wan_config(&cfg, None);
+        let b = &cfg.buffer;
+        assert_eq!(w.flow_window_bytes, b.slots * u64::from(b.slot_bytes));
+        assert!(w.flow_window_bytes > 63 << 20);
+        // A quota bounds it (the 8 MiB floor keeps small quotas workable).
+        let cfg = site("size = \"64MiB\"\nper_flow_quota = \"16MiB\"");
+        let w = wan_config(&cfg, None);
+        let slot = u64::from(cfg.buffer.slot_bytes);
+        assert_eq!(w.flow_window_bytes, (16 << 20) / slot * slot);
+        let cfg = site("size = \"64MiB\"\nper_flow_quota = \"1MiB\"");
+        assert_eq!(wan_config(&cfg, None).flow_window_bytes, 8 << 20);
     }
 }
