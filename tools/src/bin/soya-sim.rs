@@ -149,8 +149,17 @@ fn run(a: RunArgs) -> ExitCode {
     let iters = a
         .iters
         .unwrap_or_else(|| ((256u64 << 20) / u64::from(a.size)).clamp(16, 1_000_000) as u32);
+    // Virtual-time limit: generous against the slowest of the three runs,
+    // the direct one, which rxe's 128-packet window bounds to
+    // 128 × MTU per RTT (a 1 GiB transfer at 3,000 km takes ~60 s).
+    let rtt_s = (2.0 * a.distance_km * 4.9e-6).max(1e-4);
+    let window_bps = 128.0 * a.mtu as f64 * 8.0 / rtt_s;
+    let bytes = f64::from(iters) * f64::from(a.size) * f64::from(a.qps.max(1));
+    let slowest_s = bytes * 8.0 / window_bps.min(a.path_gbps * 1e9).max(1.0);
+    let time_limit = std::time::Duration::from_secs_f64((4.0 * slowest_s + 10.0).max(20.0));
     let base = Scenario {
         seed: a.seed,
+        time_limit,
         distance_km: a.distance_km,
         op: a.op,
         size: a.size,

@@ -10,6 +10,7 @@ use serde::Serialize;
 use soya::qp::{EngineConfig, QpEngine};
 use soya::roce::Psn;
 use soya::time::Time;
+use soya::wan::PathState;
 use soya_config::AckPolicy;
 
 use super::link::{GilbertElliott, Link, LinkProfile};
@@ -93,8 +94,12 @@ pub struct Scenario {
     pub wan_transport: bool,
     /// WAN paths (each of `wan_gbps`, each with the WAN impairments).
     pub paths: u32,
-    /// Cut path 0 at this time, for this long.
+    /// Cut path 0 at this time (from the start of the workload), for this long.
     pub cut_path: Option<(Duration, Duration)>,
+    /// The gateways' WAN session is up before the first request, as with
+    /// deployed appliances: the handshake is not part of the measured
+    /// transfer. `false`: gateways and workload start together.
+    pub warm_start: bool,
 }
 
 impl Default for Scenario {
@@ -127,6 +132,7 @@ impl Default for Scenario {
             wan_transport: true,
             paths: 1,
             cut_path: None,
+            warm_start: true,
         }
     }
 }
@@ -288,6 +294,10 @@ fn add_wan_transport(s: &Scenario, w: &mut World, wan: &LinkProfile, rng: &mut C
     let cfg = |client| {
         let mut c = WanConfig::new(paths.clone(), Some([0x5a; 32]), client);
         c.cc = CcKind::FixedRate;
+        // As the gateway does (`soya::gateway::wan_config`).
+        c.flow_window_bytes = c
+            .flow_window_bytes
+            .max(EngineConfig::default().flow_bytes());
         c
     };
     w.wan_a = Some(WanSide::new(WanConnection::new(
@@ -354,6 +364,7 @@ struct Progress {
 /// Runs a scenario to completion (or its time limit) and checks invariants.
 pub fn run(s: &Scenario) -> Result<Outcome, String> {
     let mut w = build(s)?;
+    let start = warm_up(s, &mut w);
     let mut wl_rng = ChaCha8Rng::seed_from_u64(s.seed ^ 0x5eed);
     let sides: &[Node] = if s.bidirectional {
         &[Node::HostA, Node::HostB]
@@ -367,9 +378,9 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
     let mut same_instant = 0u32;
     let mut iterations = 0u64;
     let trace = std::env::var_os("SOYA_SIM_TRACE").is_some();
-    let mut last_done = Time::ZERO;
-    let deadline = Time::ZERO + s.time_limit;
-    let mut next_refill = s.recv_refill.map(|d| Time::ZERO + d);
+    let mut last_done = start;
+    let deadline = start + s.time_limit;
+    let mut next_refill = s.recv_refill.map(|d| start + d);
     const MAX_EVENTS: u64 = 200_000_000;
     loop {
         // Keep tx_depth requests outstanding on every QP, perftest style.
@@ -522,8 +533,38 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
         }
     }
     let end = landed_at.map_or(last_done, |l| l.max(last_done));
-    finish(s, &w, first_done, end, &mut out);
+    finish(s, &w, start, end, &mut out);
     Ok(out)
+}
+
+/// Runs the world until both WAN endpoints have a session and live paths (at most a
+/// second of virtual time) when the scenario asks for a warm start, and
+/// returns when the workload starts. Link outages are relative to it.
+fn warm_up(s: &Scenario, w: &mut World) -> Time {
+    if s.warm_start && w.wan_a.is_some() {
+        let limit = Time::ZERO + Duration::from_secs(1);
+        // A session, and every path has seen a round trip (data only goes
+        // on paths that are Up).
+        let up = |w: &World| {
+            w.wan_a.iter().chain(w.wan_b.iter()).all(|x| {
+                let st = x.conn.stats();
+                st.connected && st.paths.iter().all(|p| p.state == PathState::Up)
+            })
+        };
+        while !up(w) {
+            match w.next_time() {
+                Some(t) if t <= limit => w.step_to(t),
+                _ => break,
+            }
+        }
+    }
+    let start = w.now;
+    for link in w.wan_links.values_mut() {
+        for d in &mut link.profile.down {
+            *d = (d.0 + (start - Time::ZERO), d.1 + (start - Time::ZERO));
+        }
+    }
+    start
 }
 
 /// Everything the requesters completed (WRITE/SEND) is placed.
@@ -544,10 +585,8 @@ fn landed(w: &World) -> bool {
     })
 }
 
-fn finish(s: &Scenario, w: &World, first: Option<Time>, last: Time, out: &mut Outcome) {
+fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
     out.events = w.events;
-    let start = Time::ZERO;
-    let _ = first;
     out.elapsed_s = (last - start).as_secs_f64();
     if out.elapsed_s > 0.0 {
         out.goodput_gbps = out.bytes_completed as f64 * 8.0 / out.elapsed_s / 1e9;
