@@ -48,6 +48,7 @@ pub(crate) fn defaulted_keys(raw: &RawConfig) -> Vec<String> {
     note(raw.control.socket.is_none(), "control.socket");
     note(raw.log.format.is_none(), "log.format");
     note(raw.log.level.is_none(), "log.level");
+    note(raw.gateway.shards.is_none(), "gateway.shards");
     out
 }
 
@@ -262,6 +263,20 @@ impl SiteConfig {
             d("log.format")
         );
         let _ = writeln!(s, "  level            {}{}", self.log.level, d("log.level"));
+
+        let _ = writeln!(s, "\n[gateway]");
+        let n = self.gateway.shards.resolve_here();
+        let ports = if n == 1 {
+            "wan ports as configured".to_string()
+        } else {
+            format!("shard i uses wan ports + i, i = 0..{}", n - 1)
+        };
+        let _ = writeln!(
+            s,
+            "  shards           {} = {n} on this machine ({ports}; the twin must run {n}){}",
+            self.gateway.shards,
+            d("gateway.shards")
+        );
 
         let warnings = self.warnings();
         if !warnings.is_empty() {

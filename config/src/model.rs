@@ -23,6 +23,8 @@ pub struct SiteConfig {
     pub pseudo_ack: PseudoAckConfig,
     pub control: ControlConfig,
     pub log: LogConfig,
+    /// Threads of the data path.
+    pub gateway: GatewayConfig,
     /// Where this config came from (file name given to `load` or `parse_str`).
     pub origin: String,
     /// Key paths that were absent from the file and took their default
@@ -158,6 +160,57 @@ pub struct ControlConfig {
     pub metrics: Option<SocketAddr>,
     /// Control socket path (default `/run/soya/<site>.sock`).
     pub socket: PathBuf,
+}
+
+/// How the data path uses the machine's cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GatewayConfig {
+    pub shards: Shards,
+}
+
+/// Most shards a gateway runs (`gateway.shards`).
+pub const MAX_SHARDS: u16 = 16;
+
+/// `gateway.shards`: independent device threads, each with its own QP
+/// engine, WAN connection and WAN sockets (`wan.bind` port + shard index).
+/// Both sites must run the same count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shards {
+    /// 1 on machines with at most 2 cores, else cores − 1, at most 8.
+    Auto,
+    /// 1..=[`MAX_SHARDS`].
+    Fixed(u16),
+}
+
+impl Default for Shards {
+    fn default() -> Shards {
+        Shards::Fixed(1)
+    }
+}
+
+impl Shards {
+    /// The count for a machine with `cores` cores.
+    pub fn resolve(self, cores: usize) -> u16 {
+        match self {
+            Shards::Fixed(n) => n,
+            Shards::Auto if cores <= 2 => 1,
+            Shards::Auto => (cores - 1).min(8) as u16,
+        }
+    }
+
+    /// The count on this machine (`available_parallelism`).
+    pub fn resolve_here(self) -> u16 {
+        self.resolve(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+}
+
+impl std::fmt::Display for Shards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Shards::Auto => f.write_str("auto"),
+            Shards::Fixed(n) => write!(f, "{n}"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -126,6 +126,13 @@ pub(crate) struct RawConfig {
     pub pseudo_ack: RawPseudoAck,
     pub control: RawControl,
     pub log: RawLog,
+    pub gateway: RawGateway,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawGateway {
+    pub shards: Option<StrOrInt>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -288,6 +295,11 @@ pub(crate) const ACCEPTED: &[(&str, &str)] = &[
         "an absolute path like \"/run/soya/sapporo.sock\"",
     ),
     ("log", "a table [log]"),
+    ("gateway", "a table [gateway]"),
+    (
+        "gateway.shards",
+        "\"auto\" or an integer 1..=16 (the same on both sites)",
+    ),
     ("log.format", "one of \"human\", \"json\""),
     (
         "log.level",

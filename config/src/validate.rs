@@ -132,14 +132,21 @@ pub(crate) fn resolve(raw: RawConfig, origin: &str) -> Result<SiteConfig, Vec<Pr
     let buffer = buffer::resolve(&mut c, &raw.buffer, wan.as_ref().map(|w| &w.paths[..]));
     let pseudo_ack = resolve_pseudo_ack(&mut c, &raw.pseudo_ack);
     let control = resolve_control(&mut c, &raw.control, site.as_deref());
+    let gateway = resolve_gateway(&mut c, &raw.gateway);
     let log = LogConfig {
         format: raw.log.format.unwrap_or_default(),
         level: raw.log.level.unwrap_or_default(),
     };
-    match (site, dc, wan, buffer, pseudo_ack, control) {
-        (Some(site), Some(dc), Some(wan), Some(buffer), Some(pseudo_ack), Some(control))
-            if c.problems.is_empty() =>
-        {
+    match (site, dc, wan, buffer, pseudo_ack, control, gateway) {
+        (
+            Some(site),
+            Some(dc),
+            Some(wan),
+            Some(buffer),
+            Some(pseudo_ack),
+            Some(control),
+            Some(gateway),
+        ) if c.problems.is_empty() => {
             Ok(SiteConfig {
                 site,
                 dc,
@@ -148,6 +155,7 @@ pub(crate) fn resolve(raw: RawConfig, origin: &str) -> Result<SiteConfig, Vec<Pr
                 pseudo_ack,
                 control,
                 log,
+                gateway,
                 origin: origin.to_string(),
                 defaulted: Vec::new(), // filled in by parse_str
             })
@@ -605,6 +613,31 @@ fn resolve_pseudo_ack(c: &mut Checker, p: &RawPseudoAck) -> Option<PseudoAckConf
         coalesce: Duration::from_micros(us?),
         cnp_on_backpressure: p.cnp_on_backpressure.unwrap_or(true),
     })
+}
+
+fn resolve_gateway(c: &mut Checker, g: &RawGateway) -> Option<GatewayConfig> {
+    let shards = match &g.shards {
+        None => Shards::default(),
+        Some(StrOrInt::Str(s)) if s.trim() == "auto" => Shards::Auto,
+        Some(StrOrInt::Int(n)) if (1..=i64::from(MAX_SHARDS)).contains(n) => {
+            Shards::Fixed(*n as u16)
+        }
+        Some(v) => {
+            let got = match v {
+                StrOrInt::Str(s) => format!("{s:?}"),
+                StrOrInt::Int(n) => n.to_string(),
+            };
+            c.err(
+                "gateway.shards",
+                format!(
+                    "must be \"auto\" or an integer 1..={MAX_SHARDS}, not {got} \
+                     (both sites must run the same count)"
+                ),
+            );
+            return None;
+        }
+    };
+    Some(GatewayConfig { shards })
 }
 
 /// `sun_path` is 108 bytes including the terminating NUL.

@@ -773,3 +773,28 @@ fn all_problems_are_reported_in_file_order() {
         Some(soya_config::Location { line: 12, col: 8 })
     );
 }
+
+#[test]
+fn gateway_shards_are_auto_or_a_small_count() {
+    use soya_config::Shards;
+    let cfg = soya_config::parse_str(BASE, "test.toml").unwrap();
+    assert_eq!(cfg.gateway.shards, Shards::Fixed(1), "absent: one shard");
+    let cfg = soya_config::parse_str(&append("[gateway]\nshards = 4\n"), "test.toml").unwrap();
+    assert_eq!(cfg.gateway.shards, Shards::Fixed(4));
+    let cfg =
+        soya_config::parse_str(&append("[gateway]\nshards = \"auto\"\n"), "test.toml").unwrap();
+    assert_eq!(cfg.gateway.shards, Shards::Auto);
+    assert_eq!(Shards::Auto.resolve(1), 1);
+    assert_eq!(Shards::Auto.resolve(2), 1);
+    assert_eq!(Shards::Auto.resolve(4), 3);
+    assert_eq!(Shards::Auto.resolve(64), 8);
+    for bad in ["0", "17", "-1", "\"many\""] {
+        let text = append(&format!("[gateway]\nshards = {bad}\n"));
+        expect_error(
+            &text,
+            "shards",
+            "gateway.shards",
+            &["must be \"auto\" or an integer 1..=16", "both sites"],
+        );
+    }
+}

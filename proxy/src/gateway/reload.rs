@@ -63,6 +63,7 @@ pub fn diff(old: &SiteConfig, new: &SiteConfig) -> ReloadReport {
     );
     restart(old.control.socket != new.control.socket, "control.socket");
     restart(old.log.format != new.log.format, "log.format");
+    restart(old.gateway != new.gateway, "gateway.shards");
     if old.log.level != new.log.level {
         r.applied.push("log.level".into());
     }
