@@ -32,18 +32,29 @@ const SESSION_SALT: &[u8] = b"soya-wan/1 session";
 /// Authenticates HELLO packets (or checksums them in lab mode).
 pub struct HelloAuth {
     key: Option<[u8; 32]>,
+    /// Lab mode: appended to the checksummed bytes.
+    context: Vec<u8>,
 }
 
 impl HelloAuth {
     pub fn new(psk: Option<&[u8; 32]>) -> HelloAuth {
+        HelloAuth::with_context(psk, &[])
+    }
+
+    /// A HELLO authenticator bound to `context`: the HKDF info becomes
+    /// `"hello mac" ‖ context` (lab mode: the CRC also covers `context`).
+    /// An empty context is [`HelloAuth::new`].
+    pub fn with_context(psk: Option<&[u8; 32]>, context: &[u8]) -> HelloAuth {
         HelloAuth {
             key: psk.map(|psk| {
                 let hk = Hkdf::<Sha256>::new(Some(HELLO_SALT), psk);
                 let mut k = [0u8; 32];
                 // 32 bytes is far below HKDF's 255 × 32 limit: cannot fail.
-                hk.expand(b"hello mac", &mut k).unwrap_or_default();
+                hk.expand_multi_info(&[b"hello mac", context], &mut k)
+                    .unwrap_or_default();
                 k
             }),
+            context: context.to_vec(),
         }
     }
 
@@ -55,7 +66,7 @@ impl HelloAuth {
                 out.copy_from_slice(&full[..TAG_LEN]);
                 out
             }
-            None => crc_tag(data, &[]),
+            None => crc_tag(data, &self.context),
         }
     }
 
@@ -69,7 +80,7 @@ impl HelloAuth {
                 m.update(data);
                 tag.len() == TAG_LEN && m.verify_truncated_left(tag).is_ok()
             }
-            None => tag == crc_tag(data, &[]).as_slice(),
+            None => tag == crc_tag(data, &self.context).as_slice(),
         }
     }
 }
@@ -224,5 +235,19 @@ mod tests {
         assert!(!h.verify(b"hellp", &t));
         assert!(!HelloAuth::new(Some(&[2u8; 32])).verify(b"hello", &t));
         assert!(!h.verify(b"hello", &t[..8]));
+        // A context separates HELLOs (shard i of N): keyed and lab mode.
+        for psk in [Some(&[1u8; 32]), None] {
+            let plain = HelloAuth::new(psk);
+            let empty = HelloAuth::with_context(psk, b"");
+            let s0 = HelloAuth::with_context(psk, b"shard 0/2");
+            let s0of3 = HelloAuth::with_context(psk, b"shard 0/3");
+            let t = plain.tag(b"hello");
+            assert!(empty.verify(b"hello", &t), "empty context = no context");
+            assert!(!s0.verify(b"hello", &t));
+            let t0 = s0.tag(b"hello");
+            assert!(s0.verify(b"hello", &t0));
+            assert!(!s0of3.verify(b"hello", &t0));
+            assert!(!plain.verify(b"hello", &t0));
+        }
     }
 }

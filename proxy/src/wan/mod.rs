@@ -160,6 +160,11 @@ pub struct WanConfig {
     /// Exactly one of the twins is the client (key direction labels).
     pub is_client: bool,
     pub tuning: Tuning,
+    /// Bound into the HELLO MAC (the CRC in lab mode): twins whose contexts
+    /// differ never authenticate each other's HELLOs. Empty (the default)
+    /// leaves the HELLO exactly as without it. The gateway puts
+    /// `shard i/N` here when it runs several shards (docs/architecture.md).
+    pub hello_context: Vec<u8>,
 }
 
 impl WanConfig {
@@ -172,6 +177,7 @@ impl WanConfig {
             flow_window_bytes: 8 << 20,
             is_client,
             tuning: Tuning::default(),
+            hello_context: Vec::new(),
         }
     }
 }
@@ -365,7 +371,7 @@ impl WanConnection {
         let frag_size = max_datagram - HEADER_LEN - TAG_LEN - DATA_OVERHEAD - CONTROL_RESERVE;
         let window = cfg.flow_window_bytes.max(2 * flow::MAX_MESSAGE as u64);
         let n = paths.len();
-        WanConnection {
+        let mut c = WanConnection {
             send: SendFlows::new(
                 frag_size,
                 window,
@@ -396,7 +402,11 @@ impl WanConnection {
             counters: Counters::default(),
             last_now: now,
             tuning,
+        };
+        if !cfg.hello_context.is_empty() {
+            c.session.set_hello_context(&cfg.hello_context);
         }
+        c
     }
 
     /// This side's session generation.

@@ -100,6 +100,12 @@ impl Session {
         }
     }
 
+    /// Binds `context` into the HELLO authentication (see
+    /// [`WanConfig::hello_context`](super::WanConfig)).
+    pub fn set_hello_context(&mut self, context: &[u8]) {
+        self.auth = HelloAuth::with_context(self.psk.as_ref(), context);
+    }
+
     /// This side's generation (= its nonce).
     pub fn generation(&self) -> u64 {
         self.my_nonce
