@@ -167,7 +167,7 @@ impl DcIo {
                 })))
             }
             DcBackend::Tun { interface } => Ok(DcIo::Tun(Tun {
-                file: sys::open_tun(interface, TUN_MTU)?,
+                file: sys::open_tun(interface, TUN_MTU, false)?,
                 name: interface.clone(),
             })),
             DcBackend::AfPacket { interface } => Err(io::Error::new(
@@ -177,6 +177,81 @@ impl DcIo {
                      this build; use \"tun\" (route the remote prefixes to it) or \"udp\" (lab)"
                 ),
             )),
+        }
+    }
+
+    /// The DC side of every shard, and whether that shard reads it. udp
+    /// lab: one socket, read by shard 0 only (one reader keeps each QP's
+    /// packets in order through the handoff queues); the other shards
+    /// write through their own handle of it. tun: one queue per shard
+    /// (IFF_MULTI_QUEUE when there are several), each read by its shard.
+    pub fn open_shards(
+        backend: &DcBackend,
+        mode: IoMode,
+        shards: usize,
+    ) -> io::Result<Vec<(DcIo, bool)>> {
+        if shards <= 1 {
+            return Ok(vec![(DcIo::open(backend, mode)?, true)]);
+        }
+        match backend {
+            DcBackend::Udp { listen } => {
+                let first = DcIo::open(backend, mode)?;
+                let DcIo::Udp(u) = &first else {
+                    unreachable!("udp backend opens a udp socket")
+                };
+                let mut out = Vec::with_capacity(shards);
+                for i in 1..shards {
+                    let sock = u.sock.try_clone()?;
+                    let mut io = UdpIo::new(
+                        sock.as_raw_fd(),
+                        mode,
+                        DC_IO_BATCH,
+                        DC_MAX_PACKET,
+                        &format!("dc {listen} (shard {i})"),
+                    );
+                    io.disable_gso();
+                    out.push((
+                        DcIo::Udp(Box::new(UdpLab {
+                            sock,
+                            io,
+                            stage: vec![0; DC_STAGE_BYTES],
+                            staged: Vec::with_capacity(DC_IO_BATCH),
+                            peers: HashMap::new(),
+                            peer_conflicts: 0,
+                            peers_learned: 0,
+                        })),
+                        false,
+                    ));
+                }
+                out.insert(0, (first, true));
+                Ok(out)
+            }
+            DcBackend::Tun { interface } => (0..shards)
+                .map(|_| {
+                    Ok((
+                        DcIo::Tun(Tun {
+                            file: sys::open_tun(interface, TUN_MTU, true)?,
+                            name: interface.clone(),
+                        }),
+                        true,
+                    ))
+                })
+                .collect(),
+            DcBackend::AfPacket { .. } => DcIo::open(backend, mode).map(|d| vec![(d, true)]),
+        }
+    }
+
+    /// Notes that lab host `from` sent a packet whose inner source is
+    /// `inner_src` (a packet another shard read and handed over).
+    pub fn learn(&mut self, inner_src: IpAddr, from: SocketAddr, now: Instant) {
+        if let DcIo::Udp(u) = self {
+            let UdpLab {
+                peers,
+                peer_conflicts,
+                peers_learned,
+                ..
+            } = &mut **u;
+            learn(peers, peer_conflicts, peers_learned, inner_src, from, now);
         }
     }
 
@@ -201,7 +276,7 @@ impl DcIo {
     }
 
     /// Reads one batch and calls `f(packet, from)` for each packet (`from`:
-    /// the lab host's UDP address). When `f` returns an inner source
+    /// the lab host's UDP address, `None` on tun). When `f` returns an inner source
     /// address (the packet passed the ACL), the lab backend learns the
     /// host's UDP address from it. Returns the packets read (0: none) and
     /// whether the socket was emptied.
@@ -209,7 +284,7 @@ impl DcIo {
         &mut self,
         buf: &mut [u8],
         now: Instant,
-        mut f: impl FnMut(&[u8]) -> Option<IpAddr>,
+        mut f: impl FnMut(&[u8], Option<SocketAddr>) -> Option<IpAddr>,
     ) -> io::Result<(usize, bool)> {
         match self {
             DcIo::Udp(u) => {
@@ -221,7 +296,7 @@ impl DcIo {
                     ..
                 } = &mut **u;
                 let n = io.recv(|pkt, from| {
-                    if let (Some(src), Some(from)) = (f(pkt), from) {
+                    if let (Some(src), Some(from)) = (f(pkt, from), from) {
                         learn(peers, peer_conflicts, peers_learned, src, from, now);
                     }
                 });
@@ -233,7 +308,7 @@ impl DcIo {
                     match t.file.read(buf) {
                         Ok(len) => {
                             n += 1;
-                            f(&buf[..len]);
+                            f(&buf[..len], None);
                         }
                         Err(e)
                             if matches!(

@@ -228,6 +228,34 @@ pub fn render_status(s: &Snapshot) -> String {
         w.malformed,
         w.peer_restarts
     );
+    if s.shards.len() > 1 {
+        let _ = writeln!(
+            o,
+            "  shards: {} (host pairs hashed over them; shard i uses wan ports + i)",
+            s.shards.len()
+        );
+        for sh in &s.shards {
+            let _ = writeln!(
+                o,
+                "    shard {:<2} {:<13} dc rx {} tx {}; twin msgs out {} in {}; wan sent {} received {}; handoff out {} in {} dropped {}; slots {}{}",
+                sh.index,
+                if sh.connected { "connected" } else { "NOT connected" },
+                sh.dc_rx_accepted,
+                sh.dc_tx_packets,
+                sh.twin_msgs_out,
+                sh.twin_msgs_in,
+                sh.wan_packets_sent,
+                sh.wan_packets_received,
+                sh.handoff_out,
+                sh.handoff_in,
+                sh.handoff_dropped,
+                sh.slots_used,
+                if sh.alarm.is_empty() { String::new() } else { format!("\n      !! {}", sh.alarm) }
+            );
+        }
+    } else if let Some(a) = s.shards.first().filter(|a| !a.alarm.is_empty()) {
+        let _ = writeln!(o, "  !! {}", a.alarm);
+    }
     let _ = writeln!(o);
     let _ = writeln!(
         o,
@@ -235,10 +263,15 @@ pub fn render_status(s: &Snapshot) -> String {
         "path", "state", "rtt", "min rtt", "loss", "rate", "cwnd", "in flight", "sent", "received"
     );
     for p in &s.paths {
+        let name = if s.shards.len() > 1 {
+            format!("{}#{}", p.name, p.shard)
+        } else {
+            p.name.clone()
+        };
         let _ = writeln!(
             o,
             "{:<16} {:<8} {:>10} {:>10} {:>6.2}% {:>12} {:>11} {:>11} {:>11} {:>11}",
-            p.name,
+            name,
             p.state,
             ms(p.srtt_us),
             ms(p.min_rtt_us),

@@ -22,8 +22,9 @@ use crate::wan::{Event, PathState, Transmit, WanConfig, WanConnection};
 use super::acl::{self, Acl, Verdict};
 use super::backend::{DcIo, TxOutcome};
 use super::glue::{self, Pending, PENDING_HIGH_WATER};
+use super::shard::{self, HandoffRx, HandoffTx};
 use super::snapshot::{
-    BufferSnap, DcCounters, EngineCounters, FlowSnap, PathSnap, Snapshot, TwinCounters,
+    BufferSnap, DcCounters, EngineCounters, FlowSnap, PathSnap, ShardSnap, Snapshot, TwinCounters,
     WanCounters, MAX_FLOWS,
 };
 use super::wanio::WanSockets;
@@ -42,6 +43,11 @@ const SPIN: Duration = Duration::from_micros(50);
 const IDLE_WAIT: Duration = Duration::from_millis(250);
 /// Set (to anything) to keep the device thread at normal priority.
 pub const NORMAL_PRIORITY_ENV: &str = "SOYA_NORMAL_PRIORITY";
+/// Handed-over packets taken from each other shard per turn.
+const HANDOFF_BUDGET: usize = 256;
+/// A shard without a session this long after its start says why it thinks
+/// so (the twin runs another shard count, another key, or is down).
+const CONNECT_ALARM: Duration = Duration::from_secs(5);
 /// How long a drain may take.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -52,6 +58,31 @@ pub struct PathMeta {
     pub remote: String,
     pub dscp: u8,
     pub weight: u32,
+}
+
+/// This device's place among the gateway's shards.
+pub struct ShardCtx {
+    pub index: usize,
+    pub count: usize,
+    /// Reads the DC backend (udp lab: shard 0 only).
+    pub reads_dc: bool,
+    /// Toward each other shard (None at `index`).
+    pub tx: Vec<Option<HandoffTx>>,
+    /// From every other shard.
+    pub rx: Vec<HandoffRx>,
+}
+
+impl ShardCtx {
+    /// The only shard of a gateway.
+    pub fn single() -> ShardCtx {
+        ShardCtx {
+            index: 0,
+            count: 1,
+            reads_dc: true,
+            tx: vec![None],
+            rx: Vec::new(),
+        }
+    }
 }
 
 pub struct Device {
@@ -83,6 +114,12 @@ pub struct Device {
     draining: Option<Instant>,
     closing: bool,
     backend: String,
+    shard: ShardCtx,
+    /// Per shard: packets were handed to it this turn (wake it).
+    woke: Vec<bool>,
+    /// Why this shard has no session, once it has looked long enough.
+    alarm: String,
+    next_check: Instant,
 }
 
 /// A fresh, never-zero 64-bit session nonce from the kernel's CSPRNG.
@@ -123,6 +160,7 @@ impl Device {
         shared: Arc<Shared>,
         epoch: Instant,
         slot_bytes: u64,
+        shard: ShardCtx,
     ) -> Device {
         let backend = dc.describe();
         let max_datagram = wan_cfg.max_datagram.max(crate::wan::MIN_MAX_DATAGRAM);
@@ -152,7 +190,15 @@ impl Device {
             draining: None,
             closing: false,
             backend,
+            woke: vec![false; shard.count],
+            shard,
+            alarm: String::new(),
+            next_check: Instant::now() + CONNECT_ALARM,
         }
+    }
+
+    fn wake(&self) -> &sys::EventFd {
+        &self.shared.wakes[self.shard.index]
     }
 
     fn now(&self) -> Time {
@@ -173,12 +219,29 @@ impl Device {
             );
         }
         let started = Instant::now();
+        // A shard that does not read the DC side polls no descriptor
+        // there (poll ignores negative ones).
+        let dc_fd = if self.shard.reads_dc {
+            self.dc.fd()
+        } else {
+            -1
+        };
         let mut fds = vec![
-            sys::pollfd(self.shared.wake.fd(), libc::POLLIN),
-            sys::pollfd(self.dc.fd(), libc::POLLIN),
+            sys::pollfd(self.wake().fd(), libc::POLLIN),
+            sys::pollfd(dc_fd, libc::POLLIN),
         ];
         for s in 0..self.socks.len() {
             fds.push(sys::pollfd(self.socks.fd(s), libc::POLLIN));
+        }
+        if self.shard.count > 1 {
+            tracing::info!(
+                shard = self.shard.index,
+                shards = self.shard.count,
+                wan = %self.socks.binds.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+                reads_dc = self.shard.reads_dc,
+                "shard {}/{}: talks only to the twin's shard {} (wan ports + {}); the twin must run gateway.shards = {}",
+                self.shard.index, self.shard.count, self.shard.index, self.shard.index, self.shard.count
+            );
         }
         tracing::info!(site = %self.site, backend = %self.backend, generation = format_args!("{:016x}", self.wan.generation()), "gateway running");
         loop {
@@ -191,7 +254,7 @@ impl Device {
                 return self.stop(RunOutcome::Failed(format!("ppoll: {e}")), started);
             }
             if fds[0].revents != 0 {
-                self.shared.wake.clear();
+                self.wake().clear();
             }
             match self.shared.command() {
                 Command::Abort => return self.stop(RunOutcome::Aborted, started),
@@ -217,6 +280,9 @@ impl Device {
                     return self.stop(RunOutcome::Failed(format!("dc backend: {e}")), started);
                 }
             }
+            if !self.shard.rx.is_empty() {
+                self.recv_handoff(now);
+            }
             let now = self.now();
             if self.engine.poll_timeout().is_some_and(|t| t <= now) {
                 self.engine.handle_timeout(now);
@@ -228,6 +294,7 @@ impl Device {
             self.dc.flush();
             self.transmit();
             self.serve_snapshot();
+            self.check_connected();
             if let Some(deadline) = self.draining {
                 if self.is_drained() {
                     return self.stop(RunOutcome::Drained, started);
@@ -252,6 +319,9 @@ impl Device {
         let mut wait = t.map_or(IDLE_WAIT, |t| t.since(now)).min(IDLE_WAIT);
         if self.draining.is_some() {
             wait = wait.min(Duration::from_millis(10));
+        }
+        if self.shard.rx.iter().any(|r| !r.is_empty()) {
+            wait = Duration::ZERO;
         }
         wait
     }
@@ -278,12 +348,15 @@ impl Device {
             draining,
             pending,
             rx,
+            shard,
+            woke,
             ..
         } = self;
         let refuse_new = draining.is_some() || pending.bytes > PENDING_HIGH_WATER;
         let draining = draining.is_some();
+        let (me, count) = (shard.index, shard.count);
         for _ in 0..RX_BATCHES {
-            let (_, drained) = dc.recv_batch(rx, wall, |pkt| {
+            let (_, drained) = dc.recv_batch(rx, wall, |pkt, from| {
                 dcc.rx_packets += 1;
                 dcc.rx_bytes += pkt.len() as u64;
                 let (verdict, addrs) = acl.outbound(pkt);
@@ -292,16 +365,24 @@ impl Device {
                     Verdict::BadSource => dcc.rx_acl_source += 1,
                     Verdict::BadDestination => dcc.rx_acl_destination += 1,
                     Verdict::Pass => {
-                        if refuse_new && is_request(pkt) {
-                            if draining {
-                                dcc.rx_draining += 1;
+                        let owner = addrs.map_or(0, |(s, d)| shard::shard_of_pair(s, d, count));
+                        if owner != me {
+                            // Another shard's host pair: hand it over (its
+                            // owner learns the lab host from it).
+                            let queued = shard
+                                .tx
+                                .get_mut(owner)
+                                .and_then(Option::as_mut)
+                                .is_some_and(|tx| tx.push(pkt, from));
+                            if queued {
+                                dcc.handoff_out += 1;
+                                woke[owner] = true;
                             } else {
-                                dcc.rx_backpressure += 1;
+                                dcc.handoff_dropped += 1;
                             }
-                        } else {
-                            dcc.rx_accepted += 1;
-                            engine.handle_dc(now, pkt);
+                            return None;
                         }
+                        accept(dcc, engine, refuse_new, draining, now, pkt);
                         return addrs.map(|(src, _)| src);
                     }
                 }
@@ -311,7 +392,77 @@ impl Device {
                 break;
             }
         }
+        for (j, w) in self.woke.iter_mut().enumerate() {
+            if std::mem::take(w) {
+                self.shared.wakes[j].wake();
+            }
+        }
         Ok(())
+    }
+
+    /// Takes the packets other shards read for this one.
+    fn recv_handoff(&mut self, now: Time) {
+        let wall = Instant::now();
+        let refuse_new = self.draining.is_some() || self.pending.bytes > PENDING_HIGH_WATER;
+        let draining = self.draining.is_some();
+        for q in self.shard.rx.iter_mut() {
+            for _ in 0..HANDOFF_BUDGET {
+                let Some((len, from)) = q.pop(&mut self.rx) else {
+                    break;
+                };
+                self.dcc.handoff_in += 1;
+                let pkt = &self.rx[..len];
+                if let (Some(from), Some((src, _))) = (from, acl::addresses(pkt)) {
+                    self.dc.learn(src, from, wall);
+                }
+                accept(
+                    &mut self.dcc,
+                    &mut self.engine,
+                    refuse_new,
+                    draining,
+                    now,
+                    pkt,
+                );
+            }
+        }
+    }
+
+    /// Once a second while there is no session: after [`CONNECT_ALARM`],
+    /// says (once) what the counters suggest.
+    fn check_connected(&mut self) {
+        let now = Instant::now();
+        if now < self.next_check {
+            return;
+        }
+        self.next_check = now + Duration::from_secs(1);
+        if self.wan.is_connected() {
+            self.alarm.clear();
+            return;
+        }
+        if !self.alarm.is_empty() {
+            return;
+        }
+        let (i, n) = (self.shard.index, self.shard.count);
+        let st = self.wan.stats();
+        let recv_errors = self.socks.recv_errors();
+        let alarm = if st.auth_failures > 0 {
+            format!(
+                "shard {i}/{n}: no session with the twin after {} s, and the twin's HELLOs fail \
+                 authentication: the twin runs a different gateway.shards (this side: {n}) or \
+                 another wan key",
+                CONNECT_ALARM.as_secs()
+            )
+        } else if recv_errors > 0 && n > 1 {
+            format!(
+                "shard {i}/{n}: no session with the twin after {} s, and nothing listens at its \
+                 ports + {i}: the twin runs fewer shards than gateway.shards = {n} here, or is down",
+                CONNECT_ALARM.as_secs()
+            )
+        } else {
+            return;
+        };
+        tracing::error!("{alarm}");
+        self.alarm = alarm;
     }
 
     /// Moves events and outputs between engine and transport until quiet.
@@ -524,16 +675,25 @@ impl Device {
 
     fn serve_snapshot(&mut self) {
         let req = self.shared.snap_req.load(Ordering::Acquire);
-        if req == self.shared.snap_served() {
+        if req <= self.shared.snap_served(self.shard.index) {
             return;
         }
         let s = self.snapshot("running");
-        self.shared.publish(req, s);
+        self.shared.publish(self.shard.index, req, s);
     }
 
     /// Ends the loop: closes the session (unless aborted), publishes a last
     /// snapshot and reports.
     fn stop(mut self, outcome: RunOutcome, started: Instant) -> RunSummary {
+        if let RunOutcome::Failed(e) = &outcome {
+            // One shard down stops the gateway: the others drain.
+            tracing::error!(
+                shard = self.shard.index,
+                shards = self.shard.count,
+                "device loop FAILED: {e}; stopping the gateway"
+            );
+            self.shared.set_command(Command::Drain);
+        }
         if !matches!(outcome, RunOutcome::Aborted) {
             self.closing = true;
             let now = self.now();
@@ -586,9 +746,10 @@ impl Device {
             wan_bytes_left: self.wan.stats().send_buffered,
             snapshot: self.snapshot("stopped"),
         };
-        let req = self.shared.snap_req.load(Ordering::Acquire);
-        self.shared.publish(req, summary.snapshot.clone());
-        self.shared.stopped();
+        // Served for every later request: readers never wait on it.
+        self.shared
+            .publish(self.shard.index, u64::MAX, summary.snapshot.clone());
+        self.shared.shard_stopped();
         summary
     }
 
@@ -738,10 +899,27 @@ impl Device {
                     auth_failures: p.counters.auth_failures,
                     malformed: p.counters.malformed,
                     times_down: p.counters.times_down,
+                    shard: self.shard.index,
                 })
                 .collect(),
             flows,
             flows_total,
+            shards: vec![ShardSnap {
+                index: self.shard.index,
+                connected: ws.connected,
+                generation: ws.generation,
+                dc_rx_accepted: self.dcc.rx_accepted,
+                dc_tx_packets: self.dcc.tx_packets,
+                twin_msgs_out: self.tw.msgs_out,
+                twin_msgs_in: self.tw.msgs_in,
+                wan_packets_sent: ws.packets_sent,
+                wan_packets_received: ws.packets_received,
+                handoff_out: self.dcc.handoff_out,
+                handoff_in: self.dcc.handoff_in,
+                handoff_dropped: self.dcc.handoff_dropped,
+                slots_used: occ.slots_used as u64,
+                alarm: self.alarm.clone(),
+            }],
         }
     }
 }
@@ -749,4 +927,26 @@ impl Device {
 /// A RoCE request packet (what draining and backpressure refuse).
 fn is_request(pkt: &[u8]) -> bool {
     RocePacket::parse(pkt).is_ok_and(|p| p.info.is_request())
+}
+
+/// A DC packet this shard owns: refused while draining or backpressured
+/// (requests only), else into the engine.
+fn accept(
+    dcc: &mut DcCounters,
+    engine: &mut QpEngine,
+    refuse_new: bool,
+    draining: bool,
+    now: Time,
+    pkt: &[u8],
+) {
+    if refuse_new && is_request(pkt) {
+        if draining {
+            dcc.rx_draining += 1;
+        } else {
+            dcc.rx_backpressure += 1;
+        }
+    } else {
+        dcc.rx_accepted += 1;
+        engine.handle_dc(now, pkt);
+    }
 }

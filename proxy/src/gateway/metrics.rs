@@ -15,9 +15,29 @@ use super::Shared;
 
 struct Out {
     s: String,
+    /// Several shards: path samples carry a `shard` label (path names
+    /// repeat, one connection per shard).
+    shard_label: bool,
 }
 
 impl Out {
+    /// A per-path sample: labels `path` (and `shard`), then `extra`.
+    fn path_sample(
+        &mut self,
+        name: &str,
+        p: &super::snapshot::PathSnap,
+        extra: &[(&str, &str)],
+        v: impl Display,
+    ) {
+        let shard = p.shard.to_string();
+        let mut labels = vec![("path", p.name.as_str())];
+        if self.shard_label {
+            labels.push(("shard", shard.as_str()));
+        }
+        labels.extend_from_slice(extra);
+        self.sample(name, &labels, v);
+    }
+
     fn family(&mut self, name: &str, kind: &str, help: &str) {
         let _ = writeln!(self.s, "# HELP {name} {help}");
         let _ = writeln!(self.s, "# TYPE {name} {kind}");
@@ -66,6 +86,7 @@ impl Out {
 pub fn render(s: &Snapshot) -> String {
     let mut o = Out {
         s: String::with_capacity(16 << 10),
+        shard_label: s.shards.len() > 1,
     };
     let gen = format!("{:#018x}", s.generation);
     o.family("soya_info", "gauge", "Gateway identity (value 1).");
@@ -151,6 +172,91 @@ pub fn render(s: &Snapshot) -> String {
         "udp backend: datagrams for a host bound to another active UDP address.",
         d.lab_host_conflicts,
     );
+    o.by(
+        "soya_dc_handoff_packets_total",
+        "counter",
+        "DC packets read by one shard for another: queued to it, dropped (its queue full), received by it.",
+        "result",
+        &[
+            ("out", d.handoff_out),
+            ("dropped", d.handoff_dropped),
+            ("in", d.handoff_in),
+        ],
+    );
+
+    // Per shard (device thread).
+    o.one(
+        "soya_shards",
+        "gauge",
+        "Shards (device threads) of the gateway.",
+        s.shards.len().max(1),
+    );
+    o.family(
+        "soya_shard_connected",
+        "gauge",
+        "1 when the shard has a session with the twin's shard of the same index.",
+    );
+    for sh in &s.shards {
+        let i = sh.index.to_string();
+        o.sample(
+            "soya_shard_connected",
+            &[("shard", &i)],
+            u8::from(sh.connected),
+        );
+    }
+    type ShardDir = (
+        &'static str,
+        &'static str,
+        [(&'static str, fn(&super::snapshot::ShardSnap) -> u64); 2],
+    );
+    let shard_dirs: [ShardDir; 3] = [
+        (
+            "soya_shard_dc_packets_total",
+            "DC packets of the shard: accepted into its engine (rx), written (tx).",
+            [("rx", |x| x.dc_rx_accepted), ("tx", |x| x.dc_tx_packets)],
+        ),
+        (
+            "soya_shard_twin_messages_total",
+            "Messages between the shard's engine and its twin.",
+            [("out", |x| x.twin_msgs_out), ("in", |x| x.twin_msgs_in)],
+        ),
+        (
+            "soya_shard_wan_packets_total",
+            "WAN packets of the shard's connection.",
+            [
+                ("sent", |x| x.wan_packets_sent),
+                ("received", |x| x.wan_packets_received),
+            ],
+        ),
+    ];
+    for (name, help, dirs) in shard_dirs {
+        o.family(name, "counter", help);
+        for sh in &s.shards {
+            let i = sh.index.to_string();
+            for (dir, f) in dirs {
+                o.sample(name, &[("shard", &i), ("dir", dir)], f(sh));
+            }
+        }
+    }
+    o.family(
+        "soya_shard_handoff_packets_total",
+        "counter",
+        "DC packets the shard handed to others (out, dropped) or received from them (in).",
+    );
+    for sh in &s.shards {
+        let i = sh.index.to_string();
+        for (r, v) in [
+            ("out", sh.handoff_out),
+            ("dropped", sh.handoff_dropped),
+            ("in", sh.handoff_in),
+        ] {
+            o.sample(
+                "soya_shard_handoff_packets_total",
+                &[("shard", &i), ("result", r)],
+                v,
+            );
+        }
+    }
 
     let e = &s.engine;
     o.by(
@@ -420,9 +526,10 @@ pub fn render(s: &Snapshot) -> String {
     );
     for p in paths {
         for st in ["probing", "up", "down"] {
-            o.sample(
+            o.path_sample(
                 "soya_path_state",
-                &[("path", &p.name), ("state", st)],
+                p,
+                &[("state", st)],
                 u8::from(p.state == st),
             );
         }
@@ -462,7 +569,7 @@ pub fn render(s: &Snapshot) -> String {
     for (name, help, f) in gauges {
         o.family(name, "gauge", help);
         for p in paths {
-            o.sample(name, &[("path", &p.name)], f(p));
+            o.path_sample(name, p, &[], f(p));
         }
     }
     type PathCounter = (
@@ -482,8 +589,8 @@ pub fn render(s: &Snapshot) -> String {
         o.family(name, "counter", help);
         for p in paths {
             let (tx, rx) = f(p);
-            o.sample(name, &[("path", &p.name), ("dir", "sent")], tx);
-            o.sample(name, &[("path", &p.name), ("dir", "received")], rx);
+            o.path_sample(name, p, &[("dir", "sent")], tx);
+            o.path_sample(name, p, &[("dir", "received")], rx);
         }
     }
     type PathPlain = (
@@ -519,7 +626,7 @@ pub fn render(s: &Snapshot) -> String {
     for (name, help, f) in counters {
         o.family(name, "counter", help);
         for p in paths {
-            o.sample(name, &[("path", &p.name)], f(p));
+            o.path_sample(name, p, &[], f(p));
         }
     }
 

@@ -98,6 +98,7 @@ pub mod glue;
 pub mod logging;
 pub mod metrics;
 pub mod reload;
+pub mod shard;
 pub mod signals;
 pub mod snapshot;
 mod sys;
@@ -110,7 +111,7 @@ use std::fmt;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -134,27 +135,47 @@ pub enum Command {
     Abort,
 }
 
-/// State shared between the device loop and the other threads.
+/// State shared between the device loops (one per shard) and the other
+/// threads.
 pub struct Shared {
     command: AtomicU8,
-    wake: sys::EventFd,
+    /// Per shard: the eventfd its loop polls (commands, snapshot requests,
+    /// packets handed over by another shard).
+    wakes: Vec<sys::EventFd>,
     snap_req: AtomicU64,
-    snap: Mutex<(u64, Option<Snapshot>)>,
+    /// Per shard: the last request served and its snapshot.
+    snap: Mutex<Vec<(u64, Option<Snapshot>)>>,
     cv: Condvar,
-    /// The device loop has ended; servers stop.
+    /// Device loops still running.
+    running: AtomicUsize,
+    /// Every device loop has ended; servers stop.
     pub(crate) stopping: AtomicBool,
 }
 
 impl Shared {
-    fn new() -> std::io::Result<Shared> {
+    fn new(shards: usize) -> std::io::Result<Shared> {
         Ok(Shared {
             command: AtomicU8::new(0),
-            wake: sys::EventFd::new()?,
+            wakes: (0..shards)
+                .map(|_| sys::EventFd::new())
+                .collect::<Result<_, _>>()?,
             snap_req: AtomicU64::new(0),
-            snap: Mutex::new((0, None)),
+            snap: Mutex::new(vec![(0, None); shards]),
             cv: Condvar::new(),
+            running: AtomicUsize::new(shards),
             stopping: AtomicBool::new(false),
         })
+    }
+
+    /// Shards of this gateway.
+    pub fn shards(&self) -> usize {
+        self.wakes.len()
+    }
+
+    fn wake_all(&self) {
+        for w in &self.wakes {
+            w.wake();
+        }
     }
 
     fn command(&self) -> Command {
@@ -173,19 +194,30 @@ impl Shared {
         };
         // Never downgrade (an abort stays an abort).
         self.command.fetch_max(v, Ordering::AcqRel);
-        self.wake.wake();
+        self.wake_all();
     }
 
-    fn snap_served(&self) -> u64 {
-        self.snap.lock().map_or(0, |g| g.0)
+    fn snap_served(&self, shard: usize) -> u64 {
+        self.snap
+            .lock()
+            .map_or(0, |g| g.get(shard).map_or(0, |x| x.0))
     }
 
-    fn publish(&self, req: u64, s: Snapshot) {
+    fn publish(&self, shard: usize, req: u64, s: Snapshot) {
         if let Ok(mut g) = self.snap.lock() {
-            g.0 = g.0.max(req);
-            g.1 = Some(s);
+            if let Some(slot) = g.get_mut(shard) {
+                slot.0 = slot.0.max(req);
+                slot.1 = Some(s);
+            }
         }
         self.cv.notify_all();
+    }
+
+    /// One device loop ended (its last snapshot is published).
+    fn shard_stopped(&self) {
+        if self.running.fetch_sub(1, Ordering::AcqRel) <= 1 {
+            self.stopped();
+        }
     }
 
     fn stopped(&self) {
@@ -193,19 +225,22 @@ impl Shared {
         self.cv.notify_all();
     }
 
-    /// A fresh snapshot from the device loop (the last one once it ended),
-    /// waiting at most `timeout`.
+    /// A fresh snapshot of every shard, merged (the last ones once they
+    /// ended), waiting at most `timeout`.
     pub fn snapshot(&self, timeout: Duration) -> Option<Snapshot> {
         let ticket = self.snap_req.fetch_add(1, Ordering::AcqRel) + 1;
-        self.wake.wake();
+        self.wake_all();
         let g = self.snap.lock().ok()?;
         let (g, _) = self
             .cv
-            .wait_timeout_while(g, timeout, |(served, _)| {
-                *served < ticket && !self.stopping.load(Ordering::Acquire)
+            .wait_timeout_while(g, timeout, |v| {
+                v.iter().any(|(served, _)| *served < ticket)
+                    && !self.stopping.load(Ordering::Acquire)
             })
             .ok()?;
-        g.1.clone()
+        let parts: Vec<Snapshot> = g.iter().filter_map(|(_, s)| s.clone()).collect();
+        drop(g);
+        snapshot::merge(parts)
     }
 }
 
@@ -528,7 +563,8 @@ impl Control {
 /// A running gateway.
 pub struct Gateway {
     shared: Arc<Shared>,
-    device: Option<JoinHandle<RunSummary>>,
+    /// One device loop per shard, by index.
+    devices: Vec<JoinHandle<RunSummary>>,
     servers: Vec<JoinHandle<()>>,
     metrics_addr: Option<SocketAddr>,
     socket_path: PathBuf,
@@ -548,12 +584,20 @@ impl Gateway {
             tracing::warn!("{w}");
         }
         let io = io_mode()?;
-        let wan_cfg = wan_config(cfg, key);
-        let dc = backend::DcIo::open(&cfg.dc.backend, io).map_err(GatewayError::Backend)?;
-        let (socks, warnings) = wanio::WanSockets::open(&cfg.wan, io, wan_cfg.max_datagram)
-            .map_err(GatewayError::Wan)?;
-        for w in warnings {
-            tracing::warn!("{w}");
+        let shards = usize::from(cfg.gateway.shards.resolve_here());
+        let dcs = backend::DcIo::open_shards(&cfg.dc.backend, io, shards)
+            .map_err(GatewayError::Backend)?;
+        let mut sites = Vec::with_capacity(shards);
+        for i in 0..shards {
+            let scfg = shard::shard_site(cfg, i as u16, shards as u16);
+            let mut wan_cfg = wan_config(&scfg, key);
+            wan_cfg.hello_context = shard::hello_context(i as u16, shards as u16);
+            let (socks, warnings) = wanio::WanSockets::open(&scfg.wan, io, wan_cfg.max_datagram)
+                .map_err(GatewayError::Wan)?;
+            for w in warnings {
+                tracing::warn!("{w}");
+            }
+            sites.push((scfg, wan_cfg, socks));
         }
         let mut metrics_listener = None;
         let mut metrics_addr = None;
@@ -568,38 +612,51 @@ impl Gateway {
                 err,
             })?;
 
-        let nonce = device::session_nonce()?;
         let epoch = Instant::now();
-        let wan = WanConnection::new(wan_cfg.clone(), Time::ZERO, nonce);
-        let engine = QpEngine::new(EngineConfig::from_site(cfg));
-        let shared = Arc::new(Shared::new()?);
-        let paths = cfg
-            .wan
-            .paths
-            .iter()
-            .map(|p| device::PathMeta {
-                name: p.name.clone(),
-                local: p.bind.to_string(),
-                remote: p.remote.to_string(),
-                dscp: p.dscp,
-                weight: p.weight,
-            })
-            .collect();
-        let dev = device::Device::new(
-            cfg.site.clone(),
-            key.is_none(),
-            cfg.pseudo_ack.policy.to_string(),
-            engine,
-            wan,
-            wan_cfg,
-            dc,
-            socks,
-            acl,
-            paths,
-            shared.clone(),
-            epoch,
-            u64::from(cfg.buffer.slot_bytes),
-        );
+        let shared = Arc::new(Shared::new(shards)?);
+        let (mut txs, mut rxs) = shard::queues(shards, backend::DC_MAX_PACKET);
+        let mut devs = Vec::with_capacity(shards);
+        for (i, ((dc, reads_dc), (scfg, wan_cfg, socks))) in dcs.into_iter().zip(sites).enumerate()
+        {
+            let nonce = device::session_nonce()?;
+            let wan = WanConnection::new(wan_cfg.clone(), Time::ZERO, nonce);
+            let engine = QpEngine::new(EngineConfig::from_site(&scfg));
+            let paths = scfg
+                .wan
+                .paths
+                .iter()
+                .map(|p| device::PathMeta {
+                    name: p.name.clone(),
+                    local: p.bind.to_string(),
+                    remote: p.remote.to_string(),
+                    dscp: p.dscp,
+                    weight: p.weight,
+                })
+                .collect();
+            let ctx = device::ShardCtx {
+                index: i,
+                count: shards,
+                reads_dc,
+                tx: std::mem::take(&mut txs[i]),
+                rx: std::mem::take(&mut rxs[i]),
+            };
+            devs.push(device::Device::new(
+                cfg.site.clone(),
+                key.is_none(),
+                cfg.pseudo_ack.policy.to_string(),
+                engine,
+                wan,
+                wan_cfg,
+                dc,
+                socks,
+                acl.clone(),
+                paths,
+                shared.clone(),
+                epoch,
+                u64::from(cfg.buffer.slot_bytes),
+                ctx,
+            ));
+        }
         let mut servers = Vec::new();
         if let Some(l) = metrics_listener {
             servers.push(metrics::serve(l, shared.clone())?);
@@ -609,12 +666,37 @@ impl Gateway {
             cfg.control.socket.clone(),
             shared.clone(),
         )?);
-        let device = std::thread::Builder::new()
-            .name("soya-device".into())
-            .spawn(move || dev.run())?;
+        if shards > 1 {
+            tracing::info!(
+                shards,
+                "{shards} shards (device threads): host pairs are spread over them by a hash of \
+                 the two addresses; shard i uses wan ports + i; the twin must run {shards} too"
+            );
+        }
+        let mut devices = Vec::with_capacity(shards);
+        for (i, dev) in devs.into_iter().enumerate() {
+            let name = if i == 0 {
+                "soya-device".to_string()
+            } else {
+                format!("soya-device-{i}")
+            };
+            match std::thread::Builder::new()
+                .name(name)
+                .spawn(move || dev.run())
+            {
+                Ok(h) => devices.push(h),
+                Err(e) => {
+                    shared.set_command(Command::Abort);
+                    for h in devices {
+                        let _ = h.join();
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
         Ok(Gateway {
             shared,
-            device: Some(device),
+            devices,
             servers,
             metrics_addr,
             socket_path: cfg.control.socket.clone(),
@@ -649,9 +731,14 @@ impl Gateway {
         self.shared.snapshot(Duration::from_secs(2))
     }
 
-    /// Whether the device loop has ended.
+    /// Whether every device loop has ended.
     pub fn is_finished(&self) -> bool {
-        self.device.as_ref().is_none_or(|d| d.is_finished())
+        self.devices.iter().all(JoinHandle::is_finished)
+    }
+
+    /// Shards (device threads) of this gateway.
+    pub fn shards(&self) -> usize {
+        self.shared.shards()
     }
 
     /// Waits for the device loop to end (after [`Self::drain`] or
@@ -668,36 +755,60 @@ impl Gateway {
     }
 
     fn join(&mut self) -> RunSummary {
-        let summary = match self.device.take().map(JoinHandle::join) {
-            Some(Ok(s)) => s,
-            Some(Err(_)) => RunSummary {
-                outcome: RunOutcome::Failed("device loop panicked".into()),
-                elapsed: Duration::ZERO,
-                buffered_slots_left: 0,
-                waiting_left: 0,
-                wan_bytes_left: 0,
-                snapshot: Snapshot::default(),
-            },
-            None => RunSummary {
-                outcome: RunOutcome::Aborted,
-                elapsed: Duration::ZERO,
-                buffered_slots_left: 0,
-                waiting_left: 0,
-                wan_bytes_left: 0,
-                snapshot: Snapshot::default(),
-            },
+        let failed = |why: &str| RunSummary {
+            outcome: RunOutcome::Failed(why.into()),
+            elapsed: Duration::ZERO,
+            buffered_slots_left: 0,
+            waiting_left: 0,
+            wan_bytes_left: 0,
+            snapshot: Snapshot::default(),
         };
+        let mut parts: Vec<RunSummary> = self
+            .devices
+            .drain(..)
+            .map(|d| d.join().unwrap_or_else(|_| failed("device loop panicked")))
+            .collect();
         self.shared.stopped();
         for s in self.servers.drain(..) {
             let _ = s.join();
         }
-        summary
+        if parts.len() <= 1 {
+            return parts.pop().unwrap_or(RunSummary {
+                outcome: RunOutcome::Aborted,
+                ..failed("")
+            });
+        }
+        // The worst outcome of any shard, the sums of what was left.
+        let rank = |o: &RunOutcome| match o {
+            RunOutcome::Drained => 0,
+            RunOutcome::Aborted => 1,
+            RunOutcome::DrainTimeout => 2,
+            RunOutcome::Failed(_) => 3,
+        };
+        let mut outcome = RunOutcome::Drained;
+        for (i, p) in parts.iter().enumerate() {
+            if rank(&p.outcome) > rank(&outcome) {
+                outcome = match &p.outcome {
+                    RunOutcome::Failed(e) => RunOutcome::Failed(format!("shard {i}: {e}")),
+                    o => o.clone(),
+                };
+            }
+        }
+        RunSummary {
+            outcome,
+            elapsed: parts.iter().map(|p| p.elapsed).max().unwrap_or_default(),
+            buffered_slots_left: parts.iter().map(|p| p.buffered_slots_left).sum(),
+            waiting_left: parts.iter().map(|p| p.waiting_left).sum(),
+            wan_bytes_left: parts.iter().map(|p| p.wan_bytes_left).sum(),
+            snapshot: snapshot::merge(parts.into_iter().map(|p| p.snapshot).collect())
+                .unwrap_or_default(),
+        }
     }
 }
 
 impl Drop for Gateway {
     fn drop(&mut self) {
-        if self.device.is_some() {
+        if !self.devices.is_empty() {
             self.shared.set_command(Command::Abort);
             let _ = self.join();
         }

@@ -32,6 +32,32 @@ pub struct Snapshot {
     pub flows: Vec<FlowSnap>,
     /// Halves the engine knows (ingress + egress).
     pub flows_total: usize,
+    /// One entry per shard (device thread), by index.
+    #[serde(default)]
+    pub shards: Vec<ShardSnap>,
+}
+
+/// One shard's share of the traffic and its session.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ShardSnap {
+    pub index: usize,
+    pub connected: bool,
+    pub generation: u64,
+    /// DC packets this shard fed its engine (read itself or handed over).
+    pub dc_rx_accepted: u64,
+    pub dc_tx_packets: u64,
+    pub twin_msgs_out: u64,
+    pub twin_msgs_in: u64,
+    pub wan_packets_sent: u64,
+    pub wan_packets_received: u64,
+    /// DC packets it read for another shard and handed over / dropped
+    /// (queue full), and packets other shards handed to it.
+    pub handoff_out: u64,
+    pub handoff_dropped: u64,
+    pub handoff_in: u64,
+    pub slots_used: u64,
+    /// Why it thinks it has no session (empty when fine).
+    pub alarm: String,
 }
 
 /// Packets between the gateway and its local data center.
@@ -62,6 +88,14 @@ pub struct DcCounters {
     /// is bound to another, still active UDP address.
     pub lab_hosts: u64,
     pub lab_host_conflicts: u64,
+    /// Read for another shard and queued to it / dropped because its queue
+    /// was full; received from other shards.
+    #[serde(default)]
+    pub handoff_out: u64,
+    #[serde(default)]
+    pub handoff_dropped: u64,
+    #[serde(default)]
+    pub handoff_in: u64,
 }
 
 /// `QpEngine::stats`.
@@ -167,6 +201,9 @@ pub struct PathSnap {
     pub auth_failures: u64,
     pub malformed: u64,
     pub times_down: u64,
+    /// The shard (device thread) whose connection owns this path.
+    #[serde(default)]
+    pub shard: usize,
 }
 
 /// One half as this gateway sees it.
@@ -196,4 +233,63 @@ pub struct FlowSnap {
     /// Every engine counter of the half (`IngressStats` / `EgressStats`),
     /// for `soya status --json` and debugging.
     pub detail: String,
+}
+
+/// Adds every number of `b` into `a` (field by field, via serde: the
+/// counter structs are flat).
+fn add_into<T: Serialize + serde::de::DeserializeOwned>(a: &mut T, b: &T) {
+    let (Ok(serde_json::Value::Object(mut x)), Ok(serde_json::Value::Object(y))) =
+        (serde_json::to_value(&*a), serde_json::to_value(b))
+    else {
+        return;
+    };
+    for (k, v) in y {
+        if let (Some(serde_json::Value::Number(p)), serde_json::Value::Number(q)) = (x.get(&k), &v)
+        {
+            if let (Some(p), Some(q)) = (p.as_u64(), q.as_u64()) {
+                x.insert(k, serde_json::Value::from(p.saturating_add(q)));
+            }
+        }
+    }
+    if let Ok(t) = serde_json::from_value(serde_json::Value::Object(x)) {
+        *a = t;
+    }
+}
+
+/// The gateway's snapshot from its shards' (in shard order): counters
+/// summed, paths and shards listed, the busiest flows of all. One shard:
+/// its snapshot unchanged.
+pub fn merge(mut parts: Vec<Snapshot>) -> Option<Snapshot> {
+    if parts.len() <= 1 {
+        return parts.pop();
+    }
+    parts.sort_by_key(|p| p.shards.first().map_or(0, |s| s.index));
+    let mut it = parts.into_iter();
+    let mut m = it.next()?;
+    let slot_bytes = m.buffer.slot_bytes;
+    let mut lab_hosts = m.dc.lab_hosts;
+    for p in it {
+        lab_hosts = lab_hosts.max(p.dc.lab_hosts);
+        add_into(&mut m.dc, &p.dc);
+        add_into(&mut m.engine, &p.engine);
+        add_into(&mut m.buffer, &p.buffer);
+        add_into(&mut m.twin, &p.twin);
+        add_into(&mut m.wan, &p.wan);
+        m.connected &= p.connected;
+        if p.state == "draining" || m.state == "stopped" {
+            m.state = p.state.clone();
+        }
+        m.paths.extend(p.paths);
+        m.flows.extend(p.flows);
+        m.flows_total += p.flows_total;
+        m.shards.extend(p.shards);
+    }
+    // Every shard has the same slot size; a lab host is learned by every
+    // shard that talks to it.
+    m.buffer.slot_bytes = slot_bytes;
+    m.dc.lab_hosts = lab_hosts;
+    m.flows
+        .sort_by_key(|f| std::cmp::Reverse((f.bytes, f.packets)));
+    m.flows.truncate(MAX_FLOWS);
+    Some(m)
 }
