@@ -739,3 +739,182 @@ fn killing_the_far_gateway_never_yields_silent_success() {
     }
     drop(gb2);
 }
+
+// ----- shards -----
+
+/// A lab whose gateways run `sa` and `sb` shards.
+fn lab_shards(test: &str, keyed: bool, sa: u16, sb: u16) -> Lab {
+    let l = lab(test, keyed, "10gbit");
+    for (f, n) in [(&l.fa, sa), (&l.fb, sb)] {
+        let mut text = std::fs::read_to_string(f).unwrap();
+        text.push_str(&format!("[gateway]\nshards = {n}\n"));
+        std::fs::write(f, text).unwrap();
+    }
+    l
+}
+
+#[test]
+fn two_shards_carry_verified_rdma_for_several_host_pairs() {
+    use soya::gateway::shard::shard_of_pair;
+    let l = lab_shards("shards", false, 2, 2);
+    let ga = start(&l.fa);
+    let gb = start(&l.fb);
+    assert_eq!((ga.shards(), gb.shards()), (2, 2));
+    wait_for(&ga, "both shards connected", |s| {
+        s.connected && s.shards.len() == 2 && s.shards.iter().all(|x| x.connected)
+    });
+    // Four host pairs, two hashed to each shard.
+    let mut pairs: Vec<(Ipv4Addr, Ipv4Addr)> = Vec::new();
+    let mut per = [0; 2];
+    for k in 10..60u8 {
+        let (x, y) = (Ipv4Addr::new(10, 1, 0, k), Ipv4Addr::new(10, 2, 0, k));
+        let s = shard_of_pair(x.into(), y.into(), 2);
+        if per[s] < 2 {
+            per[s] += 1;
+            pairs.push((x, y));
+        }
+    }
+    assert_eq!(pairs.len(), 4);
+    let epoch = Instant::now();
+    let mut hosts: Vec<Host> = Vec::new();
+    for (i, (x, y)) in pairs.iter().enumerate() {
+        let q = 0x100 + 2 * i as u32;
+        hosts.push(Host::new(*x, q, *y, q + 1, l.a.dc, true));
+        hosts.push(Host::new(*y, q + 1, *x, q, l.b.dc, true));
+    }
+    {
+        let mut refs: Vec<&mut Host> = hosts.iter_mut().collect();
+        drive(&mut refs, epoch, Duration::from_secs(5), |_| {}, |_| true);
+    }
+    wait_for(&ga, "A's hosts learned", |s| s.dc.lab_hosts == 4);
+    wait_for(&gb, "B's hosts learned", |s| s.dc.lab_hosts == 4);
+    const WRITES: u32 = 40;
+    const READS: u32 = 20;
+    const W: u32 = 64 << 10;
+    let mut plans: Vec<Vec<WorkRequest>> = Vec::new();
+    for i in 0..pairs.len() {
+        let (base, rkey) = (hosts[2 * i + 1].base(), hosts[2 * i + 1].rkey());
+        let mut p = Vec::new();
+        for j in 0..WRITES {
+            p.push(WorkRequest::Write {
+                remote_va: base + u64::from(j % 64) * u64::from(W),
+                rkey,
+                len: W,
+                imm: None,
+            });
+            if j < READS {
+                p.push(WorkRequest::Read {
+                    remote_va: base + (MEM as u64 / 2) + u64::from(j) * u64::from(W),
+                    rkey,
+                    len: W,
+                });
+            }
+        }
+        plans.push(p);
+    }
+    let mut next = vec![0usize; pairs.len()];
+    let n_per = plans[0].len();
+    let mut refs: Vec<&mut Host> = hosts.iter_mut().collect();
+    let ok = drive(
+        &mut refs,
+        epoch,
+        Duration::from_secs(30),
+        |hs| {
+            for (i, p) in plans.iter().enumerate() {
+                while next[i] < p.len() && hs[2 * i].qp.outstanding() < 16 {
+                    hs[2 * i].qp.post_send(p[next[i]]).unwrap();
+                    next[i] += 1;
+                }
+            }
+        },
+        |hs| {
+            (0..4).all(|i| {
+                hs[2 * i].completions.len() == n_per
+                    && hs[2 * i + 1].qp.memory().stats().bytes_placed
+                        == u64::from(WRITES) * u64::from(W)
+            })
+        },
+    );
+    drop(refs);
+    let sa = ga.snapshot().unwrap();
+    let sb = gb.snapshot().unwrap();
+    assert!(ok, "transfer did not finish\n{sa:#?}\n{sb:#?}");
+    for (i, h) in hosts.iter().enumerate() {
+        for c in &h.completions {
+            assert_eq!(c.status, CompletionStatus::Success, "host {i}: {c:?}");
+        }
+        let m = h.qp.memory().verify_all();
+        assert!(m.is_ok(), "host {i} data errors: {m:?}");
+        assert_eq!(h.qp.stats().data_errors, 0);
+    }
+    for i in 0..4 {
+        let m = hosts[2 * i].qp.memory().stats();
+        assert_eq!(m.read_bytes_received, u64::from(READS) * u64::from(W));
+        assert!(m.bytes_verified > 0);
+    }
+    // Both shards of both gateways carried traffic; the udp backend has
+    // one reader (shard 0), so shard 1's packets were all handed over.
+    for (s, name) in [(&sa, "A"), (&sb, "B")] {
+        assert_eq!(s.shards.len(), 2, "{name}");
+        for sh in &s.shards {
+            assert!(
+                sh.dc_rx_accepted > 0 && sh.twin_msgs_out > 0 && sh.twin_msgs_in > 0,
+                "{name}: shard {} idle: {sh:?}",
+                sh.index
+            );
+        }
+        assert!(s.shards[0].handoff_out > 0, "{name}: {:?}", s.shards);
+        assert_eq!(s.shards[1].handoff_in, s.shards[0].handoff_out, "{name}");
+        assert_eq!(s.dc.handoff_dropped, 0, "{name}");
+        assert_eq!(s.twin.pending_overflow, 0);
+        assert_eq!(s.wan.peer_restarts, 0);
+        // Path metrics are per shard.
+        let m = soya::gateway::metrics::render(s);
+        assert!(
+            m.contains("soya_path_state{path=\"fast\",shard=\"1\",state=\"up\"} 1"),
+            "{m}"
+        );
+        assert!(m.contains("soya_shard_handoff_packets_total{shard=\"1\",result=\"in\"}"));
+    }
+    println!("shards: A {:?}\nB {:?}", sa.shards, sb.shards);
+    ga.drain();
+    gb.drain();
+    let (ra, rb) = (ga.wait(), gb.wait());
+    assert_eq!(ra.outcome, soya::gateway::RunOutcome::Drained, "{ra}");
+    assert_eq!(rb.outcome, soya::gateway::RunOutcome::Drained, "{rb}");
+}
+
+#[test]
+fn a_shard_count_mismatch_is_reported() {
+    let l = lab_shards("mismatch", true, 2, 1);
+    let ga = start(&l.fa);
+    let gb = start(&l.fb);
+    let sa = wait_for(&ga, "A's alarm", |s| {
+        s.shards.len() == 2 && s.shards.iter().all(|x| !x.alarm.is_empty())
+    });
+    let sb = wait_for(&gb, "B's alarm", |s| {
+        s.shards.first().is_some_and(|x| !x.alarm.is_empty())
+    });
+    assert!(!sa.connected && !sb.connected);
+    assert!(
+        sa.shards[0]
+            .alarm
+            .contains("different gateway.shards (this side: 2)"),
+        "{:?}",
+        sa.shards
+    );
+    assert!(
+        sa.shards[1].alarm.contains("fewer shards"),
+        "{:?}",
+        sa.shards
+    );
+    assert!(
+        sb.shards[0]
+            .alarm
+            .contains("different gateway.shards (this side: 1)"),
+        "{:?}",
+        sb.shards
+    );
+    let status = soya::gateway::control::render_status(&sa);
+    assert!(status.contains("!! shard 1/2"), "{status}");
+}

@@ -444,7 +444,7 @@ impl Device {
         }
         let (i, n) = (self.shard.index, self.shard.count);
         let st = self.wan.stats();
-        let recv_errors = self.socks.recv_errors();
+        let heard = st.paths.iter().any(|p| p.counters.packets_received > 0);
         let alarm = if st.auth_failures > 0 {
             format!(
                 "shard {i}/{n}: no session with the twin after {} s, and the twin's HELLOs fail \
@@ -452,10 +452,11 @@ impl Device {
                  another wan key",
                 CONNECT_ALARM.as_secs()
             )
-        } else if recv_errors > 0 && n > 1 {
+        } else if !heard && n > 1 {
             format!(
-                "shard {i}/{n}: no session with the twin after {} s, and nothing listens at its \
-                 ports + {i}: the twin runs fewer shards than gateway.shards = {n} here, or is down",
+                "shard {i}/{n}: no session with the twin after {} s, and nothing ever came from \
+                 its ports + {i}: the twin runs fewer shards than gateway.shards = {n} here, is \
+                 down, or a firewall blocks those ports",
                 CONNECT_ALARM.as_secs()
             )
         } else {

@@ -267,9 +267,7 @@ pub fn merge(mut parts: Vec<Snapshot>) -> Option<Snapshot> {
     let mut it = parts.into_iter();
     let mut m = it.next()?;
     let slot_bytes = m.buffer.slot_bytes;
-    let mut lab_hosts = m.dc.lab_hosts;
     for p in it {
-        lab_hosts = lab_hosts.max(p.dc.lab_hosts);
         add_into(&mut m.dc, &p.dc);
         add_into(&mut m.engine, &p.engine);
         add_into(&mut m.buffer, &p.buffer);
@@ -284,10 +282,9 @@ pub fn merge(mut parts: Vec<Snapshot>) -> Option<Snapshot> {
         m.flows_total += p.flows_total;
         m.shards.extend(p.shards);
     }
-    // Every shard has the same slot size; a lab host is learned by every
-    // shard that talks to it.
+    // Every shard has the same slot size. (A lab host is learned, and
+    // counted, by every shard that owns one of its host pairs.)
     m.buffer.slot_bytes = slot_bytes;
-    m.dc.lab_hosts = lab_hosts;
     m.flows
         .sort_by_key(|f| std::cmp::Reverse((f.bytes, f.packets)));
     m.flows.truncate(MAX_FLOWS);
