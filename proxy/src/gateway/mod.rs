@@ -7,10 +7,13 @@
 //!
 //! # Threads
 //!
-//! - **device loop** (`soya-device`, [`device`]): the only thread that
-//!   touches the state machines and the packet sockets (DC backend, one UDP
-//!   socket per `wan.bind`). ppoll(2) on all of them plus an eventfd, with
-//!   the earliest engine / transport / pacing deadline as timeout.
+//! - **device loops** (`soya-device`, `soya-device-1`, …, [`device`]): one
+//!   per shard ([`shard`], `gateway.shards`), each the only thread that
+//!   touches its state machines and its packet sockets (DC backend, one UDP
+//!   socket per `wan.bind` at port + shard). ppoll(2) on all of them plus
+//!   an eventfd, with the earliest engine / transport / pacing deadline as
+//!   timeout. Host pairs are hashed to shards; a DC packet read by another
+//!   shard is handed over through a bounded SPSC ring.
 //! - **metrics** (`soya-metrics`, [`metrics`]): HTTP/1.0 `GET /metrics` on
 //!   `control.metrics`.
 //! - **control** (`soya-control`, [`control`]): the Unix socket
@@ -34,7 +37,16 @@
 //!
 //! DC side: `soya_dc_rx_packets_total{result=accepted|malformed|acl_source|acl_destination|draining|backpressure}`,
 //! `soya_dc_rx_bytes_total`, `soya_dc_tx_packets_total{result=sent|no_peer|acl|error}`,
-//! `soya_dc_tx_bytes_total`, `soya_dc_lab_hosts`, `soya_dc_lab_host_conflicts_total`.
+//! `soya_dc_tx_bytes_total`, `soya_dc_lab_hosts`, `soya_dc_lab_host_conflicts_total`,
+//! `soya_dc_handoff_packets_total{result=out|dropped|in}`.
+//!
+//! Shards: `soya_shards`, `soya_shard_connected{shard}`,
+//! `soya_shard_dc_packets_total{shard,dir=rx|tx}`,
+//! `soya_shard_twin_messages_total{shard,dir=out|in}`,
+//! `soya_shard_wan_packets_total{shard,dir=sent|received}`,
+//! `soya_shard_handoff_packets_total{shard,result=out|dropped|in}`. Other
+//! counters are sums over the shards; with several shards the per-path
+//! series also carry the label `shard`.
 //!
 //! Engine: `soya_engine_dc_packets_total{kind=all|malformed|bad_icrc|not_roce}`,
 //! `soya_engine_twin_messages_total{kind=all|malformed}`,
