@@ -167,7 +167,7 @@ impl DcIo {
                 })))
             }
             DcBackend::Tun { interface } => Ok(DcIo::Tun(Tun {
-                file: sys::open_tun(interface, TUN_MTU, false)?,
+                file: sys::open_tun(interface, TUN_MTU)?,
                 name: interface.clone(),
             })),
             DcBackend::AfPacket { interface } => Err(io::Error::new(
@@ -183,8 +183,8 @@ impl DcIo {
     /// The DC side of every shard, and whether that shard reads it. udp
     /// lab: one socket, read by shard 0 only (one reader keeps each QP's
     /// packets in order through the handoff queues); the other shards
-    /// write through their own handle of it. tun: one queue per shard
-    /// (IFF_MULTI_QUEUE when there are several), each read by its shard.
+    /// write through their own handle of it. tun: the same (one queue,
+    /// read by shard 0, written through duplicated descriptors).
     pub fn open_shards(
         backend: &DcBackend,
         mode: IoMode,
@@ -226,17 +226,36 @@ impl DcIo {
                 out.insert(0, (first, true));
                 Ok(out)
             }
-            DcBackend::Tun { interface } => (0..shards)
-                .map(|_| {
-                    Ok((
+            DcBackend::Tun { interface } => {
+                // One queue, read by shard 0, as with udp: with one queue per
+                // shard (IFF_MULTI_QUEUE) the kernel picks the queue by its
+                // own flow steering, so a QP's packets could reach two shards
+                // and the handed-over ones be overtaken (a sequence NAK and a
+                // go-back-N resend at the requester). Writes toward the DC go
+                // through duplicated descriptors (one packet per write(2)).
+                let file = sys::open_tun(interface, TUN_MTU)?;
+                let mut out = Vec::with_capacity(shards);
+                for _ in 1..shards {
+                    out.push((
                         DcIo::Tun(Tun {
-                            file: sys::open_tun(interface, TUN_MTU, true)?,
+                            file: file.try_clone()?,
+                            name: interface.clone(),
+                        }),
+                        false,
+                    ));
+                }
+                out.insert(
+                    0,
+                    (
+                        DcIo::Tun(Tun {
+                            file,
                             name: interface.clone(),
                         }),
                         true,
-                    ))
-                })
-                .collect(),
+                    ),
+                );
+                Ok(out)
+            }
             DcBackend::AfPacket { .. } => DcIo::open(backend, mode).map(|d| vec![(d, true)]),
         }
     }

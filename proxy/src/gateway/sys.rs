@@ -221,9 +221,7 @@ fn ifreq_named(name: &str) -> io::Result<libc::ifreq> {
 
 /// Opens (or creates) tun device `name` in IFF_TUN | IFF_NO_PI mode,
 /// non-blocking, sets its MTU and brings it up. Routes are the operator's.
-/// Opens (or, with `multi_queue`, attaches one more queue of) the tun
-/// device `name`.
-pub fn open_tun(name: &str, mtu: u32, multi_queue: bool) -> io::Result<File> {
+pub fn open_tun(name: &str, mtu: u32) -> io::Result<File> {
     let path = c"/dev/net/tun";
     // SAFETY: path is a valid C string; the fd is owned by the File below.
     let fd = cvt(unsafe {
@@ -235,12 +233,7 @@ pub fn open_tun(name: &str, mtu: u32, multi_queue: bool) -> io::Result<File> {
     // SAFETY: fresh descriptor, owned from here on (closed on error paths).
     let file = unsafe { File::from_raw_fd(fd) };
     let mut ifr = ifreq_named(name)?;
-    let mq = if multi_queue {
-        libc::IFF_MULTI_QUEUE
-    } else {
-        0
-    };
-    ifr.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI | mq) as libc::c_short;
+    ifr.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
     // SAFETY: TUNSETIFF reads and writes an ifreq we own.
     cvt(unsafe { libc::ioctl(file.as_raw_fd(), libc::TUNSETIFF as _, &mut ifr) })?;
 
