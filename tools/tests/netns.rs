@@ -85,6 +85,21 @@ struct Wan {
     rate: &'static str,
 }
 
+/// Two paths, 0.5 % loss per direction.
+const LOSSY: Wan = Wan {
+    paths: 2,
+    delay_ms: 3.0,
+    loss: 0.005,
+    rate: "1gbit",
+};
+/// Two paths, no loss.
+const CLEAN: Wan = Wan { loss: 0.0, ..LOSSY };
+/// Two slow paths (100 Mbit/s each): the near gateway's buffer fills.
+const SLOW: Wan = Wan {
+    rate: "100mbit",
+    ..CLEAN
+};
+
 impl Wan {
     fn delay(&self, k: usize) -> f64 {
         self.delay_ms + 1.5 * k as f64
@@ -246,13 +261,12 @@ impl Lab {
 
     fn write_configs(&self) {
         use std::os::unix::fs::PermissionsExt;
+        // A throwaway key (the forgeries below do not know it either way).
         let key = self.dir.join("psk.key");
-        let mut k = [0u8; 32];
-        std::fs::File::open("/dev/urandom")
-            .unwrap()
-            .read_exact(&mut k)
-            .unwrap();
-        let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+        let seed = std::process::id().wrapping_mul(2_654_435_761);
+        let hex: String = (0..32u32)
+            .map(|i| format!("{:02x}", (seed.rotate_left(i) ^ (i * 37)) as u8))
+            .collect();
         std::fs::write(&key, hex + "\n").unwrap();
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
         for s in [Site::A, Site::B] {
@@ -533,15 +547,7 @@ fn assert_clean(r: &PerfReport, status: ExitStatus, what: &str) {
 fn write_send_read_verified_over_two_lossy_paths() {
     let _turn = serial();
     let t0 = Instant::now();
-    let Some(mut lab) = Lab::new(
-        "write_send_read_verified_over_two_lossy_paths",
-        Wan {
-            paths: 2,
-            delay_ms: 3.0,
-            loss: 0.005,
-            rate: "1gbit",
-        },
-    ) else {
+    let Some(mut lab) = Lab::new("write_send_read_verified_over_two_lossy_paths", LOSSY) else {
         return;
     };
     let setup = t0.elapsed();
@@ -634,15 +640,7 @@ fn tcp_udp_and_ping_cross_the_gateways() {
         return;
     }
     let t0 = Instant::now();
-    let Some(lab) = Lab::new(
-        TEST,
-        Wan {
-            paths: 2,
-            delay_ms: 3.0,
-            loss: 0.005,
-            rate: "1gbit",
-        },
-    ) else {
+    let Some(lab) = Lab::new(TEST, LOSSY) else {
         return;
     };
     let before = [lab.snapshot(Site::A), lab.snapshot(Site::B)];
@@ -787,15 +785,7 @@ fn tcp_udp_and_ping_cross_the_gateways() {
 fn a_path_cut_mid_transfer_loses_nothing() {
     let _turn = serial();
     let t0 = Instant::now();
-    let Some(mut lab) = Lab::new(
-        "a_path_cut_mid_transfer_loses_nothing",
-        Wan {
-            paths: 2,
-            delay_ms: 3.0,
-            loss: 0.0,
-            rate: "1gbit",
-        },
-    ) else {
+    let Some(mut lab) = Lab::new("a_path_cut_mid_transfer_loses_nothing", CLEAN) else {
         return;
     };
     let client = lab.spawn_client(&["--op", "write", "--duration", "3"]);
@@ -980,7 +970,8 @@ fn capture_wan_packet(ns: &str, dev: &str, src: Ipv4Addr) -> Vec<u8> {
 /// site and each gateway's WAN neighbourhood sends forgeries to the other
 /// gateway's WAN socket, 20 rounds of each: RoCE with a bad ICRC, a
 /// truncated BTH, a spoofed source outside the site's prefixes; WAN
-/// garbage and a protected packet that cannot authenticate. The transfer
+/// garbage, a replay of a captured WAN packet, and the same packet with a
+/// fresh packet number and a changed byte (fails authentication). The transfer
 /// ends clean, nothing malformed reaches a host, and every forgery is
 /// counted where it was dropped.
 #[test]
@@ -989,12 +980,7 @@ fn forged_and_malformed_packets_are_dropped_and_counted() {
     let t0 = Instant::now();
     let Some(mut lab) = Lab::new(
         "forged_and_malformed_packets_are_dropped_and_counted",
-        Wan {
-            paths: 2,
-            delay_ms: 3.0,
-            loss: 0.0,
-            rate: "1gbit",
-        },
+        CLEAN,
     ) else {
         return;
     };
@@ -1084,15 +1070,7 @@ fn kill_mid_transfer(
     test: &'static str,
     victim: Site,
 ) -> Option<(PerfReport, ExitStatus, [Snapshot; 2])> {
-    let mut lab = Lab::new(
-        test,
-        Wan {
-            paths: 2,
-            delay_ms: 3.0,
-            loss: 0.0,
-            rate: "100mbit",
-        },
-    )?;
+    let mut lab = Lab::new(test, SLOW)?;
     let client = lab.spawn_client(&["--op", "write", "--duration", "30", "--stall-timeout", "2"]);
     let held = lab.wait_for(Site::A, "gwA holding pseudo-ACKed data", |s| {
         s.buffer.slots_used >= 1024 && pseudo_acks(s) > 0
