@@ -5,26 +5,21 @@
 //! package's `soya-perf` (a workspace build puts them side by side). When it
 //! is missing the test is skipped with a printed reason, unless `CI=true`.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 
-fn soya_binary() -> Option<PathBuf> {
-    let perf = PathBuf::from(env!("CARGO_BIN_EXE_soya-perf"));
-    let soya = perf.parent()?.join("soya");
-    soya.is_file().then_some(soya)
-}
+mod common;
+use common::{skip, soya_binary};
 
 #[test]
 fn demo_json_reports_a_clean_comparison() {
     let Some(soya) = soya_binary() else {
-        let why = "the `soya` binary is not next to soya-perf; build the workspace \
-                   (cargo build --workspace, or cargo test --workspace)";
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{why}");
-        }
-        eprintln!("skipped: {why}");
+        skip(
+            "demo_json_reports_a_clean_comparison",
+            "the `soya` binary next to soya-perf (cargo build --workspace, or cargo test --workspace)",
+            std::env::var("CI").is_ok_and(|v| v == "true"),
+        );
         return;
     };
     let out = Command::new(&soya)

@@ -16,6 +16,9 @@ use soya_tools::wanem::profile::ProfileSpec;
 use soya_tools::wanem::selftest::{self, Options};
 use soya_tools::wanem::udp::{self, PathSpec};
 
+mod common;
+use common::{in_netns, ip, netns_missing, netns_required, skip, Netns};
+
 const BIN: &str = env!("CARGO_BIN_EXE_soya-wanem");
 
 fn loopback() -> UdpSocket {
@@ -406,44 +409,6 @@ fn sigterm_prints_the_summary() {
     assert_eq!(s["paths"][0]["a_to_b"]["forwarded_bytes"], 50, "{s}");
 }
 
-/// Runs `ip` with `args`; true on success.
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// A UDP socket in network namespace `ns` (created on a thread that
-/// enters it; the socket keeps the namespace).
-fn socket_in(ns: &str, addr: &str) -> std::io::Result<UdpSocket> {
-    let path = format!("/var/run/netns/{ns}");
-    let addr = addr.to_string();
-    std::thread::spawn(move || {
-        use std::os::fd::AsRawFd;
-        let f = std::fs::File::open(path)?;
-        // SAFETY: setns on this (throwaway) thread with a namespace fd.
-        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        UdpSocket::bind(addr)
-    })
-    .join()
-    .unwrap()
-}
-
-struct Netns(Vec<String>);
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for n in &self.0 {
-            ip(&["netns", "del", n]);
-        }
-    }
-}
-
 #[test]
 fn tun_mode_carries_ip_between_namespaces() {
     namespace_roundtrip(false);
@@ -457,21 +422,17 @@ fn tap_mode_carries_ethernet_between_namespaces() {
 /// Two namespaces joined only through soya-wanem's two devices: UDP
 /// ping-pong across, RTT = a->b + b->a delay.
 fn namespace_roundtrip(tap: bool) {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/dev/net/tun").exists() {
-        println!("skipped: needs root and /dev/net/tun");
+    if let Some(why) = netns_missing(&[]) {
+        skip("namespace_roundtrip", &why, netns_required());
         return;
     }
     let id = std::process::id() % 100_000;
     let k = if tap { "p" } else { "n" };
     let (na, nb) = (format!("wanem{k}A{id}"), format!("wanem{k}B{id}"));
     let (da, db) = (format!("w{k}A{id}"), format!("w{k}B{id}"));
-    if !ip(&["netns", "add", &na]) {
-        println!("skipped: ip netns does not work here");
-        return;
-    }
-    let _guard = Netns(vec![na.clone(), nb.clone()]);
-    assert!(ip(&["netns", "add", &nb]));
+    let mut guard = Netns::new();
+    guard.add(&na);
+    guard.add(&nb);
     let (child, _err) = spawn_wanem(&[
         "tun",
         "--a-dev",
@@ -498,8 +459,9 @@ fn namespace_roundtrip(tap: bool) {
         assert!(ip(&["-n", ns, "addr", "add", &addr, "dev", dev]));
         assert!(ip(&["-n", ns, "link", "set", dev, "up"]));
     }
-    let a = socket_in(&na, &format!("{net}.1:0")).unwrap();
-    let b = socket_in(&nb, &format!("{net}.2:9000")).unwrap();
+    let (aa, ba) = (format!("{net}.1:0"), format!("{net}.2:9000"));
+    let a = in_netns(&na, move || UdpSocket::bind(aa)).unwrap();
+    let b = in_netns(&nb, move || UdpSocket::bind(ba)).unwrap();
     let to_b = format!("{net}.2:9000");
     a.set_read_timeout(Some(Duration::from_millis(300)))
         .unwrap();

@@ -11,8 +11,10 @@
 //!   cannot steal a host's traffic.
 //! - `tun`: the gateway is the router for the remote site's prefixes; it
 //!   reads and writes raw IP packets on a tun device (IFF_TUN | IFF_NO_PI).
-//!   The device is brought up with MTU [`TUN_MTU`]; routes are the
-//!   operator's.
+//!   The device is brought up with MTU [`TUN_MTU`] and a queue of
+//!   [`TUN_TXQUEUELEN`] packets; routes are the operator's. What the
+//!   kernel drops because that queue was full is read from
+//!   `/proc/thread-self/net/dev` ([`DcIo::kernel_drops`]).
 //! - `afpacket`: not implemented; refused at startup.
 
 use std::collections::HashMap;
@@ -30,6 +32,12 @@ use super::udpio::{IoMode, IoStats, TxDatagram, UdpIo};
 /// MTU set on the tun device (jumbo: RoCE packets of a 4096-byte path MTU
 /// are about 4.2 KB).
 pub const TUN_MTU: u32 = 9000;
+/// Queue length of the tun device: packets the kernel holds for the device
+/// loop to read. The tun default (500) is less than the full windows of
+/// four rxe QPs (128 unacknowledged PSNs each); a burst beyond it is
+/// dropped by the kernel, and the requester goes back N. 16384 holds the
+/// windows of 128 QPs; the kernel allocates packets only as they queue.
+pub const TUN_TXQUEUELEN: u32 = 16_384;
 /// A learned lab host address may be replaced after this much silence.
 pub const PEER_STALE: Duration = Duration::from_secs(2);
 /// Socket buffers asked for on the lab DC socket.
@@ -167,7 +175,7 @@ impl DcIo {
                 })))
             }
             DcBackend::Tun { interface } => Ok(DcIo::Tun(Tun {
-                file: sys::open_tun(interface, TUN_MTU)?,
+                file: sys::open_tun(interface, TUN_MTU, TUN_TXQUEUELEN)?,
                 name: interface.clone(),
             })),
             DcBackend::AfPacket { interface } => Err(io::Error::new(
@@ -398,11 +406,59 @@ impl DcIo {
         }
     }
 
+    /// Packets for the gateway that the kernel dropped before it read them:
+    /// the tun device's queue was full (its `tx_dropped`, from
+    /// `/proc/thread-self/net/dev`), or the lab socket's receive buffer
+    /// (`SO_RXQ_OVFL`). Cumulative; 0 if unknown.
+    pub fn kernel_drops(&self) -> u64 {
+        match self {
+            DcIo::Udp(u) => u.io.stats.kernel_drops,
+            DcIo::Tun(t) => std::fs::read_to_string("/proc/thread-self/net/dev")
+                .ok()
+                .and_then(|text| tun_tx_dropped(&text, &t.name))
+                .unwrap_or(0),
+        }
+    }
+
     /// Lab hosts learned (udp backend).
     pub fn peers(&self) -> usize {
         match self {
             DcIo::Udp(u) => u.peers.len(),
             DcIo::Tun(_) => 0,
         }
+    }
+}
+
+/// The transmit drop count of interface `name` in the text of
+/// `/proc/net/dev` (for a tun device: packets routed to it that its reader
+/// did not take in time).
+pub fn tun_tx_dropped(proc_net_dev: &str, name: &str) -> Option<u64> {
+    proc_net_dev.lines().find_map(|l| {
+        let (dev, counters) = l.split_once(':')?;
+        if dev.trim() != name {
+            return None;
+        }
+        // rx: bytes packets errs drop fifo frame compressed multicast;
+        // tx: bytes packets errs drop ...
+        counters.split_whitespace().nth(11)?.parse().ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tx_drops_of_a_device_from_proc_net_dev() {
+        let text = "Inter-|   Receive                                                |  Transmit\n \
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+lo:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0\n  \
+soya0:   31882     633    0    0    0     0          0         0 38988443    9423    0  685    0     0       0          0\n \
+soya01:      1       2    3    4    5     6          7         8        9      10   11   12   13    14      15         16\n";
+        assert_eq!(tun_tx_dropped(text, "soya0"), Some(685));
+        assert_eq!(tun_tx_dropped(text, "soya01"), Some(12));
+        assert_eq!(tun_tx_dropped(text, "lo"), Some(0));
+        assert_eq!(tun_tx_dropped(text, "eth0"), None);
+        assert_eq!(tun_tx_dropped("soya0: 1 2 3", "soya0"), None);
     }
 }

@@ -173,7 +173,7 @@ pub fn render_status(s: &Snapshot) -> String {
     let d = &s.dc;
     let _ = writeln!(
         o,
-        "    rx {} pkts ({}): accepted {}, malformed {}, acl src {}, acl dst {}, draining {}, backpressure {}",
+        "    rx {} pkts ({}): accepted {}, malformed {}, acl src {}, acl dst {}, draining {}, backpressure {}, kernel drops {}",
         d.rx_packets,
         bytes(d.rx_bytes),
         d.rx_accepted,
@@ -181,7 +181,8 @@ pub fn render_status(s: &Snapshot) -> String {
         d.rx_acl_source,
         d.rx_acl_destination,
         d.rx_draining,
-        d.rx_backpressure
+        d.rx_backpressure,
+        d.rx_kernel_drops
     );
     let _ = writeln!(
         o,

@@ -813,6 +813,7 @@ impl Device {
             dc: DcCounters {
                 lab_hosts,
                 lab_host_conflicts,
+                rx_kernel_drops: self.dc.kernel_drops(),
                 tx_packets: self.dcc.tx_packets.saturating_sub(dc_refused),
                 tx_errors: self.dcc.tx_errors + dc_refused,
                 ..self.dcc.clone()

@@ -137,6 +137,12 @@ pub fn render(s: &Snapshot) -> String {
         ],
     );
     o.one(
+        "soya_dc_rx_kernel_drops_total",
+        "counter",
+        "Packets for the gateway the kernel dropped before it read them (tun queue or socket buffer full).",
+        d.rx_kernel_drops,
+    );
+    o.one(
         "soya_dc_rx_bytes_total",
         "counter",
         "Bytes read from the data-center side.",

@@ -36,6 +36,7 @@
 //! `soya_uptime_seconds`, `soya_draining`, `soya_wan_connected`.
 //!
 //! DC side: `soya_dc_rx_packets_total{result=accepted|malformed|acl_source|acl_destination|draining|backpressure}`,
+//! `soya_dc_rx_kernel_drops_total` (tun queue or lab socket full),
 //! `soya_dc_rx_bytes_total`, `soya_dc_tx_packets_total{result=sent|no_peer|acl|error}`,
 //! `soya_dc_tx_bytes_total`, `soya_dc_lab_hosts`, `soya_dc_lab_host_conflicts_total`,
 //! `soya_dc_handoff_packets_total{result=out|dropped|in}`.

@@ -77,6 +77,11 @@ pub struct DcCounters {
     pub rx_draining: u64,
     /// New requests refused while the twin queue is above its high water.
     pub rx_backpressure: u64,
+    /// Packets for the gateway that the kernel dropped before it read them
+    /// (tun: the device's queue was full; udp: the socket's receive
+    /// buffer). Each one is a loss the requester must recover from.
+    #[serde(default)]
+    pub rx_kernel_drops: u64,
     pub tx_packets: u64,
     pub tx_bytes: u64,
     /// udp backend: destination host not learned yet.

@@ -220,8 +220,9 @@ fn ifreq_named(name: &str) -> io::Result<libc::ifreq> {
 }
 
 /// Opens (or creates) tun device `name` in IFF_TUN | IFF_NO_PI mode,
-/// non-blocking, sets its MTU and brings it up. Routes are the operator's.
-pub fn open_tun(name: &str, mtu: u32) -> io::Result<File> {
+/// non-blocking, sets its MTU and queue length (packets the kernel holds
+/// for us to read) and brings it up. Routes are the operator's.
+pub fn open_tun(name: &str, mtu: u32, txqueuelen: u32) -> io::Result<File> {
     let path = c"/dev/net/tun";
     // SAFETY: path is a valid C string; the fd is owned by the File below.
     let fd = cvt(unsafe {
@@ -246,6 +247,11 @@ pub fn open_tun(name: &str, mtu: u32) -> io::Result<File> {
     req.ifr_ifru.ifru_mtu = mtu.min(65_535) as libc::c_int;
     // SAFETY: SIOCSIFMTU reads an ifreq we own.
     cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFMTU as _, &mut req) })?;
+    let mut req = ifreq_named(name)?;
+    // ifr_qlen is the same int member of the union as ifr_mtu.
+    req.ifr_ifru.ifru_mtu = txqueuelen.min(i32::MAX as u32) as libc::c_int;
+    // SAFETY: SIOCSIFTXQLEN reads an ifreq we own.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFTXQLEN as _, &mut req) })?;
     let mut req = ifreq_named(name)?;
     // SAFETY: SIOCGIFFLAGS fills the ifreq we own.
     cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut req) })?;

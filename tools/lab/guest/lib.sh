@@ -175,10 +175,12 @@ gw_start() {  # rtt_ms tag
       [ $t -gt 150 ] && { log "gateway $site did not start"; cat $OUT/gw/$tag.$site.log; return 1; }
     done
   done
-  # The kernel queues packets for the gateway on soya0's transmit queue:
-  # its default fq_codel qdisc (qlen 500) drops RoCE requests whenever the
-  # gateway falls a few ms behind (CoDel target 5 ms), which under TCG is
-  # all the time. A plain deep FIFO: the requester's window bounds it.
+  # The kernel queues packets for the gateway in soya0's ring, sized by
+  # txqueuelen (500 by default): whenever the gateway falls behind, which
+  # under TCG is all the time, the tun driver drops RoCE requests (soya0
+  # TX dropped). The gateway now sets txqueuelen 16384 itself (branch
+  # netns); the qdisc in front of a tun device holds nothing (tun drops
+  # instead of stopping its queue), so the pfifo is belt and braces.
   for n in gwA gwB; do
     ip -n $n link set soya0 txqueuelen 10000
     tc -n $n qdisc replace dev soya0 root pfifo limit 10000

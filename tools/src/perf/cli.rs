@@ -2,9 +2,11 @@
 //!
 //! ```text
 //! soya-perf server [--bind-ip IP] [--port P] [--once] [--json] [--quiet]
+//!                  [--drain-timeout S]
 //! soya-perf client [SERVER] [--port P] [--bind-ip IP]
 //!                  [--op write|read|send|atomic] [--size BYTES] [--tx-depth N]
 //!                  [--qps N] [--duration S | --iters N] [--mtu M] [--lat] [--json]
+//!                  [--stall-timeout S]
 //!
 //! IP-in-UDP (each datagram one whole RoCEv2 IP packet, as a Sōya gateway's
 //! lab `udp` backend speaks it; the RoCE address is --roce-ip, inside only):
@@ -178,6 +180,11 @@ struct ServerArgs {
     /// With --once: give up if no client comes within this many seconds.
     #[arg(long, value_parser = parse_secs)]
     accept_timeout: Option<Duration>,
+    /// At the end of a WRITE/SEND session, wait at most this many seconds
+    /// for the bytes the client completed to arrive (behind a gateway's
+    /// pseudo-ACKs completion runs ahead of placement).
+    #[arg(long, default_value = "10", value_parser = parse_secs)]
+    drain_timeout: Duration,
     /// Testing aid: advertise a wrong R_Key so the client's WRITEs and
     /// READs fail with a remote access error.
     #[arg(long, hide = true)]
@@ -218,6 +225,10 @@ struct ClientArgs {
     /// Seconds to keep trying to reach the server.
     #[arg(long, default_value = "5", value_parser = parse_secs)]
     connect_timeout: Duration,
+    /// Give up (and report a stall) when work is outstanding and nothing
+    /// has completed for this many seconds.
+    #[arg(long, default_value = "5", value_parser = parse_secs)]
+    stall_timeout: Duration,
 }
 
 fn parse_transport(s: &str) -> Result<Transport, String> {
@@ -334,10 +345,10 @@ fn client(a: ClientArgs) -> i32 {
         latency: a.lat,
         progress: progress(c),
         connect_timeout: a.connect_timeout,
+        stall_timeout: a.stall_timeout,
         gso: c.gso,
         busy_poll: Duration::from_micros(c.busy_poll_us),
         tunnel: c.tunnel(bind_ip),
-        ..ClientConfig::default()
     };
     match run_client(&cfg) {
         Ok(r) => {
@@ -366,6 +377,7 @@ fn server(a: ServerArgs) -> i32 {
         transport: c.transport,
         progress: progress(c),
         accept_timeout: a.accept_timeout,
+        drain_timeout: a.drain_timeout,
         wrong_rkey: a.wrong_rkey,
         gso: c.gso,
         busy_poll: Duration::from_micros(c.busy_poll_us),
@@ -445,6 +457,8 @@ mod tests {
         );
         assert_eq!(run(&["client", "--transport", "verbs"]), 2);
         assert_eq!(run(&["server", "--transport", "verbs"]), 2);
+        assert_eq!(run(&["client", "--stall-timeout", "0"]), 2);
+        assert_eq!(run(&["server", "--drain-timeout", "x"]), 2);
         assert_eq!(run(&["--help"]), 0);
     }
 }

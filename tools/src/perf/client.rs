@@ -11,7 +11,7 @@ use soya::roce::Psn;
 use soya::time::Time;
 
 use super::endpoint::Endpoint;
-use super::exchange::{Control, Msg, QpInfo, DEFAULT_PORT, VERSION};
+use super::exchange::{Control, Msg, QpInfo, DEFAULT_PORT, DRAIN_MAX, VERSION};
 use super::report::{LatencyReport, PacketCounters, PerfReport};
 use super::workload::{Layout, Op, QpDriver};
 use super::{
@@ -218,7 +218,9 @@ pub fn run_client(cfg: &ClientConfig) -> Result<PerfReport, PerfError> {
             errors.push(format!("telling the server we are done: {e}"));
             None
         }
-        Ok(()) => match ctrl.recv(Duration::from_secs(10)) {
+        // The server may wait up to its drain timeout (DRAIN_MAX by
+        // default) before it answers.
+        Ok(()) => match ctrl.recv(DRAIN_MAX + Duration::from_secs(5)) {
             Ok(Msg::Summary { report }) => Some(report),
             Ok(m) => {
                 errors.push(format!("unexpected message instead of the summary: {m:?}"));

@@ -63,7 +63,8 @@ pub enum Msg {
         message: String,
     },
     Done,
-    /// Like `Done`, but the server first waits (at most [`DRAIN_MAX`])
+    /// Like `Done`, but the server first waits (at most its drain timeout,
+    /// [`DRAIN_MAX`] by default)
     /// until it has placed `bytes` of WRITE/SEND payload: behind a Sōya
     /// gateway's pseudo-ACKs, the client's completions run ahead of
     /// placement at the server.
@@ -75,7 +76,8 @@ pub enum Msg {
     },
 }
 
-/// Longest a server waits for the data a `DoneAfter` announces.
+/// Longest a server waits for the data a `DoneAfter` announces (the
+/// default of `ServerConfig::drain_timeout`, `--drain-timeout`).
 pub const DRAIN_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A control connection: JSON lines, read with a deadline or without

@@ -35,6 +35,8 @@ pub struct ServerConfig {
     /// End a session when the client is silent this long (no datagram and
     /// no control message).
     pub idle_timeout: Duration,
+    /// After a `DoneAfter`, wait at most this long for the announced bytes.
+    pub drain_timeout: Duration,
     /// For tests: advertise an R_Key other than the real one, so every
     /// WRITE/READ of the client fails with a remote access error.
     pub wrong_rkey: bool,
@@ -56,6 +58,7 @@ impl Default for ServerConfig {
             progress: ProgressTo::Off,
             accept_timeout: None,
             idle_timeout: Duration::from_secs(30),
+            drain_timeout: super::exchange::DRAIN_MAX,
             wrong_rkey: false,
             gso: false,
             busy_poll: Duration::ZERO,
@@ -287,7 +290,7 @@ impl Server {
                     Ok(Some(Msg::Done)) => return (start, now, errors),
                     Ok(Some(Msg::DoneAfter { bytes })) => {
                         last_ctrl = now;
-                        drain = Some((bytes, now + super::exchange::DRAIN_MAX));
+                        drain = Some((bytes, now + self.cfg.drain_timeout));
                     }
                     Ok(Some(m)) => {
                         last_ctrl = now;
@@ -307,7 +310,7 @@ impl Server {
                     errors.push(format!(
                         "only {} of the {want} bytes the client completed arrived within {:?}",
                         self.bytes(),
-                        super::exchange::DRAIN_MAX
+                        self.cfg.drain_timeout
                     ));
                     return (start, now, errors);
                 }
