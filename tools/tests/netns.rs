@@ -83,6 +83,8 @@ struct Wan {
     loss: f64,
     /// Each gateway's rate per path (`wan.paths.rate`).
     rate: &'static str,
+    /// Device threads per gateway (`gateway.shards`).
+    shards: usize,
 }
 
 /// Two paths, 0.5 % loss per direction.
@@ -91,6 +93,7 @@ const LOSSY: Wan = Wan {
     delay_ms: 3.0,
     loss: 0.005,
     rate: "1gbit",
+    shards: 1,
 };
 /// Two paths, no loss.
 const CLEAN: Wan = Wan { loss: 0.0, ..LOSSY };
@@ -281,6 +284,7 @@ impl Lab {
                  [pseudo_ack]\npolicy = \"edge\"\n\
                  [control]\nmetrics = \"\"\nsocket = \"{sock}\"\n\
                  [log]\nlevel = \"info\"\n\
+                 [gateway]\nshards = {shards}\n\
                  [wan]\nbind = [{binds}]\nkey_file = \"{key}\"\n",
                 site = if s == Site::A { "a" } else { "b" },
                 local = PREFIX[s.i()],
@@ -288,6 +292,7 @@ impl Lab {
                 sock = self.sock[s.i()].display(),
                 binds = binds.join(", "),
                 key = key.display(),
+                shards = self.wan.shards,
             );
             for k in 0..self.wan.paths {
                 text += &format!(
@@ -626,6 +631,42 @@ fn write_send_read_verified_over_two_lossy_paths() {
         setup.as_secs_f64(),
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// Two shards per gateway on the tun backend: shard 0 reads the one tun
+/// queue, and the hosts' pair (10.1.0.1, 10.2.0.1) hashes to shard 1, so
+/// every DC packet at both gateways goes through the handoff ring.
+#[test]
+fn two_shards_on_tun_hand_over_and_verify() {
+    let _turn = serial();
+    let wan = Wan { shards: 2, ..CLEAN };
+    let Some(mut lab) = Lab::new("two_shards_on_tun_hand_over_and_verify", wan) else {
+        return;
+    };
+    assert_eq!(
+        soya::gateway::shard::shard_of_pair(HOST[0].into(), HOST[1].into(), 2),
+        1,
+        "the test relies on the host pair living on shard 1"
+    );
+    for op in ["write", "read"] {
+        let (r, status) = lab.run_client(&["--op", op, "--qps", "2", "--iters", "64"]);
+        assert_clean(&r, status, op);
+        assert_eq!(r.bytes, 128 * 65536, "{op}");
+    }
+    for (s, name) in [(lab.status(Site::A), "gwA"), (lab.status(Site::B), "gwB")] {
+        assert_eq!(s.shards.len(), 2, "{name}: {:?}", s.shards);
+        let (s0, s1) = (&s.shards[0], &s.shards[1]);
+        assert!(s0.connected && s1.connected, "{name}: {:?}", s.shards);
+        assert!(s0.handoff_out > 0, "{name}: shard 0 handed nothing over");
+        assert_eq!(s0.handoff_out, s1.handoff_in, "{name}");
+        assert_eq!(s0.handoff_dropped, 0, "{name}");
+        assert!(s1.twin_msgs_out > 0 && s1.twin_msgs_in > 0, "{name}");
+        assert_eq!(s.dc.rx_kernel_drops, 0, "{name}");
+        println!(
+            "{name}: shard 0 handed over {}, shard 1 twin msgs out/in {}/{}",
+            s0.handoff_out, s1.twin_msgs_out, s1.twin_msgs_in
+        );
+    }
 }
 
 /// Non-RoCE traffic crosses both gateways as WAN datagrams: a TCP

@@ -241,7 +241,7 @@ impl DcIo {
                 // and the handed-over ones be overtaken (a sequence NAK and a
                 // go-back-N resend at the requester). Writes toward the DC go
                 // through duplicated descriptors (one packet per write(2)).
-                let file = sys::open_tun(interface, TUN_MTU)?;
+                let file = sys::open_tun(interface, TUN_MTU, TUN_TXQUEUELEN)?;
                 let mut out = Vec::with_capacity(shards);
                 for _ in 1..shards {
                     out.push((
