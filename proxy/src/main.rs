@@ -90,6 +90,11 @@ struct DemoArgs {
     /// One JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
+    /// Run between network namespaces instead of on loopback: real RoCEv2
+    /// on UDP 4791, the gateways' tun backend, soya-wanem tun paths, kernel
+    /// routing for the direct runs (needs root, /dev/net/tun, iproute2).
+    #[arg(long)]
+    netns: bool,
 }
 
 /// `soya demo`: runs the orchestration in `soya-perf demo` (the lab tools
@@ -130,6 +135,9 @@ fn demo(a: &DemoArgs) -> ExitCode {
         .args(["--size", &a.size]);
     if a.json {
         cmd.arg("--json");
+    }
+    if a.netns {
+        cmd.arg("--netns");
     }
     {
         use std::os::unix::process::CommandExt;

@@ -14,6 +14,9 @@
 //! (tx-depth 128, MTU 4096) followed by a short latency run (64-byte
 //! WRITEs, one outstanding) for the RTT the requester sees.
 //!
+//! `--netns` (root): the same three runs between network namespaces with
+//! real RoCEv2 and the gateways' tun backend (`crate::demo_netns`).
+//!
 //! The orchestration only spawns the `soya`, `soya-perf` and `soya-wanem`
 //! binaries (found next to each other, as `cargo build --release
 //! --workspace` leaves them) and reads soya-perf's `--json` reports.
@@ -42,6 +45,8 @@ pub struct DemoOptions {
     pub size: u32,
     /// One JSON object on stdout instead of the table.
     pub json: bool,
+    /// Between network namespaces with the tun backend (root).
+    pub netns: bool,
 }
 
 impl Default for DemoOptions {
@@ -53,12 +58,13 @@ impl Default for DemoOptions {
             duration: 10.0,
             size: 65_536,
             json: false,
+            netns: false,
         }
     }
 }
 
 /// One-way fibre delay per km.
-const US_PER_KM: f64 = 4.9;
+pub(crate) const US_PER_KM: f64 = 4.9;
 const HOST_A: &str = "10.1.0.1";
 const HOST_B: &str = "10.2.0.1";
 const LO: &str = "127.0.0.1";
@@ -189,13 +195,16 @@ struct Outcome {
 }
 
 /// Where a scenario's two hosts send their datagrams.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Route {
     /// Client to server's socket (or a relay in front of it); server answers
     /// the sender.
     Direct { client_to: SocketAddr },
     /// Each host to its gateway's `dc.listen`.
     Gateways { a: SocketAddr, b: SocketAddr },
+    /// Real RoCEv2 between hosts in these network namespaces (`--netns`),
+    /// routed by the namespaces in between.
+    Netns { a: String, b: String },
 }
 
 struct Ctx<'a> {
@@ -217,37 +226,65 @@ impl Ctx<'_> {
     fn perf(
         &self,
         tag: &str,
-        route: Route,
+        route: &Route,
         ports: (u16, u16),
         args: &[String],
     ) -> Result<Value, String> {
         let (client_port, server_port) = ports;
         let ctl = free_tcp()?;
         let mut kids = Children::default();
-        let mut srv = Command::new(&self.bins.perf);
-        srv.args(["server", "--once", "--json", "--quiet", "--bind-ip", LO])
-            .args(["--port", &ctl.to_string()])
-            .args(["--roce-port", &server_port.to_string()])
-            .args(["--roce-ip", HOST_B, "--accept-timeout", "20"]);
-        if let Route::Gateways { b, .. } = route {
-            srv.args(["--gateway", &b.to_string()]);
+        // A soya-perf command, run inside `ns` when there is one.
+        let perf_in = |ns: Option<&str>| match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&self.bins.perf);
+                c
+            }
+            None => Command::new(&self.bins.perf),
+        };
+        let mut srv;
+        if let Route::Netns { b, .. } = route {
+            srv = perf_in(Some(b));
+            srv.args(["server", "--once", "--json", "--quiet", "--bind-ip", HOST_B])
+                .args(["--port", &ctl.to_string(), "--accept-timeout", "20"]);
         } else {
-            srv.arg("--ip-in-udp");
+            srv = perf_in(None);
+            srv.args(["server", "--once", "--json", "--quiet", "--bind-ip", LO])
+                .args(["--port", &ctl.to_string()])
+                .args(["--roce-port", &server_port.to_string()])
+                .args(["--roce-ip", HOST_B, "--accept-timeout", "20"]);
+            if let Route::Gateways { b, .. } = route {
+                srv.args(["--gateway", &b.to_string()]);
+            } else {
+                srv.arg("--ip-in-udp");
+            }
         }
         srv.stdout(log_file(&self.dir, &format!("{tag}-server")))
             .stderr(log_file(&self.dir, &format!("{tag}-server.err")));
         kids.spawn("soya-perf server", &mut srv)?;
 
-        let mut cli = Command::new(&self.bins.perf);
-        cli.args(["client", LO, "--json", "--bind-ip", LO])
-            .args(["--roce-port", &client_port.to_string()])
-            .args(["--port", &ctl.to_string(), "--roce-ip", HOST_A])
-            .args(["--connect-timeout", "10"])
-            .args(args);
+        let mut cli;
+        if let Route::Netns { a, .. } = route {
+            cli = perf_in(Some(a));
+            cli.args(["client", HOST_B, "--json", "--bind-ip", HOST_A])
+                .args(["--port", &ctl.to_string(), "--connect-timeout", "10"]);
+        } else {
+            cli = perf_in(None);
+            cli.args(["client", LO, "--json", "--bind-ip", LO])
+                .args(["--roce-port", &client_port.to_string()])
+                .args(["--port", &ctl.to_string(), "--roce-ip", HOST_A])
+                .args(["--connect-timeout", "10"]);
+        }
+        cli.args(args);
         match route {
-            Route::Direct { client_to } => cli.args(["--peer", &client_to.to_string()]),
-            Route::Gateways { a, .. } => cli.args(["--gateway", &a.to_string()]),
-        };
+            Route::Direct { client_to } => {
+                cli.args(["--peer", &client_to.to_string()]);
+            }
+            Route::Gateways { a, .. } => {
+                cli.args(["--gateway", &a.to_string()]);
+            }
+            Route::Netns { .. } => {}
+        }
         if self.quiet {
             cli.arg("--quiet").stderr(Stdio::null());
         } else {
@@ -286,7 +323,7 @@ impl Ctx<'_> {
         &self,
         n: usize,
         title: &str,
-        route: Route,
+        route: &Route,
         server_port: u16,
         o: &DemoOptions,
     ) -> Outcome {
@@ -512,12 +549,111 @@ fn run_in(o: &DemoOptions, ctx: &Ctx) -> Result<i32, String> {
         o.size
     ));
 
+    let [r0, rd, ra_, gw] = if o.netns {
+        run_netns(o, ctx)?
+    } else {
+        run_loopback(o, ctx)?
+    };
+    let gw_alive = if gw.ok {
+        Ok(())
+    } else {
+        Err(gw.errors.join("; "))
+    };
+    let data_errors = r0.data_errors + rd.data_errors + ra_.data_errors;
+    let mut failures: Vec<String> = Vec::new();
+    for (name, r) in [("direct 0 km", &r0), ("direct", &rd), ("Sōya", &ra_)] {
+        if !r.ok {
+            failures.push(format!("{name}: {}", r.errors.join("; ")));
+        }
+    }
+    if let Err(e) = gw_alive {
+        failures.push(e);
+    }
+    let ratio = |g: f64| (r0.gbps > 0.0).then(|| g / r0.gbps);
+    if o.json {
+        let row = |r: &Outcome| {
+            json!({
+                "gbps": r.gbps,
+                "requester_gbps": r.requester_gbps,
+                "ratio_to_0km": ratio(r.gbps),
+                "rtt_ms": r.rtt_ms,
+                "retransmissions": r.retransmissions,
+                "data_errors": r.data_errors,
+                "ok": r.ok,
+                "errors": r.errors,
+            })
+        };
+        let v = json!({
+            "distance_km": o.distance_km,
+            "netns": o.netns,
+            "loss": o.loss,
+            "paths": o.paths,
+            "duration_s": o.duration,
+            "size": o.size,
+            "rtt_ms": 2.0 * one_way_ms,
+            "direct_0km_gbps": r0.gbps,
+            "direct_gbps": rd.gbps,
+            "accelerated_gbps": ra_.gbps,
+            "speedup": (rd.gbps > 0.0).then(|| ra_.gbps / rd.gbps),
+            "data_errors": data_errors,
+            "ok": failures.is_empty() && data_errors == 0,
+            "failures": failures,
+            "runs": {
+                "direct_0km": row(&r0),
+                "direct": row(&rd),
+                "accelerated": row(&ra_),
+            },
+        });
+        println!("{v}");
+    } else {
+        let mut t = String::new();
+        let _ = writeln!(
+            t,
+            "\n{:<22} {:>10} {:>9} {:>10} {:>13} {:>8} {:>11}",
+            "run", "Gb/s", "vs 0 km", "req Gb/s", "RTT p50 (ms)", "retx", "data errs"
+        );
+        for (name, r) in [
+            ("direct, 0 km".to_string(), &r0),
+            (format!("direct, {} km", o.distance_km), &rd),
+            (format!("Sōya, {} km", o.distance_km), &ra_),
+        ] {
+            let _ = writeln!(
+                t,
+                "{:<22} {:>10.3} {:>9} {:>10.3} {:>13} {:>8} {:>11}{}",
+                name,
+                r.gbps,
+                ratio(r.gbps).map_or("-".into(), |x| format!("{:.1}%", 100.0 * x)),
+                r.requester_gbps,
+                r.rtt_ms.map_or("-".into(), |x| format!("{x:.3}")),
+                r.retransmissions,
+                r.data_errors,
+                if r.ok { "" } else { "  FAILED" }
+            );
+        }
+        let _ = writeln!(
+            t,
+            "Gb/s: bytes placed at the responder, end to end (incl. draining the gateways' \
+             buffers); req Gb/s: completions at the requester.\nemulated WAN RTT {:.2} ms; RTT \
+             column: p50 of 64 B WRITE completion as the requester sees it",
+            2.0 * one_way_ms
+        );
+        print!("{t}");
+        for f in &failures {
+            println!("failure: {f}");
+        }
+    }
+    Ok(i32::from(!(failures.is_empty() && data_errors == 0)))
+}
+
+/// The three runs on loopback (udp backend, IP-in-UDP hosts); the fourth
+/// outcome says whether the gateways stayed up.
+fn run_loopback(o: &DemoOptions, ctx: &Ctx) -> Result<[Outcome; 4], String> {
     // 1. Direct, no relay.
     let s1 = free_udp()?;
     let r0 = ctx.scenario(
         1,
         "direct, 0 km",
-        Route::Direct {
+        &Route::Direct {
             client_to: addr(s1),
         },
         s1,
@@ -541,7 +677,7 @@ fn run_in(o: &DemoOptions, ctx: &Ctx) -> Result<i32, String> {
     let rd = ctx.scenario(
         2,
         &format!("direct, {} km", o.distance_km),
-        Route::Direct {
+        &Route::Direct {
             client_to: addr(relay),
         },
         s2,
@@ -619,7 +755,7 @@ fn run_in(o: &DemoOptions, ctx: &Ctx) -> Result<i32, String> {
     let ra_ = ctx.scenario(
         3,
         &format!("through Sōya, {} km", o.distance_km),
-        Route::Gateways {
+        &Route::Gateways {
             a: addr(dca),
             b: addr(dcb),
         },
@@ -628,88 +764,50 @@ fn run_in(o: &DemoOptions, ctx: &Ctx) -> Result<i32, String> {
     );
     let gw_alive = kids.check();
     kids.stop();
+    Ok([
+        r0,
+        rd,
+        ra_,
+        Outcome {
+            ok: gw_alive.is_ok(),
+            errors: gw_alive.err().into_iter().collect(),
+            ..Outcome::default()
+        },
+    ])
+}
 
-    let data_errors = r0.data_errors + rd.data_errors + ra_.data_errors;
-    let mut failures: Vec<String> = Vec::new();
-    for (name, r) in [("direct 0 km", &r0), ("direct", &rd), ("Sōya", &ra_)] {
-        if !r.ok {
-            failures.push(format!("{name}: {}", r.errors.join("; ")));
-        }
-    }
-    if let Err(e) = gw_alive {
-        failures.push(e);
-    }
-    let ratio = |g: f64| (r0.gbps > 0.0).then(|| g / r0.gbps);
-    if o.json {
-        let row = |r: &Outcome| {
-            json!({
-                "gbps": r.gbps,
-                "requester_gbps": r.requester_gbps,
-                "ratio_to_0km": ratio(r.gbps),
-                "rtt_ms": r.rtt_ms,
-                "retransmissions": r.retransmissions,
-                "data_errors": r.data_errors,
-                "ok": r.ok,
-                "errors": r.errors,
-            })
-        };
-        let v = json!({
-            "distance_km": o.distance_km,
-            "loss": o.loss,
-            "paths": o.paths,
-            "duration_s": o.duration,
-            "size": o.size,
-            "rtt_ms": 2.0 * one_way_ms,
-            "direct_0km_gbps": r0.gbps,
-            "direct_gbps": rd.gbps,
-            "accelerated_gbps": ra_.gbps,
-            "speedup": (rd.gbps > 0.0).then(|| ra_.gbps / rd.gbps),
-            "data_errors": data_errors,
-            "ok": failures.is_empty() && data_errors == 0,
-            "failures": failures,
-            "runs": {
-                "direct_0km": row(&r0),
-                "direct": row(&rd),
-                "accelerated": row(&ra_),
-            },
-        });
-        println!("{v}");
-    } else {
-        let mut t = String::new();
-        let _ = writeln!(
-            t,
-            "\n{:<22} {:>10} {:>9} {:>10} {:>13} {:>8} {:>11}",
-            "run", "Gb/s", "vs 0 km", "req Gb/s", "RTT p50 (ms)", "retx", "data errs"
-        );
-        for (name, r) in [
-            ("direct, 0 km".to_string(), &r0),
-            (format!("direct, {} km", o.distance_km), &rd),
-            (format!("Sōya, {} km", o.distance_km), &ra_),
-        ] {
-            let _ = writeln!(
-                t,
-                "{:<22} {:>10.3} {:>9} {:>10.3} {:>13} {:>8} {:>11}{}",
-                name,
-                r.gbps,
-                ratio(r.gbps).map_or("-".into(), |x| format!("{:.1}%", 100.0 * x)),
-                r.requester_gbps,
-                r.rtt_ms.map_or("-".into(), |x| format!("{x:.3}")),
-                r.retransmissions,
-                r.data_errors,
-                if r.ok { "" } else { "  FAILED" }
-            );
-        }
-        let _ = writeln!(
-            t,
-            "Gb/s: bytes placed at the responder, end to end (incl. draining the gateways' \
-             buffers); req Gb/s: completions at the requester.\nemulated WAN RTT {:.2} ms; RTT \
-             column: p50 of 64 B WRITE completion as the requester sees it",
-            2.0 * one_way_ms
-        );
-        print!("{t}");
-        for f in &failures {
-            println!("failure: {f}");
-        }
-    }
-    Ok(i32::from(!(failures.is_empty() && data_errors == 0)))
+/// The three runs between network namespaces (tun backend, real RoCEv2);
+/// the fourth outcome says whether the gateways stayed up.
+fn run_netns(o: &DemoOptions, ctx: &Ctx) -> Result<[Outcome; 4], String> {
+    use crate::demo_netns::{Sites, Via};
+    ctx.say("setting up network namespaces, WAN emulators and the gateways (tun backend) ...");
+    let mut sites = Sites::build(o, ctx.bins, &ctx.dir)?;
+    sites.wait_connected(&ctx.dir)?;
+    let route = Route::Netns {
+        a: sites.host[0].clone(),
+        b: sites.host[1].clone(),
+    };
+    sites.route(Via::Zero)?;
+    let r0 = ctx.scenario(1, "direct, 0 km (kernel routing)", &route, 0, o);
+    sites.route(Via::Wan)?;
+    let rd = ctx.scenario(2, &format!("direct, {} km", o.distance_km), &route, 0, o);
+    sites.route(Via::Soya)?;
+    let ra = ctx.scenario(
+        3,
+        &format!("through Sōya, {} km", o.distance_km),
+        &route,
+        0,
+        o,
+    );
+    let gw_alive = sites.check();
+    Ok([
+        r0,
+        rd,
+        ra,
+        Outcome {
+            ok: gw_alive.is_ok(),
+            errors: gw_alive.err().into_iter().collect(),
+            ..Outcome::default()
+        },
+    ])
 }

@@ -5,6 +5,8 @@
 
 pub mod capture;
 pub mod demo;
+mod demo_netns;
+pub mod netns;
 pub mod perf;
 pub mod rc;
 pub mod sim;

@@ -159,9 +159,9 @@ impl Lab {
         std::fs::create_dir_all(&dir).unwrap();
         let mut procs = Netns::new();
         let ns = |role: &str| format!("soya-{id}-{role}");
-        let host = [procs.add(&ns("hA")), procs.add(&ns("hB"))];
-        let gw = [procs.add(&ns("gA")), procs.add(&ns("gB"))];
-        let wan_ns = procs.add(&ns("wan"));
+        let host = [procs.add(&ns("hA")).unwrap(), procs.add(&ns("hB")).unwrap()];
+        let gw = [procs.add(&ns("gA")).unwrap(), procs.add(&ns("gB")).unwrap()];
+        let wan_ns = procs.add(&ns("wan")).unwrap();
         let mut lab = Lab {
             test,
             sock: [dir.join("a.sock"), dir.join("b.sock")],
@@ -241,7 +241,8 @@ impl Lab {
             .procs
             .spawn(&self.wan_ns, Path::new(WANEM), &args, |c| {
                 c.stdout(out).stderr(err);
-            });
+            })
+            .unwrap();
         self.wanem.push(p);
         let t0 = Instant::now();
         while !(ip(&["-n", &self.wan_ns, "link", "show", &a])
@@ -318,16 +319,19 @@ impl Lab {
             .unwrap();
         let log2 = log.try_clone().unwrap();
         let cfg = self.cfg[s.i()].display().to_string();
-        let p = self.procs.spawn(
-            &self.gw[s.i()],
-            &self.soya.clone(),
-            &["gateway", "-c", &cfg],
-            |c| {
-                // Keep the device thread at normal priority on a shared
-                // machine.
-                c.env("SOYA_NORMAL_PRIORITY", "1").stdout(log).stderr(log2);
-            },
-        );
+        let p = self
+            .procs
+            .spawn(
+                &self.gw[s.i()],
+                &self.soya.clone(),
+                &["gateway", "-c", &cfg],
+                |c| {
+                    // Keep the device thread at normal priority on a shared
+                    // machine.
+                    c.env("SOYA_NORMAL_PRIORITY", "1").stdout(log).stderr(log2);
+                },
+            )
+            .unwrap();
         self.gateway[s.i()] = Some(p);
         let t0 = Instant::now();
         let snap = loop {
@@ -359,22 +363,24 @@ impl Lab {
         let out = std::fs::File::create(self.dir.join("server.json")).unwrap();
         let err = std::fs::File::create(self.dir.join("server.log")).unwrap();
         let bind = HOST[1].to_string();
-        self.procs.spawn(
-            &self.host[1],
-            Path::new(PERF),
-            &[
-                "server",
-                "--bind-ip",
-                &bind,
-                "--json",
-                "-q",
-                "--drain-timeout",
-                "2",
-            ],
-            |c| {
-                c.stdout(out).stderr(err);
-            },
-        );
+        self.procs
+            .spawn(
+                &self.host[1],
+                Path::new(PERF),
+                &[
+                    "server",
+                    "--bind-ip",
+                    &bind,
+                    "--json",
+                    "-q",
+                    "--drain-timeout",
+                    "2",
+                ],
+                |c| {
+                    c.stdout(out).stderr(err);
+                },
+            )
+            .unwrap();
     }
 
     /// Starts `soya-perf client` at hostA toward hostB's server.
@@ -390,9 +396,12 @@ impl Lab {
             std::fs::File::create(&json).unwrap(),
             std::fs::File::create(&log).unwrap(),
         );
-        let proc = self.procs.spawn(&self.host[0], Path::new(PERF), &all, |c| {
-            c.stdout(out).stderr(err);
-        });
+        let proc = self
+            .procs
+            .spawn(&self.host[0], Path::new(PERF), &all, |c| {
+                c.stdout(out).stderr(err);
+            })
+            .unwrap();
         Client {
             proc,
             json,

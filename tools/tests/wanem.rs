@@ -431,8 +431,8 @@ fn namespace_roundtrip(tap: bool) {
     let (na, nb) = (format!("wanem{k}A{id}"), format!("wanem{k}B{id}"));
     let (da, db) = (format!("w{k}A{id}"), format!("w{k}B{id}"));
     let mut guard = Netns::new();
-    guard.add(&na);
-    guard.add(&nb);
+    guard.add(&na).unwrap();
+    guard.add(&nb).unwrap();
     let (child, _err) = spawn_wanem(&[
         "tun",
         "--a-dev",

@@ -71,6 +71,8 @@ struct DemoArgs {
     size: u32,
     #[arg(long)]
     json: bool,
+    #[arg(long)]
+    netns: bool,
 }
 
 fn demo(a: DemoArgs) -> i32 {
@@ -89,6 +91,7 @@ fn demo(a: DemoArgs) -> i32 {
             duration: a.duration,
             size: a.size,
             json: a.json,
+            netns: a.netns,
         },
         &bins,
     )

@@ -1,13 +1,14 @@
 //! Helpers shared by the tools' integration tests (`mod common;`): the
 //! workspace's binaries, and network namespaces with the processes and
-//! sockets in them (root only). Not every test file uses every helper.
+//! sockets in them (root only; the namespace primitives live in
+//! `soya_tools::netns`, shared with `soya demo --netns`; the wrappers here
+//! panic, as tests should). Not every test file uses every helper.
 #![allow(dead_code)]
 
-use std::fs::File;
-use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+
+#[allow(unused_imports)]
+pub use soya_tools::netns::{ip, net_sysctl, netns_missing, run, Netns, Proc};
 
 /// `soya` belongs to another package: it is looked up next to this
 /// package's `soya-perf` (a workspace build puts them side by side).
@@ -29,190 +30,18 @@ pub fn skip(test: &str, why: &str, required: bool) {
     eprintln!("{test}: skipped: needs {why}");
 }
 
-/// Runs a command quietly; true when it ran and succeeded.
-pub fn run(args: &[&str]) -> bool {
-    Command::new(args[0])
-        .args(&args[1..])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Runs `ip` with `args`; true on success.
-pub fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// Runs `ip` with `args` and panics, with its error output, on failure.
 pub fn must_ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    soya_tools::netns::try_ip(args).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// `ip -n NS WORDS...` (the words split at whitespace); panics on failure.
 pub fn ip_in(ns: &str, words: &str) {
-    let mut args = vec!["-n", ns];
-    args.extend(words.split_whitespace());
-    must_ip(&args);
+    soya_tools::netns::try_ip_in(ns, words).unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// What namespace tests need that this machine may lack: `None` when root,
-/// `/dev/net/tun`, `ip netns` and every command in `commands` are there,
-/// else what is missing.
-pub fn netns_missing(commands: &[&str]) -> Option<String> {
-    let mut missing = Vec::new();
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        missing.push("root".to_string());
-    }
-    if !Path::new("/dev/net/tun").exists() {
-        missing.push("/dev/net/tun".into());
-    }
-    if !run(&["ip", "-V"]) {
-        missing.push("ip (iproute2)".into());
-    }
-    for c in commands {
-        if !run(&["sh", "-c", &format!("command -v {c}")]) {
-            missing.push((*c).to_string());
-        }
-    }
-    (!missing.is_empty()).then(|| missing.join(", "))
-}
-
-/// Network namespaces and the processes started in them: when dropped,
-/// however the test ends, the processes are killed (SIGKILL) and reaped,
-/// then the namespaces deleted (their devices go with them).
-#[derive(Default)]
-pub struct Netns {
-    names: Vec<String>,
-    children: Vec<Option<Child>>,
-}
-
-/// A process started by [`Netns::spawn`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Proc(usize);
-
-impl Netns {
-    pub fn new() -> Netns {
-        Netns::default()
-    }
-
-    /// Creates namespace `name` (loopback up) and takes charge of it.
-    pub fn add(&mut self, name: &str) -> String {
-        must_ip(&["netns", "add", name]);
-        self.names.push(name.to_string());
-        must_ip(&["-n", name, "link", "set", "lo", "up"]);
-        name.to_string()
-    }
-
-    /// Starts `program args` inside namespace `ns` (`ip netns exec`, which
-    /// execs it: the child's pid is the program's). `setup` adjusts the
-    /// command (environment, redirections) first.
-    pub fn spawn(
-        &mut self,
-        ns: &str,
-        program: &Path,
-        args: &[&str],
-        setup: impl FnOnce(&mut Command),
-    ) -> Proc {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", ns]).arg(program).args(args);
-        c.stdin(Stdio::null());
-        setup(&mut c);
-        let child = c
-            .spawn()
-            .unwrap_or_else(|e| panic!("ip netns exec {ns} {}: {e}", program.display()));
-        self.children.push(Some(child));
-        Proc(self.children.len() - 1)
-    }
-
-    pub fn pid(&self, p: Proc) -> Option<u32> {
-        self.children[p.0].as_ref().map(Child::id)
-    }
-
-    /// Sends `sig` to a process still running.
-    pub fn signal(&self, p: Proc, sig: i32) {
-        if let Some(c) = &self.children[p.0] {
-            // SAFETY: kill(2) on our own, not yet reaped, child.
-            unsafe { libc::kill(c.id() as libc::pid_t, sig) };
-        }
-    }
-
-    /// `kill -9`, and reaps it.
-    pub fn kill(&mut self, p: Proc) -> Option<ExitStatus> {
-        let mut c = self.children[p.0].take()?;
-        let _ = c.kill();
-        c.wait().ok()
-    }
-
-    /// Waits up to `within` for the process to exit; `None` if it is still
-    /// running.
-    pub fn wait(&mut self, p: Proc, within: Duration) -> Option<ExitStatus> {
-        let t0 = Instant::now();
-        loop {
-            let c = self.children[p.0].as_mut()?;
-            if let Some(s) = c.try_wait().expect("try_wait") {
-                self.children[p.0] = None;
-                return Some(s);
-            }
-            if t0.elapsed() >= within {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Whether the process is still running.
-    pub fn running(&mut self, p: Proc) -> bool {
-        self.children[p.0]
-            .as_mut()
-            .is_some_and(|c| c.try_wait().is_ok_and(|s| s.is_none()))
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for c in self.children.iter_mut().flatten() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for n in &self.names {
-            ip(&["netns", "del", n]);
-        }
-    }
-}
-
-/// Runs `f` on a fresh thread that entered network namespace `ns`:
-/// sockets made there belong to `ns` for good, whichever thread uses them
-/// afterwards; files under `/proc/sys/net` opened there are `ns`'s.
+/// [`soya_tools::netns::try_in_netns`], panicking if the namespace cannot
+/// be entered.
 pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let path = format!("/var/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let fd = File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        // SAFETY: setns on this throwaway thread with a namespace fd.
-        let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(r, 0, "setns {path}: {}", std::io::Error::last_os_error());
-        f()
-    })
-    .join()
-    .expect("thread in the namespace panicked")
-}
-
-/// Writes a sysctl under `/proc/sys/net` of namespace `ns` (e.g.
-/// `ipv4/ip_forward`); false if the knob does not exist.
-pub fn net_sysctl(ns: &str, key: &str, value: &str) -> bool {
-    let path = format!("/proc/sys/net/{key}");
-    let value = value.to_string();
-    in_netns(ns, move || std::fs::write(path, value).is_ok())
+    soya_tools::netns::try_in_netns(ns, f).unwrap_or_else(|e| panic!("{e}"))
 }

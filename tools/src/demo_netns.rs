@@ -1,0 +1,278 @@
+//! `soya demo --netns`: the same three runs as the loopback demo, but
+//! between network namespaces with real RoCEv2 (UDP port 4791) and the
+//! gateways' `tun` backend, as a deployment routes traffic (root only).
+//!
+//! ```text
+//!  hA 10.1.0.1 ── gA (kernel router) ══ soya-wanem tun, one per path ══ gB ── hB 10.2.0.1
+//!                   └──── veth "zero": 0 km, kernel forwarding ────┘
+//! 1. direct, 0 km:  gA and gB route the other site over the zero veth
+//! 2. direct, D km:  ... over WAN path 0 (soya-wanem, D km)
+//! 3. through Sōya:  ... into soya0, the gateways' tun device; the gateways
+//!                   carry it over every WAN path (authenticated, keyed)
+//! ```
+//!
+//! The soya-perf control connection (TCP 18515) takes the same route as
+//! the RoCE packets: through Sōya it crosses as WAN datagrams.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::demo::{Binaries, DemoOptions, US_PER_KM};
+use crate::netns::{net_sysctl, netns_missing, try_ip_in, Netns, Proc};
+
+pub const HOST: [&str; 2] = ["10.1.0.1", "10.2.0.1"];
+const PREFIX: [&str; 2] = ["10.1.0.0/16", "10.2.0.0/16"];
+const WAN_PORT: u16 = 7400;
+
+/// The two sites, the WAN namespace and everything running in them;
+/// dropping it kills the processes and deletes the namespaces.
+pub struct Sites {
+    pub host: [String; 2],
+    gw: [String; 2],
+    procs: Netns,
+    gateways: Vec<(String, Proc)>,
+    paths: u32,
+}
+
+fn wan_ip(site: usize, k: u32) -> String {
+    format!("169.254.{}.{}", 10 + k, 1 + site)
+}
+
+fn zero_ip(site: usize) -> String {
+    format!("169.254.9.{}", 1 + site)
+}
+
+impl Sites {
+    /// Builds the namespaces, the WAN emulators and the zero-km veth, and
+    /// starts both gateways (which stay idle until routed to).
+    pub fn build(o: &DemoOptions, bins: &Binaries, dir: &Path) -> Result<Sites, String> {
+        if let Some(missing) = netns_missing(&[]) {
+            return Err(format!("--netns needs {missing}"));
+        }
+        let id = std::process::id();
+        let mut procs = Netns::new();
+        let ns = |r: &str| format!("soya-demo-{id}-{r}");
+        let host = [procs.add(&ns("hA"))?, procs.add(&ns("hB"))?];
+        let gw = [procs.add(&ns("gA"))?, procs.add(&ns("gB"))?];
+        let wan = procs.add(&ns("wan"))?;
+        let mut s = Sites {
+            host,
+            gw,
+            procs,
+            gateways: Vec::new(),
+            paths: o.paths,
+        };
+        for i in 0..2 {
+            s.wire_site(i)?;
+        }
+        // 0 km: a plain veth between the gateway namespaces.
+        let (ga, gb) = (&s.gw[0], &s.gw[1]);
+        crate::netns::try_ip(&[
+            "link", "add", "zero", "netns", ga, "type", "veth", "peer", "name", "zero", "netns", gb,
+        ])?;
+        for (i, g) in [ga, gb].into_iter().enumerate() {
+            try_ip_in(g, &format!("addr add {}/30 dev zero", zero_ip(i)))?;
+            try_ip_in(g, "link set zero up mtu 9000")?;
+        }
+        let one_way_ms = o.distance_km * US_PER_KM / 1000.0;
+        for k in 0..o.paths {
+            s.start_wanem(bins, &wan, dir, k, one_way_ms, o.loss)?;
+        }
+        s.write_key_and_configs(dir, 2.0 * one_way_ms)?;
+        for i in 0..2 {
+            s.start_gateway(bins, dir, i)?;
+        }
+        Ok(s)
+    }
+
+    /// hostX ──veth── gwX; gwX forwards.
+    fn wire_site(&mut self, i: usize) -> Result<(), String> {
+        let (h, g) = (self.host[i].clone(), self.gw[i].clone());
+        for n in [&h, &g] {
+            // No IPv6 chatter into soya0 (the ACL would count it as drops).
+            for k in ["all", "default"] {
+                net_sysctl(n, &format!("ipv6/conf/{k}/disable_ipv6"), "1");
+            }
+        }
+        if !net_sysctl(&g, "ipv4/ip_forward", "1") {
+            return Err(format!("cannot enable ip_forward in {g}"));
+        }
+        crate::netns::try_ip(&[
+            "link", "add", "dc", "netns", &h, "type", "veth", "peer", "name", "host", "netns", &g,
+        ])?;
+        let gw_ip = if i == 0 { "10.1.0.254" } else { "10.2.0.254" };
+        try_ip_in(&h, &format!("addr add {}/24 dev dc", HOST[i]))?;
+        try_ip_in(&g, &format!("addr add {gw_ip}/24 dev host"))?;
+        try_ip_in(&h, "link set dc up mtu 9000")?;
+        try_ip_in(&g, "link set host up mtu 9000")?;
+        try_ip_in(&h, &format!("route add default via {gw_ip}"))
+    }
+
+    fn start_wanem(
+        &mut self,
+        bins: &Binaries,
+        wan: &str,
+        dir: &Path,
+        k: u32,
+        one_way_ms: f64,
+        loss: f64,
+    ) -> Result<(), String> {
+        let (a, b) = (format!("a{k}"), format!("b{k}"));
+        let log = std::fs::File::create(dir.join(format!("wanem{k}.log")))
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        let args = format!(
+            "tun --a-dev {a} --b-dev {b} --delay-ms {one_way_ms} --loss {loss} --seed {} \
+             --stats-interval 0",
+            k + 1
+        );
+        let args: Vec<&str> = args.split_whitespace().collect();
+        let p = self.procs.spawn(wan, &bins.wanem, &args, |c| {
+            c.stdout(std::process::Stdio::null()).stderr(log);
+        })?;
+        let t0 = Instant::now();
+        while !(crate::netns::ip(&["-n", wan, "link", "show", &a])
+            && crate::netns::ip(&["-n", wan, "link", "show", &b]))
+        {
+            if !self.procs.running(p) || t0.elapsed() > Duration::from_secs(10) {
+                return Err(format!(
+                    "soya-wanem (path {k}) did not create its devices; see {}",
+                    dir.join(format!("wanem{k}.log")).display()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for (i, dev) in [&a, &b].into_iter().enumerate() {
+            let g = &self.gw[i];
+            try_ip_in(wan, &format!("link set {dev} netns {g}"))?;
+            try_ip_in(g, &format!("addr add {}/30 dev {dev}", wan_ip(i, k)))?;
+            try_ip_in(g, &format!("link set {dev} up mtu 9000"))?;
+        }
+        Ok(())
+    }
+
+    fn write_key_and_configs(&self, dir: &Path, rtt_ms: f64) -> Result<(), String> {
+        use std::io::Read;
+        use std::os::unix::fs::PermissionsExt;
+        let mut k = [0u8; 32];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut k))
+            .map_err(|e| format!("/dev/urandom: {e}"))?;
+        let key = dir.join("psk.key");
+        let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+        std::fs::write(&key, hex + "\n")
+            .and_then(|()| std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)))
+            .map_err(|e| format!("{}: {e}", key.display()))?;
+        for i in 0..2 {
+            let binds: Vec<String> = (0..self.paths)
+                .map(|k| format!("\"{}:{WAN_PORT}\"", wan_ip(i, k)))
+                .collect();
+            let mut text = format!(
+                "site = \"demo-{}\"\n[dc]\nbackend = \"tun\"\ninterface = \"soya0\"\n\
+                 local_prefixes = [\"{}\"]\nremote_prefixes = [\"{}\"]\n\
+                 [buffer]\nsize = \"256MiB\"\nper_flow_quota = \"64MiB\"\n\
+                 [pseudo_ack]\npolicy = \"edge\"\n\
+                 [control]\nmetrics = \"\"\nsocket = \"{}\"\n[log]\nlevel = \"warn\"\n\
+                 [wan]\nbind = [{}]\nkey_file = \"{}\"\n",
+                if i == 0 { "a" } else { "b" },
+                PREFIX[i],
+                PREFIX[1 - i],
+                socket(dir, i).display(),
+                binds.join(", "),
+                key.display()
+            );
+            for k in 0..self.paths {
+                text += &format!(
+                    "[[wan.paths]]\nname = \"p{k}\"\nremote = \"{}:{WAN_PORT}\"\nbind = {k}\n\
+                     rate = \"10gbit\"\nrtt = \"{}us\"\n",
+                    wan_ip(1 - i, k),
+                    (rtt_ms * 1000.0).round().max(1.0)
+                );
+            }
+            let f = config(dir, i);
+            std::fs::write(&f, text).map_err(|e| format!("{}: {e}", f.display()))?;
+        }
+        Ok(())
+    }
+
+    fn start_gateway(&mut self, bins: &Binaries, dir: &Path, i: usize) -> Result<(), String> {
+        let name = if i == 0 { "gateway-a" } else { "gateway-b" };
+        let log =
+            std::fs::File::create(dir.join(name)).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let cfg = config(dir, i).display().to_string();
+        let p = self.procs.spawn(
+            &self.gw[i].clone(),
+            &bins.soya,
+            &["gateway", "-c", &cfg],
+            |c| {
+                c.stdout(std::process::Stdio::null()).stderr(log);
+            },
+        )?;
+        self.gateways.push((name.to_string(), p));
+        Ok(())
+    }
+
+    /// Waits until both gateways have a session and every path is up.
+    pub fn wait_connected(&mut self, dir: &Path) -> Result<(), String> {
+        let t0 = Instant::now();
+        loop {
+            self.check()?;
+            let up = (0..2).all(|i| {
+                soya::gateway::control::query(&socket(dir, i))
+                    .is_ok_and(|s| s.connected && s.paths.iter().all(|p| p.state == "up"))
+            });
+            if up {
+                return Ok(());
+            }
+            if t0.elapsed() > Duration::from_secs(15) {
+                return Err(format!(
+                    "the gateways did not connect within 15 s; logs in {}",
+                    dir.display()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// An error if a gateway has exited.
+    pub fn check(&mut self) -> Result<(), String> {
+        for (name, p) in self.gateways.clone() {
+            if !self.procs.running(p) {
+                return Err(format!("{name} exited"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Routes each site's traffic for the other: over the zero veth, WAN
+    /// path 0 (kernel forwarding), or into the gateway's soya0.
+    pub fn route(&self, via: Via) -> Result<(), String> {
+        for i in 0..2 {
+            let r = match via {
+                Via::Zero => format!("via {} dev zero", zero_ip(1 - i)),
+                Via::Wan => format!("via {} dev {}0", wan_ip(1 - i, 0), ["a", "b"][i]),
+                Via::Soya => "dev soya0".to_string(),
+            };
+            try_ip_in(&self.gw[i], &format!("route replace {} {r}", PREFIX[1 - i]))?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Via {
+    Zero,
+    Wan,
+    Soya,
+}
+
+fn socket(dir: &Path, i: usize) -> PathBuf {
+    dir.join(if i == 0 { "a.sock" } else { "b.sock" })
+}
+
+fn config(dir: &Path, i: usize) -> PathBuf {
+    dir.join(if i == 0 {
+        "gateway-a.toml"
+    } else {
+        "gateway-b.toml"
+    })
+}
