@@ -10,6 +10,8 @@
 //! Wire format and security model: `docs/wan-protocol.md`. Module map:
 //!
 //! - `packet`: header and frame codec; `msg`: `TwinMsg` codec;
+//! - `cipher`: the packet AEADs (AES-256-GCM, ChaCha20-Poly1305) and how
+//!   the twins agree on one;
 //! - `crypto`, `session`: PSK key schedule and the HELLO exchange;
 //!   `replay`: per-path anti-replay window;
 //! - `path`: RTT, pacing, liveness; `recovery`: loss detection per path;
@@ -20,6 +22,7 @@
 
 mod ack;
 pub mod cc;
+mod cipher;
 mod crypto;
 mod dgram;
 mod flow;
@@ -53,6 +56,7 @@ use path::{tx_time, Path};
 use recovery::{SentFrame, SentPacket};
 use session::{HelloVerdict, Session};
 
+pub use cipher::{aes_hardware, Cipher, CipherOffer, CipherPolicy};
 pub use packet::VERSION as PROTOCOL_VERSION;
 pub use path::{PathCounters, PathState};
 
@@ -150,6 +154,9 @@ pub struct WanConfig {
     /// Pre-shared 32-byte key. `None` is the insecure lab mode: no
     /// encryption, a CRC instead of a MAC, refused by keyed peers.
     pub key: Option<[u8; 32]>,
+    /// Which packet AEAD this side accepts (ignored without a key); the
+    /// twins agree on one in the HELLO exchange (see `cipher`).
+    pub cipher: CipherPolicy,
     pub cc: CcKind,
     /// Largest UDP payload sent (default [`DEFAULT_MAX_DATAGRAM`]); larger
     /// messages are fragmented. Use 1452 on 1500-MTU paths.
@@ -167,6 +174,7 @@ impl WanConfig {
         WanConfig {
             paths,
             key,
+            cipher: CipherPolicy::Auto,
             cc: CcKind::Bbr,
             max_datagram: DEFAULT_MAX_DATAGRAM,
             flow_window_bytes: 8 << 20,
@@ -217,6 +225,14 @@ pub enum Event {
         old_generation: u64,
         new_generation: u64,
     },
+    /// The twin (generation `peer_generation`) offers no cipher we accept:
+    /// no session until one of the two is reconfigured. Reported once per
+    /// twin generation; its HELLOs are refused and counted meanwhile.
+    CipherMismatch {
+        peer_generation: u64,
+        ours: CipherOffer,
+        theirs: CipherOffer,
+    },
     Closed,
 }
 
@@ -245,6 +261,8 @@ pub struct ConnStats {
     /// mismatch with ours hints at a path MTU misconfiguration.
     pub peer_max_datagram: Option<u16>,
     pub connected: bool,
+    /// The session's packet AEAD (`None`: no session, or lab mode).
+    pub cipher: Option<Cipher>,
     /// Flows this side has sent on.
     pub flows: usize,
     pub packets_sent: u64,
@@ -270,6 +288,8 @@ pub struct ConnStats {
     /// Protected packets before any session existed.
     pub no_session: u64,
     pub role_conflicts: u64,
+    /// HELLOs refused because the twin offers no cipher we accept.
+    pub cipher_mismatches: u64,
     /// Frames that broke the protocol after authenticating (credit overrun…).
     pub protocol_violations: u64,
     pub peer_restarts: u64,
@@ -308,6 +328,7 @@ struct Counters {
     stale_generation: u64,
     no_session: u64,
     role_conflicts: u64,
+    cipher_mismatches: u64,
     protocol_violations: u64,
     peer_restarts: u64,
     events_dropped: u64,
@@ -378,6 +399,7 @@ impl WanConnection {
                 session_nonce,
                 cfg.is_client,
                 cfg.key,
+                CipherOffer::new(cfg.cipher, aes_hardware()),
                 window,
                 max_datagram as u16,
             ),
@@ -564,6 +586,17 @@ impl WanConnection {
                 self.reply_hello(now, path);
             }
             HelloVerdict::Committed { previous } => self.on_commit(now, path, previous),
+            HelloVerdict::CipherMismatch { theirs, first } => {
+                self.counters.cipher_mismatches += 1;
+                if first {
+                    let ours = self.session.offer;
+                    self.push_event(Event::CipherMismatch {
+                        peer_generation: hdr.generation,
+                        ours,
+                        theirs,
+                    });
+                }
+            }
         }
     }
 
@@ -1215,6 +1248,7 @@ impl WanConnection {
             peer_generation: self.session.peer.as_ref().map(|p| p.generation),
             peer_max_datagram: self.session.peer.as_ref().map(|p| p.max_datagram),
             connected: self.is_connected(),
+            cipher: self.session.peer.as_ref().and_then(|p| p.keys.cipher()),
             flows: self.send.flow_count(),
             packets_sent: sum(|c| c.packets_sent),
             packets_received: sum(|c| c.packets_received),
@@ -1235,6 +1269,7 @@ impl WanConnection {
             stale_generation: c.stale_generation,
             no_session: c.no_session,
             role_conflicts: c.role_conflicts,
+            cipher_mismatches: c.cipher_mismatches,
             protocol_violations: c.protocol_violations + self.recv.offset_mismatches,
             peer_restarts: c.peer_restarts,
             events_dropped: c.events_dropped,
