@@ -113,7 +113,9 @@ impl End {
         let mut any = false;
         loop {
             let conn = &mut self.conn;
-            let n = self.io.recv(|d, _| conn.handle_datagram(now, 0, d));
+            let n = self
+                .io
+                .recv(|d, _| conn.handle_datagram_in_place(now, 0, d));
             any |= n > 0;
             if self.io.drained() {
                 return any;

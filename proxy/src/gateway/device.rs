@@ -259,9 +259,9 @@ impl Device {
     fn recv_wan(&mut self, s: usize, now: Time) {
         for _ in 0..RX_BATCHES {
             let wan = &mut self.wan;
-            let (_, drained) = self
-                .socks
-                .recv_batch(s, |path, bytes| wan.handle_datagram(now, path, bytes));
+            let (_, drained) = self.socks.recv_batch(s, |path, bytes| {
+                wan.handle_datagram_in_place(now, path, bytes)
+            });
             if drained {
                 break;
             }

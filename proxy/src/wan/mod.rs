@@ -448,7 +448,7 @@ impl WanConnection {
             return Err(SendError::Closed);
         }
         self.send
-            .push(flow, msg::encode(&msg))
+            .push(flow, msg::encode_owned(msg))
             .map_err(|e| match e {
                 PushError::TooLarge => SendError::MessageTooLarge,
                 PushError::FlowBlocked => SendError::FlowBlocked,
@@ -529,7 +529,22 @@ impl WanConnection {
 
     /// A datagram arrived on `path`. Anything that fails to parse,
     /// authenticate or pass the replay window is dropped and counted.
+    ///
+    /// Copies the datagram into a scratch buffer to decrypt it: an I/O
+    /// layer that owns its receive buffer should call
+    /// [`Self::handle_datagram_in_place`] instead.
     pub fn handle_datagram(&mut self, now: Time, path: usize, bytes: &[u8]) {
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.extend_from_slice(bytes);
+        self.handle_datagram_in_place(now, path, &mut buf);
+        self.scratch = buf;
+    }
+
+    /// [`Self::handle_datagram`] without the copy: a protected packet is
+    /// decrypted where it lies, so `bytes` is left holding plaintext (or
+    /// garbage, if it failed to authenticate).
+    pub fn handle_datagram_in_place(&mut self, now: Time, path: usize, bytes: &mut [u8]) {
         self.last_now = self.last_now.max(now);
         if self.state == State::Closed {
             return;
@@ -647,7 +662,7 @@ impl WanConnection {
         self.reply_hello(now, path);
     }
 
-    fn handle_protected(&mut self, now: Time, path: usize, hdr: &Header, bytes: &[u8]) {
+    fn handle_protected(&mut self, now: Time, path: usize, hdr: &Header, bytes: &mut [u8]) {
         let Some(peer) = self.session.peer.as_ref() else {
             self.counters.no_session += 1;
             return;
@@ -672,24 +687,23 @@ impl WanConnection {
             self.counters.replays_dropped += 1;
             return;
         }
-        let (head, rest) = bytes.split_at(HEADER_LEN);
-        let (ct, tag) = rest.split_at(rest.len() - TAG_LEN);
-        let mut plain = std::mem::take(&mut self.scratch);
-        plain.clear();
-        plain.extend_from_slice(ct);
-        if !peer.keys.open(hdr.path, hdr.pn, head, &mut plain, tag) {
+        let len = bytes.len();
+        let (head, rest) = bytes.split_at_mut(HEADER_LEN);
+        let (plain, tag) = rest.split_at_mut(len - HEADER_LEN - TAG_LEN);
+        // Decrypted in place: the payload is never copied before parsing.
+        if !peer.keys.open(hdr.path, hdr.pn, head, plain, tag) {
             p.counters.auth_failures += 1;
             self.counters.auth_failures += 1;
-            self.scratch = plain;
             return;
         }
+        let plain: &[u8] = plain;
         // Authentic from here on: only now may the packet move any state.
         p.replay.accept(hdr.pn);
-        match parse_frames(&plain) {
+        match parse_frames(plain) {
             Some(frames) => {
                 let p = &mut self.paths[path];
                 p.counters.packets_received += 1;
-                p.counters.bytes_received += bytes.len() as u64;
+                p.counters.bytes_received += len as u64;
                 self.counters.packets_accepted += 1;
                 if !self.session.confirmed {
                     self.session.confirmed = true;
@@ -716,7 +730,6 @@ impl WanConnection {
                 self.counters.malformed += 1;
             }
         }
-        self.scratch = plain;
     }
 
     fn on_frame(&mut self, now: Time, f: Frame<'_>) {
@@ -724,21 +737,27 @@ impl WanConnection {
             Frame::Ping => {}
             Frame::Ack(a) => self.on_ack_frame(now, &a),
             Frame::Data(d) => {
-                let mut done = Vec::new();
-                match self.recv.on_data(&d, &mut done) {
-                    DataOutcome::Violation => self.counters.protocol_violations += 1,
-                    DataOutcome::Accepted | DataOutcome::Duplicate => {}
-                }
-                for (flow, bytes) in done {
+                let (events, counters) = (&mut self.events, &mut self.counters);
+                // (flow, len) of messages that did not decode (rare).
+                let mut undecodable: Vec<(u64, u64)> = Vec::new();
+                // Decoding copies the packet out of the datagram into the
+                // message: the one copy of the payload on the receiving side.
+                let mut deliver = |flow, bytes: &[u8]| {
                     let len = bytes.len() as u64;
-                    match msg::decode(&bytes) {
-                        Some(msg) => self.events.push_back(Queued::Msg { flow, len, msg }),
+                    match msg::decode(bytes) {
+                        Some(msg) => events.push_back(Queued::Msg { flow, len, msg }),
                         None => {
-                            // Keep the flow's credit flowing past it.
-                            self.counters.malformed += 1;
-                            self.recv.on_consumed(flow, len);
+                            counters.malformed += 1;
+                            undecodable.push((flow, len));
                         }
                     }
+                };
+                if self.recv.on_data(&d, &mut deliver) == DataOutcome::Violation {
+                    self.counters.protocol_violations += 1;
+                }
+                for (flow, len) in undecodable {
+                    // Keep the flow's credit flowing past it.
+                    self.recv.on_consumed(flow, len);
                 }
             }
             Frame::Credit { flow, max_offset } => self.send.on_credit(flow, max_offset),

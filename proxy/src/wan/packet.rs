@@ -211,6 +211,29 @@ pub struct DataFrame<'a> {
     pub bytes: &'a [u8],
 }
 
+impl DataFrame<'_> {
+    /// Appends this DATA frame with `tail` after `bytes`: a fragment that
+    /// spans the two parts of a message held as header and packet
+    /// (`msg::Encoded`), written without first joining them. `false` (and
+    /// `w` unchanged) if it does not fit.
+    pub fn encode_with_tail(&self, tail: &[u8], w: &mut Writer<'_>) -> bool {
+        let mark = w.len();
+        let ok = w.u8(T_DATA)
+            && w.u64(self.flow)
+            && w.varint(self.seq)
+            && w.varint(self.offset)
+            && w.varint(u64::from(self.total))
+            && w.varint(u64::from(self.frag_off))
+            && w.varint((self.bytes.len() + tail.len()) as u64)
+            && w.bytes(self.bytes)
+            && w.bytes(tail);
+        if !ok {
+            w.truncate(mark);
+        }
+        ok
+    }
+}
+
 /// A piece (or all) of one unreliable datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DatagramFrame<'a> {
@@ -290,16 +313,7 @@ impl Frame<'_> {
                 }
                 ok
             }
-            Frame::Data(d) => {
-                w.u8(T_DATA)
-                    && w.u64(d.flow)
-                    && w.varint(d.seq)
-                    && w.varint(d.offset)
-                    && w.varint(u64::from(d.total))
-                    && w.varint(u64::from(d.frag_off))
-                    && w.varint(d.bytes.len() as u64)
-                    && w.bytes(d.bytes)
-            }
+            Frame::Data(d) => d.encode_with_tail(&[], w),
             Frame::Credit { flow, max_offset } => {
                 w.u8(T_CREDIT) && w.u64(*flow) && w.varint(*max_offset)
             }
