@@ -1,7 +1,7 @@
 //! The WAN transport alone over real UDP loopback sockets: Gb/s per core.
 //!
 //! ```text
-//! cargo run --release -p soya --example wan_loopback_bench -- [--secs 3] [--size 4096] [--only NAME]
+//! cargo run --release -p soya --example wan_loopback_bench -- [--secs 3] [--size 4096] [--window 32] [--only NAME]
 //! ```
 //!
 //! Two [`WanConnection`]s (client and server), each on its own UDP socket
@@ -163,7 +163,7 @@ fn cpu_seconds() -> f64 {
     tv(u.ru_utime) + tv(u.ru_stime)
 }
 
-fn run(cipher: Option<Cipher>, mode: IoMode, secs: f64, size: usize) -> Outcome {
+fn run(cipher: Option<Cipher>, mode: IoMode, secs: f64, size: usize, window: u64) -> Outcome {
     let key = cipher.map(|_| [0x42u8; 32]);
     let mk = |client: bool| {
         let mut p = PathConfig::new("lo");
@@ -174,7 +174,7 @@ fn run(cipher: Option<Cipher>, mode: IoMode, secs: f64, size: usize) -> Outcome 
             c.cipher = CipherPolicy::Only(cipher);
         }
         c.cc = CcKind::FixedRate;
-        c.flow_window_bytes = 32 << 20;
+        c.flow_window_bytes = window;
         c
     };
     let mut a = End::new(mk(true), 0x1111, mode);
@@ -288,6 +288,9 @@ fn main() {
     let mut secs = 3.0;
     let mut size = 4096;
     let mut only: Option<String> = None;
+    // Per-flow credit: the sender keeps up to this much (+ 1 MiB of queue)
+    // outstanding, so it is also the working set of queued messages.
+    let mut window_mib: u64 = 32;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < args.len() {
@@ -300,12 +303,16 @@ fn main() {
                 size = args[i + 1].parse().expect("--size BYTES");
                 i += 1;
             }
+            "--window" => {
+                window_mib = args[i + 1].parse().expect("--window MIB");
+                i += 1;
+            }
             "--only" => {
                 only = Some(args[i + 1].clone());
                 i += 1;
             }
             a => {
-                eprintln!("unknown argument {a}; usage: [--secs S] [--size BYTES] [--only NAME]");
+                eprintln!("unknown argument {a}; usage: [--secs S] [--size BYTES] [--window MIB] [--only NAME]");
                 std::process::exit(2);
             }
         }
@@ -321,7 +328,7 @@ fn main() {
         ("aes-256-gcm one per syscall", aes, IoMode::Single),
     ];
     println!(
-        "WAN transport over UDP loopback, {size}-byte messages, one flow, {secs} s per run (after 0.3 s warm-up)"
+        "WAN transport over UDP loopback, {size}-byte messages, one flow (window {window_mib} MiB), {secs} s per run (after 0.3 s warm-up)"
     );
     println!(
         "Gb/s/core = delivered bits / process CPU s, BOTH ends on this one thread (the core seals AND opens);"
@@ -347,7 +354,7 @@ fn main() {
         if only.as_deref().is_some_and(|o| !name.contains(o)) {
             continue;
         }
-        let o = run(cipher, mode, secs, size);
+        let o = run(cipher, mode, secs, size, window_mib << 20);
         let per_core = per_cpu(o.bytes, o.cpu);
         if cipher.is_none() {
             baseline = Some(per_core);

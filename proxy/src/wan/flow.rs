@@ -22,7 +22,10 @@
 //! - receiver, per flow: buffered bytes ≤ window (a peer exceeding its credit
 //!   violates the protocol: the frame is dropped and counted).
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use super::idhash::IdMap;
 
 use super::msg::Encoded;
 use super::packet::{DataFrame, Frame, Writer};
@@ -100,7 +103,8 @@ impl SendFlow {
 
 /// Sending half of all flows.
 pub struct SendFlows {
-    flows: HashMap<u64, SendFlow>,
+    /// Keyed by ids the local engine picks: see `idhash`.
+    flows: IdMap<SendFlow>,
     /// Flows with a fragment they may send, round robin.
     ready: VecDeque<u64>,
     /// Lost fragments to send again, oldest loss first.
@@ -128,7 +132,7 @@ impl SendFlows {
         max_flows: usize,
     ) -> SendFlows {
         SendFlows {
-            flows: HashMap::new(),
+            flows: IdMap::default(),
             ready: VecDeque::new(),
             rtx: VecDeque::new(),
             frag_size: frag_size.max(1),
@@ -154,7 +158,9 @@ impl SendFlows {
         if bytes.len() > self.max_message() {
             return Err(PushError::TooLarge);
         }
-        if !self.flows.contains_key(&flow) && self.flows.len() >= self.max_flows {
+        // (One table lookup in the common case: the membership test only
+        // runs when the table is full.)
+        if self.flows.len() >= self.max_flows && !self.flows.contains_key(&flow) {
             return Err(PushError::TooManyFlows);
         }
         if self.buffered + len > self.max_buffered {
@@ -409,6 +415,7 @@ struct RecvFlow {
 
 /// Receiving half of all flows.
 pub struct RecvFlows {
+    /// Keyed by ids the peer picks: std's keyed SipHash (see `idhash`).
     flows: HashMap<u64, RecvFlow>,
     window: u64,
     max_flows: usize,
@@ -439,14 +446,16 @@ impl RecvFlows {
         d: &DataFrame<'_>,
         deliver: &mut impl FnMut(u64, &[u8]),
     ) -> DataOutcome {
-        if !self.flows.contains_key(&d.flow) && self.flows.len() >= self.max_flows {
-            return DataOutcome::Violation;
-        }
         let window = self.window;
-        let f = self.flows.entry(d.flow).or_insert_with(|| RecvFlow {
-            granted: window,
-            ..RecvFlow::default()
-        });
+        let full = self.flows.len() >= self.max_flows;
+        let f = match self.flows.entry(d.flow) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(_) if full => return DataOutcome::Violation,
+            Entry::Vacant(v) => v.insert(RecvFlow {
+                granted: window,
+                ..RecvFlow::default()
+            }),
+        };
         if d.seq < f.next_seq {
             return DataOutcome::Duplicate;
         }

@@ -17,7 +17,8 @@
 //! - `path`: RTT, pacing, liveness; `recovery`: loss detection per path;
 //!   `ack`: what to acknowledge; [`cc`]: congestion controllers;
 //! - `scheduler`: which path carries the next packet;
-//! - `flow`: per-flow queues, reassembly, reorder buffers and credit;
+//! - `flow`: per-flow queues, reassembly, reorder buffers and credit
+//!   (`idhash`: the hasher of its send-side table);
 //!   `dgram`: unreliable datagrams.
 
 mod ack;
@@ -26,6 +27,7 @@ mod cipher;
 mod crypto;
 mod dgram;
 mod flow;
+mod idhash;
 pub mod msg;
 mod packet;
 mod path;
