@@ -991,7 +991,7 @@ impl WanConnection {
     fn choose_data_path(&self, now: Time) -> scheduler::Choice {
         let size = self.max_datagram as u64;
         let lookahead = self.tuning.pacing_lookahead;
-        let cands: Vec<scheduler::Candidate> = self
+        let cands = self
             .paths
             .iter()
             .enumerate()
@@ -1004,10 +1004,23 @@ impl WanConnection {
                 tx_time: tx_time(size, p.cc.pacing_rate()),
                 rate_bps: p.cc.pacing_rate(),
                 srtt: p.rtt.smoothed(),
-            })
-            .collect();
+            });
         let backlog = self.send.backlog_bytes() + self.dsend.queued_bytes();
-        scheduler::choose(now, &cands, backlog)
+        // This runs for every data packet (and every `poll_timeout`): up to
+        // 16 paths (the site configuration's limit) the candidates live on
+        // the stack, not in a fresh vector each time.
+        const INLINE: usize = 16;
+        if self.paths.len() <= INLINE {
+            let mut buf = [scheduler::Candidate::NONE; INLINE];
+            let mut n = 0;
+            for c in cands {
+                buf[n] = c;
+                n += 1;
+            }
+            scheduler::choose(now, &buf[..n], backlog)
+        } else {
+            scheduler::choose(now, &cands.collect::<Vec<_>>(), backlog)
+        }
     }
 
     /// Produces the next datagram to send into `buf`. `buf` must hold

@@ -84,23 +84,34 @@ impl From<Vec<u8>> for Encoded {
     }
 }
 
-/// The codec header of `msg` (everything but a carried packet).
-fn head(msg: &TwinMsg) -> ([u8; HEAD_CAP], u8) {
-    let mut buf = [0u8; HEAD_CAP];
-    let mut w = Writer::new(&mut buf);
+/// Writes the codec header of `msg` (everything but a carried packet) into
+/// `buf`; returns its length.
+fn head(msg: &TwinMsg, buf: &mut [u8; HEAD_CAP]) -> u8 {
+    // Messages carrying a packet, by far the most frequent: two or three
+    // bytes, written directly.
+    let short = match msg {
+        TwinMsg::Request { carry, .. } => Some([
+            K_REQUEST,
+            match carry {
+                Carry::Raw => 0,
+                Carry::Reliable => 1,
+            },
+        ]),
+        TwinMsg::Response { .. } => Some([K_RESPONSE, 0]),
+        TwinMsg::Datagram { .. } => Some([K_DATAGRAM, 0]),
+        TwinMsg::Delivered { .. } | TwinMsg::Error { .. } => None,
+    };
+    if let Some([kind, carry]) = short {
+        buf[0] = CODEC_VERSION;
+        buf[1] = kind;
+        buf[2] = carry;
+        return if kind == K_REQUEST { 3 } else { 2 };
+    }
+    let mut w = Writer::new(buf);
     // HEAD_CAP holds the largest header: none of these writes can fail
     // (`every_kind_round_trips` covers the largest, two IPv6 addresses).
     let ok = w.u8(CODEC_VERSION)
         && match msg {
-            TwinMsg::Request { carry, .. } => {
-                w.u8(K_REQUEST)
-                    && w.u8(match carry {
-                        Carry::Raw => 0,
-                        Carry::Reliable => 1,
-                    })
-            }
-            TwinMsg::Response { .. } => w.u8(K_RESPONSE),
-            TwinMsg::Datagram { .. } => w.u8(K_DATAGRAM),
             TwinMsg::Delivered { half, psn, msn } => {
                 w.u8(K_DELIVERED)
                     && put_half(&mut w, half)
@@ -116,16 +127,17 @@ fn head(msg: &TwinMsg) -> ([u8; HEAD_CAP], u8) {
                     && w.bytes(&psn.value().to_be_bytes())
                     && w.u8(code.code())
             }
+            TwinMsg::Request { .. } | TwinMsg::Response { .. } | TwinMsg::Datagram { .. } => false,
         };
     debug_assert!(ok, "HEAD_CAP holds every header");
-    let n = w.len() as u8;
-    (buf, n)
+    w.len() as u8
 }
 
 /// Serializes `msg` into a fresh vector (copies its packet; the transport
 /// uses [`encode_owned`]).
 pub fn encode(msg: &TwinMsg) -> Vec<u8> {
-    let (h, n) = head(msg);
+    let mut h = [0u8; HEAD_CAP];
+    let n = head(msg, &mut h);
     let mut out = Vec::with_capacity(encoded_len(msg));
     out.extend_from_slice(&h[..usize::from(n)]);
     match msg {
@@ -139,18 +151,19 @@ pub fn encode(msg: &TwinMsg) -> Vec<u8> {
 
 /// Serializes `msg` without copying its packet: see [`Encoded`].
 pub fn encode_owned(msg: TwinMsg) -> Encoded {
-    let (head, head_len) = head(&msg);
-    let body = match msg {
+    let mut e = Encoded {
+        head: [0; HEAD_CAP],
+        head_len: 0,
+        body: Vec::new(),
+    };
+    e.head_len = head(&msg, &mut e.head);
+    e.body = match msg {
         TwinMsg::Request { packet, .. }
         | TwinMsg::Response { packet }
         | TwinMsg::Datagram { packet } => packet,
         TwinMsg::Delivered { .. } | TwinMsg::Error { .. } => Vec::new(),
     };
-    Encoded {
-        head,
-        head_len,
-        body,
-    }
+    e
 }
 
 /// Exact length [`encode`] produces.
