@@ -23,6 +23,7 @@ pub(crate) fn defaulted_keys(raw: &RawConfig) -> Vec<String> {
     note(raw.dc.interface.is_none(), "dc.interface");
     note(raw.wan.bind.is_none(), "wan.bind");
     note(raw.wan.insecure.is_none(), "wan.insecure");
+    note(raw.wan.cipher.is_none(), "wan.cipher");
     for (i, p) in raw.wan.paths.iter().flatten().enumerate() {
         note(p.bind.is_none(), &format!("wan.paths[{i}].bind"));
         note(p.weight.is_none(), &format!("wan.paths[{i}].weight"));
@@ -126,9 +127,27 @@ impl SiteConfig {
                     "  security         pre-shared key from {}",
                     key_file.display()
                 );
+                let what = match self.wan.cipher {
+                    WanCipher::Auto => {
+                        "auto: AES-256-GCM when both twins' CPUs have AES hardware, \
+                         else ChaCha20-Poly1305"
+                    }
+                    WanCipher::Aes256Gcm => "AES-256-GCM only (a twin without it is refused)",
+                    WanCipher::ChaCha20Poly1305 => {
+                        "ChaCha20-Poly1305 only (a twin without it is refused)"
+                    }
+                };
+                let _ = writeln!(s, "  cipher           {what}{}", d("wan.cipher"));
             }
             WanSecurity::Insecure { .. } => {
                 let _ = writeln!(s, "  security         NONE (insecure = true)");
+                if self.wan.cipher != WanCipher::Auto {
+                    let _ = writeln!(
+                        s,
+                        "  cipher           {} is ignored: nothing is encrypted",
+                        self.wan.cipher
+                    );
+                }
             }
         }
         for (i, b) in self.wan.bind.iter().enumerate() {

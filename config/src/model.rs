@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::prefix::Prefix;
-pub use crate::schema::{AckPolicy, BackendKind, LogFormat, LogLevel};
+pub use crate::schema::{AckPolicy, BackendKind, LogFormat, LogLevel, WanCipher};
 
 /// One site gateway (Sapporo or Wakkanai), fully resolved.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,6 +72,8 @@ pub struct WanConfig {
     /// Local bind addresses, in file order (paths refer to them by index).
     pub bind: Vec<SocketAddr>,
     pub security: WanSecurity,
+    /// Which AEAD the gateway offers its twin (ignored in insecure mode).
+    pub cipher: WanCipher,
     /// 1..=16 paths with unique names.
     pub paths: Vec<WanPath>,
 }

@@ -8,7 +8,7 @@
 //! (`dsc = 46`) silently falling back to a default is the worst kind of
 //! config bug.
 //!
-//! Enums (backend, policy, log format/level) are decoded by serde directly:
+//! Enums (backend, policy, cipher, log format/level) are decoded by serde directly:
 //! its "unknown variant `tap`, expected one of `tun`, `udp`, `afpacket`"
 //! already names what is accepted.
 
@@ -40,6 +40,23 @@ pub enum AckPolicy {
     Strict,
     /// Never pseudo-ACK: end-to-end ACKs only (a plain tunnel).
     Off,
+}
+
+/// Which AEAD protects WAN packets (`wan.cipher`). The twins agree on one
+/// in the HELLO exchange; see docs/wan-protocol.md § Cipher agreement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+pub enum WanCipher {
+    /// Accept both; prefer AES-256-GCM when this CPU has AES and carry-less
+    /// multiply instructions, ChaCha20-Poly1305 otherwise (default).
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// AES-256-GCM only: a twin that cannot use it is refused.
+    #[serde(rename = "aes-256-gcm")]
+    Aes256Gcm,
+    /// ChaCha20-Poly1305 only: a twin that cannot use it is refused.
+    #[serde(rename = "chacha20-poly1305")]
+    ChaCha20Poly1305,
 }
 
 /// Log line format.
@@ -81,6 +98,7 @@ macro_rules! toml_spelling {
 
 toml_spelling!(BackendKind { Tun => "tun", Udp => "udp", Afpacket => "afpacket" });
 toml_spelling!(AckPolicy { Edge => "edge", Strict => "strict", Off => "off" });
+toml_spelling!(WanCipher { Auto => "auto", Aes256Gcm => "aes-256-gcm", ChaCha20Poly1305 => "chacha20-poly1305" });
 toml_spelling!(LogFormat { Human => "human", Json => "json" });
 toml_spelling!(LogLevel { Trace => "trace", Debug => "debug", Info => "info", Warn => "warn", Error => "error" });
 
@@ -151,6 +169,7 @@ pub(crate) struct RawWan {
     pub bind: Option<Vec<String>>,
     pub insecure: Option<bool>,
     pub key_file: Option<String>,
+    pub cipher: Option<WanCipher>,
     pub paths: Option<Vec<RawPath>>,
 }
 
@@ -244,6 +263,10 @@ pub(crate) const ACCEPTED: &[(&str, &str)] = &[
     ),
     ("wan.insecure", "true or false"),
     ("wan.key_file", "a path string like \"/etc/soya/psk\""),
+    (
+        "wan.cipher",
+        "one of \"auto\", \"aes-256-gcm\", \"chacha20-poly1305\"",
+    ),
     ("wan.paths", "1..=16 [[wan.paths]] tables"),
     ("wan.paths[]", "a [[wan.paths]] table"),
     (

@@ -383,6 +383,7 @@ fn resolve_wan(c: &mut Checker, wan: &RawWan) -> Option<WanConfig> {
     Some(WanConfig {
         bind,
         security,
+        cipher: wan.cipher.unwrap_or_default(),
         paths: paths?,
     })
 }

@@ -369,6 +369,41 @@ fn wan_key_file() {
 }
 
 #[test]
+fn wan_cipher() {
+    use soya_config::WanCipher;
+    let cfg = soya_config::parse_str(BASE, "t").unwrap();
+    assert_eq!(cfg.wan.cipher, WanCipher::Auto, "default");
+    assert!(cfg.defaulted.iter().any(|k| k == "wan.cipher"));
+    for (text, want) in [
+        ("auto", WanCipher::Auto),
+        ("aes-256-gcm", WanCipher::Aes256Gcm),
+        ("chacha20-poly1305", WanCipher::ChaCha20Poly1305),
+    ] {
+        let t = edit(
+            "key_file = \"psk.key\"",
+            &format!("key_file = \"psk.key\"\ncipher = \"{text}\""),
+        );
+        let cfg = soya_config::parse_str(&t, "t").unwrap();
+        assert_eq!(cfg.wan.cipher, want);
+        assert_eq!(cfg.wan.cipher.as_str(), text);
+        assert!(cfg.explain().contains("  cipher  "), "{}", cfg.explain());
+    }
+    let t = edit(
+        "key_file = \"psk.key\"",
+        "key_file = \"psk.key\"\ncipher = \"aes-128-gcm\"",
+    );
+    expect_error(
+        &t,
+        "cipher",
+        "wan.cipher",
+        &[
+            "unknown variant `aes-128-gcm`",
+            "`auto`, `aes-256-gcm`, `chacha20-poly1305`",
+        ],
+    );
+}
+
+#[test]
 fn wan_path_count() {
     let text = BASE.split("[[wan.paths]]").next().unwrap().to_string();
     expect_error(

@@ -329,9 +329,9 @@ impl Device {
     fn recv_wan(&mut self, s: usize, now: Time) {
         for _ in 0..RX_BATCHES {
             let wan = &mut self.wan;
-            let (_, drained) = self
-                .socks
-                .recv_batch(s, |path, bytes| wan.handle_datagram(now, path, bytes));
+            let (_, drained) = self.socks.recv_batch(s, |path, bytes| {
+                wan.handle_datagram_in_place(now, path, bytes)
+            });
             if drained {
                 break;
             }
@@ -508,9 +508,24 @@ impl Device {
                 tracing::warn!(path = %self.path_name(i), "wan path DOWN");
             }
             Event::Connected { peer_generation } => {
+                let cipher = self.wan.stats().cipher;
                 tracing::info!(
                     peer_generation = format_args!("{peer_generation:016x}"),
+                    cipher = cipher.map_or("none (insecure)", |c| c.name()),
                     "connected to the twin"
+                );
+            }
+            Event::CipherMismatch {
+                peer_generation,
+                ours,
+                theirs,
+            } => {
+                tracing::error!(
+                    peer_generation = format_args!("{peer_generation:016x}"),
+                    ours = %ours,
+                    theirs = %theirs,
+                    "the twin offers no cipher this gateway accepts: NO SESSION; \
+                     set the same wan.cipher on both sites (or \"auto\")"
                 );
             }
             Event::PeerRestarted {

@@ -129,11 +129,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use soya_config::{DcBackend, SiteConfig, WanSecurity};
+use soya_config::{DcBackend, SiteConfig, WanCipher, WanSecurity};
 
 use crate::qp::{EngineConfig, QpEngine};
 use crate::time::Time;
-use crate::wan::{CcKind, PathConfig, WanConfig, WanConnection};
+use crate::wan::{
+    aes_hardware, CcKind, Cipher, CipherOffer, CipherPolicy, PathConfig, WanConfig, WanConnection,
+};
 
 pub use reload::ReloadReport;
 pub use snapshot::Snapshot;
@@ -418,12 +420,29 @@ pub fn wan_config(cfg: &SiteConfig, key: Option<[u8; 32]>) -> WanConfig {
     w.flow_window_bytes = w
         .flow_window_bytes
         .max(EngineConfig::from_site(cfg).flow_bytes());
+    w.cipher = match cfg.wan.cipher {
+        WanCipher::Auto => CipherPolicy::Auto,
+        WanCipher::Aes256Gcm => CipherPolicy::Only(Cipher::Aes256Gcm),
+        WanCipher::ChaCha20Poly1305 => CipherPolicy::Only(Cipher::ChaCha20Poly1305),
+    };
     w.cc = if cfg.wan.paths.iter().all(|p| p.rate_bps.is_some()) {
         CcKind::FixedRate
     } else {
         CcKind::Bbr
     };
     w
+}
+
+/// `wan.cipher` in the startup summary, with what `auto` offers on this CPU.
+fn cipher_summary(policy: CipherPolicy) -> String {
+    match policy {
+        CipherPolicy::Only(c) => format!("{c} only"),
+        CipherPolicy::Auto => format!(
+            "auto ({}; this CPU {} AES hardware)",
+            CipherOffer::new(policy, aes_hardware()),
+            if aes_hardware() { "has" } else { "lacks" }
+        ),
+    }
 }
 
 fn acl_of(cfg: &SiteConfig) -> acl::Acl {
@@ -500,8 +519,9 @@ pub fn startup_summary(cfg: &SiteConfig) -> String {
     let security = match &cfg.wan.security {
         WanSecurity::Insecure { .. } => "INSECURE (plaintext lab mode)".to_string(),
         WanSecurity::PreSharedKey { key_file } => format!(
-            "pre-shared key {} (first 32 bytes), ChaCha20-Poly1305",
-            key_file.display()
+            "pre-shared key {} (first 32 bytes), cipher {}",
+            key_file.display(),
+            cipher_summary(w.cipher)
         ),
     };
     let _ = writeln!(

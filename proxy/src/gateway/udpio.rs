@@ -637,12 +637,14 @@ impl UdpIo {
     /// every datagram in it, GRO messages cut back into their datagrams.
     /// Returns how many datagrams were delivered (0: nothing waiting).
     /// Fewer than [`batch`](Self::batch) *messages* means the socket was
-    /// emptied: see [`drained`](Self::drained).
-    pub fn recv(&mut self, mut f: impl FnMut(&[u8], Option<SocketAddr>)) -> usize {
+    /// emptied: see [`drained`](Self::drained). The datagram is mutable
+    /// (it lies in this reader's own buffer, overwritten by the next call):
+    /// the WAN transport decrypts it in place.
+    pub fn recv(&mut self, mut f: impl FnMut(&mut [u8], Option<SocketAddr>)) -> usize {
         self.recv_batch();
         let n = self.rx_out.len();
         for d in &self.rx_out {
-            f(&self.rx_buf[d.off..d.off + d.len], d.from);
+            f(&mut self.rx_buf[d.off..d.off + d.len], d.from);
         }
         self.rx_out.clear();
         n

@@ -152,7 +152,11 @@ impl WanSockets {
     /// Reads one batch from socket `sock` and hands every datagram to
     /// `f(path, bytes)`. Returns the datagrams read (0: none waiting) and
     /// whether the socket was emptied (see [`UdpIo::drained`]).
-    pub fn recv_batch(&mut self, sock: usize, mut f: impl FnMut(usize, &[u8])) -> (usize, bool) {
+    pub fn recv_batch(
+        &mut self,
+        sock: usize,
+        mut f: impl FnMut(usize, &mut [u8]),
+    ) -> (usize, bool) {
         let WanSockets {
             io,
             paths,

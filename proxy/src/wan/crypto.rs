@@ -5,25 +5,29 @@
 //! - HELLO packets carry a 16-byte truncated HMAC-SHA256 under
 //!   `hello_key = HKDF-SHA256(salt "soya-wan/1 hello", ikm PSK, info "hello mac")`.
 //!   A MAC, not an AEAD, because the HELLO key is the same for every session:
-//!   a MAC has no nonce that could repeat.
+//!   a MAC has no nonce that could repeat. It also covers the cipher offers
+//!   the HELLO carries, so an attacker cannot strip a cipher from an offer.
 //! - Session keys: `prk = HKDF-Extract(salt "soya-wan/1 session" ‖
 //!   client_nonce ‖ server_nonce, PSK)`; `c2s`, `s2c` (32 bytes each) and the
-//!   connection id (4 bytes) are expanded from it with distinct labels. Each
-//!   direction has its own key, so both sides may use the same (path, packet
-//!   number) without reusing a nonce.
-//! - Protected packets: ChaCha20-Poly1305, nonce = `0 0 0 path ‖ pn (8 bytes)`,
-//!   associated data = the 24-byte header. Packet numbers are never reused on
-//!   a path, so a nonce never repeats under one key.
+//!   connection id (4 bytes) are expanded from it with distinct labels. The
+//!   key labels end with the agreed cipher's id (`"c2s key" ‖ id`), so keys
+//!   are bound to the cipher: the same key never serves two algorithms, and
+//!   twins that somehow disagreed on the cipher share no key (every packet
+//!   fails to authenticate) instead of talking under a cipher one of them
+//!   did not choose. Each direction has its own key, so both sides may use
+//!   the same (path, packet number) without reusing a nonce.
+//! - Protected packets: the agreed AEAD (`cipher`), nonce = `0 0 0 path ‖
+//!   pn (8 bytes)`, associated data = the 24-byte header. Packet numbers are
+//!   never reused on a path, so a nonce never repeats under one key.
 //!
 //! Without a key (lab mode) the same layout is kept and the tag holds a CRC32
 //! of header and payload: it catches corruption, not attackers.
 
-use chacha20poly1305::aead::{AeadInPlace, KeyInit};
-use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce, Tag};
 use hkdf::hmac::{Hmac, Mac};
 use hkdf::Hkdf;
 use sha2::Sha256;
 
+use super::cipher::{Cipher, PacketKey};
 use super::packet::TAG_LEN;
 
 const HELLO_SALT: &[u8] = b"soya-wan/1 hello";
@@ -103,19 +107,36 @@ fn crc_tag(a: &[u8], b: &[u8]) -> [u8; TAG_LEN] {
     out
 }
 
-/// One session's keys: derived once both nonces are known.
+/// One session's keys: derived once both nonces (and the cipher) are known.
 pub struct SessionKeys {
-    tx: Option<ChaCha20Poly1305>,
-    rx: Option<ChaCha20Poly1305>,
+    tx: Option<PacketKey>,
+    rx: Option<PacketKey>,
     pub conn_id: u32,
 }
 
+/// The raw outputs of the key schedule: (c2s key, s2c key, connection id).
+fn expand(psk: &[u8; 32], salt: &[u8], cipher: Cipher) -> ([u8; 32], [u8; 32], u32) {
+    let hk = Hkdf::<Sha256>::new(Some(salt), psk);
+    let mut c2s = [0u8; 32];
+    let mut s2c = [0u8; 32];
+    let mut cid = [0u8; 4];
+    // Output lengths are fixed and valid: expand cannot fail.
+    hk.expand_multi_info(&[b"c2s key", &[cipher.id()]], &mut c2s)
+        .unwrap_or_default();
+    hk.expand_multi_info(&[b"s2c key", &[cipher.id()]], &mut s2c)
+        .unwrap_or_default();
+    hk.expand(b"conn id", &mut cid).unwrap_or_default();
+    (c2s, s2c, u32::from_be_bytes(cid))
+}
+
 impl SessionKeys {
+    /// `cipher` is the agreed one (ignored, and may be `None`, without a PSK).
     pub fn derive(
         psk: Option<&[u8; 32]>,
         my_nonce: u64,
         peer_nonce: u64,
         i_am_client: bool,
+        cipher: Option<Cipher>,
     ) -> SessionKeys {
         let (c, s) = if i_am_client {
             (my_nonce, peer_nonce)
@@ -126,7 +147,7 @@ impl SessionKeys {
         salt.extend_from_slice(SESSION_SALT);
         salt.extend_from_slice(&c.to_be_bytes());
         salt.extend_from_slice(&s.to_be_bytes());
-        let Some(psk) = psk else {
+        let (Some(psk), Some(cipher)) = (psk, cipher) else {
             let mut h = crc32fast::Hasher::new();
             h.update(&salt);
             return SessionKeys {
@@ -135,22 +156,20 @@ impl SessionKeys {
                 conn_id: h.finalize(),
             };
         };
-        let hk = Hkdf::<Sha256>::new(Some(&salt), psk);
-        let mut c2s = [0u8; 32];
-        let mut s2c = [0u8; 32];
-        let mut cid = [0u8; 4];
-        // Output lengths are fixed and valid: expand cannot fail.
-        hk.expand(b"c2s key", &mut c2s).unwrap_or_default();
-        hk.expand(b"s2c key", &mut s2c).unwrap_or_default();
-        hk.expand(b"conn id", &mut cid).unwrap_or_default();
-        let c2s = ChaCha20Poly1305::new(Key::from_slice(&c2s));
-        let s2c = ChaCha20Poly1305::new(Key::from_slice(&s2c));
+        let (c2s, s2c, conn_id) = expand(psk, &salt, cipher);
+        let c2s = PacketKey::new(cipher, &c2s);
+        let s2c = PacketKey::new(cipher, &s2c);
         let (tx, rx) = if i_am_client { (c2s, s2c) } else { (s2c, c2s) };
         SessionKeys {
             tx: Some(tx),
             rx: Some(rx),
-            conn_id: u32::from_be_bytes(cid),
+            conn_id,
         }
+    }
+
+    /// The session's cipher (`None`: lab mode).
+    pub fn cipher(&self) -> Option<Cipher> {
+        self.tx.as_ref().map(PacketKey::cipher)
     }
 
     fn nonce(path: u8, pn: u64) -> [u8; 12] {
@@ -163,17 +182,7 @@ impl SessionKeys {
     /// Encrypts `payload` in place and returns its tag.
     pub fn seal(&self, path: u8, pn: u64, header: &[u8], payload: &mut [u8]) -> [u8; TAG_LEN] {
         match &self.tx {
-            Some(aead) => {
-                let n = Self::nonce(path, pn);
-                let mut out = [0u8; TAG_LEN];
-                // Only fails for payloads beyond 256 GiB.
-                if let Ok(tag) =
-                    aead.encrypt_in_place_detached(Nonce::from_slice(&n), header, payload)
-                {
-                    out.copy_from_slice(&tag);
-                }
-                out
-            }
+            Some(key) => key.seal(Self::nonce(path, pn), header, payload),
             None => crc_tag(header, payload),
         }
     }
@@ -184,16 +193,7 @@ impl SessionKeys {
             return false;
         }
         match &self.rx {
-            Some(aead) => {
-                let n = Self::nonce(path, pn);
-                aead.decrypt_in_place_detached(
-                    Nonce::from_slice(&n),
-                    header,
-                    payload,
-                    Tag::from_slice(tag),
-                )
-                .is_ok()
-            }
+            Some(key) => key.open(Self::nonce(path, pn), header, payload, tag),
             None => tag == crc_tag(header, payload).as_slice(),
         }
     }
@@ -205,26 +205,52 @@ mod tests {
 
     #[test]
     fn directions_and_sessions_differ() {
+        for cipher in Cipher::ALL {
+            let c = Some(cipher);
+            let psk = [7u8; 32];
+            let a = SessionKeys::derive(Some(&psk), 1, 2, true, c);
+            let b = SessionKeys::derive(Some(&psk), 2, 1, false, c);
+            assert_eq!(a.conn_id, b.conn_id);
+            assert_eq!(a.cipher(), c);
+            let hdr = [1u8; 24];
+            let mut p = b"payload".to_vec();
+            let tag = a.seal(0, 5, &hdr, &mut p);
+            assert_ne!(&p, b"payload");
+            let mut q = p.clone();
+            assert!(b.open(0, 5, &hdr, &mut q, &tag));
+            assert_eq!(&q, b"payload");
+            // Wrong pn, path, header, direction or session: all refused.
+            assert!(!b.open(0, 6, &hdr, &mut p.clone(), &tag));
+            assert!(!b.open(1, 5, &hdr, &mut p.clone(), &tag));
+            assert!(!b.open(0, 5, &[2u8; 24], &mut p.clone(), &tag));
+            assert!(!a.open(0, 5, &hdr, &mut p.clone(), &tag));
+            let other = SessionKeys::derive(Some(&psk), 3, 1, false, c);
+            assert!(!other.open(0, 5, &hdr, &mut p.clone(), &tag));
+            let wrong_psk = SessionKeys::derive(Some(&[8u8; 32]), 2, 1, false, c);
+            assert!(!wrong_psk.open(0, 5, &hdr, &mut p.clone(), &tag));
+        }
+    }
+
+    /// Keys are bound to the cipher: the same session under the other
+    /// cipher has other key bytes (not merely another algorithm), so a twin
+    /// that took another cipher than its peer authenticates nothing.
+    #[test]
+    fn keys_are_bound_to_the_cipher() {
         let psk = [7u8; 32];
-        let a = SessionKeys::derive(Some(&psk), 1, 2, true);
-        let b = SessionKeys::derive(Some(&psk), 2, 1, false);
-        assert_eq!(a.conn_id, b.conn_id);
+        let (aes, cha) = (Cipher::Aes256Gcm, Cipher::ChaCha20Poly1305);
+        let (a1, a2, cid_a) = expand(&psk, b"salt", aes);
+        let (c1, c2, cid_c) = expand(&psk, b"salt", cha);
+        assert!(a1 != c1 && a2 != c2 && a1 != a2 && c1 != c2);
+        assert_eq!(cid_a, cid_c, "the connection id names the session only");
+        let client = SessionKeys::derive(Some(&psk), 1, 2, true, Some(aes));
+        let server = SessionKeys::derive(Some(&psk), 2, 1, false, Some(cha));
         let hdr = [1u8; 24];
-        let mut p = b"payload".to_vec();
-        let tag = a.seal(0, 5, &hdr, &mut p);
-        assert_ne!(&p, b"payload");
-        let mut q = p.clone();
-        assert!(b.open(0, 5, &hdr, &mut q, &tag));
-        assert_eq!(&q, b"payload");
-        // Wrong pn, path, header, direction or session: all refused.
-        assert!(!b.open(0, 6, &hdr, &mut p.clone(), &tag));
-        assert!(!b.open(1, 5, &hdr, &mut p.clone(), &tag));
-        assert!(!b.open(0, 5, &[2u8; 24], &mut p.clone(), &tag));
-        assert!(!a.open(0, 5, &hdr, &mut p.clone(), &tag));
-        let other = SessionKeys::derive(Some(&psk), 3, 1, false);
-        assert!(!other.open(0, 5, &hdr, &mut p.clone(), &tag));
-        let wrong_psk = SessionKeys::derive(Some(&[8u8; 32]), 2, 1, false);
-        assert!(!wrong_psk.open(0, 5, &hdr, &mut p.clone(), &tag));
+        let mut p = vec![0u8; 100];
+        let tag = client.seal(0, 1, &hdr, &mut p);
+        assert!(!server.open(0, 1, &hdr, &mut p, &tag));
+        // Lab mode has no cipher.
+        let lab = SessionKeys::derive(None, 1, 2, true, Some(aes));
+        assert_eq!(lab.cipher(), None);
     }
 
     #[test]

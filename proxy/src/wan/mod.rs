@@ -10,19 +10,24 @@
 //! Wire format and security model: `docs/wan-protocol.md`. Module map:
 //!
 //! - `packet`: header and frame codec; `msg`: `TwinMsg` codec;
+//! - `cipher`: the packet AEADs (AES-256-GCM, ChaCha20-Poly1305) and how
+//!   the twins agree on one;
 //! - `crypto`, `session`: PSK key schedule and the HELLO exchange;
 //!   `replay`: per-path anti-replay window;
 //! - `path`: RTT, pacing, liveness; `recovery`: loss detection per path;
 //!   `ack`: what to acknowledge; [`cc`]: congestion controllers;
 //! - `scheduler`: which path carries the next packet;
-//! - `flow`: per-flow queues, reassembly, reorder buffers and credit;
+//! - `flow`: per-flow queues, reassembly, reorder buffers and credit
+//!   (`idhash`: the hasher of its send-side table);
 //!   `dgram`: unreliable datagrams.
 
 mod ack;
 pub mod cc;
+mod cipher;
 mod crypto;
 mod dgram;
 mod flow;
+mod idhash;
 pub mod msg;
 mod packet;
 mod path;
@@ -53,6 +58,7 @@ use path::{tx_time, Path};
 use recovery::{SentFrame, SentPacket};
 use session::{HelloVerdict, Session};
 
+pub use cipher::{aes_hardware, Cipher, CipherOffer, CipherPolicy};
 pub use packet::VERSION as PROTOCOL_VERSION;
 pub use path::{PathCounters, PathState};
 
@@ -150,6 +156,9 @@ pub struct WanConfig {
     /// Pre-shared 32-byte key. `None` is the insecure lab mode: no
     /// encryption, a CRC instead of a MAC, refused by keyed peers.
     pub key: Option<[u8; 32]>,
+    /// Which packet AEAD this side accepts (ignored without a key); the
+    /// twins agree on one in the HELLO exchange (see `cipher`).
+    pub cipher: CipherPolicy,
     pub cc: CcKind,
     /// Largest UDP payload sent (default [`DEFAULT_MAX_DATAGRAM`]); larger
     /// messages are fragmented. Use 1452 on 1500-MTU paths.
@@ -172,6 +181,7 @@ impl WanConfig {
         WanConfig {
             paths,
             key,
+            cipher: CipherPolicy::Auto,
             cc: CcKind::Bbr,
             max_datagram: DEFAULT_MAX_DATAGRAM,
             flow_window_bytes: 8 << 20,
@@ -223,6 +233,14 @@ pub enum Event {
         old_generation: u64,
         new_generation: u64,
     },
+    /// The twin (generation `peer_generation`) offers no cipher we accept:
+    /// no session until one of the two is reconfigured. Reported once per
+    /// twin generation; its HELLOs are refused and counted meanwhile.
+    CipherMismatch {
+        peer_generation: u64,
+        ours: CipherOffer,
+        theirs: CipherOffer,
+    },
     Closed,
 }
 
@@ -251,6 +269,8 @@ pub struct ConnStats {
     /// mismatch with ours hints at a path MTU misconfiguration.
     pub peer_max_datagram: Option<u16>,
     pub connected: bool,
+    /// The session's packet AEAD (`None`: no session, or lab mode).
+    pub cipher: Option<Cipher>,
     /// Flows this side has sent on.
     pub flows: usize,
     pub packets_sent: u64,
@@ -276,6 +296,8 @@ pub struct ConnStats {
     /// Protected packets before any session existed.
     pub no_session: u64,
     pub role_conflicts: u64,
+    /// HELLOs refused because the twin offers no cipher we accept.
+    pub cipher_mismatches: u64,
     /// Frames that broke the protocol after authenticating (credit overrun…).
     pub protocol_violations: u64,
     pub peer_restarts: u64,
@@ -314,6 +336,7 @@ struct Counters {
     stale_generation: u64,
     no_session: u64,
     role_conflicts: u64,
+    cipher_mismatches: u64,
     protocol_violations: u64,
     peer_restarts: u64,
     events_dropped: u64,
@@ -384,6 +407,7 @@ impl WanConnection {
                 session_nonce,
                 cfg.is_client,
                 cfg.key,
+                CipherOffer::new(cfg.cipher, aes_hardware()),
                 window,
                 max_datagram as u16,
             ),
@@ -436,7 +460,7 @@ impl WanConnection {
             return Err(SendError::Closed);
         }
         self.send
-            .push(flow, msg::encode(&msg))
+            .push(flow, msg::encode_owned(msg))
             .map_err(|e| match e {
                 PushError::TooLarge => SendError::MessageTooLarge,
                 PushError::FlowBlocked => SendError::FlowBlocked,
@@ -517,7 +541,22 @@ impl WanConnection {
 
     /// A datagram arrived on `path`. Anything that fails to parse,
     /// authenticate or pass the replay window is dropped and counted.
+    ///
+    /// Copies the datagram into a scratch buffer to decrypt it: an I/O
+    /// layer that owns its receive buffer should call
+    /// [`Self::handle_datagram_in_place`] instead.
     pub fn handle_datagram(&mut self, now: Time, path: usize, bytes: &[u8]) {
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.extend_from_slice(bytes);
+        self.handle_datagram_in_place(now, path, &mut buf);
+        self.scratch = buf;
+    }
+
+    /// [`Self::handle_datagram`] without the copy: a protected packet is
+    /// decrypted where it lies, so `bytes` is left holding plaintext (or
+    /// garbage, if it failed to authenticate).
+    pub fn handle_datagram_in_place(&mut self, now: Time, path: usize, bytes: &mut [u8]) {
         self.last_now = self.last_now.max(now);
         if self.state == State::Closed {
             return;
@@ -574,6 +613,17 @@ impl WanConnection {
                 self.reply_hello(now, path);
             }
             HelloVerdict::Committed { previous } => self.on_commit(now, path, previous),
+            HelloVerdict::CipherMismatch { theirs, first } => {
+                self.counters.cipher_mismatches += 1;
+                if first {
+                    let ours = self.session.offer;
+                    self.push_event(Event::CipherMismatch {
+                        peer_generation: hdr.generation,
+                        ours,
+                        theirs,
+                    });
+                }
+            }
         }
     }
 
@@ -624,7 +674,7 @@ impl WanConnection {
         self.reply_hello(now, path);
     }
 
-    fn handle_protected(&mut self, now: Time, path: usize, hdr: &Header, bytes: &[u8]) {
+    fn handle_protected(&mut self, now: Time, path: usize, hdr: &Header, bytes: &mut [u8]) {
         let Some(peer) = self.session.peer.as_ref() else {
             self.counters.no_session += 1;
             return;
@@ -649,24 +699,23 @@ impl WanConnection {
             self.counters.replays_dropped += 1;
             return;
         }
-        let (head, rest) = bytes.split_at(HEADER_LEN);
-        let (ct, tag) = rest.split_at(rest.len() - TAG_LEN);
-        let mut plain = std::mem::take(&mut self.scratch);
-        plain.clear();
-        plain.extend_from_slice(ct);
-        if !peer.keys.open(hdr.path, hdr.pn, head, &mut plain, tag) {
+        let len = bytes.len();
+        let (head, rest) = bytes.split_at_mut(HEADER_LEN);
+        let (plain, tag) = rest.split_at_mut(len - HEADER_LEN - TAG_LEN);
+        // Decrypted in place: the payload is never copied before parsing.
+        if !peer.keys.open(hdr.path, hdr.pn, head, plain, tag) {
             p.counters.auth_failures += 1;
             self.counters.auth_failures += 1;
-            self.scratch = plain;
             return;
         }
+        let plain: &[u8] = plain;
         // Authentic from here on: only now may the packet move any state.
         p.replay.accept(hdr.pn);
-        match parse_frames(&plain) {
+        match parse_frames(plain) {
             Some(frames) => {
                 let p = &mut self.paths[path];
                 p.counters.packets_received += 1;
-                p.counters.bytes_received += bytes.len() as u64;
+                p.counters.bytes_received += len as u64;
                 self.counters.packets_accepted += 1;
                 if !self.session.confirmed {
                     self.session.confirmed = true;
@@ -693,7 +742,6 @@ impl WanConnection {
                 self.counters.malformed += 1;
             }
         }
-        self.scratch = plain;
     }
 
     fn on_frame(&mut self, now: Time, f: Frame<'_>) {
@@ -701,21 +749,27 @@ impl WanConnection {
             Frame::Ping => {}
             Frame::Ack(a) => self.on_ack_frame(now, &a),
             Frame::Data(d) => {
-                let mut done = Vec::new();
-                match self.recv.on_data(&d, &mut done) {
-                    DataOutcome::Violation => self.counters.protocol_violations += 1,
-                    DataOutcome::Accepted | DataOutcome::Duplicate => {}
-                }
-                for (flow, bytes) in done {
+                let (events, counters) = (&mut self.events, &mut self.counters);
+                // (flow, len) of messages that did not decode (rare).
+                let mut undecodable: Vec<(u64, u64)> = Vec::new();
+                // Decoding copies the packet out of the datagram into the
+                // message: the one copy of the payload on the receiving side.
+                let mut deliver = |flow, bytes: &[u8]| {
                     let len = bytes.len() as u64;
-                    match msg::decode(&bytes) {
-                        Some(msg) => self.events.push_back(Queued::Msg { flow, len, msg }),
+                    match msg::decode(bytes) {
+                        Some(msg) => events.push_back(Queued::Msg { flow, len, msg }),
                         None => {
-                            // Keep the flow's credit flowing past it.
-                            self.counters.malformed += 1;
-                            self.recv.on_consumed(flow, len);
+                            counters.malformed += 1;
+                            undecodable.push((flow, len));
                         }
                     }
+                };
+                if self.recv.on_data(&d, &mut deliver) == DataOutcome::Violation {
+                    self.counters.protocol_violations += 1;
+                }
+                for (flow, len) in undecodable {
+                    // Keep the flow's credit flowing past it.
+                    self.recv.on_consumed(flow, len);
                 }
             }
             Frame::Credit { flow, max_offset } => self.send.on_credit(flow, max_offset),
@@ -947,7 +1001,7 @@ impl WanConnection {
     fn choose_data_path(&self, now: Time) -> scheduler::Choice {
         let size = self.max_datagram as u64;
         let lookahead = self.tuning.pacing_lookahead;
-        let cands: Vec<scheduler::Candidate> = self
+        let cands = self
             .paths
             .iter()
             .enumerate()
@@ -960,10 +1014,23 @@ impl WanConnection {
                 tx_time: tx_time(size, p.cc.pacing_rate()),
                 rate_bps: p.cc.pacing_rate(),
                 srtt: p.rtt.smoothed(),
-            })
-            .collect();
+            });
         let backlog = self.send.backlog_bytes() + self.dsend.queued_bytes();
-        scheduler::choose(now, &cands, backlog)
+        // This runs for every data packet (and every `poll_timeout`): up to
+        // 16 paths (the site configuration's limit) the candidates live on
+        // the stack, not in a fresh vector each time.
+        const INLINE: usize = 16;
+        if self.paths.len() <= INLINE {
+            let mut buf = [scheduler::Candidate::NONE; INLINE];
+            let mut n = 0;
+            for c in cands {
+                buf[n] = c;
+                n += 1;
+            }
+            scheduler::choose(now, &buf[..n], backlog)
+        } else {
+            scheduler::choose(now, &cands.collect::<Vec<_>>(), backlog)
+        }
     }
 
     /// Produces the next datagram to send into `buf`. `buf` must hold
@@ -1225,6 +1292,7 @@ impl WanConnection {
             peer_generation: self.session.peer.as_ref().map(|p| p.generation),
             peer_max_datagram: self.session.peer.as_ref().map(|p| p.max_datagram),
             connected: self.is_connected(),
+            cipher: self.session.peer.as_ref().and_then(|p| p.keys.cipher()),
             flows: self.send.flow_count(),
             packets_sent: sum(|c| c.packets_sent),
             packets_received: sum(|c| c.packets_received),
@@ -1245,6 +1313,7 @@ impl WanConnection {
             stale_generation: c.stale_generation,
             no_session: c.no_session,
             role_conflicts: c.role_conflicts,
+            cipher_mismatches: c.cipher_mismatches,
             protocol_violations: c.protocol_violations + self.recv.offset_mismatches,
             peer_restarts: c.peer_restarts,
             events_dropped: c.events_dropped,

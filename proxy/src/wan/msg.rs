@@ -24,7 +24,7 @@ use crate::qp::half::HalfKey;
 use crate::qp::twin::{Carry, TwinMsg};
 use crate::roce::{NakCode, Psn};
 
-use super::packet::Reader;
+use super::packet::{Reader, Writer};
 
 pub const CODEC_VERSION: u8 = 1;
 
@@ -34,47 +34,136 @@ const K_DELIVERED: u8 = 3;
 const K_ERROR: u8 = 4;
 const K_DATAGRAM: u8 = 5;
 
-/// Serializes `msg` (appends to a fresh vector).
-pub fn encode(msg: &TwinMsg) -> Vec<u8> {
-    let mut out = Vec::with_capacity(encoded_len(msg));
-    out.push(CODEC_VERSION);
-    match msg {
-        TwinMsg::Request { carry, packet } => {
-            out.push(K_REQUEST);
-            out.push(match carry {
-                Carry::Raw => 0,
-                Carry::Reliable => 1,
-            });
-            out.extend_from_slice(packet);
-        }
-        TwinMsg::Response { packet } => {
-            out.push(K_RESPONSE);
-            out.extend_from_slice(packet);
-        }
-        TwinMsg::Delivered { half, psn, msn } => {
-            out.push(K_DELIVERED);
-            put_half(&mut out, half);
-            out.extend_from_slice(&psn.value().to_be_bytes());
-            match msn {
-                None => out.push(0),
-                Some(m) => {
-                    out.push(1);
-                    out.extend_from_slice(&m.to_be_bytes());
-                }
-            }
-        }
-        TwinMsg::Error { half, psn, code } => {
-            out.push(K_ERROR);
-            put_half(&mut out, half);
-            out.extend_from_slice(&psn.value().to_be_bytes());
-            out.push(code.code());
-        }
-        TwinMsg::Datagram { packet } => {
-            out.push(K_DATAGRAM);
-            out.extend_from_slice(packet);
+/// Room for the codec header of any message: all of a Delivered or an
+/// Error (at most 2 + 38 + 9 bytes with two IPv6 addresses), the first 2–3
+/// bytes of a message carrying a packet.
+const HEAD_CAP: usize = 56;
+
+/// An encoded message in two parts: `head` (the codec header, or all of a
+/// small message) and `body` (the IP packet of a Request, Response or
+/// Datagram, *moved* out of the [`TwinMsg`]). Queuing a message to send
+/// thus never copies its packet; the only copy is into the datagram being
+/// built (see `flow`).
+pub struct Encoded {
+    head: [u8; HEAD_CAP],
+    head_len: u8,
+    body: Vec<u8>,
+}
+
+impl Encoded {
+    /// Encoded length: `head ‖ body`.
+    pub fn len(&self) -> usize {
+        usize::from(self.head_len) + self.body.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes `[start, end)` of `head ‖ body`, as the part in the head and the
+    /// part in the body (either may be empty).
+    pub fn range(&self, start: usize, end: usize) -> (&[u8], &[u8]) {
+        let h = usize::from(self.head_len);
+        let end = end.min(self.len());
+        let start = start.min(end);
+        let head = &self.head[start.min(h)..end.min(h)];
+        let body = &self.body[start.saturating_sub(h)..end.saturating_sub(h)];
+        (head, body)
+    }
+}
+
+/// Already-encoded bytes, all in the body (tests, and callers that hold the
+/// encoding).
+impl From<Vec<u8>> for Encoded {
+    fn from(body: Vec<u8>) -> Encoded {
+        Encoded {
+            head: [0; HEAD_CAP],
+            head_len: 0,
+            body,
         }
     }
+}
+
+/// Writes the codec header of `msg` (everything but a carried packet) into
+/// `buf`; returns its length.
+fn head(msg: &TwinMsg, buf: &mut [u8; HEAD_CAP]) -> u8 {
+    // Messages carrying a packet, by far the most frequent: two or three
+    // bytes, written directly.
+    let short = match msg {
+        TwinMsg::Request { carry, .. } => Some([
+            K_REQUEST,
+            match carry {
+                Carry::Raw => 0,
+                Carry::Reliable => 1,
+            },
+        ]),
+        TwinMsg::Response { .. } => Some([K_RESPONSE, 0]),
+        TwinMsg::Datagram { .. } => Some([K_DATAGRAM, 0]),
+        TwinMsg::Delivered { .. } | TwinMsg::Error { .. } => None,
+    };
+    if let Some([kind, carry]) = short {
+        buf[0] = CODEC_VERSION;
+        buf[1] = kind;
+        buf[2] = carry;
+        return if kind == K_REQUEST { 3 } else { 2 };
+    }
+    let mut w = Writer::new(buf);
+    // HEAD_CAP holds the largest header: none of these writes can fail
+    // (`every_kind_round_trips` covers the largest, two IPv6 addresses).
+    let ok = w.u8(CODEC_VERSION)
+        && match msg {
+            TwinMsg::Delivered { half, psn, msn } => {
+                w.u8(K_DELIVERED)
+                    && put_half(&mut w, half)
+                    && w.bytes(&psn.value().to_be_bytes())
+                    && match msn {
+                        None => w.u8(0),
+                        Some(m) => w.u8(1) && w.bytes(&m.to_be_bytes()),
+                    }
+            }
+            TwinMsg::Error { half, psn, code } => {
+                w.u8(K_ERROR)
+                    && put_half(&mut w, half)
+                    && w.bytes(&psn.value().to_be_bytes())
+                    && w.u8(code.code())
+            }
+            TwinMsg::Request { .. } | TwinMsg::Response { .. } | TwinMsg::Datagram { .. } => false,
+        };
+    debug_assert!(ok, "HEAD_CAP holds every header");
+    w.len() as u8
+}
+
+/// Serializes `msg` into a fresh vector (copies its packet; the transport
+/// uses [`encode_owned`]).
+pub fn encode(msg: &TwinMsg) -> Vec<u8> {
+    let mut h = [0u8; HEAD_CAP];
+    let n = head(msg, &mut h);
+    let mut out = Vec::with_capacity(encoded_len(msg));
+    out.extend_from_slice(&h[..usize::from(n)]);
+    match msg {
+        TwinMsg::Request { packet, .. }
+        | TwinMsg::Response { packet }
+        | TwinMsg::Datagram { packet } => out.extend_from_slice(packet),
+        TwinMsg::Delivered { .. } | TwinMsg::Error { .. } => {}
+    }
     out
+}
+
+/// Serializes `msg` without copying its packet: see [`Encoded`].
+pub fn encode_owned(msg: TwinMsg) -> Encoded {
+    let mut e = Encoded {
+        head: [0; HEAD_CAP],
+        head_len: 0,
+        body: Vec::new(),
+    };
+    e.head_len = head(&msg, &mut e.head);
+    e.body = match msg {
+        TwinMsg::Request { packet, .. }
+        | TwinMsg::Response { packet }
+        | TwinMsg::Datagram { packet } => packet,
+        TwinMsg::Delivered { .. } | TwinMsg::Error { .. } => Vec::new(),
+    };
+    e
 }
 
 /// Exact length [`encode`] produces.
@@ -145,23 +234,17 @@ pub fn decode(b: &[u8]) -> Option<TwinMsg> {
     Some(msg)
 }
 
-fn put_addr(out: &mut Vec<u8>, a: &IpAddr) {
+fn put_addr(w: &mut Writer<'_>, a: &IpAddr) -> bool {
     match a {
-        IpAddr::V4(v4) => {
-            out.push(4);
-            out.extend_from_slice(&v4.octets());
-        }
-        IpAddr::V6(v6) => {
-            out.push(6);
-            out.extend_from_slice(&v6.octets());
-        }
+        IpAddr::V4(v4) => w.u8(4) && w.bytes(&v4.octets()),
+        IpAddr::V6(v6) => w.u8(6) && w.bytes(&v6.octets()),
     }
 }
 
-fn put_half(out: &mut Vec<u8>, h: &HalfKey) {
-    put_addr(out, &h.requester);
-    put_addr(out, &h.responder);
-    out.extend_from_slice(&h.responder_qpn.to_be_bytes());
+fn put_half(w: &mut Writer<'_>, h: &HalfKey) -> bool {
+    put_addr(w, &h.requester)
+        && put_addr(w, &h.responder)
+        && w.bytes(&h.responder_qpn.to_be_bytes())
 }
 
 fn get_addr(r: &mut Reader<'_>) -> Option<IpAddr> {
@@ -235,11 +318,30 @@ mod tests {
             TwinMsg::Datagram {
                 packet: vec![7; 60],
             },
+            // The largest header: two IPv6 addresses and an MSN.
+            TwinMsg::Delivered {
+                half: HalfKey {
+                    requester: IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+                    responder: IpAddr::V6(Ipv6Addr::LOCALHOST),
+                    responder_qpn: u32::MAX,
+                },
+                psn: Psn::new(0xff_ffff),
+                msn: Some(u32::MAX),
+            },
         ];
         for m in msgs {
             let b = encode(&m);
             assert_eq!(b.len(), encoded_len(&m));
-            assert_eq!(decode(&b), Some(m));
+            assert_eq!(decode(&b).as_ref(), Some(&m));
+            // The two-part encoding holds the same bytes, cut anywhere.
+            let e = encode_owned(m);
+            assert_eq!(e.len(), b.len());
+            for cut in [0, 1, 2, 3, 5, b.len() / 2, b.len()] {
+                let cut = cut.min(b.len());
+                let (h1, b1) = e.range(0, cut);
+                let (h2, b2) = e.range(cut, b.len());
+                assert_eq!([h1, b1, h2, b2].concat(), b, "cut at {cut}");
+            }
         }
     }
 

@@ -1,4 +1,5 @@
-//! The WAN wire format, version 1: packet header, HELLO body and frames.
+//! The WAN wire format, version 2: packet header, HELLO body and frames.
+//! (Version 2 added the cipher offer to HELLO; see docs/wan-protocol.md.)
 //!
 //! Byte layouts are documented in `docs/wan-protocol.md`; keep the two in
 //! step. Everything here is pure parsing and emitting: no crypto, no state.
@@ -6,14 +7,17 @@
 //! index a slice without checking its length first (all reads go through
 //! [`Reader`]).
 
+use super::cipher::CipherOffer;
+
 /// Protocol version carried in byte 0 of every datagram.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Cleartext header (authenticated as AEAD associated data).
 pub const HEADER_LEN: usize = 24;
-/// AEAD tag (ChaCha20-Poly1305), or CRC32 + zeroes in insecure lab mode.
+/// AEAD tag (AES-256-GCM or ChaCha20-Poly1305: both 16 bytes), or CRC32 +
+/// zeroes in insecure lab mode.
 pub const TAG_LEN: usize = 16;
 /// Fixed part of a HELLO body.
-pub const HELLO_BODY_LEN: usize = 28;
+pub const HELLO_BODY_LEN: usize = 30;
 /// A whole HELLO datagram.
 pub const HELLO_LEN: usize = HEADER_LEN + HELLO_BODY_LEN + TAG_LEN;
 /// Packet numbers are 62-bit: the top two bits are always zero on the wire.
@@ -135,6 +139,10 @@ pub struct Hello {
     /// The sender has committed to the session of (its nonce, `echo`): it
     /// only needs a protected packet from the receiver, not another HELLO.
     pub committed: bool,
+    /// The ciphers the sender accepts and prefers ([`CipherOffer::NONE`] in
+    /// lab mode). Not checked here: bits unknown to this version are allowed
+    /// (see [`super::cipher::agree`]).
+    pub offer: CipherOffer,
 }
 
 impl Hello {
@@ -144,6 +152,8 @@ impl Hello {
         out[16..24].copy_from_slice(&self.flow_window.to_be_bytes());
         out[24..26].copy_from_slice(&self.max_datagram.to_be_bytes());
         out[26..28].copy_from_slice(&u16::from(self.committed).to_be_bytes());
+        out[28] = self.offer.accept;
+        out[29] = self.offer.prefer;
     }
 
     pub fn decode(b: &[u8]) -> Option<Hello> {
@@ -153,6 +163,7 @@ impl Hello {
         let mut r = Reader::new(b);
         let (nonce, echo, flow_window, max_datagram) = (r.u64()?, r.u64()?, r.u64()?, r.u16()?);
         let flags = r.u16()?;
+        let (accept, prefer) = (r.u8()?, r.u8()?);
         if flags > 1 || nonce == 0 {
             return None;
         }
@@ -162,6 +173,7 @@ impl Hello {
             flow_window,
             max_datagram,
             committed: flags == 1,
+            offer: CipherOffer { accept, prefer },
         })
     }
 }
@@ -197,6 +209,29 @@ pub struct DataFrame<'a> {
     /// Where `bytes` start inside the message.
     pub frag_off: u32,
     pub bytes: &'a [u8],
+}
+
+impl DataFrame<'_> {
+    /// Appends this DATA frame with `tail` after `bytes`: a fragment that
+    /// spans the two parts of a message held as header and packet
+    /// (`msg::Encoded`), written without first joining them. `false` (and
+    /// `w` unchanged) if it does not fit.
+    pub fn encode_with_tail(&self, tail: &[u8], w: &mut Writer<'_>) -> bool {
+        let mark = w.len();
+        let ok = w.u8(T_DATA)
+            && w.u64(self.flow)
+            && w.varint(self.seq)
+            && w.varint(self.offset)
+            && w.varint(u64::from(self.total))
+            && w.varint(u64::from(self.frag_off))
+            && w.varint((self.bytes.len() + tail.len()) as u64)
+            && w.bytes(self.bytes)
+            && w.bytes(tail);
+        if !ok {
+            w.truncate(mark);
+        }
+        ok
+    }
 }
 
 /// A piece (or all) of one unreliable datagram.
@@ -278,16 +313,7 @@ impl Frame<'_> {
                 }
                 ok
             }
-            Frame::Data(d) => {
-                w.u8(T_DATA)
-                    && w.u64(d.flow)
-                    && w.varint(d.seq)
-                    && w.varint(d.offset)
-                    && w.varint(u64::from(d.total))
-                    && w.varint(u64::from(d.frag_off))
-                    && w.varint(d.bytes.len() as u64)
-                    && w.bytes(d.bytes)
-            }
+            Frame::Data(d) => d.encode_with_tail(&[], w),
             Frame::Credit { flow, max_offset } => {
                 w.u8(T_CREDIT) && w.u64(*flow) && w.varint(*max_offset)
             }
@@ -584,8 +610,8 @@ mod tests {
         h.encode(&mut b);
         assert_eq!(Header::decode(&b), Some(h));
         let mut bad = b;
-        bad[0] = 2;
-        assert_eq!(Header::decode(&bad), None, "version");
+        bad[0] = 1;
+        assert_eq!(Header::decode(&bad), None, "version 1 (no cipher offer)");
         let mut bad = b;
         bad[1] |= 0b0010_0000;
         assert_eq!(Header::decode(&bad), None, "reserved flag");
@@ -593,6 +619,30 @@ mod tests {
         bad[16] |= 0x80;
         assert_eq!(Header::decode(&bad), None, "pn top bits");
         assert_eq!(Header::decode(&b[..HEADER_LEN - 1]), None, "short");
+    }
+
+    #[test]
+    fn hello_round_trip_with_offer() {
+        let h = Hello {
+            nonce: 5,
+            echo: 6,
+            flow_window: 1 << 23,
+            max_datagram: 8952,
+            committed: true,
+            offer: CipherOffer {
+                accept: 0b11,
+                prefer: 2,
+            },
+        };
+        let mut b = [0u8; HELLO_BODY_LEN];
+        h.encode(&mut b);
+        assert_eq!(&b[28..], &[0b11, 2]);
+        assert_eq!(Hello::decode(&b), Some(h));
+        assert_eq!(Hello::decode(&b[..28]), None, "version 1 body");
+        let mut bad = b;
+        bad[27] = 2;
+        assert_eq!(Hello::decode(&bad), None, "unknown flag");
+        assert_eq!(HELLO_LEN, 70);
     }
 
     #[test]

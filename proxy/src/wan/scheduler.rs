@@ -30,6 +30,17 @@ pub struct Candidate {
 }
 
 impl Candidate {
+    /// A placeholder (fills unused slots of a stack buffer; never chosen).
+    pub const NONE: Candidate = Candidate {
+        index: usize::MAX,
+        weight: 0,
+        release_at: Time::ZERO,
+        ready_at: Time::ZERO,
+        tx_time: Duration::ZERO,
+        rate_bps: 0,
+        srtt: Duration::ZERO,
+    };
+
     /// Expected one-way delivery delay from `now` of a packet sent next.
     pub fn expected_delay(&self, now: Time) -> Duration {
         self.release_at.since(now) + self.tx_time + self.srtt / 2

@@ -18,9 +18,17 @@
 //!
 //! A restarted peer is a new nonce: the same exchange runs again, and the
 //! surviving side reports `PeerRestarted` when it commits to the new nonce.
+//!
+//! Every HELLO also carries the sender's cipher offer. Both sides apply the
+//! same symmetric rule ([`agree`]) to the two offers, so the side that
+//! commits first needs no extra round trip to learn the cipher; keys are
+//! bound to it (see `crypto`). A HELLO whose offer shares no cipher with
+//! ours is refused ([`HelloVerdict::CipherMismatch`]) before it can become
+//! a candidate: no session, never a fallback.
 
 use std::collections::VecDeque;
 
+use super::cipher::{agree, CipherOffer};
 use super::crypto::{HelloAuth, SessionKeys};
 use super::packet::{
     Header, Hello, PacketKind, HEADER_LEN, HELLO_BODY_LEN, HELLO_LEN, MAX_PN, TAG_LEN,
@@ -52,12 +60,18 @@ pub enum HelloVerdict {
     Candidate,
     /// A new session; `previous` is the generation it replaces.
     Committed { previous: Option<u64> },
+    /// The sender's cipher offer shares no cipher with ours: no session.
+    /// `first` is set the first time a given peer nonce is refused (report
+    /// it once, not on every HELLO).
+    CipherMismatch { theirs: CipherOffer, first: bool },
 }
 
 pub struct Session {
     pub my_nonce: u64,
     pub is_client: bool,
     psk: Option<[u8; 32]>,
+    /// What our HELLOs offer ([`CipherOffer::NONE`] in lab mode).
+    pub offer: CipherOffer,
     auth: HelloAuth,
     pub peer: Option<Peer>,
     /// An authenticated protected packet arrived under the current keys.
@@ -65,6 +79,8 @@ pub struct Session {
     candidate: Option<u64>,
     candidate_rounds: u32,
     retired: VecDeque<u64>,
+    /// The last peer nonce refused for a cipher mismatch.
+    mismatched: Option<u64>,
     hello_pn: u64,
     flow_window: u64,
     max_datagram: u16,
@@ -75,6 +91,7 @@ impl Session {
         nonce: u64,
         is_client: bool,
         psk: Option<[u8; 32]>,
+        offer: CipherOffer,
         flow_window: u64,
         max_datagram: u16,
     ) -> Session {
@@ -88,12 +105,18 @@ impl Session {
             },
             is_client,
             auth: HelloAuth::new(psk.as_ref()),
+            offer: if psk.is_some() {
+                offer
+            } else {
+                CipherOffer::NONE
+            },
             psk,
             peer: None,
             confirmed: false,
             candidate: None,
             candidate_rounds: 0,
             retired: VecDeque::new(),
+            mismatched: None,
             hello_pn: 0,
             flow_window,
             max_datagram,
@@ -162,6 +185,7 @@ impl Session {
             flow_window: self.flow_window,
             max_datagram: self.max_datagram,
             committed: self.peer.as_ref().is_some_and(|p| p.nonce == echo),
+            offer: self.offer,
         }
         .encode(&mut body);
         buf[..HEADER_LEN].copy_from_slice(&h);
@@ -186,6 +210,17 @@ impl Session {
         }
         if self.retired.contains(&h.nonce) {
             return HelloVerdict::Retired;
+        }
+        // Lab mode has nothing to agree on (and keyed peers never get here:
+        // the INSECURE flag is refused before).
+        let cipher = agree(self.offer, h.offer);
+        if !self.insecure() && cipher.is_none() {
+            let first = self.mismatched != Some(h.nonce);
+            self.mismatched = Some(h.nonce);
+            return HelloVerdict::CipherMismatch {
+                theirs: h.offer,
+                first,
+            };
         }
         if self.peer.as_ref().is_some_and(|p| p.nonce == h.nonce) {
             if self.candidate == Some(h.nonce) {
@@ -213,7 +248,13 @@ impl Session {
         self.peer = Some(Peer {
             nonce: h.nonce,
             generation: hdr.generation,
-            keys: SessionKeys::derive(self.psk.as_ref(), self.my_nonce, h.nonce, self.is_client),
+            keys: SessionKeys::derive(
+                self.psk.as_ref(),
+                self.my_nonce,
+                h.nonce,
+                self.is_client,
+                cipher,
+            ),
             flow_window: h.flow_window,
             max_datagram: h.max_datagram,
         });
@@ -226,6 +267,16 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wan::cipher::{Cipher, CipherPolicy};
+
+    const AUTO: CipherOffer = CipherOffer {
+        accept: 0b11,
+        prefer: 2,
+    };
+
+    fn only(c: Cipher) -> CipherOffer {
+        CipherOffer::new(CipherPolicy::Only(c), true)
+    }
 
     fn exchange(from: &mut Session, to: &mut Session) -> HelloVerdict {
         let mut buf = [0u8; HELLO_LEN];
@@ -239,8 +290,8 @@ mod tests {
     #[test]
     fn handshake_restart_and_replay() {
         let psk = Some([5u8; 32]);
-        let mut a = Session::new(11, true, psk, 1000, 1452);
-        let mut b = Session::new(22, false, psk, 1000, 1452);
+        let mut a = Session::new(11, true, psk, AUTO, 1000, 1452);
+        let mut b = Session::new(22, false, psk, AUTO, 1000, 1452);
         assert_eq!(exchange(&mut a, &mut b), HelloVerdict::Candidate);
         let mut old_b_hello = [0u8; HELLO_LEN];
         assert_eq!(
@@ -253,7 +304,7 @@ mod tests {
         );
         b.write_hello(0, &mut old_b_hello);
         // B restarts with a new nonce.
-        let mut b2 = Session::new(33, false, psk, 1000, 1452);
+        let mut b2 = Session::new(33, false, psk, AUTO, 1000, 1452);
         assert_eq!(exchange(&mut b2, &mut a), HelloVerdict::Candidate);
         assert_eq!(
             exchange(&mut a, &mut b2),
@@ -269,7 +320,7 @@ mod tests {
         assert_eq!(a.on_hello(&hdr, &h), HelloVerdict::Retired);
         assert_eq!(a.peer.as_ref().unwrap().generation, 33);
         // Same role on both sides: refused.
-        let mut c = Session::new(44, true, psk, 1000, 1452);
+        let mut c = Session::new(44, true, psk, AUTO, 1000, 1452);
         assert_eq!(exchange(&mut c, &mut a), HelloVerdict::RoleConflict);
         // Keys agree.
         let (ka, kb) = (
@@ -277,5 +328,111 @@ mod tests {
             &b2.peer.as_ref().unwrap().keys,
         );
         assert_eq!(ka.conn_id, kb.conn_id);
+    }
+
+    /// Both ciphers through the whole handshake; the keys of the two sides
+    /// then protect packets for each other.
+    #[test]
+    fn handshake_with_each_cipher() {
+        let psk = Some([5u8; 32]);
+        for (oa, ob, want) in [
+            (AUTO, AUTO, Cipher::Aes256Gcm),
+            (
+                AUTO,
+                only(Cipher::ChaCha20Poly1305),
+                Cipher::ChaCha20Poly1305,
+            ),
+            (only(Cipher::Aes256Gcm), AUTO, Cipher::Aes256Gcm),
+            (
+                CipherOffer::new(CipherPolicy::Auto, false),
+                AUTO,
+                Cipher::ChaCha20Poly1305,
+            ),
+        ] {
+            let mut a = Session::new(11, true, psk, oa, 1000, 1452);
+            let mut b = Session::new(22, false, psk, ob, 1000, 1452);
+            assert_eq!(exchange(&mut a, &mut b), HelloVerdict::Candidate);
+            assert_eq!(
+                exchange(&mut b, &mut a),
+                HelloVerdict::Committed { previous: None }
+            );
+            assert_eq!(
+                exchange(&mut a, &mut b),
+                HelloVerdict::Committed { previous: None }
+            );
+            let (pa, pb) = (a.peer.as_ref().unwrap(), b.peer.as_ref().unwrap());
+            assert_eq!(pa.keys.cipher(), Some(want));
+            assert_eq!(pb.keys.cipher(), Some(want));
+            let hdr = [0u8; HEADER_LEN];
+            let mut p = vec![1u8; 300];
+            let tag = pa.keys.seal(0, 9, &hdr, &mut p);
+            assert!(pb.keys.open(0, 9, &hdr, &mut p, &tag), "{want}");
+            assert_eq!(p, vec![1u8; 300]);
+        }
+    }
+
+    /// No common cipher: both sides refuse every HELLO (reporting each peer
+    /// nonce once), never commit, and the periodic HELLOs go on (so the
+    /// error stays visible on both sides until a twin is reconfigured).
+    #[test]
+    fn cipher_mismatch_never_commits() {
+        let psk = Some([5u8; 32]);
+        let (aes, cha) = (only(Cipher::Aes256Gcm), only(Cipher::ChaCha20Poly1305));
+        let mut a = Session::new(11, true, psk, aes, 1000, 1452);
+        let mut b = Session::new(22, false, psk, cha, 1000, 1452);
+        for round in 0..3 {
+            let first = round == 0;
+            assert_eq!(
+                exchange(&mut a, &mut b),
+                HelloVerdict::CipherMismatch { theirs: aes, first }
+            );
+            assert_eq!(
+                exchange(&mut b, &mut a),
+                HelloVerdict::CipherMismatch { theirs: cha, first }
+            );
+        }
+        assert!(a.peer.is_none() && b.peer.is_none());
+        assert!(a.wants_hello() && b.wants_hello());
+        // A restarted (reconfigured) twin is a new nonce: reported again,
+        // and once it offers AES-256-GCM the session comes up.
+        let mut b2 = Session::new(33, false, psk, cha, 1000, 1452);
+        assert!(matches!(
+            exchange(&mut b2, &mut a),
+            HelloVerdict::CipherMismatch { first: true, .. }
+        ));
+        let mut b3 = Session::new(44, false, psk, AUTO, 1000, 1452);
+        assert_eq!(exchange(&mut b3, &mut a), HelloVerdict::Candidate);
+        assert_eq!(
+            exchange(&mut a, &mut b3),
+            HelloVerdict::Committed { previous: None }
+        );
+        assert_eq!(
+            b3.peer.as_ref().unwrap().keys.cipher(),
+            Some(Cipher::Aes256Gcm)
+        );
+    }
+
+    /// Downgrade: an attacker who rewrites the offer in a HELLO (to strip
+    /// AES-256-GCM, or to force a cipher) breaks its MAC: refused before
+    /// `on_hello` ever sees it.
+    #[test]
+    fn rewritten_offer_is_refused() {
+        let psk = Some([5u8; 32]);
+        let mut a = Session::new(11, true, psk, AUTO, 1000, 1452);
+        let b = Session::new(22, false, psk, AUTO, 1000, 1452);
+        let mut buf = [0u8; HELLO_LEN];
+        a.write_hello(0, &mut buf);
+        assert!(b.verify_hello(&buf));
+        let at = HEADER_LEN + 28;
+        for (accept, prefer) in [(0b01, 1), (0b11, 1), (0b10, 2), (0, 0)] {
+            let mut m = buf;
+            m[at] = accept;
+            m[at + 1] = prefer;
+            assert!(!b.verify_hello(&m), "offer {accept:#b}/{prefer} accepted");
+        }
+        // Lab mode: the offer is not sent and not checked.
+        let mut lab = Session::new(11, true, None, AUTO, 1000, 1452);
+        lab.write_hello(0, &mut buf);
+        assert_eq!(&buf[at..at + 2], &[0, 0]);
     }
 }

@@ -21,7 +21,10 @@ use crate::roce::Psn;
 use crate::time::Time;
 
 use super::packet::{HEADER_LEN, TAG_LEN};
-use super::{CcKind, ConnStats, Event, PathConfig, PathState, WanConfig, WanConnection};
+use super::{
+    aes_hardware, CcKind, Cipher, CipherPolicy, ConnStats, Event, PathConfig, PathState, WanConfig,
+    WanConnection,
+};
 
 const KEY: [u8; 32] = [0x42; 32];
 
@@ -585,6 +588,86 @@ fn lossless_transfer_both_controllers() {
     }
 }
 
+/// A lossy transfer under each cipher, and `auto` against a twin that
+/// accepts one cipher only: both sides end up on the same, expected cipher.
+#[test]
+fn transfer_with_each_cipher() {
+    use CipherPolicy::{Auto, Only};
+    let (aes, cha) = (Cipher::Aes256Gcm, Cipher::ChaCha20Poly1305);
+    let auto = if aes_hardware() { aes } else { cha };
+    for (pa, pb, want) in [
+        (Only(aes), Only(aes), aes),
+        (Only(cha), Only(cha), cha),
+        (Auto, Auto, auto),
+        (Auto, Only(cha), cha),
+        (Only(aes), Auto, aes),
+    ] {
+        let mut a = wan_cfg(&[(GBPS, ms(3))], CcKind::FixedRate, Some(KEY));
+        a.cipher = pa;
+        let mut b = a.clone();
+        b.is_client = false;
+        b.cipher = pb;
+        let mut l = LinkCfg::new(us(1500), GBPS);
+        l.loss = 0.01;
+        let mut sim = Sim::new(a, b, vec![l.clone()], vec![l], 31);
+        transfer(&format!("cipher {pa:?} / {pb:?}"), &mut sim);
+        for side in 0..2 {
+            let s = sim.ends[side].stats();
+            assert_eq!(s.cipher, Some(want), "{pa:?} / {pb:?}: side {side}");
+            assert_eq!(s.cipher_mismatches, 0);
+            assert_eq!(s.auth_failures, 0, "{pa:?} / {pb:?}: side {side}");
+        }
+    }
+}
+
+/// Twins that accept disjoint ciphers never connect, never exchange a
+/// protected packet, and both report the mismatch once (not per HELLO).
+#[test]
+fn cipher_mismatch_is_reported_and_never_connects() {
+    let mut a = wan_cfg(&[(GBPS, ms(3))], CcKind::FixedRate, Some(KEY));
+    a.cipher = CipherPolicy::Only(Cipher::Aes256Gcm);
+    let mut b = a.clone();
+    b.is_client = false;
+    b.cipher = CipherPolicy::Only(Cipher::ChaCha20Poly1305);
+    let l = || vec![LinkCfg::new(us(1500), GBPS)];
+    let mut sim = Sim::new(a, b, l(), l(), 32);
+    let mut w = Workload::new(1, Some(5), (100, 100));
+    run(&mut sim, &mut w, Time::from_millis(3000));
+    for side in 0..2 {
+        let s = sim.ends[side].stats();
+        assert!(!s.connected && s.cipher.is_none(), "side {side} connected");
+        assert_eq!(s.packets_accepted, 0);
+        assert!(
+            s.cipher_mismatches > 3,
+            "side {side}: {}",
+            s.cipher_mismatches
+        );
+        let reported: Vec<&Event> = sim
+            .events(side)
+            .filter(|e| matches!(e, Event::CipherMismatch { .. }))
+            .collect();
+        assert_eq!(reported.len(), 1, "side {side}: {reported:?}");
+        let Event::CipherMismatch { ours, theirs, .. } = reported[0] else {
+            unreachable!()
+        };
+        let (mine, other) = if side == 0 {
+            (aes_only(), cha_only())
+        } else {
+            (cha_only(), aes_only())
+        };
+        assert_eq!((ours.to_string(), theirs.to_string()), (mine, other));
+    }
+    assert_eq!(w.delivered_msgs, 0);
+}
+
+fn aes_only() -> String {
+    "accepts aes-256-gcm, prefers aes-256-gcm".into()
+}
+
+fn cha_only() -> String {
+    "accepts chacha20-poly1305, prefers chacha20-poly1305".into()
+}
+
 #[test]
 fn random_loss_levels() {
     for (i, loss) in [0.0001, 0.001, 0.01, 0.05].into_iter().enumerate() {
@@ -990,8 +1073,15 @@ fn mismatched_security_never_connects() {
 fn lab_mode_works_between_lab_peers() {
     let mut cfg = wan_cfg(&[(GBPS, ms(3))], CcKind::FixedRate, None);
     cfg.key = None;
-    let mut sim = Sim::symmetric(cfg, vec![LinkCfg::new(us(1500), GBPS)], 97);
+    let mut b = cfg.clone();
+    b.is_client = false;
+    // Cipher settings mean nothing without a key: no mismatch.
+    cfg.cipher = CipherPolicy::Only(Cipher::Aes256Gcm);
+    b.cipher = CipherPolicy::Only(Cipher::ChaCha20Poly1305);
+    let l = vec![LinkCfg::new(us(1500), GBPS)];
+    let mut sim = Sim::new(cfg, b, l.clone(), l, 97);
     transfer("lab mode", &mut sim);
+    assert_eq!(sim.ends[0].stats().cipher, None);
 }
 
 // ------------------------------------------------------- tamper sweep --
@@ -1004,19 +1094,21 @@ fn lab_mode_works_between_lab_peers() {
 /// AEAD check rather than the replay window), from HELLOs, and from packets B
 /// already accepted (replays). At the end the fresh originals are delivered
 /// and must all be accepted.
-fn tamper_sweep(n: usize, seed: u64) {
+fn tamper_sweep(n: usize, seed: u64, cipher: Cipher) {
     let mut cfg = wan_cfg(
         &[(GBPS, ms(3)), (GBPS, ms(3))],
         CcKind::FixedRate,
         Some(KEY),
     );
     cfg.max_datagram = 1452;
+    cfg.cipher = CipherPolicy::Only(cipher);
     let links = vec![LinkCfg::new(us(1500), GBPS), LinkCfg::new(us(1500), GBPS)];
     let mut sim = Sim::symmetric(cfg, links, seed);
     sim.tap = Some([vec![], vec![]]);
     let mut w = Workload::new(4, Some(100), (16, 600));
     run(&mut sim, &mut w, Time::from_millis(5000));
     assert_done("tamper setup", &sim, &w);
+    assert_eq!(sim.ends[1].stats().cipher, Some(cipher));
     let captured: Vec<(usize, Vec<u8>)> = sim.tap.take().unwrap()[1].clone();
     let is_hello = |b: &[u8]| b[1] & 3 == 1;
     let hellos: Vec<&(usize, Vec<u8>)> = captured.iter().filter(|(_, b)| is_hello(b)).collect();
@@ -1135,7 +1227,7 @@ fn tamper_sweep(n: usize, seed: u64) {
         s.auth_failures + s.replays_dropped + s.malformed + s.stale_generation + s.no_session
     };
     println!(
-        "tamper sweep {n}: rejected as auth {} replay {} malformed {} stale {}; mutation kinds {kinds:?}",
+        "tamper sweep {n} ({cipher}): rejected as auth {} replay {} malformed {} stale {}; mutation kinds {kinds:?}",
         after.auth_failures - before.auth_failures,
         after.replays_dropped - before.replays_dropped,
         after.malformed - before.malformed,
@@ -1169,14 +1261,20 @@ fn tamper_sweep(n: usize, seed: u64) {
 }
 
 #[test]
-fn tamper_sweep_100k() {
-    tamper_sweep(100_000, 7);
+fn tamper_sweep_100k_aes_256_gcm() {
+    tamper_sweep(100_000, 7, Cipher::Aes256Gcm);
+}
+
+#[test]
+fn tamper_sweep_100k_chacha20_poly1305() {
+    tamper_sweep(100_000, 9, Cipher::ChaCha20Poly1305);
 }
 
 #[test]
 #[ignore = "long: 10^6 forged datagrams; run with --release -- --ignored"]
 fn tamper_sweep_1m() {
-    tamper_sweep(1_000_000, 8);
+    tamper_sweep(1_000_000, 8, Cipher::Aes256Gcm);
+    tamper_sweep(1_000_000, 10, Cipher::ChaCha20Poly1305);
 }
 
 // ---------------------------------------------------------- benchmarks --
