@@ -1004,7 +1004,7 @@ fn capture_wan_packet(ns: &str, dev: &str, src: Ipv4Addr) -> Vec<u8> {
                 && p[12..16] == src.octets()
                 && udp[0..2] == WAN_PORT.to_be_bytes()
                 && udp[2..4] == WAN_PORT.to_be_bytes()
-                && payload[0] == 1
+                && payload[0] == soya::wan::PROTOCOL_VERSION
                 && payload[1] & 0x03 == 0
             {
                 break payload.to_vec();
