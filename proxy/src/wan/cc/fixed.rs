@@ -107,9 +107,13 @@ impl Controller for FixedRate {
     }
 
     /// Two bandwidth-delay products: one in flight, one for the data that
-    /// waits for loss detection and retransmission meanwhile.
+    /// waits for loss detection and retransmission meanwhile. The delay is
+    /// the smoothed RTT, not the minimum: one spuriously short sample (seen
+    /// on loopback relays: 7–15 µs on a 2.94 ms path) would otherwise pin
+    /// the minimum, and with it the window, far below the path's BDP for
+    /// good. Pacing, not the window, holds the rate to the circuit.
     fn cwnd(&self) -> u64 {
-        let bdp = bytes_in(bytes_per_sec(self.rate_bps), self.min_rtt);
+        let bdp = bytes_in(bytes_per_sec(self.rate_bps), self.srtt.max(self.min_rtt));
         (2 * bdp + 4 * self.mss).max(8 * self.mss)
     }
 
@@ -148,6 +152,20 @@ mod tests {
                 cc.on_ack(&ack(now, 1000));
             }
         }
+    }
+
+    #[test]
+    fn one_short_rtt_sample_does_not_shrink_the_window() {
+        let mut cc = FixedRate::new(10_000_000_000, 1000, Duration::from_millis(3), Time::ZERO);
+        let bdp = 10_000_000_000 / 8 * 3 / 1000;
+        cc.on_ack(&ack(Time::from_millis(1), 1000));
+        assert!(cc.cwnd() >= 2 * bdp, "{}", cc.cwnd());
+        // A bogus 15 µs sample drags min RTT down; srtt barely moves.
+        let mut bad = ack(Time::from_millis(2), 1000);
+        bad.min_rtt = Duration::from_micros(15);
+        bad.srtt = Duration::from_micros(2_700);
+        cc.on_ack(&bad);
+        assert!(cc.cwnd() >= 2 * bdp * 8 / 10, "window {} for a 3 ms path", cc.cwnd());
     }
 
     #[test]
