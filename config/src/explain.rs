@@ -21,6 +21,8 @@ pub(crate) fn defaulted_keys(raw: &RawConfig) -> Vec<String> {
     };
     note(raw.dc.backend.is_none(), "dc.backend");
     note(raw.dc.interface.is_none(), "dc.interface");
+    note(raw.dc.retransmit_floor.is_none(), "dc.retransmit_floor");
+    note(raw.dc.give_up_after.is_none(), "dc.give_up_after");
     note(raw.wan.bind.is_none(), "wan.bind");
     note(raw.wan.insecure.is_none(), "wan.insecure");
     for (i, p) in raw.wan.paths.iter().flatten().enumerate() {
@@ -116,6 +118,18 @@ impl SiteConfig {
         let _ = writeln!(s, "  backend          {backend}{}", d("dc.backend"));
         let _ = writeln!(s, "  local_prefixes   {}", join(&self.dc.local_prefixes));
         let _ = writeln!(s, "  remote_prefixes  {}", join(&self.dc.remote_prefixes));
+        let _ = writeln!(
+            s,
+            "  retransmit       toward local responders: RTO from the measured RTT, at least {}{}",
+            format_duration(self.dc.retransmit_floor),
+            d("dc.retransmit_floor")
+        );
+        let _ = writeln!(
+            s,
+            "  give_up_after    {} without progress from a responder fails its flow{}",
+            format_duration(self.dc.give_up_after),
+            d("dc.give_up_after")
+        );
 
         let _ = writeln!(s, "\n[wan]");
         match &self.wan.security {

@@ -40,7 +40,30 @@ pub struct DcConfig {
     /// Hosts at the twin site (ACL: traffic must go there). Never empty, and
     /// disjoint from `local_prefixes`.
     pub remote_prefixes: Vec<Prefix>,
+    /// Floor of the retransmission timeout toward local responders (the
+    /// gateway re-injects pseudo-ACKed requests and recovers their loss).
+    pub retransmit_floor: Duration,
+    /// How long a local responder may show no progress before the gateway
+    /// fails the flow (the requester gets an error completion).
+    pub give_up_after: Duration,
 }
+
+/// Default `dc.retransmit_floor`. The data center is lossless: a missing
+/// answer is nearly always a responder that stalled (scheduling, a PFC
+/// pause, an on-demand-paging fault), so the gateway is about as patient as
+/// the requesters it replaces (perftest's and rdma_cm's usual ACK timeout,
+/// 4.096 µs x 2^14 = 67 ms); a loss mid-stream is repaired at once by the
+/// responder's sequence NAK, whatever the floor.
+pub const DEFAULT_RETRANSMIT_FLOOR: Duration = Duration::from_millis(50);
+/// Default `dc.give_up_after`: several times the patience of a hardware
+/// requester with perftest's defaults (8 x 67 ms), so a responder stall that
+/// requester would have survived directly never fails a flow through the
+/// gateway. (rxe's requester, with retry_cnt 7, never gives up at all.)
+pub const DEFAULT_GIVE_UP_AFTER: Duration = Duration::from_secs(4);
+/// A requester with perftest's defaults (timeout 14, retry_cnt 7) on
+/// hardware gives up after about 7 x 67 ms; `dc.give_up_after` below this
+/// draws a warning.
+pub const REQUESTER_PATIENCE: Duration = Duration::from_millis(7 * 67);
 
 /// How the gateway attaches to the data center, with exactly the settings
 /// that attachment needs.
@@ -184,6 +207,14 @@ impl SiteConfig {
                     k.display().to_string()
                 ));
             }
+        }
+        if self.dc.give_up_after < REQUESTER_PATIENCE {
+            w.push(format!(
+                "dc.give_up_after = {} is less patient than a requester with perftest's \
+                 defaults (7 x 67 ms): a responder stall the requester would survive directly \
+                 fails the flow through the gateway",
+                crate::units::format_duration(self.dc.give_up_after)
+            ));
         }
         if self.pseudo_ack.policy == AckPolicy::Off {
             w.push(

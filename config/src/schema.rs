@@ -136,6 +136,8 @@ pub(crate) struct RawDc {
     pub listen: Option<String>,
     pub local_prefixes: Option<Vec<String>>,
     pub remote_prefixes: Option<Vec<String>>,
+    pub retransmit_floor: Option<String>,
+    pub give_up_after: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -225,6 +227,14 @@ pub(crate) const ACCEPTED: &[(&str, &str)] = &[
     (
         "dc.remote_prefixes[]",
         "a CIDR prefix string like \"10.2.0.0/16\"",
+    ),
+    (
+        "dc.retransmit_floor",
+        "a duration 100us..=1s like \"50ms\" (units: ns, us or µs, ms, s)",
+    ),
+    (
+        "dc.give_up_after",
+        "a duration 100ms..=60s like \"4s\", at least 4 x dc.retransmit_floor",
     ),
     ("wan", "a table [wan]"),
     (

@@ -264,6 +264,34 @@ fn resolve_dc(c: &mut Checker, dc: &RawDc) -> Option<DcConfig> {
             }
         }
     }
+    let floor = duration_in(
+        c,
+        "dc.retransmit_floor",
+        dc.retransmit_floor.as_deref(),
+        DEFAULT_RETRANSMIT_FLOOR,
+        Duration::from_micros(100)..=Duration::from_secs(1),
+        "retransmit_floor",
+    );
+    let give_up = duration_in(
+        c,
+        "dc.give_up_after",
+        dc.give_up_after.as_deref(),
+        DEFAULT_GIVE_UP_AFTER,
+        Duration::from_millis(100)..=Duration::from_secs(60),
+        "give_up_after",
+    );
+    if let (Some(f), Some(g)) = (floor, give_up) {
+        if g < 4 * f {
+            c.err(
+                "dc.give_up_after",
+                format!(
+                    "give_up_after must be at least 4 x dc.retransmit_floor ({}), so the \
+                     gateway retries a few times before it fails a flow",
+                    units::format_duration(4 * f)
+                ),
+            );
+        }
+    }
     if c.problems.len() != errors_before {
         return None;
     }
@@ -271,7 +299,41 @@ fn resolve_dc(c: &mut Checker, dc: &RawDc) -> Option<DcConfig> {
         backend: backend?,
         local_prefixes: local?,
         remote_prefixes: remote?,
+        retransmit_floor: floor?,
+        give_up_after: give_up?,
     })
+}
+
+/// An optional duration with a default and an inclusive range.
+fn duration_in(
+    c: &mut Checker,
+    path: &str,
+    value: Option<&str>,
+    default: Duration,
+    range: RangeInclusive<Duration>,
+    what: &str,
+) -> Option<Duration> {
+    let Some(s) = value else {
+        return Some(default);
+    };
+    match units::parse_duration(s) {
+        Ok(d) if range.contains(&d) => Some(d),
+        Ok(_) => {
+            c.err(
+                path,
+                format!(
+                    "{what} must be between {} and {}",
+                    units::format_duration(*range.start()),
+                    units::format_duration(*range.end())
+                ),
+            );
+            None
+        }
+        Err(e) => {
+            c.err(path, e.0);
+            None
+        }
+    }
 }
 
 fn prefixes(

@@ -773,3 +773,77 @@ fn all_problems_are_reported_in_file_order() {
         Some(soya_config::Location { line: 12, col: 8 })
     );
 }
+
+#[test]
+fn dc_retransmit_floor_and_give_up() {
+    let cfg = soya_config::parse_str(BASE, "t").unwrap();
+    assert_eq!(
+        (cfg.dc.retransmit_floor, cfg.dc.give_up_after),
+        (
+            soya_config::DEFAULT_RETRANSMIT_FLOOR,
+            soya_config::DEFAULT_GIVE_UP_AFTER
+        )
+    );
+    assert!(cfg.defaulted.iter().any(|k| k == "dc.retransmit_floor"));
+    let ok = edit(
+        "[dc]\n",
+        "[dc]\nretransmit_floor = \"5ms\"\ngive_up_after = \"1.5s\"\n",
+    );
+    let cfg = soya_config::parse_str(&ok, "t").unwrap();
+    assert_eq!(
+        (cfg.dc.retransmit_floor, cfg.dc.give_up_after),
+        (
+            std::time::Duration::from_millis(5),
+            std::time::Duration::from_millis(1500)
+        )
+    );
+    assert!(cfg.explain().contains("at least 5 ms"), "{}", cfg.explain());
+    let text = edit("[dc]\n", "[dc]\nretransmit_floor = \"50\"\n");
+    expect_error(
+        &text,
+        "retransmit_floor",
+        "dc.retransmit_floor",
+        &["has no unit", "\"3ms\""],
+    );
+    let text = edit("[dc]\n", "[dc]\nretransmit_floor = \"10us\"\n");
+    expect_error(
+        &text,
+        "retransmit_floor",
+        "dc.retransmit_floor",
+        &["retransmit_floor must be between 100 µs and 1 s"],
+    );
+    let text = edit("[dc]\n", "[dc]\ngive_up_after = \"2min\"\n");
+    expect_error(
+        &text,
+        "give_up_after",
+        "dc.give_up_after",
+        &["unknown duration unit"],
+    );
+    let text = edit("[dc]\n", "[dc]\ngive_up_after = \"90s\"\n");
+    expect_error(
+        &text,
+        "give_up_after",
+        "dc.give_up_after",
+        &["give_up_after must be between 100 ms and 60 s"],
+    );
+    let text = edit(
+        "[dc]\n",
+        "[dc]\nretransmit_floor = \"200ms\"\ngive_up_after = \"500ms\"\n",
+    );
+    expect_error(
+        &text,
+        "give_up_after",
+        "dc.give_up_after",
+        &["at least 4 x dc.retransmit_floor (800 ms)"],
+    );
+    // Allowed, but less patient than the requesters it stands in for.
+    let impatient = edit("[dc]\n", "[dc]\ngive_up_after = \"300ms\"\n");
+    let cfg = soya_config::parse_str(&impatient, "t").unwrap();
+    assert!(
+        cfg.warnings()
+            .iter()
+            .any(|w| w.contains("dc.give_up_after = 300 ms is less patient")),
+        "{:?}",
+        cfg.warnings()
+    );
+}

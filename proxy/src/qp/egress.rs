@@ -3,10 +3,34 @@
 //! [`Reinjector`] plays the requester toward the real responder for requests
 //! that were pseudo-ACKed at the twin: it injects them strictly in PSN order,
 //! keeps each until the responder's ACK covers it, goes back N on a PSN
-//! sequence NAK or a local timeout (from the measured local RTT, not the
-//! WAN's), waits out RNR NAKs, and reports how far the responder got
-//! (`Delivered`) so the twin can free its copy. The responder's ACKs stop
-//! here; READ responses and atomic ACKs travel back to the requester.
+//! sequence NAK or a local timeout, waits out RNR NAKs, and reports how far
+//! the responder got (`Delivered`) so the twin can free its copy. The
+//! responder's ACKs stop here; READ responses and atomic ACKs travel back to
+//! the requester.
+//!
+//! Timers (all from the `now` the caller passes in):
+//!
+//! - **Retransmission timeout**: RFC 6298 on the measured local RTT, but never
+//!   below [`EgressTuning::min_rto`]. The data center is lossless, so a
+//!   timeout is nearly always a responder that stalled (a software
+//!   responder's scheduling, a PFC pause, an on-demand-paging fault), not a
+//!   loss; resending into a stall only adds duplicates. The floor keeps the
+//!   gateway about as patient as the requester it replaces (rxe and perftest
+//!   wait 67 ms); a real loss mid-stream is still repaired at once by the
+//!   responder's sequence NAK. Consecutive timeouts double the wait, up to
+//!   [`EgressTuning::max_rto`], and each resends only the oldest packet
+//!   (asking for an ACK): a stalled responder answers it with its true
+//!   position, a lossy one gets the rest resent as ACKs return.
+//! - **Give-up** is a time, not a count: the flow fails (an error NAK to the
+//!   requester) only when the responder has shown no progress for
+//!   [`EgressTuning::give_up`].
+//! - **Tail probe**: rxe's responder acknowledges only packets with AckReq
+//!   set. Packets sent while a request for an ACK was outstanding are covered
+//!   by none once that ACK is in; the twin's next packets (a WAN round trip
+//!   away, at worst) will ask. Only if none come within
+//!   [`EgressTuning::tail_probe`] is the last one resent with AckReq. (Timing
+//!   those packets out at the local RTO was the cause of most resends seen
+//!   against rxe: docs/interop.md.)
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -26,9 +50,12 @@ fn p_ack_req(v: &[u8]) -> bool {
     RocePacket::parse(v).is_ok_and(|p| p.bth.ack_req)
 }
 
-/// Injection window at the start and after a timeout (PSNs).
+/// Injection window at the start (PSNs).
 const INITIAL_CWND: u32 = 64;
+/// Floor of the window after a sequence NAK halves it.
 const MIN_CWND: u32 = 16;
+/// Window after a timeout: the oldest packet alone (TCP's loss window).
+const RTO_CWND: u32 = 1;
 
 /// How long the tunnel phase may wait, without progress, for the
 /// requester's own recovery of raw packets lost in its datacenter. That
@@ -37,19 +64,31 @@ const MIN_CWND: u32 = 16;
 /// above it; a requester that has not recovered by then has failed itself.
 pub const RAW_WAIT_LIMIT: Duration = Duration::from_secs(10);
 
-/// Ceiling of the backed-off retransmission timeout.
-const MAX_RTO: Duration = Duration::from_millis(100);
+/// Default floor of the retransmission timeout toward the local responder
+/// (`dc.retransmit_floor`; why this value: `soya_config::DEFAULT_RETRANSMIT_FLOOR`).
+pub const DEFAULT_MIN_RTO: Duration = soya_config::DEFAULT_RETRANSMIT_FLOOR;
+/// Default time without progress from the responder before giving up
+/// (`dc.give_up_after`).
+pub const DEFAULT_GIVE_UP: Duration = soya_config::DEFAULT_GIVE_UP_AFTER;
+/// Default wait for the twin's next packet before probing an unacknowledged
+/// tail (raised to a few WAN round trips by `EngineConfig::from_site`).
+pub const DEFAULT_TAIL_PROBE: Duration = Duration::from_millis(100);
 
 #[derive(Clone, Copy, Debug)]
 pub struct EgressTuning {
     /// Most PSNs injected and not yet acknowledged by the responder.
     pub window: u32,
-    /// Floor of the retransmission timeout.
+    /// Floor of the retransmission timeout (also the timeout before the
+    /// first RTT sample).
     pub min_rto: Duration,
-    /// Timeout before the first RTT sample.
-    pub initial_rto: Duration,
-    /// Consecutive timeouts / sequence NAKs without progress before giving up.
-    pub retry_budget: u32,
+    /// Ceiling of the backed-off retransmission timeout (at least `min_rto`).
+    pub max_rto: Duration,
+    /// Give up on the flow when the responder has made no progress for this
+    /// long (while something is outstanding).
+    pub give_up: Duration,
+    /// How long packets no outstanding AckReq covers may wait for the twin's
+    /// next packet (which would ask for their ACK) before being probed.
+    pub tail_probe: Duration,
     /// Consecutive RNR NAKs without progress before giving up.
     pub rnr_budget: u32,
 }
@@ -58,9 +97,10 @@ impl Default for EgressTuning {
     fn default() -> EgressTuning {
         EgressTuning {
             window: 1024,
-            min_rto: Duration::from_micros(200),
-            initial_rto: Duration::from_millis(2),
-            retry_budget: 16,
+            min_rto: DEFAULT_MIN_RTO,
+            max_rto: Duration::from_millis(250),
+            give_up: DEFAULT_GIVE_UP,
+            tail_probe: DEFAULT_TAIL_PROBE,
             rnr_budget: 1000,
         }
     }
@@ -85,6 +125,10 @@ pub struct EgressStats {
     /// Packets injected with AckReq set by us (at a window edge or after a
     /// resend) so that the responder acknowledges them.
     pub ack_reqs_added: u64,
+    /// Unacknowledged tails resent with AckReq after `tail_probe`.
+    pub tail_probes: u64,
+    /// The flow was failed after `give_up` without progress.
+    pub gave_up: u64,
 }
 
 /// Where a held packet's bytes are.
@@ -129,13 +173,14 @@ pub struct Reinjector {
     srtt: Option<Duration>,
     rttvar: Duration,
     rto_deadline: Option<Time>,
+    /// The armed `rto_deadline` is a tail probe's (no AckReq outstanding).
+    probing: bool,
     rnr_until: Option<Time>,
     /// PSN of the last RNR NAK (its trailing sequence NAK is expected).
     last_rnr: Option<Psn>,
-    retries: u32,
-    /// Since when timeouts have been waiting for the requester to recover
-    /// raw packets (no progress since).
-    raw_wait_since: Option<Time>,
+    /// When the responder last showed progress (an ACK or response that
+    /// moved, an RNR NAK), or when work arrived with nothing outstanding.
+    progress_at: Time,
     /// Consecutive timeouts: the RTO doubles with each (RFC 6298 5.5).
     backoff: u32,
     /// PSNs we let ourselves have in flight toward the responder: starts
@@ -165,10 +210,10 @@ impl Reinjector {
             srtt: None,
             rttvar: Duration::ZERO,
             rto_deadline: None,
+            probing: false,
             rnr_until: None,
             last_rnr: None,
-            retries: 0,
-            raw_wait_since: None,
+            progress_at: Time::ZERO,
             backoff: 0,
             cwnd: INITIAL_CWND,
             rnr_retries: 0,
@@ -211,10 +256,52 @@ impl Reinjector {
 
     fn rto(&self) -> Duration {
         let base = match self.srtt {
-            None => self.tuning.initial_rto,
+            None => self.tuning.min_rto,
             Some(s) => (s + 4 * self.rttvar).max(self.tuning.min_rto),
         };
-        (base * (1 << self.backoff.min(16))).min(MAX_RTO.max(base))
+        (base * (1 << self.backoff.min(16))).min(self.tuning.max_rto.max(base))
+    }
+
+    /// Is a request for an ACK outstanding (sent, not yet answered)?
+    fn asking(&self) -> bool {
+        self.ack_req_out
+            .is_some_and(|r| self.acked.is_none_or(|a| r.after(a)))
+    }
+
+    /// Arms the retransmission timer for what is in flight: restarts it
+    /// when `restart` (progress), otherwise keeps a running one, except a
+    /// tail probe's once a request for an ACK is out again. Packets no
+    /// request covers wait `tail_probe` (the twin's next packet will ask).
+    fn arm(&mut self, now: Time, restart: bool) {
+        if self.next == 0 {
+            self.rto_deadline = None;
+            self.probing = false;
+            return;
+        }
+        let covered = self.asking();
+        if restart || self.rto_deadline.is_none() || (self.probing && covered) {
+            let wait = if covered {
+                self.rto()
+            } else {
+                self.rto().max(self.tuning.tail_probe)
+            };
+            self.rto_deadline = Some(now + wait);
+            self.probing = !covered;
+        }
+    }
+
+    /// Has the responder shown no progress for longer than we wait?
+    fn stalled_out(&self, now: Time) -> bool {
+        // While raw packets are unacknowledged, ours may wait for the
+        // requester's own recovery of them (its timeout, tens of ms, and a
+        // WAN round trip): wait longer, but not forever.
+        let raw_pending = self.raw_high.is_some() && !self.raw_done;
+        let limit = if raw_pending {
+            RAW_WAIT_LIMIT.max(self.tuning.give_up)
+        } else {
+            self.tuning.give_up
+        };
+        now.since(self.progress_at) >= limit
     }
 
     /// A request the twin forwarded raw (tunnel phase, or a duplicate READ
@@ -255,6 +342,10 @@ impl Reinjector {
                 self.stats.duplicates_dropped += 1;
                 return;
             }
+        }
+        if self.queue.is_empty() {
+            // Nothing was outstanding: the responder owes us nothing yet.
+            self.progress_at = now;
         }
         let held = match buf.store(self.key.id(), p.as_bytes()) {
             Ok(s) => Held::Slot(s),
@@ -336,9 +427,7 @@ impl Reinjector {
             out.push_back(Output::Dc(v));
             self.next += 1;
         }
-        if self.next > 0 && self.rto_deadline.is_none() {
-            self.rto_deadline = Some(now + self.rto());
-        }
+        self.arm(now, false);
     }
 
     /// Frees everything up to and including `psn` and reports it delivered.
@@ -359,7 +448,10 @@ impl Reinjector {
                 break;
             }
             let p = self.queue.pop_front().expect("front exists");
-            if let (Some(t), false) = (p.sent_at, p.retransmitted) {
+            // Karn: only a packet sent once, and only the one this answer is
+            // for: the others waited for a later packet's AckReq, and that
+            // wait is not the responder's round trip.
+            if let (Some(t), false, true) = (p.sent_at, p.retransmitted, p.last() == psn) {
                 self.rtt_sample(now - t);
             }
             if let Held::Slot(s) = p.held {
@@ -371,11 +463,10 @@ impl Reinjector {
         }
         self.acked = Some(psn);
         if progressed || self.queue.is_empty() {
-            self.retries = 0;
+            self.progress_at = now;
             self.rnr_retries = 0;
-            self.raw_wait_since = None;
             self.backoff = 0;
-            self.rto_deadline = (self.next > 0).then(|| now + self.rto());
+            self.arm(now, true);
         }
         out.push_back(Output::Twin(TwinMsg::Delivered {
             half: self.key,
@@ -452,9 +543,10 @@ impl Reinjector {
                     // progress (rxe's requester restarts its retransmission
                     // timer on every response packet too). A long READ whose
                     // response takes longer than our RTO must not be
-                    // re-requested and, after the retry budget, failed.
-                    self.retries = 0;
-                    self.rto_deadline = Some(now + self.rto());
+                    // re-requested and, after the give-up time, failed.
+                    self.progress_at = now;
+                    self.backoff = 0;
+                    self.arm(now, true);
                 }
                 self.pump(now, buf, out);
             }
@@ -508,12 +600,11 @@ impl Reinjector {
                             // A NAK carries the MSN of the last executed PSN.
                             self.advance(now, psn.sub(1), Some(aeth.msn), buf, out);
                         }
-                        // A gap in the raw phase is the requester's to fill
-                        // (end to end); it is no failure of ours to count.
-                        if !raw_pending {
-                            self.retries += 1;
-                        }
-                        if self.retries > self.tuning.retry_budget {
+                        // NAKs that never let the responder move on (a gap
+                        // in the raw phase is the requester's to fill, and
+                        // is waited for longer).
+                        if self.stalled_out(now) {
+                            self.stats.gave_up += 1;
                             return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
                         }
                         self.cwnd = (self.cwnd / 2).max(MIN_CWND);
@@ -522,6 +613,8 @@ impl Reinjector {
                     }
                     Syndrome::RnrNak { timer } => {
                         self.stats.rnr_naks += 1;
+                        // Not ready, but alive: its own budget applies.
+                        self.progress_at = now;
                         self.rnr_retries += 1;
                         if self.rnr_retries > self.tuning.rnr_budget {
                             return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
@@ -577,32 +670,45 @@ impl Reinjector {
                 self.pump(now, buf, out);
                 return;
             }
-            self.stats.timeouts += 1;
-            // While raw packets are unacknowledged, our packets may wait for
-            // the requester's own recovery (its timeout, tens of ms): keep
-            // retrying without spending the budget.
-            if self.raw_high.is_none() || self.raw_done {
-                self.retries += 1;
-            } else {
-                // ...but not forever: a requester that never recovers its
-                // raw packets has failed too.
-                let since = *self.raw_wait_since.get_or_insert(now);
-                if now - since > RAW_WAIT_LIMIT {
-                    let psn = self.queue.front().map_or(Psn::new(0), |p| p.psn);
-                    return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
-                }
-            }
-            if self.retries > self.tuning.retry_budget {
+            if self.stalled_out(now) {
+                self.stats.gave_up += 1;
                 let psn = self.queue.front().map_or(Psn::new(0), |p| p.psn);
                 return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
             }
-            self.cwnd = MIN_CWND;
+            if !self.asking() {
+                // The twin's next packet never came to ask for the ACK of
+                // what is in flight: ask with the last of it.
+                return self.probe(now, buf, out);
+            }
+            self.stats.timeouts += 1;
+            // Resend the oldest packet alone (it asks for an ACK): a
+            // responder that only stalled answers with how far it got, one
+            // that lost packets gets the rest as the window reopens.
+            self.cwnd = RTO_CWND;
             self.ack_req_out = None;
             // Back off: double the timeout for each consecutive expiry.
             self.backoff += 1;
             self.next = 0;
             self.pump(now, buf, out);
         }
+    }
+
+    /// Resends the last packet in flight with AckReq set.
+    fn probe(&mut self, now: Time, buf: &DeepBuffer, out: &mut VecDeque<Output>) {
+        let i = self.next - 1;
+        let p = &mut self.queue[i];
+        p.retransmitted = true;
+        p.sent_at = Some(now);
+        let last = p.last();
+        let mut v = Self::bytes(&p.held, buf).to_vec();
+        if set_ack_req(&mut v).unwrap_or(false) {
+            self.stats.ack_reqs_added += 1;
+        }
+        self.stats.retransmitted += 1;
+        self.stats.tail_probes += 1;
+        self.ack_req_out = Some(last);
+        out.push_back(Output::Dc(v));
+        self.arm(now, true);
     }
 
     pub fn release_all(&mut self, buf: &mut DeepBuffer) {

@@ -76,6 +76,17 @@ impl EngineConfig {
         });
         // The twin holds at most this much of ours in flight: half a flow's quota.
         c.ack.egress_window = (c.per_flow_slots / 2).max(64) as u32;
+        c.egress.min_rto = site.dc.retransmit_floor;
+        c.egress.max_rto = c.egress.max_rto.max(site.dc.retransmit_floor);
+        c.egress.give_up = site.dc.give_up_after;
+        // The twin's next packet, which asks for the ACK of a tail sent
+        // without AckReq, may be a few WAN round trips away (its credit
+        // comes back with our Delivered; a WAN loss costs a retransmission).
+        let wan_rtt = site.wan.paths.iter().filter_map(|p| p.rtt).max();
+        if let Some(rtt) = wan_rtt {
+            c.egress.tail_probe = c.egress.tail_probe.max(4 * rtt);
+        }
+        c.egress.tail_probe = c.egress.tail_probe.min(c.egress.give_up / 2);
         c
     }
 }

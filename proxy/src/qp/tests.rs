@@ -642,7 +642,7 @@ fn egress_injects_a_read_spanning_more_psns_than_its_window() {
 }
 
 #[test]
-fn egress_timeouts_back_off_exponentially_before_any_rtt_sample() {
+fn egress_timeouts_back_off_exponentially_up_to_the_ceiling() {
     let mut e = QpEngine::new(cfg(AckPolicy::Edge));
     let t = Time::from_micros(1);
     e.handle_twin(
@@ -655,19 +655,261 @@ fn egress_timeouts_back_off_exponentially_before_any_rtt_sample() {
     drain(&mut e);
     let mut now = t;
     let mut gaps = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..5 {
         let next = e.poll_timeout().unwrap();
         gaps.push(next - now);
         now = next;
         e.handle_timeout(now);
         assert_eq!(injected(&drain(&mut e)), vec![10]);
     }
-    let initial = EngineConfig::default().egress.initial_rto;
+    let tuning = EngineConfig::default().egress;
+    let floor = tuning.min_rto;
     assert_eq!(
         gaps,
-        vec![initial, initial * 2, initial * 4, initial * 8],
-        "each consecutive timeout doubles the wait"
+        vec![floor, floor * 2, floor * 4, tuning.max_rto, tuning.max_rto],
+        "each consecutive timeout doubles the wait, up to the ceiling"
     );
+}
+
+/// Sends `psns` to the egress as pseudo-ACKed requests from the twin:
+/// `(psn, opcode, ack_req)`. Returns what it injected, with AckReq.
+fn feed(e: &mut QpEngine, t: Time, psns: &[(u32, Opcode, bool)]) -> Vec<(u32, bool)> {
+    for &(psn, op, ack) in psns {
+        e.handle_twin(
+            t,
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: request(op, psn, ack, 64, 0),
+            },
+        );
+    }
+    sent_with_ack_req(&drain(e))
+}
+
+fn sent_with_ack_req(out: &[Output]) -> Vec<(u32, bool)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Dc(v) => {
+                let p = RocePacket::parse_verified(v).expect("valid ICRC");
+                Some((p.psn().value(), p.bth.ack_req))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn delivered(out: &[Output]) -> Vec<u32> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Twin(TwinMsg::Delivered { psn, .. }) => Some(psn.value()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn errors(out: &[Output]) -> usize {
+    out.iter()
+        .filter(|o| matches!(o, Output::Twin(TwinMsg::Error { .. })))
+        .count()
+}
+
+/// Runs the engine's timers up to `until`, collecting everything output.
+fn run_timers(e: &mut QpEngine, until: Time) -> Vec<Output> {
+    let mut out = Vec::new();
+    while let Some(d) = e.poll_timeout().filter(|&d| d <= until) {
+        e.handle_timeout(d);
+        out.extend(drain(e));
+    }
+    out
+}
+
+/// A WRITE's middle packets sent while the requester's AckReq (on the
+/// previous message's end) was outstanding are covered by no request once
+/// its ACK is in. The twin's next packets, a WAN round trip away, ask for
+/// them: timing them out at the local RTO (µs) meant resending packets the
+/// responder had (rxe: `duplicate_request` by the thousand).
+#[test]
+fn egress_does_not_resend_a_tail_while_the_twins_next_packet_is_a_wan_rtt_away() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    let sent = feed(
+        &mut e,
+        t,
+        &[
+            (10, Opcode::RC_SEND_ONLY, true),
+            (11, Opcode::RC_WRITE_FIRST, false),
+            (12, Opcode::RC_WRITE_MIDDLE, false),
+            (13, Opcode::RC_WRITE_MIDDLE, false),
+        ],
+    );
+    assert_eq!(
+        sent,
+        vec![(10, true), (11, false), (12, false), (13, false)],
+        "one request for an ACK at a time"
+    );
+    // The responder (10 µs away) answers the only packet that asked.
+    let t1 = t + Duration::from_micros(10);
+    e.handle_dc(
+        t1,
+        &response(Opcode::RC_ACK, 10, Syndrome::ACK_UNLIMITED, 0),
+    );
+    assert_eq!(delivered(&drain(&mut e)), vec![10]);
+    // A 30 ms WAN round trip later the rest of the WRITE arrives.
+    let t2 = t1 + Duration::from_millis(30);
+    let quiet = run_timers(&mut e, t2);
+    assert!(
+        injected(&quiet).is_empty(),
+        "resent while waiting for the twin: {quiet:?}"
+    );
+    let sent = feed(&mut e, t2, &[(14, Opcode::RC_WRITE_LAST, true)]);
+    assert_eq!(sent, vec![(14, true)]);
+    e.handle_dc(
+        t2 + Duration::from_micros(10),
+        &response(Opcode::RC_ACK, 14, Syndrome::ACK_UNLIMITED, 0),
+    );
+    assert_eq!(delivered(&drain(&mut e)), vec![14]);
+    let eg = e.egress_halves().next().unwrap();
+    assert_eq!(
+        (
+            eg.stats.retransmitted,
+            eg.stats.timeouts,
+            eg.stats.tail_probes
+        ),
+        (0, 0, 0)
+    );
+}
+
+/// ...and if the twin's next packet never comes, the last packet in flight
+/// is resent once, asking for an ACK, after `tail_probe`: not the whole
+/// tail at the local RTO.
+#[test]
+fn egress_probes_an_uncovered_tail_once_after_tail_probe() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    feed(
+        &mut e,
+        t,
+        &[
+            (10, Opcode::RC_SEND_ONLY, true),
+            (11, Opcode::RC_WRITE_FIRST, false),
+            (12, Opcode::RC_WRITE_MIDDLE, false),
+        ],
+    );
+    let t1 = t + Duration::from_micros(10);
+    e.handle_dc(
+        t1,
+        &response(Opcode::RC_ACK, 10, Syndrome::ACK_UNLIMITED, 0),
+    );
+    drain(&mut e);
+    let probe_at = t1 + EngineConfig::default().egress.tail_probe;
+    let before = run_timers(
+        &mut e,
+        t1 + (EngineConfig::default().egress.tail_probe - Duration::from_micros(1)),
+    );
+    assert!(injected(&before).is_empty(), "{before:?}");
+    let out = run_timers(&mut e, probe_at);
+    assert_eq!(sent_with_ack_req(&out), vec![(12, true)], "one probe");
+    // The responder had both: its re-ACK says so.
+    e.handle_dc(
+        probe_at,
+        &response(Opcode::RC_ACK, 12, Syndrome::ACK_UNLIMITED, 0),
+    );
+    assert_eq!(delivered(&drain(&mut e)), vec![12]);
+    assert_eq!(e.occupancy().slots_used, 0);
+    assert_eq!(e.egress_halves().next().unwrap().stats.tail_probes, 1);
+}
+
+/// The RTO comes from the measured local RTT but never below the floor: a
+/// responder answering in 10 µs does not make a 40 µs stall a loss.
+#[test]
+fn egress_rto_has_a_floor_above_the_measured_local_rtt() {
+    assert!(
+        EngineConfig::default().egress.min_rto >= Duration::from_millis(10),
+        "a lossless DC: the default floor is a responder stall, not a µs RTT"
+    );
+    for floor in [
+        EngineConfig::default().egress.min_rto,
+        Duration::from_millis(5),
+    ] {
+        let mut c = cfg(AckPolicy::Edge);
+        c.egress.min_rto = floor;
+        let mut e = QpEngine::new(c);
+        let t = Time::from_micros(1);
+        for i in 0..20u32 {
+            let at = t + Duration::from_micros(u64::from(i) * 100);
+            feed(&mut e, at, &[(10 + i, Opcode::RC_SEND_ONLY, true)]);
+            let ack = response(Opcode::RC_ACK, 10 + i, Syndrome::ACK_UNLIMITED, 0);
+            e.handle_dc(at + Duration::from_micros(10), &ack);
+            drain(&mut e);
+        }
+        let at = t + Duration::from_millis(3);
+        feed(&mut e, at, &[(30, Opcode::RC_SEND_ONLY, true)]);
+        let rto = e.poll_timeout().expect("timed").since(at);
+        assert_eq!(rto, floor, "RTO with a 10 µs measured RTT");
+    }
+}
+
+/// A responder that stalls (a software responder descheduled, a PFC
+/// storm) for longer than 16 back-offs is not dead: rxe's own requester
+/// would still be waiting. Each timeout resends only the oldest packet, and
+/// the flow continues when the responder does.
+#[test]
+fn egress_survives_a_responder_stall_of_two_seconds() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    let burst: Vec<(u32, Opcode, bool)> = (10..42)
+        .map(|psn| (psn, Opcode::RC_SEND_ONLY, psn % 8 == 0))
+        .collect();
+    assert_eq!(feed(&mut e, t, &burst).len(), 32);
+    let until = t + Duration::from_secs(2);
+    let out = run_timers(&mut e, until);
+    assert_eq!(errors(&out), 0, "gave up on a stalled responder");
+    let resent = injected(&out);
+    let eg = e.egress_halves().next().unwrap();
+    assert!(eg.stats.timeouts >= 8, "{:?}", eg.stats);
+    assert_eq!(
+        resent,
+        vec![10; eg.stats.timeouts as usize],
+        "each timeout resends the oldest packet alone"
+    );
+    // The responder wakes up with everything received: its answer to the
+    // resent packet (a duplicate) carries how far it got.
+    e.handle_dc(
+        until,
+        &response(Opcode::RC_ACK, 41, Syndrome::ACK_UNLIMITED, 0),
+    );
+    let out = drain(&mut e);
+    assert_eq!(delivered(&out), vec![41]);
+    assert_eq!(e.occupancy().slots_used, 0);
+}
+
+/// Give-up is a time without progress, not a count of timeouts: a dead
+/// responder fails the flow after `give_up`, not before.
+#[test]
+fn egress_gives_up_after_the_give_up_time_without_progress() {
+    let mut c = cfg(AckPolicy::Edge);
+    c.egress.give_up = Duration::from_secs(1);
+    let mut e = QpEngine::new(c);
+    let t = Time::from_micros(1);
+    feed(&mut e, t, &[(10, Opcode::RC_SEND_ONLY, true)]);
+    // Progress at 0.5 s restarts the clock.
+    let half = t + Duration::from_millis(500);
+    let out = run_timers(&mut e, half);
+    assert_eq!(errors(&out), 0);
+    e.handle_dc(
+        half,
+        &response(Opcode::RC_ACK, 10, Syndrome::ACK_UNLIMITED, 0),
+    );
+    feed(&mut e, half, &[(11, Opcode::RC_SEND_ONLY, true)]);
+    let out = run_timers(&mut e, half + Duration::from_millis(999));
+    assert_eq!(errors(&out), 0, "gave up before 1 s without progress");
+    let out = run_timers(
+        &mut e,
+        half + Duration::from_millis(1000) + c.egress.max_rto,
+    );
+    assert_eq!(errors(&out), 1, "gave up within one RTO after 1 s");
+    assert_eq!(e.egress_halves().next().unwrap().stats.gave_up, 1);
+    assert_eq!(e.occupancy().slots_used, 0);
 }
 
 #[test]
@@ -797,4 +1039,34 @@ fn egress_asks_again_for_an_atomic_whose_response_was_lost() {
         "nothing delivered past the unanswered atomic: {out:?}"
     );
     assert_eq!(injected(&out), vec![10, 11], "asked again");
+}
+
+#[test]
+fn site_config_sets_the_egress_timers() {
+    let text = r#"site = "t"
+[dc]
+local_prefixes = ["10.1.0.0/16"]
+remote_prefixes = ["10.2.0.0/16"]
+retransmit_floor = "5ms"
+give_up_after = "2s"
+[wan]
+insecure = true
+[[wan.paths]]
+name = "p0"
+remote = "192.0.2.1:7400"
+rtt = "30ms"
+[buffer]
+size = "64MiB"
+"#;
+    let site = soya_config::parse_str(text, "t.toml").unwrap();
+    let e = EngineConfig::from_site(&site).egress;
+    assert_eq!(
+        (e.min_rto, e.give_up, e.tail_probe),
+        (
+            Duration::from_millis(5),
+            Duration::from_secs(2),
+            Duration::from_millis(120)
+        ),
+        "the tail probe waits 4 WAN round trips"
+    );
 }
