@@ -11,7 +11,8 @@
 //!   cannot steal a host's traffic.
 //! - `tun`: the gateway is the router for the remote site's prefixes; it
 //!   reads and writes raw IP packets on a tun device (IFF_TUN | IFF_NO_PI).
-//!   The device is brought up with MTU [`TUN_MTU`]; routes are the
+//!   The device is brought up with MTU [`TUN_MTU`] and a transmit queue of
+//!   [`TUN_TXQUEUELEN`] packets (see [`tune_tun_queue`]); routes are the
 //!   operator's.
 //! - `afpacket`: not implemented; refused at startup.
 
@@ -30,6 +31,13 @@ use super::udpio::{IoMode, IoStats, TxDatagram, UdpIo};
 /// MTU set on the tun device (jumbo: RoCE packets of a 4096-byte path MTU
 /// are about 4.2 KB).
 pub const TUN_MTU: u32 = 9000;
+/// Packets the kernel may hold for the gateway on its tun device: the
+/// device's ring (txqueuelen) and the root qdisc (pfifo). The default ring
+/// of 500 overflows whenever the gateway falls a few ms behind a burst of
+/// requests (tun drops, it never makes the sender wait); RC requesters
+/// bound what can be in flight (rxe: 128 PSNs per QP), so this is memory
+/// only while the gateway is behind.
+pub const TUN_TXQUEUELEN: u32 = 10_000;
 /// A learned lab host address may be replaced after this much silence.
 pub const PEER_STALE: Duration = Duration::from_secs(2);
 /// Socket buffers asked for on the lab DC socket.
@@ -123,6 +131,43 @@ pub struct UdpLab {
 pub struct Tun {
     file: File,
     name: String,
+    /// For the kernel's drop counter (None: unknown index).
+    ifindex: Option<u32>,
+}
+
+/// Gives tun device `name` a deep transmit queue: its ring (txqueuelen)
+/// and a root `pfifo` qdisc of [`TUN_TXQUEUELEN`] packets. The default,
+/// fq_codel over a ring of 500, dropped RoCE requests before the gateway
+/// read them in the interop lab (docs/interop.md, pitfall 10): in Linux
+/// 6.1 tun never stops its queue, so packets beyond the ring are dropped
+/// (`tx_dropped`); kernels whose tun does stop it would leave them to the
+/// qdisc, where CoDel drops what waits longer than 5 ms. A failure is
+/// logged, not fatal (the gateway still works, with drops under load).
+pub fn tune_tun_queue(name: &str) -> Option<u32> {
+    let ring = sys::set_txqueuelen(name, TUN_TXQUEUELEN);
+    let index = sys::ifindex(name);
+    let qdisc = match &index {
+        Ok(i) => sys::set_root_pfifo(*i, TUN_TXQUEUELEN),
+        Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+    };
+    match (&ring, &qdisc) {
+        (Ok(()), Ok(())) => tracing::info!(
+            device = name,
+            txqueuelen = TUN_TXQUEUELEN,
+            qdisc = "pfifo",
+            "dc: tun transmit queue set"
+        ),
+        _ => tracing::warn!(
+            device = name,
+            txqueuelen = ?ring.as_ref().err().map(ToString::to_string),
+            qdisc = ?qdisc.as_ref().err().map(ToString::to_string),
+            "dc: could not deepen the tun device's transmit queue; the kernel may drop RoCE \
+             requests before the gateway reads them when it falls behind. Set it by hand: \
+             ip link set {name} txqueuelen {TUN_TXQUEUELEN}; \
+             tc qdisc replace dev {name} root pfifo limit {TUN_TXQUEUELEN}"
+        ),
+    }
+    index.ok()
 }
 
 #[derive(Debug)]
@@ -166,10 +211,14 @@ impl DcIo {
                     peers_learned: 0,
                 })))
             }
-            DcBackend::Tun { interface } => Ok(DcIo::Tun(Tun {
-                file: sys::open_tun(interface, TUN_MTU)?,
-                name: interface.clone(),
-            })),
+            DcBackend::Tun { interface } => {
+                let file = sys::open_tun(interface, TUN_MTU)?;
+                Ok(DcIo::Tun(Tun {
+                    file,
+                    name: interface.clone(),
+                    ifindex: tune_tun_queue(interface),
+                }))
+            }
             DcBackend::AfPacket { interface } => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 format!(
@@ -248,6 +297,18 @@ impl DcIo {
                 }
                 Ok((n, false))
             }
+        }
+    }
+
+    /// tun: packets the kernel dropped on their way to the gateway (the
+    /// device's `tx_dropped`: its queue was full). None for the lab socket
+    /// (its kernel drops are in [`io_stats`](Self::io_stats)) or if unknown.
+    pub fn kernel_tx_dropped(&self) -> Option<u64> {
+        match self {
+            DcIo::Tun(Tun {
+                ifindex: Some(i), ..
+            }) => sys::link_tx_dropped(*i).ok(),
+            _ => None,
         }
     }
 

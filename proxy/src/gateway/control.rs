@@ -185,12 +185,13 @@ pub fn render_status(s: &Snapshot) -> String {
     );
     let _ = writeln!(
         o,
-        "    tx {} pkts ({}): no peer {}, acl {}, errors {}",
+        "    tx {} pkts ({}): no peer {}, acl {}, errors {}; kernel dropped {}",
         d.tx_packets,
         bytes(d.tx_bytes),
         d.tx_no_peer,
         d.tx_acl,
-        d.tx_errors
+        d.tx_errors,
+        d.kernel_dropped
     );
     let b = &s.buffer;
     let _ = writeln!(

@@ -653,6 +653,7 @@ impl Device {
                 lab_host_conflicts,
                 tx_packets: self.dcc.tx_packets.saturating_sub(dc_refused),
                 tx_errors: self.dcc.tx_errors + dc_refused,
+                kernel_dropped: self.dc.kernel_tx_dropped().unwrap_or(0),
                 ..self.dcc.clone()
             },
             engine: EngineCounters {

@@ -140,6 +140,12 @@ pub fn render(s: &Snapshot) -> String {
         d.tx_bytes,
     );
     o.one(
+        "soya_dc_kernel_dropped_total",
+        "counter",
+        "tun backend: packets for the gateway the kernel dropped before it read them (queue full).",
+        d.kernel_dropped,
+    );
+    o.one(
         "soya_dc_lab_hosts",
         "gauge",
         "udp backend: lab hosts whose UDP address is learned.",

@@ -34,7 +34,8 @@
 //!
 //! DC side: `soya_dc_rx_packets_total{result=accepted|malformed|acl_source|acl_destination|draining|backpressure}`,
 //! `soya_dc_rx_bytes_total`, `soya_dc_tx_packets_total{result=sent|no_peer|acl|error}`,
-//! `soya_dc_tx_bytes_total`, `soya_dc_lab_hosts`, `soya_dc_lab_host_conflicts_total`.
+//! `soya_dc_tx_bytes_total`, `soya_dc_kernel_dropped_total`, `soya_dc_lab_hosts`,
+//! `soya_dc_lab_host_conflicts_total`.
 //!
 //! Engine: `soya_engine_dc_packets_total{kind=all|malformed|bad_icrc|not_roce}`,
 //! `soya_engine_twin_messages_total{kind=all|malformed}`,

@@ -58,6 +58,10 @@ pub struct DcCounters {
     /// Destination not a local host (never expected from the engine).
     pub tx_acl: u64,
     pub tx_errors: u64,
+    /// tun backend: packets the kernel dropped before the gateway read them
+    /// (the device's `tx_dropped`: its transmit queue was full).
+    #[serde(default)]
+    pub kernel_dropped: u64,
     /// udp backend: hosts learned, and datagrams refused because their host
     /// is bound to another, still active UDP address.
     pub lab_hosts: u64,

@@ -257,6 +257,285 @@ pub fn open_tun(name: &str, mtu: u32) -> io::Result<File> {
     Ok(file)
 }
 
+/// Sets interface `name`'s transmit queue length. For a tun device that is
+/// the ring of packets waiting for the reader (the gateway): the kernel
+/// drops what does not fit (`tx_dropped`), it never makes the sender wait.
+pub fn set_txqueuelen(name: &str, qlen: u32) -> io::Result<()> {
+    // SAFETY: plain syscall; the fd is owned right below.
+    let s = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: fresh descriptor.
+    let sock = unsafe { OwnedFd::from_raw_fd(s) };
+    let mut req = ifreq_named(name)?;
+    req.ifr_ifru.ifru_metric = libc::c_int::try_from(qlen).unwrap_or(libc::c_int::MAX);
+    // SAFETY: SIOCSIFTXQLEN reads the ifreq we own (ifr_qlen aliases the
+    // int member of the union).
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFTXQLEN as _, &mut req) })?;
+    Ok(())
+}
+
+/// The index of interface `name` (in this network namespace).
+pub fn ifindex(name: &str) -> io::Result<u32> {
+    let c = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in interface name"))?;
+    // SAFETY: c is a valid C string for the duration of the call.
+    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
+        0 => Err(io::Error::last_os_error()),
+        i => Ok(i),
+    }
+}
+
+/// rtnetlink: replaces the root qdisc of interface `ifindex` by `pfifo`
+/// holding `limit` packets (what `tc qdisc replace dev X root pfifo limit N`
+/// does).
+pub fn set_root_pfifo(ifindex: u32, limit: u32) -> io::Result<()> {
+    let reply = rtnl_transact(&rtnl::pfifo_request(ifindex, limit, 1))?;
+    rtnl::ack(&reply)
+}
+
+/// rtnetlink: the `tx_dropped` counter of interface `ifindex` (IFLA_STATS64).
+pub fn link_tx_dropped(ifindex: u32) -> io::Result<u64> {
+    let reply = rtnl_transact(&rtnl::getlink_request(ifindex, 1))?;
+    rtnl::tx_dropped(&reply)
+}
+
+/// Sends one rtnetlink request and returns the first reply datagram.
+fn rtnl_transact(msg: &[u8]) -> io::Result<Vec<u8>> {
+    // SAFETY: plain syscall; the fd is owned right below.
+    let s = cvt(unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_ROUTE,
+        )
+    })?;
+    // SAFETY: fresh descriptor.
+    let sock = unsafe { OwnedFd::from_raw_fd(s) };
+    let tv = libc::timeval {
+        tv_sec: 1,
+        tv_usec: 0,
+    };
+    // SAFETY: SO_RCVTIMEO reads a timeval we own.
+    cvt(unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    })?;
+    // SAFETY: sockaddr_nl is plain old data; all-zero addresses the kernel.
+    let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+    // SAFETY: sends msg.len() bytes from msg to an address we own.
+    let sent = unsafe {
+        libc::sendto(
+            sock.as_raw_fd(),
+            msg.as_ptr().cast(),
+            msg.len(),
+            0,
+            (&kernel as *const libc::sockaddr_nl).cast(),
+            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+        )
+    };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut buf = vec![0u8; 32 << 10];
+    // SAFETY: receives at most buf.len() bytes into buf.
+    let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+/// rtnetlink messages, built and parsed in safe code (and unit-tested).
+pub(crate) mod rtnl {
+    use std::io;
+
+    const NLMSG_HDRLEN: usize = 16;
+    const NLMSG_ERROR: u16 = 2;
+    const RTM_NEWLINK: u16 = 16;
+    const RTM_GETLINK: u16 = 18;
+    const RTM_NEWQDISC: u16 = 36;
+    const NLM_F_REQUEST: u16 = 0x1;
+    const NLM_F_ACK: u16 = 0x4;
+    const NLM_F_REPLACE: u16 = 0x100;
+    const NLM_F_CREATE: u16 = 0x400;
+    const TC_H_ROOT: u32 = 0xFFFF_FFFF;
+    const TCA_KIND: u16 = 1;
+    const TCA_OPTIONS: u16 = 2;
+    const IFLA_STATS64: u16 = 23;
+    /// `struct ifinfomsg` and `struct tcmsg`.
+    const IFINFOMSG_LEN: usize = 16;
+    /// `tx_dropped` in `struct rtnl_link_stats64` (the 8th u64).
+    const TX_DROPPED_AT: usize = 7 * 8;
+
+    fn align(n: usize) -> usize {
+        (n + 3) & !3
+    }
+
+    fn attr(buf: &mut Vec<u8>, ty: u16, data: &[u8]) {
+        buf.extend_from_slice(&((4 + data.len()) as u16).to_ne_bytes());
+        buf.extend_from_slice(&ty.to_ne_bytes());
+        buf.extend_from_slice(data);
+        buf.resize(align(buf.len()), 0);
+    }
+
+    fn message(ty: u16, flags: u16, seq: u32, body: &[u8]) -> Vec<u8> {
+        let mut m = Vec::with_capacity(NLMSG_HDRLEN + body.len());
+        m.extend_from_slice(&((NLMSG_HDRLEN + body.len()) as u32).to_ne_bytes());
+        m.extend_from_slice(&ty.to_ne_bytes());
+        m.extend_from_slice(&flags.to_ne_bytes());
+        m.extend_from_slice(&seq.to_ne_bytes());
+        m.extend_from_slice(&0u32.to_ne_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    /// RTM_NEWQDISC, create or replace: root `pfifo` with `limit` packets.
+    pub fn pfifo_request(ifindex: u32, limit: u32, seq: u32) -> Vec<u8> {
+        // struct tcmsg: family, 3 pad bytes, ifindex, handle (the kernel
+        // picks one), parent, info.
+        let mut body = vec![libc::AF_UNSPEC as u8, 0, 0, 0];
+        body.extend_from_slice(&ifindex.to_ne_bytes());
+        body.extend_from_slice(&0u32.to_ne_bytes());
+        body.extend_from_slice(&TC_H_ROOT.to_ne_bytes());
+        body.extend_from_slice(&0u32.to_ne_bytes());
+        attr(&mut body, TCA_KIND, b"pfifo\0");
+        // struct tc_fifo_qopt { __u32 limit; }
+        attr(&mut body, TCA_OPTIONS, &limit.to_ne_bytes());
+        let flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE;
+        message(RTM_NEWQDISC, flags, seq, &body)
+    }
+
+    /// RTM_GETLINK of one interface.
+    pub fn getlink_request(ifindex: u32, seq: u32) -> Vec<u8> {
+        // struct ifinfomsg: family, pad, type, index, flags, change.
+        let mut body = vec![libc::AF_UNSPEC as u8, 0, 0, 0];
+        body.extend_from_slice(&ifindex.to_ne_bytes());
+        body.extend_from_slice(&[0; 8]);
+        message(RTM_GETLINK, NLM_F_REQUEST, seq, &body)
+    }
+
+    /// The (type, payload) of each netlink message in a datagram.
+    fn messages(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+        std::iter::from_fn(move || {
+            if buf.len() < NLMSG_HDRLEN {
+                return None;
+            }
+            let len = u32::from_ne_bytes(buf[0..4].try_into().ok()?) as usize;
+            let ty = u16::from_ne_bytes(buf[4..6].try_into().ok()?);
+            if len < NLMSG_HDRLEN || len > buf.len() {
+                return None;
+            }
+            let payload = &buf[NLMSG_HDRLEN..len];
+            buf = &buf[align(len).min(buf.len())..];
+            Some((ty, payload))
+        })
+    }
+
+    /// The errno of an NLMSG_ERROR message (0: an ACK).
+    fn error_of(payload: &[u8]) -> Option<i32> {
+        Some(i32::from_ne_bytes(payload.get(0..4)?.try_into().ok()?))
+    }
+
+    fn bad(what: &str) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, format!("rtnetlink: {what}"))
+    }
+
+    /// The kernel's answer to a request with NLM_F_ACK.
+    pub fn ack(reply: &[u8]) -> io::Result<()> {
+        for (ty, payload) in messages(reply) {
+            if ty == NLMSG_ERROR {
+                return match error_of(payload) {
+                    Some(0) => Ok(()),
+                    Some(e) => Err(io::Error::from_raw_os_error(-e)),
+                    None => Err(bad("short error message")),
+                };
+            }
+        }
+        Err(bad("no acknowledgement"))
+    }
+
+    /// `tx_dropped` from an RTM_NEWLINK answer.
+    pub fn tx_dropped(reply: &[u8]) -> io::Result<u64> {
+        for (ty, payload) in messages(reply) {
+            match ty {
+                NLMSG_ERROR => {
+                    let e = error_of(payload).ok_or_else(|| bad("short error message"))?;
+                    return Err(io::Error::from_raw_os_error(-e));
+                }
+                RTM_NEWLINK => {
+                    let mut attrs = payload.get(IFINFOMSG_LEN..).unwrap_or_default();
+                    while attrs.len() >= 4 {
+                        let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
+                        let ty = u16::from_ne_bytes([attrs[2], attrs[3]]);
+                        if len < 4 || len > attrs.len() {
+                            break;
+                        }
+                        if ty == IFLA_STATS64 {
+                            let v = attrs
+                                .get(4 + TX_DROPPED_AT..4 + TX_DROPPED_AT + 8)
+                                .ok_or_else(|| bad("short IFLA_STATS64"))?;
+                            return Ok(u64::from_ne_bytes(v.try_into().expect("8 bytes")));
+                        }
+                        attrs = &attrs[align(len).min(attrs.len())..];
+                    }
+                    return Err(bad("no IFLA_STATS64"));
+                }
+                _ => {}
+            }
+        }
+        Err(bad("no link message"))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn pfifo_request_is_what_tc_sends() {
+            let m = pfifo_request(7, 10_000, 1);
+            // header 16 + tcmsg 20 + kind (4 + "pfifo\0" = 10 -> 12) + options 8
+            assert_eq!(m.len(), 56);
+            assert_eq!(u32::from_ne_bytes(m[0..4].try_into().unwrap()), 56);
+            assert_eq!(u16::from_ne_bytes(m[4..6].try_into().unwrap()), 36);
+            assert_eq!(u16::from_ne_bytes(m[6..8].try_into().unwrap()), 0x505);
+            assert_eq!(u32::from_ne_bytes(m[20..24].try_into().unwrap()), 7);
+            assert_eq!(u32::from_ne_bytes(m[28..32].try_into().unwrap()), TC_H_ROOT);
+            assert_eq!(u16::from_ne_bytes(m[36..38].try_into().unwrap()), 10);
+            assert_eq!(u16::from_ne_bytes(m[38..40].try_into().unwrap()), TCA_KIND);
+            assert_eq!(&m[40..46], b"pfifo\0");
+            assert_eq!(u32::from_ne_bytes(m[52..56].try_into().unwrap()), 10_000);
+        }
+
+        #[test]
+        fn acks_and_errors_are_read() {
+            let ok = message(NLMSG_ERROR, 0, 1, &[0; 20]);
+            assert!(ack(&ok).is_ok());
+            let mut eperm = (-1i32).to_ne_bytes().to_vec();
+            eperm.extend_from_slice(&[0; 16]);
+            let e = ack(&message(NLMSG_ERROR, 0, 1, &eperm)).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EPERM));
+            assert!(ack(&[]).is_err());
+        }
+
+        #[test]
+        fn tx_dropped_is_found_among_the_link_attributes() {
+            let mut body = vec![0u8; IFINFOMSG_LEN];
+            attr(&mut body, 3, b"soya0\0"); // IFLA_IFNAME
+            let mut stats = vec![0u8; 24 * 8];
+            stats[TX_DROPPED_AT..TX_DROPPED_AT + 8].copy_from_slice(&2781u64.to_ne_bytes());
+            attr(&mut body, IFLA_STATS64, &stats);
+            let reply = message(RTM_NEWLINK, 0, 1, &body);
+            assert_eq!(tx_dropped(&reply).unwrap(), 2781);
+        }
+    }
+}
+
 /// A pipe whose write end a signal handler may use (write(2) is
 /// async-signal-safe).
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
