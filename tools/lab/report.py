@@ -143,11 +143,11 @@ def gateway_table(out):
     from `soya status --json` taken at the end of the condition."""
     import glob, re
     lines = ["| condition | pseudo-ACKs | requester dups dropped / re-ACKed | NAKs to requester (seq / injected errors) | "
-             "egress injected / resent / timeouts | AckReq added | WAN lost / retransmitted | path down | soya0 qdisc drops |",
+             "egress injected / resent / timeouts / tail probes | AckReq added | WAN lost / retransmitted | path down | soya0 kernel drops (qdisc) |",
              "| --- | --: | --: | --: | --: | --: | --: | --: | --: |"]
     for a in sorted(glob.glob(os.path.join(out, "gw", "soya.*.site-a.status.json"))):
         cond = os.path.basename(a)[len("soya."):-len(".site-a.status.json")]
-        tot = dict(pa=0, dd=0, da=0, sn=0, ei=0, inj=0, rt=0, to=0, ar=0, wl=0, wr=0, down=0)
+        tot = dict(pa=0, dd=0, da=0, sn=0, ei=0, inj=0, rt=0, to=0, tp=0, ar=0, wl=0, wr=0, down=0)
         for f in (a, a.replace("site-a", "site-b")):
             try:
                 d = json.load(open(f))
@@ -168,18 +168,22 @@ def gateway_table(out):
                     tot["inj"] += det.get("injected", 0)
                     tot["rt"] += det.get("retransmitted", 0)
                     tot["to"] += det.get("timeouts", 0)
+                    tot["tp"] += det.get("tail_probes", 0)
                     tot["ar"] += det.get("ack_reqs_added", 0)
-        drops = 0
+        drops = qdisc = 0
         for n in ("gwA", "gwB"):
             try:
                 txt = open(os.path.join(out, "gw", f"soya.{cond}.{n}.kernel.txt")).read()
                 m = re.search(r"soya0:.*?TX:.*?\n\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", txt, re.S)
                 if m:
                     drops += int(m.group(4))
+                m = re.search(r"qdisc \S+ \S+ root.*?\(dropped (\d+)", txt, re.S)
+                if m:
+                    qdisc += int(m.group(1))
             except OSError:
                 pass
         lines.append(f"| {cond} | {tot['pa']} | {tot['dd']} / {tot['da']} | {tot['sn']} / {tot['ei']} | "
-                     f"{tot['inj']} / {tot['rt']} / {tot['to']} | {tot['ar']} | {tot['wl']} / {tot['wr']} | {tot['down']} | {drops} |")
+                     f"{tot['inj']} / {tot['rt']} / {tot['to']} / {tot['tp']} | {tot['ar']} | {tot['wl']} / {tot['wr']} | {tot['down']} | {drops} ({qdisc}) |")
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
