@@ -121,8 +121,13 @@ GW_DIR=/run/soya
 SOYA=${SOYA:-soya}
 
 gw_conf() {  # site local remote bind twin rtt_ms
-  local rtt=$6
+  local rtt=$6 quota
   [ "$rtt" = 0 ] && rtt=1
+  # per-flow quota ~ the bandwidth-delay product, as soya plan sizes it: a
+  # 1 KiB RoCE packet takes a whole 4.5 KiB slot here, and a flow may have
+  # half its quota in flight to the twin (4 MiB: 455 packets, 124 Mb/s at
+  # 30 ms; 300 ms needs 20 MiB for the same)
+  quota=$(( rtt / 15 )); [ $quota -lt 4 ] && quota=4
   cat <<CONF
 site = "$1"
 [dc]
@@ -140,7 +145,7 @@ rate = "${GW_RATE:-1gbit}"
 rtt = "${rtt}ms"
 [buffer]
 size = "${GW_BUFFER:-64MiB}"
-per_flow_quota = "${GW_FLOW_QUOTA:-4MiB}"
+per_flow_quota = "${GW_FLOW_QUOTA:-${quota}MiB}"
 [pseudo_ack]
 policy = "${GW_POLICY:-edge}"
 [control]
