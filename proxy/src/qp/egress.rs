@@ -31,6 +31,13 @@
 //!   [`EgressTuning::tail_probe`] is the last one resent with AckReq. (Timing
 //!   those packets out at the local RTO was the cause of most resends seen
 //!   against rxe: docs/interop.md.)
+//! - **Queue at the responder**: the window grows with ACKs (slow start) but
+//!   halves, down to the responder's ACK spacing, when an RTT sample exceeds
+//!   the smallest seen by more than a quarter of the RTO floor: the
+//!   responder is draining slower than we inject (a software responder on a
+//!   busy CPU), and a queue as long as the RTO would time out packets it
+//!   merely has not reached yet. A hardware responder answers in
+//!   microseconds and never triggers this.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -56,6 +63,9 @@ const INITIAL_CWND: u32 = 64;
 const MIN_CWND: u32 = 16;
 /// Window after a timeout: the oldest packet alone (TCP's loss window).
 const RTO_CWND: u32 = 1;
+/// Floor of the window when the responder's queue grows (see
+/// `Reinjector::rtt_sample`): its ACK spacing (rxe asks every 64 packets).
+const QUEUE_MIN_CWND: u32 = 64;
 
 /// How long the tunnel phase may wait, without progress, for the
 /// requester's own recovery of raw packets lost in its datacenter. That
@@ -129,6 +139,8 @@ pub struct EgressStats {
     pub tail_probes: u64,
     /// The flow was failed after `give_up` without progress.
     pub gave_up: u64,
+    /// Window halvings for a queue building up at the responder.
+    pub queue_cuts: u64,
 }
 
 /// Where a held packet's bytes are.
@@ -189,6 +201,10 @@ pub struct Reinjector {
     /// infinite: resending a whole 1024-packet window at once after a
     /// timeout overflows it again and again.
     cwnd: u32,
+    /// Smallest RTT sample: the responder with an empty queue.
+    min_rtt: Option<Duration>,
+    /// When the window was last cut for a growing queue (once per srtt).
+    queue_cut_at: Option<Time>,
     rnr_retries: u32,
     /// Highest PSN sent with AckReq set (by the requester or by us).
     ack_req_out: Option<Psn>,
@@ -216,6 +232,8 @@ impl Reinjector {
             progress_at: Time::ZERO,
             backoff: 0,
             cwnd: INITIAL_CWND,
+            min_rtt: None,
+            queue_cut_at: None,
             rnr_retries: 0,
             ack_req_out: None,
             failed: false,
@@ -443,6 +461,7 @@ impl Reinjector {
             return;
         }
         let mut progressed = false;
+        let (mut grow, mut queued) = (0, false);
         while let Some(front) = self.queue.front() {
             if front.last().after(psn) {
                 break;
@@ -452,14 +471,17 @@ impl Reinjector {
             // for: the others waited for a later packet's AckReq, and that
             // wait is not the responder's round trip.
             if let (Some(t), false, true) = (p.sent_at, p.retransmitted, p.last() == psn) {
-                self.rtt_sample(now - t);
+                queued = self.rtt_sample(now, now - t);
             }
             if let Held::Slot(s) = p.held {
                 buf.release(self.key.id(), s);
             }
             self.next = self.next.saturating_sub(1);
             progressed = true;
-            self.cwnd = (self.cwnd + p.span).min(self.tuning.window);
+            grow += p.span;
+        }
+        if !queued {
+            self.cwnd = (self.cwnd + grow).min(self.tuning.window);
         }
         self.acked = Some(psn);
         if progressed || self.queue.is_empty() {
@@ -475,7 +497,20 @@ impl Reinjector {
         }));
     }
 
-    fn rtt_sample(&mut self, rtt: Duration) {
+    /// Takes an RTT sample; returns whether it shows a queue at the
+    /// responder (then the window does not grow on this ACK).
+    fn rtt_sample(&mut self, now: Time, rtt: Duration) -> bool {
+        // A sample well above the responder's unloaded RTT is our own queue
+        // at the responder: halve the window (once per round trip).
+        let min = *self.min_rtt.get_or_insert(rtt);
+        self.min_rtt = Some(min.min(rtt));
+        let srtt = self.srtt.unwrap_or(rtt);
+        let queued = rtt > min + self.tuning.min_rto / 4;
+        if queued && self.queue_cut_at.is_none_or(|t| now.since(t) >= srtt) {
+            self.cwnd = (self.cwnd / 2).max(QUEUE_MIN_CWND).min(self.cwnd);
+            self.queue_cut_at = Some(now);
+            self.stats.queue_cuts += 1;
+        }
         // RFC 6298 smoothing.
         match self.srtt {
             None => {
@@ -488,6 +523,7 @@ impl Reinjector {
                 self.srtt = Some((s * 7 + rtt) / 8);
             }
         }
+        queued
     }
 
     /// Goes back to `psn` and resends from there.

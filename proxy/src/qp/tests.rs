@@ -2,6 +2,7 @@
 //! engine with hand-made packets (the simulator drives them with real RC
 //! endpoints; these pin individual rules).
 
+use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -1069,4 +1070,79 @@ size = "64MiB"
         ),
         "the tail probe waits 4 WAN round trips"
     );
+}
+
+/// A software responder on a busy CPU (rxe under emulation drains a few
+/// thousand packets per second) must not be fed a queue longer than the
+/// retransmission timeout: packets it merely has not reached yet would time
+/// out and be resent (rxe: `duplicate_request`). The window follows the
+/// queue the RTT samples show.
+#[test]
+fn egress_keeps_a_slow_responders_queue_below_the_rto() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t0 = Time::from_micros(1);
+    // 3072 packets of 64-packet WRITEs, all at the egress at once (a WAN
+    // burst); the requester asks for an ACK at each message end.
+    for psn in 0..3072u32 {
+        let op = match psn % 64 {
+            0 => Opcode::RC_WRITE_FIRST,
+            63 => Opcode::RC_WRITE_LAST,
+            _ => Opcode::RC_WRITE_MIDDLE,
+        };
+        e.handle_twin(
+            t0,
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: request(op, 1000 + psn, psn % 64 == 63, 64, 0),
+            },
+        );
+    }
+    // The responder: in order, one packet per 250 µs, ACKs what asks,
+    // re-ACKs duplicates with the last PSN it executed (C9-105).
+    let mut queue: VecDeque<(u32, bool)> = VecDeque::new();
+    let (mut expected, mut duplicates, mut longest) = (1000u32, 0u32, 0usize);
+    let step = Duration::from_micros(250);
+    let mut now = t0;
+    for _ in 0..40_000 {
+        queue.extend(sent_with_ack_req(&drain(&mut e)));
+        longest = longest.max(queue.len());
+        if let Some((psn, ack_req)) = queue.pop_front() {
+            let ack = if psn == expected {
+                expected += 1;
+                ack_req.then_some(psn)
+            } else {
+                assert!(psn < expected, "a gap at {psn}: nothing is lost here");
+                duplicates += 1;
+                Some(expected - 1)
+            };
+            if let Some(a) = ack {
+                e.handle_dc(
+                    now,
+                    &response(Opcode::RC_ACK, a, Syndrome::ACK_UNLIMITED, 0),
+                );
+            }
+        }
+        now += step;
+        if e.poll_timeout().is_some_and(|d| d <= now) {
+            e.handle_timeout(now);
+        }
+        if expected == 1000 + 3072 && queue.is_empty() {
+            break;
+        }
+    }
+    let eg = e.egress_halves().next().unwrap();
+    assert_eq!(expected, 1000 + 3072, "everything executed: {:?}", eg.stats);
+    assert_eq!(
+        (duplicates, eg.stats.timeouts, eg.stats.retransmitted),
+        (0, 0, 0),
+        "{:?}",
+        eg.stats
+    );
+    let rto_floor_in_packets = (EngineConfig::default().egress.min_rto.as_micros() / 250) as usize;
+    assert!(
+        longest < rto_floor_in_packets,
+        "queue at the responder {longest} packets = {} ms",
+        longest / 4
+    );
+    assert!(eg.stats.queue_cuts > 0);
 }
