@@ -1146,3 +1146,50 @@ fn egress_keeps_a_slow_responders_queue_below_the_rto() {
     );
     assert!(eg.stats.queue_cuts > 0);
 }
+
+/// Backpressure withholds pseudo-ACKs; if that lasts longer than the
+/// requester's ACK timeout (67 ms with perftest) it would resend its whole
+/// window. The last pseudo-ACK is repeated meanwhile: it acknowledges
+/// nothing new (the buffer is full), but rxe restarts its retransmission
+/// timer on every response it processes.
+#[test]
+fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
+    let mut c = cfg(AckPolicy::Edge);
+    c.buffer_slots = 12;
+    c.ack.ack_reserve_slots = 8;
+    let mut e = QpEngine::new(c);
+    e.handle_dc(Time::ZERO, &request(Opcode::RC_SEND_ONLY, 99, true, 8, 0));
+    e.handle_twin(
+        Time::ZERO,
+        TwinMsg::Response {
+            packet: response(Opcode::RC_ACK, 99, Syndrome::ACK_UNLIMITED, 0),
+        },
+    );
+    drain(&mut e);
+    let t = Time::from_micros(1);
+    for psn in 100..106 {
+        e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
+    }
+    assert_eq!(acks(&drain(&mut e)).last().unwrap().0, 103, "then withheld");
+    // 100 ms of a full buffer: the ACK of 103 again, every 10 ms.
+    let until = t + Duration::from_millis(100);
+    let repeated = acks(&run_timers(&mut e, until));
+    assert_eq!(repeated.len(), 10, "{repeated:?}");
+    assert!(repeated
+        .iter()
+        .all(|&a| a == (103, Syndrome::ACK_UNLIMITED, 4)));
+    // The twin delivers: the real pseudo-ACK moves on, the repeats stop.
+    e.handle_twin(
+        until,
+        TwinMsg::Delivered {
+            half: key(),
+            psn: Psn::new(105),
+            msn: None,
+        },
+    );
+    assert_eq!(
+        acks(&drain(&mut e)),
+        vec![(105, Syndrome::ACK_UNLIMITED, 6)]
+    );
+    assert!(acks(&run_timers(&mut e, until + Duration::from_millis(100))).is_empty());
+}
