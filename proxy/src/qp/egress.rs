@@ -143,6 +143,21 @@ pub struct EgressStats {
     pub queue_cuts: u64,
 }
 
+/// After a timeout: what was in flight before it. If the responder's answer
+/// to the resent oldest packet shows it had more than that packet, it had
+/// stalled or queued, not lost, and what was in flight stays in flight
+/// instead of being resent (a software responder working through its queue
+/// would see every resend as a duplicate).
+#[derive(Clone, Copy, Debug)]
+struct RtoRecovery {
+    /// The resent packet's last PSN.
+    probe: Psn,
+    /// The highest PSN sent before the timeout.
+    high: Psn,
+    /// The request for an ACK outstanding before the timeout.
+    asked: Option<Psn>,
+}
+
 /// Where a held packet's bytes are.
 #[derive(Debug)]
 enum Held {
@@ -208,6 +223,7 @@ pub struct Reinjector {
     rnr_retries: u32,
     /// Highest PSN sent with AckReq set (by the requester or by us).
     ack_req_out: Option<Psn>,
+    rto_recovery: Option<RtoRecovery>,
     failed: bool,
     tuning: EgressTuning,
     pub stats: EgressStats,
@@ -236,6 +252,7 @@ impl Reinjector {
             queue_cut_at: None,
             rnr_retries: 0,
             ack_req_out: None,
+            rto_recovery: None,
             failed: false,
             tuning,
             stats: EgressStats::default(),
@@ -484,6 +501,18 @@ impl Reinjector {
             self.cwnd = (self.cwnd + grow).min(self.tuning.window);
         }
         self.acked = Some(psn);
+        if let Some(r) = self.rto_recovery.filter(|r| psn.after(r.probe)) {
+            // The responder had more than the packet resent after the
+            // timeout: it was slow, not lossy. Keep the rest in flight.
+            let skip = self
+                .queue
+                .iter()
+                .position(|p| p.last().after(r.high))
+                .unwrap_or(self.queue.len());
+            self.next = self.next.max(skip);
+            self.ack_req_out = r.asked.filter(|a| a.after(psn));
+            self.rto_recovery = None;
+        }
         if progressed || self.queue.is_empty() {
             self.progress_at = now;
             self.rnr_retries = 0;
@@ -529,6 +558,7 @@ impl Reinjector {
     /// Goes back to `psn` and resends from there.
     fn go_back(&mut self, psn: Psn) {
         self.ack_req_out = None;
+        self.rto_recovery = None;
         self.next = self
             .queue
             .iter()
@@ -720,6 +750,14 @@ impl Reinjector {
             // Resend the oldest packet alone (it asks for an ACK): a
             // responder that only stalled answers with how far it got, one
             // that lost packets gets the rest as the window reopens.
+            let probe = self.queue[0].last();
+            let high = self.queue[self.next - 1].last();
+            let prev = self.rto_recovery.take();
+            self.rto_recovery = Some(RtoRecovery {
+                probe,
+                high: prev.map_or(high, |r| if r.high.after(high) { r.high } else { high }),
+                asked: prev.map_or(self.ack_req_out, |r| r.asked),
+            });
             self.cwnd = RTO_CWND;
             self.ack_req_out = None;
             // Back off: double the timeout for each consecutive expiry.

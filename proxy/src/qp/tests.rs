@@ -1193,3 +1193,128 @@ fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
     );
     assert!(acks(&run_timers(&mut e, until + Duration::from_millis(100))).is_empty());
 }
+
+/// A responder that stalls with packets queued (not lost): the timeout
+/// resends the oldest packet; the responder's next answers cover more than
+/// that one, so what was in flight stays in flight. Going back N here
+/// resent everything behind the first ACK, duplicates the responder had
+/// queued all along (seen against rxe at 300 ms RTT).
+#[test]
+fn egress_does_not_go_back_n_after_a_timeout_on_a_responder_that_only_stalled() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t0 = Time::from_micros(1);
+    // A first WRITE, answered at once: the window grows to 128.
+    let warm: Vec<(u32, Opcode, bool)> = (936..1000u32)
+        .map(|psn| (psn, Opcode::RC_WRITE_MIDDLE, psn == 999))
+        .collect();
+    assert_eq!(feed(&mut e, t0, &warm).len(), 64);
+    e.handle_dc(
+        t0,
+        &response(Opcode::RC_ACK, 999, Syndrome::ACK_UNLIMITED, 0),
+    );
+    drain(&mut e);
+    // Two 64-packet WRITEs, AckReq on each last packet.
+    let burst: Vec<(u32, Opcode, bool)> = (0..128u32)
+        .map(|i| {
+            let op = match i % 64 {
+                0 => Opcode::RC_WRITE_FIRST,
+                63 => Opcode::RC_WRITE_LAST,
+                _ => Opcode::RC_WRITE_MIDDLE,
+            };
+            (1000 + i, op, i % 64 == 63)
+        })
+        .collect();
+    let mut queue: VecDeque<(u32, bool)> = feed(&mut e, t0, &burst).into();
+    assert_eq!(queue.len(), 128);
+    // The responder stalls 60 ms (past the 50 ms RTO), then works through
+    // its queue at one packet per ms: ACKs for 1063 and 1127, and for the
+    // resent head, a duplicate, the re-ACK of the last it executed.
+    let mut expected = 1000u32;
+    let mut duplicates = 0;
+    for ms in 0..400u64 {
+        let now = t0 + Duration::from_millis(ms);
+        if e.poll_timeout().is_some_and(|d| d <= now) {
+            e.handle_timeout(now);
+        }
+        queue.extend(sent_with_ack_req(&drain(&mut e)));
+        if ms < 60 {
+            continue;
+        }
+        if let Some((psn, ack_req)) = queue.pop_front() {
+            let ack = if psn == expected {
+                expected += 1;
+                ack_req.then_some(psn)
+            } else {
+                duplicates += 1;
+                Some(expected - 1)
+            };
+            if let Some(a) = ack {
+                e.handle_dc(
+                    now,
+                    &response(Opcode::RC_ACK, a, Syndrome::ACK_UNLIMITED, 0),
+                );
+            }
+        }
+    }
+    queue.extend(sent_with_ack_req(&drain(&mut e)));
+    let eg = e.egress_halves().next().unwrap();
+    assert_eq!(expected, 1128, "{:?}", eg.stats);
+    // The resent head (twice: its original's ACK, alone, cannot tell a
+    // stall from a loss) and what one ACK let out before the responder's
+    // next answer showed it had everything; not the 64 packets behind it.
+    assert!(
+        duplicates <= 4 && eg.stats.retransmitted <= 4,
+        "{duplicates} duplicates: {:?}",
+        eg.stats
+    );
+    assert_eq!(e.occupancy().slots_used, 0);
+}
+
+/// The discriminating step of the above: after a timeout resent the oldest
+/// packet, an answer beyond it proves the responder has more than that
+/// packet; the packets sent before the timeout behind the answer are still
+/// in flight (queued at a slow responder), not lost, and are not resent.
+#[test]
+fn egress_keeps_in_flight_what_an_answer_past_the_resent_head_shows_received() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t0 = Time::from_micros(1);
+    let warm: Vec<(u32, Opcode, bool)> = (936..1000u32)
+        .map(|psn| (psn, Opcode::RC_WRITE_MIDDLE, psn == 999))
+        .collect();
+    feed(&mut e, t0, &warm);
+    e.handle_dc(
+        t0,
+        &response(Opcode::RC_ACK, 999, Syndrome::ACK_UNLIMITED, 0),
+    );
+    drain(&mut e);
+    let burst: Vec<(u32, Opcode, bool)> = (1000..1128u32)
+        .map(|psn| (psn, Opcode::RC_WRITE_MIDDLE, psn == 1063 || psn == 1127))
+        .collect();
+    assert_eq!(feed(&mut e, t0, &burst).len(), 128);
+    // Nothing for an RTO: the oldest packet goes again, asking.
+    let rto = e.poll_timeout().unwrap();
+    e.handle_timeout(rto);
+    assert_eq!(sent_with_ack_req(&drain(&mut e)), vec![(1000, true)]);
+    // The responder's answer to it: it had executed up to 1063 and is
+    // still working through the rest.
+    let t1 = rto + Duration::from_millis(5);
+    e.handle_dc(
+        t1,
+        &response(Opcode::RC_ACK, 1063, Syndrome::ACK_UNLIMITED, 0),
+    );
+    let out = drain(&mut e);
+    assert_eq!(delivered(&out), vec![1063]);
+    assert!(
+        injected(&out).is_empty(),
+        "resent behind the answer: {:?}",
+        injected(&out)
+    );
+    e.handle_dc(
+        t1,
+        &response(Opcode::RC_ACK, 1127, Syndrome::ACK_UNLIMITED, 0),
+    );
+    assert_eq!(delivered(&drain(&mut e)), vec![1127]);
+    let eg = e.egress_halves().next().unwrap();
+    assert_eq!((eg.stats.timeouts, eg.stats.retransmitted), (1, 1));
+    assert_eq!(e.occupancy().slots_used, 0);
+}
