@@ -48,6 +48,10 @@ pub struct AckTuning {
 /// this often: below the shortest ACK timeout requesters commonly use
 /// (4.096 µs × 2^13 = 34 ms; perftest's default is 67 ms).
 pub const HOLD_ACK_INTERVAL: Duration = Duration::from_millis(10);
+/// ...for at most this long: backpressure is a transient the requester need
+/// not see; a longer wait (every WAN path down) is left to its own retry
+/// settings (docs/semantics.md).
+pub const HOLD_ACK_FOR: Duration = Duration::from_secs(4);
 
 /// How far this half has come.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,8 +140,10 @@ pub struct PseudoAcker {
     raw_low: Option<Psn>,
     raw_acked: bool,
     ack_deadline: Option<Time>,
-    /// While pseudo-ACKs are withheld: when to repeat the last one.
+    /// While pseudo-ACKs are withheld: when to repeat the last one, and
+    /// since when they are withheld.
     hold_deadline: Option<Time>,
+    hold_since: Option<Time>,
     failed: Option<NakCode>,
     last_cnp: Option<Time>,
     /// Path MTU, from RDMA-CM or from the payload of First/Middle packets.
@@ -173,6 +179,7 @@ impl PseudoAcker {
             raw_acked: false,
             ack_deadline: None,
             hold_deadline: None,
+            hold_since: None,
             failed: None,
             last_cnp: None,
             pmtu: None,
@@ -539,10 +546,14 @@ impl PseudoAcker {
             // dropping. Delivered reports free slots and retry this.
             self.stats.withheld_acks += 1;
             self.maybe_cnp(now, out);
-            self.hold_deadline.get_or_insert(now + HOLD_ACK_INTERVAL);
+            let since = *self.hold_since.get_or_insert(now);
+            if now.since(since) < HOLD_ACK_FOR {
+                self.hold_deadline.get_or_insert(now + HOLD_ACK_INTERVAL);
+            }
             return;
         }
         self.hold_deadline = None;
+        self.hold_since = None;
         let due = oldest + self.tuning.coalesce;
         if ack_req || self.count_unacked_ackable(psn) >= self.tuning.coalesce_packets || now >= due
         {

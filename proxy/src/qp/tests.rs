@@ -10,6 +10,7 @@ use soya_config::AckPolicy;
 
 use super::engine::{EngineConfig, Output, QpEngine};
 use super::half::HalfKey;
+use super::ingress::HOLD_ACK_FOR;
 use super::twin::{Carry, TwinMsg};
 use crate::roce::builders::{self, ReplyTo};
 use crate::roce::{
@@ -1192,6 +1193,23 @@ fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
         vec![(105, Syndrome::ACK_UNLIMITED, 6)]
     );
     assert!(acks(&run_timers(&mut e, until + Duration::from_millis(100))).is_empty());
+    // A longer hold (every WAN path down) is the requester's to judge: the
+    // repeats stop after HOLD_ACK_FOR.
+    for psn in 106..113 {
+        e.handle_dc(until, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
+    }
+    assert_eq!(
+        acks(&drain(&mut e)).last().unwrap().0,
+        109,
+        "withheld again"
+    );
+    let held = acks(&run_timers(&mut e, until + Duration::from_secs(10)));
+    let expected = (HOLD_ACK_FOR.as_millis() / 10) as usize;
+    assert!(
+        (expected - 1..=expected).contains(&held.len()),
+        "{} repeats",
+        held.len()
+    );
 }
 
 /// A responder that stalls with packets queued (not lost): the timeout
