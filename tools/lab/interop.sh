@@ -22,6 +22,8 @@
 #   --out DIR       output directory (default target/interop/<matrix>)
 #   --rtts L --losses L --modes L --tests L --dur S   override the matrix
 #   --policy P      pseudo_ack.policy of the gateways (edge, strict, off)
+#   --qp-timeout N  perftest -u N (QP ACK timeout 4.096 us x 2^N; perftest's default 14 = 67 ms
+#                   is shorter than RTTs above ~60 ms: use 18 = 1.07 s there)
 #   --insecure      plaintext WAN between the gateways (wan.insecure = true; default: a PSK)
 #   --rt N          SCHED_FIFO priority of the gateways in the guest (default 10; 0: normal)
 #   --capture N     tcpdump the first N RoCE frames of each bandwidth run through
@@ -32,7 +34,7 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-RT=10 INSECURE=0 CAPTURE=0 MATRIX=full RTTS='' LOSSES='' MODES='' TESTS='' DUR='' POLICY=edge OUT='' PUBLISH=0 INSTALL=1 BUILD=1
+RT=10 INSECURE=0 CAPTURE=0 MATRIX=full RTTS='' LOSSES='' MODES='' TESTS='' DUR='' POLICY=edge OUT='' PUBLISH=0 INSTALL=1 BUILD=1 QPT=0
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) MATRIX=quick ;;
@@ -45,6 +47,7 @@ while [ $# -gt 0 ]; do
     --tests) TESTS=$2; shift ;;
     --dur) DUR=$2; shift ;;
     --policy) POLICY=$2; shift ;;
+    --qp-timeout) QPT=$2; shift ;;
     --capture) CAPTURE=$2; shift ;;
     --insecure) INSECURE=1 ;;
     --rt) RT=$2; shift ;;
@@ -106,7 +109,7 @@ stamp "initramfs built; booting (matrix $MATRIX: modes $MODES, RTT $RTTS ms, los
 n=$(( $(echo "$MODES" | tr , '\n' | wc -l) * $(echo "$RTTS" | tr , '\n' | wc -l) \
       * $(echo "$LOSSES" | tr , '\n' | wc -l) * $(echo "$TESTS" | tr , '\n' | wc -l) ))
 LIMIT=${TIMEOUT:-$(( 300 + n * (DUR + 150) ))}
-EXTRA_APPEND="soya.lab=$HERE soya.bin=$SOYA_BIN soya.rtts=$RTTS soya.losses=$LOSSES soya.modes=$MODES soya.tests=$TESTS soya.dur=$DUR soya.policy=$POLICY soya.capture=$CAPTURE soya.insecure=$INSECURE soya.rt=$RT" \
+EXTRA_APPEND="soya.lab=$HERE soya.bin=$SOYA_BIN soya.rtts=$RTTS soya.losses=$LOSSES soya.modes=$MODES soya.tests=$TESTS soya.dur=$DUR soya.policy=$POLICY soya.capture=$CAPTURE soya.insecure=$INSECURE soya.rt=$RT soya.qpt=$QPT" \
   timeout "$LIMIT" "$HERE/vm/boot-vm.sh" "$HERE/guest/job.sh" "$OUT" > "$OUT/serial.log" 2>&1
 rc=$?
 grep -q GUEST-DONE "$OUT/serial.log" || { echo "interop.sh: the VM did not finish (qemu rc=$rc, limit ${LIMIT}s); see $OUT/serial.log" >&2; tail -20 "$OUT/serial.log" >&2; }

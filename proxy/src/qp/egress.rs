@@ -31,6 +31,13 @@
 //!   [`EgressTuning::tail_probe`] is the last one resent with AckReq. (Timing
 //!   those packets out at the local RTO was the cause of most resends seen
 //!   against rxe: docs/interop.md.)
+//! - **Queue at the responder**: the window grows with ACKs (slow start) but
+//!   halves, down to the responder's ACK spacing, when an RTT sample exceeds
+//!   the smallest seen by more than a quarter of the RTO floor: the
+//!   responder is draining slower than we inject (a software responder on a
+//!   busy CPU), and a queue as long as the RTO would time out packets it
+//!   merely has not reached yet. A hardware responder answers in
+//!   microseconds and never triggers this.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -56,6 +63,9 @@ const INITIAL_CWND: u32 = 64;
 const MIN_CWND: u32 = 16;
 /// Window after a timeout: the oldest packet alone (TCP's loss window).
 const RTO_CWND: u32 = 1;
+/// Floor of the window when the responder's queue grows (see
+/// `Reinjector::rtt_sample`): its ACK spacing (rxe asks every 64 packets).
+const QUEUE_MIN_CWND: u32 = 64;
 
 /// How long the tunnel phase may wait, without progress, for the
 /// requester's own recovery of raw packets lost in its datacenter. That
@@ -129,6 +139,23 @@ pub struct EgressStats {
     pub tail_probes: u64,
     /// The flow was failed after `give_up` without progress.
     pub gave_up: u64,
+    /// Window halvings for a queue building up at the responder.
+    pub queue_cuts: u64,
+}
+
+/// After a timeout: what was in flight before it. If the responder's answer
+/// to the resent oldest packet shows it had more than that packet, it had
+/// stalled or queued, not lost, and what was in flight stays in flight
+/// instead of being resent (a software responder working through its queue
+/// would see every resend as a duplicate).
+#[derive(Clone, Copy, Debug)]
+struct RtoRecovery {
+    /// The resent packet's last PSN.
+    probe: Psn,
+    /// The highest PSN sent before the timeout.
+    high: Psn,
+    /// The request for an ACK outstanding before the timeout.
+    asked: Option<Psn>,
 }
 
 /// Where a held packet's bytes are.
@@ -189,9 +216,14 @@ pub struct Reinjector {
     /// infinite: resending a whole 1024-packet window at once after a
     /// timeout overflows it again and again.
     cwnd: u32,
+    /// Smallest RTT sample: the responder with an empty queue.
+    min_rtt: Option<Duration>,
+    /// When the window was last cut for a growing queue (once per srtt).
+    queue_cut_at: Option<Time>,
     rnr_retries: u32,
     /// Highest PSN sent with AckReq set (by the requester or by us).
     ack_req_out: Option<Psn>,
+    rto_recovery: Option<RtoRecovery>,
     failed: bool,
     tuning: EgressTuning,
     pub stats: EgressStats,
@@ -216,8 +248,11 @@ impl Reinjector {
             progress_at: Time::ZERO,
             backoff: 0,
             cwnd: INITIAL_CWND,
+            min_rtt: None,
+            queue_cut_at: None,
             rnr_retries: 0,
             ack_req_out: None,
+            rto_recovery: None,
             failed: false,
             tuning,
             stats: EgressStats::default(),
@@ -443,6 +478,7 @@ impl Reinjector {
             return;
         }
         let mut progressed = false;
+        let (mut grow, mut queued) = (0, false);
         while let Some(front) = self.queue.front() {
             if front.last().after(psn) {
                 break;
@@ -452,16 +488,31 @@ impl Reinjector {
             // for: the others waited for a later packet's AckReq, and that
             // wait is not the responder's round trip.
             if let (Some(t), false, true) = (p.sent_at, p.retransmitted, p.last() == psn) {
-                self.rtt_sample(now - t);
+                queued = self.rtt_sample(now, now - t);
             }
             if let Held::Slot(s) = p.held {
                 buf.release(self.key.id(), s);
             }
             self.next = self.next.saturating_sub(1);
             progressed = true;
-            self.cwnd = (self.cwnd + p.span).min(self.tuning.window);
+            grow += p.span;
+        }
+        if !queued {
+            self.cwnd = (self.cwnd + grow).min(self.tuning.window);
         }
         self.acked = Some(psn);
+        if let Some(r) = self.rto_recovery.filter(|r| psn.after(r.probe)) {
+            // The responder had more than the packet resent after the
+            // timeout: it was slow, not lossy. Keep the rest in flight.
+            let skip = self
+                .queue
+                .iter()
+                .position(|p| p.last().after(r.high))
+                .unwrap_or(self.queue.len());
+            self.next = self.next.max(skip);
+            self.ack_req_out = r.asked.filter(|a| a.after(psn));
+            self.rto_recovery = None;
+        }
         if progressed || self.queue.is_empty() {
             self.progress_at = now;
             self.rnr_retries = 0;
@@ -475,7 +526,20 @@ impl Reinjector {
         }));
     }
 
-    fn rtt_sample(&mut self, rtt: Duration) {
+    /// Takes an RTT sample; returns whether it shows a queue at the
+    /// responder (then the window does not grow on this ACK).
+    fn rtt_sample(&mut self, now: Time, rtt: Duration) -> bool {
+        // A sample well above the responder's unloaded RTT is our own queue
+        // at the responder: halve the window (once per round trip).
+        let min = *self.min_rtt.get_or_insert(rtt);
+        self.min_rtt = Some(min.min(rtt));
+        let srtt = self.srtt.unwrap_or(rtt);
+        let queued = rtt > min + self.tuning.min_rto / 4;
+        if queued && self.queue_cut_at.is_none_or(|t| now.since(t) >= srtt) {
+            self.cwnd = (self.cwnd / 2).max(QUEUE_MIN_CWND).min(self.cwnd);
+            self.queue_cut_at = Some(now);
+            self.stats.queue_cuts += 1;
+        }
         // RFC 6298 smoothing.
         match self.srtt {
             None => {
@@ -488,11 +552,13 @@ impl Reinjector {
                 self.srtt = Some((s * 7 + rtt) / 8);
             }
         }
+        queued
     }
 
     /// Goes back to `psn` and resends from there.
     fn go_back(&mut self, psn: Psn) {
         self.ack_req_out = None;
+        self.rto_recovery = None;
         self.next = self
             .queue
             .iter()
@@ -684,6 +750,14 @@ impl Reinjector {
             // Resend the oldest packet alone (it asks for an ACK): a
             // responder that only stalled answers with how far it got, one
             // that lost packets gets the rest as the window reopens.
+            let probe = self.queue[0].last();
+            let high = self.queue[self.next - 1].last();
+            let prev = self.rto_recovery.take();
+            self.rto_recovery = Some(RtoRecovery {
+                probe,
+                high: prev.map_or(high, |r| if r.high.after(high) { r.high } else { high }),
+                asked: prev.map_or(self.ack_req_out, |r| r.asked),
+            });
             self.cwnd = RTO_CWND;
             self.ack_req_out = None;
             // Back off: double the timeout for each consecutive expiry.

@@ -44,6 +44,15 @@ pub struct AckTuning {
     pub cnp_on_backpressure: bool,
 }
 
+/// While pseudo-ACKs are withheld (backpressure), the last one is repeated
+/// this often: below the shortest ACK timeout requesters commonly use
+/// (4.096 µs × 2^13 = 34 ms; perftest's default is 67 ms).
+pub const HOLD_ACK_INTERVAL: Duration = Duration::from_millis(10);
+/// ...for at most this long: backpressure is a transient the requester need
+/// not see; a longer wait (every WAN path down) is left to its own retry
+/// settings (docs/semantics.md).
+pub const HOLD_ACK_FOR: Duration = Duration::from_secs(4);
+
 /// How far this half has come.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -68,6 +77,8 @@ pub struct IngressStats {
     pub out_of_order_dropped: u64,
     pub backpressure_drops: u64,
     pub withheld_acks: u64,
+    /// Last pseudo-ACK repeated while withholding (see [`HOLD_ACK_INTERVAL`]).
+    pub hold_acks: u64,
     pub cnps_sent: u64,
     pub responses_delivered: u64,
     pub errors_injected: u64,
@@ -129,6 +140,10 @@ pub struct PseudoAcker {
     raw_low: Option<Psn>,
     raw_acked: bool,
     ack_deadline: Option<Time>,
+    /// While pseudo-ACKs are withheld: when to repeat the last one, and
+    /// since when they are withheld.
+    hold_deadline: Option<Time>,
+    hold_since: Option<Time>,
     failed: Option<NakCode>,
     last_cnp: Option<Time>,
     /// Path MTU, from RDMA-CM or from the payload of First/Middle packets.
@@ -163,6 +178,8 @@ impl PseudoAcker {
             raw_low: None,
             raw_acked: false,
             ack_deadline: None,
+            hold_deadline: None,
+            hold_since: None,
             failed: None,
             last_cnp: None,
             pmtu: None,
@@ -208,7 +225,10 @@ impl PseudoAcker {
 
     /// Earliest timer.
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.ack_deadline
+        match (self.ack_deadline, self.hold_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn msn_at(&self, msgs_after: u64) -> u32 {
@@ -526,8 +546,14 @@ impl PseudoAcker {
             // dropping. Delivered reports free slots and retry this.
             self.stats.withheld_acks += 1;
             self.maybe_cnp(now, out);
+            let since = *self.hold_since.get_or_insert(now);
+            if now.since(since) < HOLD_ACK_FOR {
+                self.hold_deadline.get_or_insert(now + HOLD_ACK_INTERVAL);
+            }
             return;
         }
+        self.hold_deadline = None;
+        self.hold_since = None;
         let due = oldest + self.tuning.coalesce;
         if ack_req || self.count_unacked_ackable(psn) >= self.tuning.coalesce_packets || now >= due
         {
@@ -610,10 +636,26 @@ impl PseudoAcker {
         }
     }
 
-    /// Coalescing timer.
+    /// Coalescing timer, and the repeated ACK while withholding.
     pub fn on_timeout(&mut self, now: Time, buf: &DeepBuffer, out: &mut VecDeque<Output>) {
         if self.ack_deadline.is_some_and(|d| now >= d) {
             self.maybe_ack(now, buf, out);
+        }
+        if self.hold_deadline.is_some_and(|d| now >= d) {
+            self.hold_deadline = None;
+            let before = self.acked;
+            self.maybe_ack(now, buf, out);
+            // Still withholding: repeat the last ACK, which moves nothing
+            // but tells the requester its responder is alive (rxe restarts
+            // its retransmission timer on every response it processes), so
+            // that backpressure longer than its ACK timeout does not make
+            // it resend its whole window.
+            if let (Some((psn, msn)), true) = (self.acked, self.hold_deadline.is_some()) {
+                if before == self.acked && self.failed.is_none() {
+                    self.stats.hold_acks += 1;
+                    self.send_ack(psn, msn, out);
+                }
+            }
         }
     }
 

@@ -2,6 +2,7 @@
 //! engine with hand-made packets (the simulator drives them with real RC
 //! endpoints; these pin individual rules).
 
+use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use soya_config::AckPolicy;
 
 use super::engine::{EngineConfig, Output, QpEngine};
 use super::half::HalfKey;
+use super::ingress::HOLD_ACK_FOR;
 use super::twin::{Carry, TwinMsg};
 use crate::roce::builders::{self, ReplyTo};
 use crate::roce::{
@@ -1069,4 +1071,268 @@ size = "64MiB"
         ),
         "the tail probe waits 4 WAN round trips"
     );
+}
+
+/// A software responder on a busy CPU (rxe under emulation drains a few
+/// thousand packets per second) must not be fed a queue longer than the
+/// retransmission timeout: packets it merely has not reached yet would time
+/// out and be resent (rxe: `duplicate_request`). The window follows the
+/// queue the RTT samples show.
+#[test]
+fn egress_keeps_a_slow_responders_queue_below_the_rto() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t0 = Time::from_micros(1);
+    // 3072 packets of 64-packet WRITEs, all at the egress at once (a WAN
+    // burst); the requester asks for an ACK at each message end.
+    for psn in 0..3072u32 {
+        let op = match psn % 64 {
+            0 => Opcode::RC_WRITE_FIRST,
+            63 => Opcode::RC_WRITE_LAST,
+            _ => Opcode::RC_WRITE_MIDDLE,
+        };
+        e.handle_twin(
+            t0,
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: request(op, 1000 + psn, psn % 64 == 63, 64, 0),
+            },
+        );
+    }
+    // The responder: in order, one packet per 250 µs, ACKs what asks,
+    // re-ACKs duplicates with the last PSN it executed (C9-105).
+    let mut queue: VecDeque<(u32, bool)> = VecDeque::new();
+    let (mut expected, mut duplicates, mut longest) = (1000u32, 0u32, 0usize);
+    let step = Duration::from_micros(250);
+    let mut now = t0;
+    for _ in 0..40_000 {
+        queue.extend(sent_with_ack_req(&drain(&mut e)));
+        longest = longest.max(queue.len());
+        if let Some((psn, ack_req)) = queue.pop_front() {
+            let ack = if psn == expected {
+                expected += 1;
+                ack_req.then_some(psn)
+            } else {
+                assert!(psn < expected, "a gap at {psn}: nothing is lost here");
+                duplicates += 1;
+                Some(expected - 1)
+            };
+            if let Some(a) = ack {
+                e.handle_dc(
+                    now,
+                    &response(Opcode::RC_ACK, a, Syndrome::ACK_UNLIMITED, 0),
+                );
+            }
+        }
+        now += step;
+        if e.poll_timeout().is_some_and(|d| d <= now) {
+            e.handle_timeout(now);
+        }
+        if expected == 1000 + 3072 && queue.is_empty() {
+            break;
+        }
+    }
+    let eg = e.egress_halves().next().unwrap();
+    assert_eq!(expected, 1000 + 3072, "everything executed: {:?}", eg.stats);
+    assert_eq!(
+        (duplicates, eg.stats.timeouts, eg.stats.retransmitted),
+        (0, 0, 0),
+        "{:?}",
+        eg.stats
+    );
+    let rto_floor_in_packets = (EngineConfig::default().egress.min_rto.as_micros() / 250) as usize;
+    assert!(
+        longest < rto_floor_in_packets,
+        "queue at the responder {longest} packets = {} ms",
+        longest / 4
+    );
+    assert!(eg.stats.queue_cuts > 0);
+}
+
+/// Backpressure withholds pseudo-ACKs; if that lasts longer than the
+/// requester's ACK timeout (67 ms with perftest) it would resend its whole
+/// window. The last pseudo-ACK is repeated meanwhile: it acknowledges
+/// nothing new (the buffer is full), but rxe restarts its retransmission
+/// timer on every response it processes.
+#[test]
+fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
+    let mut c = cfg(AckPolicy::Edge);
+    c.buffer_slots = 12;
+    c.ack.ack_reserve_slots = 8;
+    let mut e = QpEngine::new(c);
+    e.handle_dc(Time::ZERO, &request(Opcode::RC_SEND_ONLY, 99, true, 8, 0));
+    e.handle_twin(
+        Time::ZERO,
+        TwinMsg::Response {
+            packet: response(Opcode::RC_ACK, 99, Syndrome::ACK_UNLIMITED, 0),
+        },
+    );
+    drain(&mut e);
+    let t = Time::from_micros(1);
+    for psn in 100..106 {
+        e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
+    }
+    assert_eq!(acks(&drain(&mut e)).last().unwrap().0, 103, "then withheld");
+    // 100 ms of a full buffer: the ACK of 103 again, every 10 ms.
+    let until = t + Duration::from_millis(100);
+    let repeated = acks(&run_timers(&mut e, until));
+    assert_eq!(repeated.len(), 10, "{repeated:?}");
+    assert!(repeated
+        .iter()
+        .all(|&a| a == (103, Syndrome::ACK_UNLIMITED, 4)));
+    // The twin delivers: the real pseudo-ACK moves on, the repeats stop.
+    e.handle_twin(
+        until,
+        TwinMsg::Delivered {
+            half: key(),
+            psn: Psn::new(105),
+            msn: None,
+        },
+    );
+    assert_eq!(
+        acks(&drain(&mut e)),
+        vec![(105, Syndrome::ACK_UNLIMITED, 6)]
+    );
+    assert!(acks(&run_timers(&mut e, until + Duration::from_millis(100))).is_empty());
+    // A longer hold (every WAN path down) is the requester's to judge: the
+    // repeats stop after HOLD_ACK_FOR.
+    for psn in 106..113 {
+        e.handle_dc(until, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
+    }
+    assert_eq!(
+        acks(&drain(&mut e)).last().unwrap().0,
+        109,
+        "withheld again"
+    );
+    let held = acks(&run_timers(&mut e, until + Duration::from_secs(10)));
+    let expected = (HOLD_ACK_FOR.as_millis() / 10) as usize;
+    assert!(
+        (expected - 1..=expected).contains(&held.len()),
+        "{} repeats",
+        held.len()
+    );
+}
+
+/// A responder that stalls with packets queued (not lost): the timeout
+/// resends the oldest packet; the responder's next answers cover more than
+/// that one, so what was in flight stays in flight. Going back N here
+/// resent everything behind the first ACK, duplicates the responder had
+/// queued all along (seen against rxe at 300 ms RTT).
+#[test]
+fn egress_does_not_go_back_n_after_a_timeout_on_a_responder_that_only_stalled() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t0 = Time::from_micros(1);
+    // A first WRITE, answered at once: the window grows to 128.
+    let warm: Vec<(u32, Opcode, bool)> = (936..1000u32)
+        .map(|psn| (psn, Opcode::RC_WRITE_MIDDLE, psn == 999))
+        .collect();
+    assert_eq!(feed(&mut e, t0, &warm).len(), 64);
+    e.handle_dc(
+        t0,
+        &response(Opcode::RC_ACK, 999, Syndrome::ACK_UNLIMITED, 0),
+    );
+    drain(&mut e);
+    // Two 64-packet WRITEs, AckReq on each last packet.
+    let burst: Vec<(u32, Opcode, bool)> = (0..128u32)
+        .map(|i| {
+            let op = match i % 64 {
+                0 => Opcode::RC_WRITE_FIRST,
+                63 => Opcode::RC_WRITE_LAST,
+                _ => Opcode::RC_WRITE_MIDDLE,
+            };
+            (1000 + i, op, i % 64 == 63)
+        })
+        .collect();
+    let mut queue: VecDeque<(u32, bool)> = feed(&mut e, t0, &burst).into();
+    assert_eq!(queue.len(), 128);
+    // The responder stalls 60 ms (past the 50 ms RTO), then works through
+    // its queue at one packet per ms: ACKs for 1063 and 1127, and for the
+    // resent head, a duplicate, the re-ACK of the last it executed.
+    let mut expected = 1000u32;
+    let mut duplicates = 0;
+    for ms in 0..400u64 {
+        let now = t0 + Duration::from_millis(ms);
+        if e.poll_timeout().is_some_and(|d| d <= now) {
+            e.handle_timeout(now);
+        }
+        queue.extend(sent_with_ack_req(&drain(&mut e)));
+        if ms < 60 {
+            continue;
+        }
+        if let Some((psn, ack_req)) = queue.pop_front() {
+            let ack = if psn == expected {
+                expected += 1;
+                ack_req.then_some(psn)
+            } else {
+                duplicates += 1;
+                Some(expected - 1)
+            };
+            if let Some(a) = ack {
+                e.handle_dc(
+                    now,
+                    &response(Opcode::RC_ACK, a, Syndrome::ACK_UNLIMITED, 0),
+                );
+            }
+        }
+    }
+    queue.extend(sent_with_ack_req(&drain(&mut e)));
+    let eg = e.egress_halves().next().unwrap();
+    assert_eq!(expected, 1128, "{:?}", eg.stats);
+    // The resent head (twice: its original's ACK, alone, cannot tell a
+    // stall from a loss) and what one ACK let out before the responder's
+    // next answer showed it had everything; not the 64 packets behind it.
+    assert!(
+        duplicates <= 4 && eg.stats.retransmitted <= 4,
+        "{duplicates} duplicates: {:?}",
+        eg.stats
+    );
+    assert_eq!(e.occupancy().slots_used, 0);
+}
+
+/// The discriminating step of the above: after a timeout resent the oldest
+/// packet, an answer beyond it proves the responder has more than that
+/// packet; the packets sent before the timeout behind the answer are still
+/// in flight (queued at a slow responder), not lost, and are not resent.
+#[test]
+fn egress_keeps_in_flight_what_an_answer_past_the_resent_head_shows_received() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t0 = Time::from_micros(1);
+    let warm: Vec<(u32, Opcode, bool)> = (936..1000u32)
+        .map(|psn| (psn, Opcode::RC_WRITE_MIDDLE, psn == 999))
+        .collect();
+    feed(&mut e, t0, &warm);
+    e.handle_dc(
+        t0,
+        &response(Opcode::RC_ACK, 999, Syndrome::ACK_UNLIMITED, 0),
+    );
+    drain(&mut e);
+    let burst: Vec<(u32, Opcode, bool)> = (1000..1128u32)
+        .map(|psn| (psn, Opcode::RC_WRITE_MIDDLE, psn == 1063 || psn == 1127))
+        .collect();
+    assert_eq!(feed(&mut e, t0, &burst).len(), 128);
+    // Nothing for an RTO: the oldest packet goes again, asking.
+    let rto = e.poll_timeout().unwrap();
+    e.handle_timeout(rto);
+    assert_eq!(sent_with_ack_req(&drain(&mut e)), vec![(1000, true)]);
+    // The responder's answer to it: it had executed up to 1063 and is
+    // still working through the rest.
+    let t1 = rto + Duration::from_millis(5);
+    e.handle_dc(
+        t1,
+        &response(Opcode::RC_ACK, 1063, Syndrome::ACK_UNLIMITED, 0),
+    );
+    let out = drain(&mut e);
+    assert_eq!(delivered(&out), vec![1063]);
+    assert!(
+        injected(&out).is_empty(),
+        "resent behind the answer: {:?}",
+        injected(&out)
+    );
+    e.handle_dc(
+        t1,
+        &response(Opcode::RC_ACK, 1127, Syndrome::ACK_UNLIMITED, 0),
+    );
+    assert_eq!(delivered(&drain(&mut e)), vec![1127]);
+    let eg = e.egress_halves().next().unwrap();
+    assert_eq!((eg.stats.timeouts, eg.stats.retransmitted), (1, 1));
+    assert_eq!(e.occupancy().slots_used, 0);
 }

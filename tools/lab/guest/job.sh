@@ -19,6 +19,7 @@ CAPTURE=$(arg capture)   # >0: tcpdump that many RoCE frames on dcA and dcB per 
 GW_POLICY=$(arg policy); GW_POLICY=${GW_POLICY:-edge}
 GW_INSECURE=$(arg insecure)
 GW_RT=$(arg rt); [ "$GW_RT" = 0 ] && GW_RT=
+QPT=$(arg qpt)   # >0: perftest -u QPT (QP ACK timeout) for every perftest run
 export GW_POLICY GW_INSECURE GW_RT
 mkdir -p "$OUT/perf" "$OUT/gw"
 RES=$OUT/results.tsv
@@ -56,6 +57,7 @@ cap_stop() {
 TAG=
 perf_test() {  # tool size [extra...]  (client on hostA, server on hostB)
   local tool=$1 size=$2; shift 2
+  [ "${QPT:-0}" != 0 ] && set -- "$@" -u "$QPT"
   local extra="$*" tag="$TAG.$tool.$size${*:+.$(echo "$*" | tr -d ' ')}" sp wp rc bw wire dir=tx_bytes
   [ "$tool" = ib_read_bw ] && dir=rx_bytes
   cap_start "$tag"

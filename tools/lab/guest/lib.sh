@@ -121,8 +121,13 @@ GW_DIR=/run/soya
 SOYA=${SOYA:-soya}
 
 gw_conf() {  # site local remote bind twin rtt_ms
-  local rtt=$6
+  local rtt=$6 quota
   [ "$rtt" = 0 ] && rtt=1
+  # per-flow quota ~ the bandwidth-delay product, as soya plan sizes it: a
+  # 1 KiB RoCE packet takes a whole 4.5 KiB slot here, and a flow may have
+  # half its quota in flight to the twin (4 MiB: 455 packets, 124 Mb/s at
+  # 30 ms; 300 ms needs 20 MiB for the same)
+  quota=$(( rtt / 15 )); [ $quota -lt 4 ] && quota=4
   cat <<CONF
 site = "$1"
 [dc]
@@ -140,7 +145,7 @@ rate = "${GW_RATE:-1gbit}"
 rtt = "${rtt}ms"
 [buffer]
 size = "${GW_BUFFER:-64MiB}"
-per_flow_quota = "${GW_FLOW_QUOTA:-4MiB}"
+per_flow_quota = "${GW_FLOW_QUOTA:-${quota}MiB}"
 [pseudo_ack]
 policy = "${GW_POLICY:-edge}"
 [control]
@@ -175,16 +180,8 @@ gw_start() {  # rtt_ms tag
       [ $t -gt 150 ] && { log "gateway $site did not start"; cat $OUT/gw/$tag.$site.log; return 1; }
     done
   done
-  # The kernel queues packets for the gateway in soya0's ring, sized by
-  # txqueuelen (500 by default): whenever the gateway falls behind, which
-  # under TCG is all the time, the tun driver drops RoCE requests (soya0
-  # TX dropped). The gateway now sets txqueuelen 16384 itself (branch
-  # netns); the qdisc in front of a tun device holds nothing (tun drops
-  # instead of stopping its queue), so the pfifo is belt and braces.
-  for n in gwA gwB; do
-    ip -n $n link set soya0 txqueuelen 10000
-    tc -n $n qdisc replace dev soya0 root pfifo limit 10000
-  done
+  # soya0's queue (txqueuelen 16384) is the gateway's own doing: nothing
+  # to set here (docs/interop.md pitfall 10, docs/operations.md).
   ip -n gwA route replace $B_NET dev soya0
   ip -n gwB route replace $A_NET dev soya0
   # wait until the WAN session is up
@@ -201,7 +198,7 @@ gw_status() {  # tag
   done
   # the gateway namespaces' kernel counters (drops on the forwarding path)
   for n in gwA gwB; do
-    { ip netns exec $n nstat -az; ip -n $n -s link; } > $OUT/gw/$1.$n.kernel.txt 2>&1
+    { ip netns exec $n nstat -az; ip -n $n -s link; tc -n $n -s qdisc show dev soya0; } > $OUT/gw/$1.$n.kernel.txt 2>&1
   done
 }
 
