@@ -165,7 +165,11 @@ mod tests {
         bad.min_rtt = Duration::from_micros(15);
         bad.srtt = Duration::from_micros(2_700);
         cc.on_ack(&bad);
-        assert!(cc.cwnd() >= 2 * bdp * 8 / 10, "window {} for a 3 ms path", cc.cwnd());
+        assert!(
+            cc.cwnd() >= 2 * bdp * 8 / 10,
+            "window {} for a 3 ms path",
+            cc.cwnd()
+        );
     }
 
     #[test]
