@@ -323,8 +323,10 @@ fn strict_waits_for_the_real_ack_of_each_message_end() {
     );
 }
 
-#[test]
-fn backpressure_withholds_acks_instead_of_dropping() {
+/// An accelerated half in a 12-slot buffer with an 8-slot ACK reserve,
+/// after SENDs 100..105 at `t`: the first four are acknowledged, then the
+/// reserve is reached and ACKs are withheld.
+fn nearly_full_engine() -> (QpEngine, Time) {
     let mut c = cfg(AckPolicy::Edge);
     c.buffer_slots = 12;
     c.ack.ack_reserve_slots = 8;
@@ -341,6 +343,12 @@ fn backpressure_withholds_acks_instead_of_dropping() {
     for psn in 100..106 {
         e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
     }
+    (e, t)
+}
+
+#[test]
+fn backpressure_withholds_acks_instead_of_dropping() {
+    let (mut e, t) = nearly_full_engine();
     let out = drain(&mut e);
     let a = acks(&out);
     // 12 slots, 8 reserved: ACKs stop once 5 are held.
@@ -1155,22 +1163,7 @@ fn egress_keeps_a_slow_responders_queue_below_the_rto() {
 /// timer on every response it processes.
 #[test]
 fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
-    let mut c = cfg(AckPolicy::Edge);
-    c.buffer_slots = 12;
-    c.ack.ack_reserve_slots = 8;
-    let mut e = QpEngine::new(c);
-    e.handle_dc(Time::ZERO, &request(Opcode::RC_SEND_ONLY, 99, true, 8, 0));
-    e.handle_twin(
-        Time::ZERO,
-        TwinMsg::Response {
-            packet: response(Opcode::RC_ACK, 99, Syndrome::ACK_UNLIMITED, 0),
-        },
-    );
-    drain(&mut e);
-    let t = Time::from_micros(1);
-    for psn in 100..106 {
-        e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
-    }
+    let (mut e, t) = nearly_full_engine();
     assert_eq!(acks(&drain(&mut e)).last().unwrap().0, 103, "then withheld");
     // 100 ms of a full buffer: the ACK of 103 again, every 10 ms.
     let until = t + Duration::from_millis(100);
