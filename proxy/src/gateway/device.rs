@@ -798,7 +798,13 @@ impl Device {
                 naks: r.stats.seq_naks + r.stats.rnr_naks + r.stats.fatal_naks,
                 retransmissions: r.stats.retransmitted,
                 buffered: r.held() as u64,
-                detail: format!("{:?}", r.stats),
+                detail: {
+                    let (cwnd, out, srtt, min) = r.window();
+                    format!(
+                        "{:?} window {cwnd} in_flight {out} srtt {srtt:?} min_rtt {min:?}",
+                        r.stats
+                    )
+                },
             }))
             .collect();
         let flows_total = flows.len();

@@ -274,6 +274,12 @@ impl Reinjector {
     }
 
     /// Packets held for the responder.
+    /// Injection window state, for status: (window in PSNs, PSNs in
+    /// flight, smoothed and smallest responder RTT).
+    pub fn window(&self) -> (u32, usize, Option<Duration>, Option<Duration>) {
+        (self.cwnd, self.next, self.srtt, self.min_rtt)
+    }
+
     pub fn held(&self) -> usize {
         self.queue.len()
     }
