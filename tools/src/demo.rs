@@ -7,6 +7,17 @@
 //!                    path) ─▶ gateway B ─▶ perf server
 //! ```
 //!
+//! `--rate R` puts a bottleneck of R on every emulated path (and the
+//! gateways' path `rate` to R, as an operator sets a circuit's rate); run 1
+//! then crosses a soya-wanem relay of rate R at 0 km, so the three runs
+//! differ only in distance and in Sōya. Without it the link is unlimited
+//! and every run is bounded by the machine's CPU instead, which the Sōya
+//! run shares among five processes.
+//!
+//! The gateways run at normal priority here ([`demo_gateway_env`]): on two
+//! cores shared with the endpoints, their usual nice -10 starves the
+//! responder.
+//!
 //! Every RoCE packet is a whole IP packet inside a UDP datagram (the
 //! gateways' lab `udp` backend), so the ICRC is end to end in all three
 //! runs. The RoCE hosts are 10.1.0.1 (site A) and 10.2.0.1 (site B); they
@@ -47,6 +58,10 @@ pub struct DemoOptions {
     pub json: bool,
     /// Between network namespaces with the tun backend (root).
     pub netns: bool,
+    /// Bottleneck rate of each emulated WAN path, bits per second (`None`:
+    /// unlimited). With a rate, the 0 km run crosses a relay of the same
+    /// rate too, so the three runs differ only in distance and in Sōya.
+    pub rate_bps: Option<u64>,
 }
 
 impl Default for DemoOptions {
@@ -59,6 +74,7 @@ impl Default for DemoOptions {
             size: 65_536,
             json: false,
             netns: false,
+            rate_bps: None,
         }
     }
 }
@@ -427,7 +443,9 @@ struct GwSide<'a> {
     socket: PathBuf,
 }
 
-fn gateway_config(g: &GwSide, rtt_us: f64) -> String {
+fn gateway_config(g: &GwSide, rtt_us: f64, o: &DemoOptions) -> String {
+    let rate = path_rate(o);
+    let quota = flow_quota(o);
     let GwSide {
         site,
         dc,
@@ -451,13 +469,13 @@ fn gateway_config(g: &GwSide, rtt_us: f64) -> String {
         let _ = write!(
             s,
             "[[wan.paths]]\nname = \"p{i}\"\nremote = \"{LO}:{r}\"\nbind = {i}\nweight = 1\n\
-             rate = \"10gbit\"\nrtt = \"{}us\"\n",
+             rate = \"{rate}\"\nrtt = \"{}us\"\n",
             rtt_us.max(1.0).round() as u64
         );
     }
     let _ = write!(
         s,
-        "[buffer]\nsize = \"256MiB\"\nper_flow_quota = \"64MiB\"\n[pseudo_ack]\npolicy = \"edge\"\n\
+        "[buffer]\nsize = \"256MiB\"\nper_flow_quota = \"{quota}\"\n[pseudo_ack]\npolicy = \"edge\"\n\
          [control]\nmetrics = \"\"\nsocket = \"{}\"\n[log]\nformat = \"human\"\nlevel = \"warn\"\n",
         socket.display()
     );
@@ -517,19 +535,70 @@ pub fn run(o: &DemoOptions, bins: &Binaries) -> i32 {
     }
 }
 
-fn wanem_cmd(bins: &Binaries, o: &DemoOptions, pairs: &[(u16, u16)], log: Stdio) -> Command {
+/// A `soya-wanem udp` relay for `pairs` (listen, forward): the WAN of the
+/// demo, or (`zero_km`) the same link at no distance and without loss.
+fn wanem_cmd(
+    bins: &Binaries,
+    o: &DemoOptions,
+    zero_km: bool,
+    pairs: &[(u16, u16)],
+    log: Stdio,
+) -> Command {
     let mut c = Command::new(&bins.wanem);
     c.arg("udp");
     for (l, f) in pairs {
         c.args(["--listen", &addr(*l).to_string()])
             .args(["--forward", &addr(*f).to_string()]);
     }
-    c.args(["--distance-km", &format!("{}", o.distance_km)]);
-    if o.loss > 0.0 {
+    let km = if zero_km { 0.0 } else { o.distance_km };
+    c.args(["--distance-km", &format!("{km}")]);
+    if o.loss > 0.0 && !zero_km {
         c.args(["--loss", &format!("{}", o.loss)]);
+    }
+    if let Some(r) = o.rate_bps {
+        c.args(["--rate", &format!("{r}bit")]);
     }
     c.stdout(Stdio::null()).stderr(log);
     c
+}
+
+/// "2 Gb/s" or "unlimited rate".
+fn rate_text(r: Option<u64>) -> String {
+    r.map_or("unlimited rate".into(), |r| {
+        format!("{} Gb/s", r as f64 / 1e9)
+    })
+}
+
+/// The gateways' `rate` of each WAN path: the emulated bottleneck when
+/// there is one (as an operator configures a leased circuit's rate), else
+/// 10 Gb/s.
+pub(crate) fn path_rate(o: &DemoOptions) -> String {
+    o.rate_bps.map_or("10gbit".into(), |r| format!("{r}bit"))
+}
+
+/// A flow's share of the deep buffer: 64 MiB, or with a rate four times
+/// the paths' bandwidth-delay product (at least 8 MiB). The buffer is a
+/// standing queue whenever the requester outruns the link, and the end-to-
+/// end figure includes draining it: 64 MiB behind a 0.2 Gb/s link is 2.7 s.
+pub(crate) fn flow_quota(o: &DemoOptions) -> String {
+    match o.rate_bps {
+        None => "64MiB".into(),
+        Some(r) => {
+            let rtt_s = 2.0 * o.distance_km * US_PER_KM * 1e-6;
+            let bdp = r as f64 / 8.0 * rtt_s * f64::from(o.paths);
+            let mib = (4.0 * bdp / f64::from(1 << 20)).ceil().clamp(8.0, 64.0);
+            format!("{mib}MiB")
+        }
+    }
+}
+
+/// Gateways in the demo run at normal priority: by default a gateway raises
+/// its device threads to nice -10, right for an appliance with cores of its
+/// own but not when it shares two cores with the RoCE endpoints, whose
+/// responder it would starve (measured: 1.05 Gb/s at 300 km instead of 2.2,
+/// the responder's queue 10-40 ms deep).
+pub(crate) fn demo_gateway_env(c: &mut Command) {
+    c.env(soya::gateway::device::NORMAL_PRIORITY_ENV, "1");
 }
 
 fn settle(kids: &mut Children) -> Result<(), String> {
@@ -540,12 +609,14 @@ fn settle(kids: &mut Children) -> Result<(), String> {
 fn run_in(o: &DemoOptions, ctx: &Ctx) -> Result<i32, String> {
     let one_way_ms = o.distance_km * US_PER_KM / 1000.0;
     ctx.say(&format!(
-        "soya demo: {} km ({:.2} ms one way, {:.2} ms RTT), loss {}, {} WAN path(s), {} B WRITEs",
+        "soya demo: {} km ({:.2} ms one way, {:.2} ms RTT), loss {}, {} WAN path(s) of {}, {} B \
+         WRITEs",
         o.distance_km,
         one_way_ms,
         2.0 * one_way_ms,
         o.loss,
         o.paths,
+        rate_text(o.rate_bps),
         o.size
     ));
 
@@ -586,6 +657,7 @@ fn run_in(o: &DemoOptions, ctx: &Ctx) -> Result<i32, String> {
             "duration_s": o.duration,
             "size": o.size,
             "rtt_ms": 2.0 * one_way_ms,
+            "rate_gbps": o.rate_bps.map(|r| r as f64 / 1e9),
             "direct_0km_gbps": r0.gbps,
             "direct_gbps": rd.gbps,
             "accelerated_gbps": ra_.gbps,
@@ -632,6 +704,14 @@ fn run_in(o: &DemoOptions, ctx: &Ctx) -> Result<i32, String> {
              column: p50 of 64 B WRITE completion as the requester sees it",
             2.0 * one_way_ms
         );
+        if o.rate_bps.is_none() {
+            let _ = writeln!(
+                t,
+                "unlimited link: every run is bounded by this machine's CPU, and through Sōya \
+                 five processes share it instead of two; --rate 2gbit (say) emulates a \
+                 provisioned WAN circuit"
+            );
+        }
         print!("{t}");
         for f in &failures {
             println!("failure: {f}");
@@ -646,27 +726,48 @@ type Runs = ([Outcome; 3], Result<(), String>);
 
 /// The three runs on loopback (udp backend, IP-in-UDP hosts).
 fn run_loopback(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
-    // 1. Direct, no relay.
+    // 1. Direct, no relay; or with a rate, through a relay of that rate
+    // at 0 km (the same link, no distance).
     let s1 = free_udp()?;
+    let mut kids = Children::default();
+    let to = match o.rate_bps {
+        None => s1,
+        Some(_) => {
+            let relay = free_udp()?;
+            kids.spawn(
+                "soya-wanem (0 km)",
+                &mut wanem_cmd(
+                    ctx.bins,
+                    o,
+                    true,
+                    &[(relay, s1)],
+                    log_file(&ctx.dir, "wanem-0km"),
+                ),
+            )?;
+            settle(&mut kids)?;
+            relay
+        }
+    };
     let r0 = ctx.scenario(
         1,
         "direct, 0 km",
         &Route::Direct {
-            client_to: addr(s1),
+            client_to: addr(to),
         },
         s1,
         o,
     );
+    kids.stop();
 
     // 2. Direct through a relay.
     let s2 = free_udp()?;
     let relay = free_udp()?;
-    let mut kids = Children::default();
     kids.spawn(
         "soya-wanem (direct)",
         &mut wanem_cmd(
             ctx.bins,
             o,
+            false,
             &[(relay, s2)],
             log_file(&ctx.dir, "wanem-direct"),
         ),
@@ -712,6 +813,7 @@ fn run_loopback(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
                 socket: ctx.dir.join("a.sock"),
             },
             rtt_us,
+            o,
         ),
     )?;
     write(
@@ -727,6 +829,7 @@ fn run_loopback(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
                 socket: ctx.dir.join("b.sock"),
             },
             rtt_us,
+            o,
         ),
     )?;
     for i in 0..n {
@@ -735,6 +838,7 @@ fn run_loopback(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
             &mut wanem_cmd(
                 ctx.bins,
                 o,
+                false,
                 &[(ra[i], wb[i]), (rb[i], wa[i])],
                 log_file(&ctx.dir, &format!("wanem-path{i}")),
             ),
@@ -747,6 +851,7 @@ fn run_loopback(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
             .arg(f)
             .stdout(log_file(&ctx.dir, &format!("{name}.out")))
             .stderr(log_file(&ctx.dir, name));
+        demo_gateway_env(&mut c);
         kids.spawn(name, &mut c)?;
     }
     settle(&mut kids)?;

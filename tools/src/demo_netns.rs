@@ -11,6 +11,10 @@
 //!                   carry it over every WAN path (authenticated, keyed)
 //! ```
 //!
+//! With `--rate`, every path's soya-wanem has that bottleneck, and the
+//! 0 km link is a soya-wanem tun pair of the same rate with no delay
+//! (devices za / zb) instead of the plain veth.
+//!
 //! The soya-perf control connection (TCP 18515) takes the same route as
 //! the RoCE packets: through Sōya it crosses as WAN datagrams.
 
@@ -32,6 +36,26 @@ pub struct Sites {
     procs: Netns,
     gateways: Vec<(String, Proc)>,
     paths: u32,
+    /// The 0 km link's device in gA and gB: a plain veth ("zero"), or with
+    /// a rate a soya-wanem tun pair of that rate and no delay.
+    zero_dev: [String; 2],
+    /// The gateways' `rate` of each path.
+    path_rate: String,
+    /// Their per-flow buffer quota.
+    flow_quota: String,
+}
+
+/// One soya-wanem tun link between the gateway namespaces.
+struct Link {
+    /// Its devices, in gA and gB.
+    devs: [String; 2],
+    /// Their addresses (/30).
+    ips: [String; 2],
+    one_way_ms: f64,
+    loss: f64,
+    rate_bps: Option<u64>,
+    seed: u32,
+    log: String,
 }
 
 fn wan_ip(site: usize, k: u32) -> String {
@@ -61,22 +85,50 @@ impl Sites {
             procs,
             gateways: Vec::new(),
             paths: o.paths,
+            zero_dev: ["zero".into(), "zero".into()],
+            path_rate: crate::demo::path_rate(o),
+            flow_quota: crate::demo::flow_quota(o),
         };
         for i in 0..2 {
             s.wire_site(i)?;
         }
-        // 0 km: a plain veth between the gateway namespaces.
-        let (ga, gb) = (&s.gw[0], &s.gw[1]);
-        crate::netns::try_ip(&[
-            "link", "add", "zero", "netns", ga, "type", "veth", "peer", "name", "zero", "netns", gb,
-        ])?;
-        for (i, g) in [ga, gb].into_iter().enumerate() {
-            try_ip_in(g, &format!("addr add {}/30 dev zero", zero_ip(i)))?;
-            try_ip_in(g, "link set zero up mtu 9000")?;
+        if o.rate_bps.is_some() {
+            // 0 km: the same link as the WAN's, without delay or loss.
+            s.zero_dev = ["za".into(), "zb".into()];
+            let zero = Link {
+                devs: s.zero_dev.clone(),
+                ips: [zero_ip(0), zero_ip(1)],
+                one_way_ms: 0.0,
+                loss: 0.0,
+                rate_bps: o.rate_bps,
+                seed: 99,
+                log: "wanem-0km.log".into(),
+            };
+            s.start_wanem(bins, &wan, dir, &zero)?;
+        } else {
+            // 0 km: a plain veth between the gateway namespaces.
+            let (ga, gb) = (&s.gw[0], &s.gw[1]);
+            crate::netns::try_ip(&[
+                "link", "add", "zero", "netns", ga, "type", "veth", "peer", "name", "zero",
+                "netns", gb,
+            ])?;
+            for (i, g) in [ga, gb].into_iter().enumerate() {
+                try_ip_in(g, &format!("addr add {}/30 dev zero", zero_ip(i)))?;
+                try_ip_in(g, "link set zero up mtu 9000")?;
+            }
         }
         let one_way_ms = o.distance_km * US_PER_KM / 1000.0;
         for k in 0..o.paths {
-            s.start_wanem(bins, &wan, dir, k, one_way_ms, o.loss)?;
+            let path = Link {
+                devs: [format!("a{k}"), format!("b{k}")],
+                ips: [wan_ip(0, k), wan_ip(1, k)],
+                one_way_ms,
+                loss: o.loss,
+                rate_bps: o.rate_bps,
+                seed: k + 1,
+                log: format!("wanem{k}.log"),
+            };
+            s.start_wanem(bins, &wan, dir, &path)?;
         }
         s.write_key_and_configs(dir, 2.0 * one_way_ms)?;
         for i in 0..2 {
@@ -113,38 +165,38 @@ impl Sites {
         bins: &Binaries,
         wan: &str,
         dir: &Path,
-        k: u32,
-        one_way_ms: f64,
-        loss: f64,
+        l: &Link,
     ) -> Result<(), String> {
-        let (a, b) = (format!("a{k}"), format!("b{k}"));
-        let log = std::fs::File::create(dir.join(format!("wanem{k}.log")))
+        let [a, b] = &l.devs;
+        let log = std::fs::File::create(dir.join(&l.log))
             .map_err(|e| format!("{}: {e}", dir.display()))?;
-        let args = format!(
-            "tun --a-dev {a} --b-dev {b} --delay-ms {one_way_ms} --loss {loss} --seed {} \
-             --stats-interval 0",
-            k + 1
+        let mut args = format!(
+            "tun --a-dev {a} --b-dev {b} --delay-ms {} --loss {} --seed {} --stats-interval 0",
+            l.one_way_ms, l.loss, l.seed
         );
+        if let Some(r) = l.rate_bps {
+            args += &format!(" --rate {r}bit");
+        }
         let args: Vec<&str> = args.split_whitespace().collect();
         let p = self.procs.spawn(wan, &bins.wanem, &args, |c| {
             c.stdout(std::process::Stdio::null()).stderr(log);
         })?;
         let t0 = Instant::now();
-        while !(crate::netns::ip(&["-n", wan, "link", "show", &a])
-            && crate::netns::ip(&["-n", wan, "link", "show", &b]))
+        while !(crate::netns::ip(&["-n", wan, "link", "show", a])
+            && crate::netns::ip(&["-n", wan, "link", "show", b]))
         {
             if !self.procs.running(p) || t0.elapsed() > Duration::from_secs(10) {
                 return Err(format!(
-                    "soya-wanem (path {k}) did not create its devices; see {}",
-                    dir.join(format!("wanem{k}.log")).display()
+                    "soya-wanem ({a}/{b}) did not create its devices; see {}",
+                    dir.join(&l.log).display()
                 ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        for (i, dev) in [&a, &b].into_iter().enumerate() {
+        for (i, dev) in [a, b].into_iter().enumerate() {
             let g = &self.gw[i];
             try_ip_in(wan, &format!("link set {dev} netns {g}"))?;
-            try_ip_in(g, &format!("addr add {}/30 dev {dev}", wan_ip(i, k)))?;
+            try_ip_in(g, &format!("addr add {}/30 dev {dev}", l.ips[i]))?;
             try_ip_in(g, &format!("link set {dev} up mtu 9000"))?;
         }
         Ok(())
@@ -169,13 +221,14 @@ impl Sites {
             let mut text = format!(
                 "site = \"demo-{}\"\n[dc]\nbackend = \"tun\"\ninterface = \"soya0\"\n\
                  local_prefixes = [\"{}\"]\nremote_prefixes = [\"{}\"]\n\
-                 [buffer]\nsize = \"256MiB\"\nper_flow_quota = \"64MiB\"\n\
+                 [buffer]\nsize = \"256MiB\"\nper_flow_quota = \"{}\"\n\
                  [pseudo_ack]\npolicy = \"edge\"\n\
                  [control]\nmetrics = \"\"\nsocket = \"{}\"\n[log]\nlevel = \"warn\"\n\
                  [wan]\nbind = [{}]\nkey_file = \"{}\"\n",
                 if i == 0 { "a" } else { "b" },
                 PREFIX[i],
                 PREFIX[1 - i],
+                self.flow_quota,
                 socket(dir, i).display(),
                 binds.join(", "),
                 key.display()
@@ -183,8 +236,9 @@ impl Sites {
             for k in 0..self.paths {
                 text += &format!(
                     "[[wan.paths]]\nname = \"p{k}\"\nremote = \"{}:{WAN_PORT}\"\nbind = {k}\n\
-                     rate = \"10gbit\"\nrtt = \"{}us\"\n",
+                     rate = \"{}\"\nrtt = \"{}us\"\n",
                     wan_ip(1 - i, k),
+                    self.path_rate,
                     (rtt_ms * 1000.0).round().max(1.0)
                 );
             }
@@ -204,6 +258,7 @@ impl Sites {
             &bins.soya,
             &["gateway", "-c", &cfg],
             |c| {
+                crate::demo::demo_gateway_env(c);
                 c.stdout(std::process::Stdio::null()).stderr(log);
             },
         )?;
@@ -248,7 +303,7 @@ impl Sites {
     pub fn route(&self, via: Via) -> Result<(), String> {
         for i in 0..2 {
             let r = match via {
-                Via::Zero => format!("via {} dev zero", zero_ip(1 - i)),
+                Via::Zero => format!("via {} dev {}", zero_ip(1 - i), self.zero_dev[i]),
                 Via::Wan => format!("via {} dev {}0", wan_ip(1 - i, 0), ["a", "b"][i]),
                 Via::Soya => "dev soya0".to_string(),
             };

@@ -102,3 +102,67 @@ fn demo_netns_hides_the_wan_rtt() {
         "through Sōya p50 {accel} ms vs direct {direct} ms: {v}"
     );
 }
+
+/// `soya demo --rate`: every run crosses a bottleneck of that rate (the
+/// 0 km run too, through a relay at no distance), and at 3000 km, where a
+/// 128 x 4 KiB window carries at most 0.14 Gb/s over the 29.4 ms round
+/// trip, Sōya fills the 0.2 Gb/s link that the direct run cannot.
+#[test]
+fn demo_rate_bounds_every_run_and_soya_fills_the_link() {
+    let Some(soya) = soya_binary() else {
+        skip(
+            "demo_rate_bounds_every_run_and_soya_fills_the_link",
+            "the `soya` binary next to soya-perf",
+            std::env::var("CI").is_ok_and(|v| v == "true"),
+        );
+        return;
+    };
+    let out = Command::new(&soya)
+        .args([
+            "demo",
+            "--rate",
+            "200mbit",
+            "--distance-km",
+            "3000",
+            "--duration",
+            "3",
+            "--json",
+        ])
+        .output()
+        .expect("run soya demo --rate");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON from soya demo --rate ({}): {stderr}", out.status));
+    let v: Value = serde_json::from_str(line).expect("valid JSON");
+    println!("{v}");
+    assert_eq!(v["ok"].as_bool(), Some(true), "{v}\n{stderr}");
+    assert_eq!(v["data_errors"].as_u64(), Some(0), "{v}");
+    assert_eq!(v["rate_gbps"].as_f64(), Some(0.2), "{v}");
+    let g = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+    let (zero, direct, accel) = (
+        g("direct_0km_gbps"),
+        g("direct_gbps"),
+        g("accelerated_gbps"),
+    );
+    for (name, x) in [("0 km", zero), ("direct", direct), ("Sōya", accel)] {
+        assert!(
+            x <= 0.2 * 1.05,
+            "{name} {x} Gb/s above the 0.2 Gb/s link: {v}"
+        );
+    }
+    assert!(
+        zero > 0.15,
+        "0 km {zero} Gb/s: the link is not full at 0 km: {v}"
+    );
+    assert!(
+        direct < 0.16,
+        "direct {direct} Gb/s beyond its window bound: {v}"
+    );
+    assert!(
+        accel > 1.15 * direct,
+        "Sōya {accel} Gb/s vs direct {direct} Gb/s: {v}"
+    );
+}

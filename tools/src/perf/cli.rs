@@ -73,6 +73,16 @@ struct DemoArgs {
     json: bool,
     #[arg(long)]
     netns: bool,
+    #[arg(long, value_parser = parse_demo_rate)]
+    rate: Option<u64>,
+}
+
+/// A bottleneck rate ("2gbit", "800mbit"); "unlimited", "none" or 0: none.
+fn parse_demo_rate(s: &str) -> Result<u64, String> {
+    match crate::wanem::profile::rate_of(&crate::wanem::profile::Quantity::Text(s.into()))? {
+        Some(r) => Ok(r),
+        None => Ok(0),
+    }
 }
 
 fn demo(a: DemoArgs) -> i32 {
@@ -92,6 +102,7 @@ fn demo(a: DemoArgs) -> i32 {
             size: a.size,
             json: a.json,
             netns: a.netns,
+            rate_bps: a.rate.filter(|&r| r > 0),
         },
         &bins,
     )
