@@ -40,43 +40,100 @@ S_dir_received = sel('dir="received"')
 S_dir_sent = sel('dir="sent"')
 S_role_ingress = sel('role="ingress"')
 S_state_up = sel('state="up"')
+S_dir_rx = sel('dir="rx"')
+S_result_dropped = sel('result="dropped"')
+S_result_backpressure = sel('result="backpressure"')
 y = 0
 panels.append(row("Gateway", y)); y += 1
-st = panel("Twin connected", [(f"soya_wan_connected{I}", "{{instance}}")], "none", 0, y, w=6, h=4, kind="stat",
+st = panel("Twin connected", [(f"soya_wan_connected{I}", "{{instance}}")], "none", 0, y, w=4, h=4, kind="stat",
            desc="soya_wan_connected: 1 while a WAN session with the twin is up.")
 st["fieldConfig"]["defaults"]["mappings"] = [{"type": "value", "options": {"0": {"text": "DOWN", "color": "red"}, "1": {"text": "up", "color": "green"}}}]
 st["fieldConfig"]["defaults"]["thresholds"] = {"mode": "absolute", "steps": [{"color": "red", "value": None}, {"color": "green", "value": 1}]}
 panels.append(st)
-st = panel("Paths up", [(f'sum by (instance) (soya_path_state{S_state_up})', "{{instance}}")], "none", 6, y, w=6, h=4, kind="stat",
-           desc="Paths in state up (soya_path_state{state=\"up\"}).")
+st = panel("Shards connected", [
+    (f"sum by (instance) (soya_shard_connected{I})", "{{instance}} connected"),
+    (f"soya_shards{I}", "{{instance}} of")], "none", 4, y, w=4, h=4, kind="stat",
+           desc="soya_shard_connected summed over shards, and soya_shards: every shard must have its own session "
+                "with the twin's shard of the same index (`soya status` says why one has none).")
 panels.append(st)
-panels.append(panel("Uptime", [(f"soya_uptime_seconds{I}", "{{instance}}")], "s", 12, y, w=6, h=4, kind="stat"))
-st = panel("Draining", [(f"soya_draining{I}", "{{instance}}")], "none", 18, y, w=6, h=4, kind="stat",
+st = panel("Paths up (worst shard)", [(f'min by (instance) (sum by (instance, shard) (soya_path_state{S_state_up}))', "{{instance}}")],
+           "none", 8, y, w=4, h=4, kind="stat",
+           desc="Paths in state up (soya_path_state{state=\"up\"}), in the shard with the fewest: with several shards "
+                "each shard has its own connection over every path.")
+panels.append(st)
+panels.append(panel("Uptime", [(f"soya_uptime_seconds{I}", "{{instance}}")], "s", 12, y, w=4, h=4, kind="stat"))
+st = panel("Draining", [(f"soya_draining{I}", "{{instance}}")], "none", 16, y, w=4, h=4, kind="stat",
            desc="1 after SIGTERM while the gateway flushes to its twin.")
+panels.append(st)
+st = panel("Lab hosts (udp backend)", [(f"soya_dc_lab_hosts{I}", "{{instance}}")], "none", 20, y, w=4, h=4, kind="stat",
+           desc="soya_dc_lab_hosts: lab hosts whose UDP address the udp backend has learned (0 with the tun backend).")
+st["options"]["colorMode"] = "none"
 panels.append(st)
 y += 4
 
-panels.append(row("WAN paths", y)); y += 1
+panels.append(row("WAN paths (legend: instance, path, shard when shards > 1)", y)); y += 1
 panels.append(panel("Path RTT (smoothed, and minimum)", [
-    (f"soya_path_rtt_seconds{I}", "{{instance}} {{path}} srtt"),
-    (f"soya_path_min_rtt_seconds{I}", "{{instance}} {{path}} min")], "s", 0, y,
+    (f"soya_path_rtt_seconds{I}", "{{instance}} {{path}} {{shard}} srtt"),
+    (f"soya_path_min_rtt_seconds{I}", "{{instance}} {{path}} {{shard}} min")], "s", 0, y,
     desc="soya_path_rtt_seconds and soya_path_min_rtt_seconds per path. Fibre: 2 x 4.9 us per km."))
 panels.append(panel("Path loss", [
-    (f"soya_path_loss_ratio{I}", "{{instance}} {{path}} recent"),
-    (f'rate(soya_path_packets_lost_total{I}[$__rate_interval]) / ignoring(dir) rate(soya_path_packets_total{S_dir_sent}[$__rate_interval])', "{{instance}} {{path}} lost/sent")],
+    (f"soya_path_loss_ratio{I}", "{{instance}} {{path}} {{shard}} recent"),
+    (f'rate(soya_path_packets_lost_total{I}[$__rate_interval]) / ignoring(dir) rate(soya_path_packets_total{S_dir_sent}[$__rate_interval])', "{{instance}} {{path}} {{shard}} lost/sent")],
     "percentunit", 12, y, minv=0,
     desc="soya_path_loss_ratio (the transport's recent estimate) and lost / sent packets over the interval."))
 y += 8
 panels.append(panel("Path rate (bits/s)", [
-    (f'8 * rate(soya_path_bytes_total{S_dir_sent}[$__rate_interval])', "{{instance}} {{path}} sent"),
-    (f'8 * rate(soya_path_bytes_total{S_dir_received}[$__rate_interval])', "{{instance}} {{path}} received"),
-    (f"soya_path_pacing_rate_bits_per_second{I}", "{{instance}} {{path}} pacing")], "bps", 0, y,
+    (f'8 * rate(soya_path_bytes_total{S_dir_sent}[$__rate_interval])', "{{instance}} {{path}} {{shard}} sent"),
+    (f'8 * rate(soya_path_bytes_total{S_dir_received}[$__rate_interval])', "{{instance}} {{path}} {{shard}} received"),
+    (f"soya_path_pacing_rate_bits_per_second{I}", "{{instance}} {{path}} {{shard}} pacing")], "bps", 0, y,
     desc="Bytes on each path (soya_path_bytes_total, WAN datagrams) and the congestion controller's pacing rate."))
 panels.append(panel("Path retransmissions and state changes", [
-    (f"rate(soya_path_packets_retransmitted_total{I}[$__rate_interval])", "{{instance}} {{path}} retransmitted"),
-    (f"increase(soya_path_down_total{I}[$__rate_interval])", "{{instance}} {{path}} went down")], "pps", 12, y,
+    (f"rate(soya_path_packets_retransmitted_total{I}[$__rate_interval])", "{{instance}} {{path}} {{shard}} retransmitted"),
+    (f"increase(soya_path_down_total{I}[$__rate_interval])", "{{instance}} {{path}} {{shard}} went down")], "pps", 12, y,
     desc="soya_path_packets_retransmitted_total (packets carrying resent data) and soya_path_down_total."))
 y += 8
+panels.append(panel("Path congestion window and bytes in flight", [
+    (f"soya_path_cwnd_bytes{I}", "{{instance}} {{path}} {{shard}} cwnd"),
+    (f"soya_path_bytes_in_flight{I}", "{{instance}} {{path}} {{shard}} in flight")], "bytes", 0, y,
+    desc="soya_path_cwnd_bytes and soya_path_bytes_in_flight (unacknowledged). In flight pinned at cwnd: the path is "
+         "window-limited; far below it: the sender (or its rate limit) is."))
+panels.append(panel("Path weight and datagrams rejected per path", [
+    (f"soya_path_weight{I}", "{{instance}} {{path}} {{shard}} weight"),
+    (f"rate(soya_path_auth_failures_total{I}[$__rate_interval])", "{{instance}} {{path}} {{shard}} auth failures/s"),
+    (f"rate(soya_path_malformed_total{I}[$__rate_interval])", "{{instance}} {{path}} {{shard}} malformed/s")], "none", 12, y,
+    desc="soya_path_weight (configured scheduler share), soya_path_auth_failures_total and soya_path_malformed_total per path."))
+y += 8
+
+panels.append(row("Shards (device threads; one series per shard, shard 0 only with 1 shard)", y)); y += 1
+panels.append(panel("DC packets per shard", [
+    (f"rate(soya_shard_dc_packets_total{I}[$__rate_interval])", "{{instance}} shard {{shard}} {{dir}}")], "pps", 0, y,
+    desc="soya_shard_dc_packets_total: DC packets each shard's engine accepted (rx, read itself or handed over) and "
+         "wrote (tx). Host pairs are hashed to shards: one busy pair keeps one shard busy."))
+panels.append(panel("Share of DC packets per shard", [
+    (f"sum by (instance, shard) (rate(soya_shard_dc_packets_total{S_dir_rx}[$__rate_interval])) "
+     f"/ ignoring(shard) group_left sum by (instance) (rate(soya_shard_dc_packets_total{S_dir_rx}[$__rate_interval]))",
+     "{{instance}} shard {{shard}}")], "percentunit", 12, y, stack=True, minv=0, maxv=1,
+    desc="Each shard's part of the accepted DC packets: how evenly the host pairs spread (even: 1/shards each). "
+         "The shard with the largest part saturates first."))
+y += 8
+panels.append(panel("Shard handoff (DC packets read by one shard for another)", [
+    (f"rate(soya_shard_handoff_packets_total{I}[$__rate_interval])", "{{instance}} shard {{shard}} {{result}}"),
+    (f'rate(soya_dc_handoff_packets_total{S_result_dropped}[$__rate_interval])', "{{instance}} all dropped")],
+    "pps", 0, y,
+    desc="soya_shard_handoff_packets_total{result=out|in|dropped} per shard and soya_dc_handoff_packets_total in all "
+         "(udp lab backend: shard 0 reads every packet). dropped above 0: the owning shard cannot keep up with its share."))
+panels.append(panel("WAN packets and twin messages per shard", [
+    (f"rate(soya_shard_wan_packets_total{I}[$__rate_interval])", "{{instance}} shard {{shard}} wan {{dir}}"),
+    (f"rate(soya_shard_twin_messages_total{I}[$__rate_interval])", "{{instance}} shard {{shard}} twin {{dir}}")],
+    "pps", 12, y,
+    desc="soya_shard_wan_packets_total{dir=sent|received} (the shard's WAN connection) and "
+         "soya_shard_twin_messages_total{dir=out|in} (engine messages to and from the twin's shard)."))
+y += 8
+panels.append(panel("Shard sessions", [
+    (f"soya_shard_connected{I}", "{{instance}} shard {{shard}}")], "none", 0, y, w=24, h=6, minv=0, maxv=1,
+    desc="soya_shard_connected: 1 while the shard has a session with the twin's shard of the same index. 0 with the "
+         "twin up: another gateway.shards or key at the twin, or nothing at its ports + shard index."))
+y += 6
 
 panels.append(row("Flows (the busiest 64 halves per gateway)", y)); y += 1
 panels.append(panel("Per-flow goodput (requests accepted from the requester)", [
@@ -97,12 +154,14 @@ y += 8
 panels.append(panel("Egress go-back-N retransmissions", [
     (f'sum by (instance, role) (rate(soya_flow_retransmissions_total{I}[$__rate_interval]))', "{{instance}} {{role}}")], "pps", 0, y,
     desc="soya_flow_retransmissions_total: egress = re-sent toward the responder; ingress = duplicates from the requester."))
-panels.append(panel("Flows known", [
-    (f"soya_flows{I}", "{{instance}}")], "none", 12, y,
-    desc="soya_flows: halves the engine knows, both roles."))
+panels.append(panel("Flows known and per-flow packet rate", [
+    (f"soya_flows{I}", "{{instance}} halves known"),
+    (f'topk(5, rate(soya_flow_packets_total{I}[$__rate_interval]))', "{{instance}} {{half}} {{role}} pkt/s")], "none", 12, y,
+    desc="soya_flows: halves the engine knows, both roles; soya_flow_packets_total: request packets of the busiest "
+         "halves (ingress: from the requester; egress: injected toward the responder)."))
 y += 8
 
-panels.append(row("Deep buffer and engine-to-WAN queue", y)); y += 1
+panels.append(row("Deep buffer, DC side and engine-to-WAN queue", y)); y += 1
 panels.append(panel("Deep buffer occupancy", [
     (f"soya_buffer_slots_used{I} / soya_buffer_slots_total{I}", "{{instance}} used"),
     (f"soya_buffer_high_water_slots{I} / soya_buffer_slots_total{I}", "{{instance}} high water")], "percentunit", 0, y, minv=0, maxv=1,
@@ -120,13 +179,81 @@ panels.append(panel("DC side packets", [
     (f"rate(soya_dc_tx_packets_total{I}[$__rate_interval])", "{{instance}} tx {{result}}")], "pps", 12, y,
     desc="soya_dc_rx_packets_total by result (accepted, acl_*, malformed, draining, backpressure) and soya_dc_tx_packets_total."))
 y += 8
+panels.append(panel("DC side throughput (bits/s)", [
+    (f"8 * rate(soya_dc_rx_bytes_total{I}[$__rate_interval])", "{{instance}} rx"),
+    (f"8 * rate(soya_dc_tx_bytes_total{I}[$__rate_interval])", "{{instance}} tx")], "bps", 0, y,
+    desc="soya_dc_rx_bytes_total and soya_dc_tx_bytes_total: IP bytes read from and written to the data-center side."))
+panels.append(panel("DC packets dropped before the gateway read them", [
+    (f"rate(soya_dc_rx_kernel_drops_total{I}[$__rate_interval])", "{{instance}} kernel drops"),
+    (f'rate(soya_dc_rx_packets_total{S_result_backpressure}[$__rate_interval])', "{{instance}} backpressure"),
+    (f"rate(soya_dc_lab_host_conflicts_total{I}[$__rate_interval])", "{{instance}} lab host conflicts")], "pps", 12, y, minv=0,
+    desc="soya_dc_rx_kernel_drops_total: packets the kernel dropped before the gateway read them (tun queue or socket "
+         "buffer full: the device loop is short of CPU; each drop makes a requester go back N). Backpressure: refused "
+         "by the gateway itself. Lab host conflicts (udp backend): datagrams for a host bound to another "
+         "active UDP address. All should stay 0."))
+y += 8
+panels.append(panel("Engine to WAN: messages and waits", [
+    (f"rate(soya_twin_messages_total{I}[$__rate_interval])", "{{instance}} {{dir}}"),
+    (f"rate(soya_twin_blocked_total{I}[$__rate_interval])", "{{instance}} waited for credit"),
+    (f"soya_twin_pending_messages{I}", "{{instance}} pending (count)")], "none", 0, y,
+    desc="soya_twin_messages_total{dir} (reliable engine messages, /s), soya_twin_blocked_total (messages that had to "
+         "wait for WAN flow credit or buffer room, /s) and soya_twin_pending_messages (waiting now)."))
+panels.append(panel("Engine to WAN: pending high water", [
+    (f"soya_twin_pending_high_water_bytes{I}", "{{instance}} high water")], "bytes", 12, y,
+    desc="soya_twin_pending_high_water_bytes: most bytes ever waiting for the WAN transport (new requests are refused "
+         "above 64 MiB)."))
+y += 8
+
+panels.append(row("QP engine and WAN transport", y)); y += 1
+panels.append(panel("Engine intake by verdict", [
+    (f"rate(soya_engine_dc_packets_total{I}[$__rate_interval])", "{{instance}} dc {{kind}}"),
+    (f"rate(soya_engine_twin_messages_total{I}[$__rate_interval])", "{{instance}} twin {{kind}}"),
+    (f"rate(soya_engine_unmatched_responses_total{I}[$__rate_interval])", "{{instance}} unmatched responses")], "pps", 0, y,
+    desc="soya_engine_dc_packets_total{kind=all|malformed|bad_icrc|not_roce}, soya_engine_twin_messages_total"
+         "{kind=all|malformed} and soya_engine_unmatched_responses_total (responses forwarded without a known half). "
+         "Every kind but all should stay near 0; bad_icrc from a host sending with UDP GSO: see soya-perf --gso."))
+panels.append(panel("Engine events", [
+    (f"increase(soya_engine_flows_learned_total{I}[$__rate_interval])", "{{instance}} halves learned by {{how}}"),
+    (f"increase(soya_engine_cm_messages_total{I}[$__rate_interval])", "{{instance}} RDMA-CM MADs"),
+    (f"rate(soya_engine_cnps_absorbed_total{I}[$__rate_interval])", "{{instance}} CNPs absorbed/s")], "none", 12, y,
+    desc="soya_engine_flows_learned_total{how=cm|traffic}, soya_engine_cm_messages_total (per interval) and "
+         "soya_engine_cnps_absorbed_total (CNPs from local responders, not forwarded)."))
+y += 8
+panels.append(panel("WAN packets and datagrams", [
+    (f"rate(soya_wan_packets_total{I}[$__rate_interval])", "{{instance}} packets {{dir}}"),
+    (f"rate(soya_wan_transport_datagrams_total{I}[$__rate_interval])", "{{instance}} transport {{result}}"),
+    (f"rate(soya_wan_datagrams_total{I}[$__rate_interval])", "{{instance}} unreliable {{dir}}"),
+    (f"rate(soya_wan_packets_lost_total{I}[$__rate_interval])", "{{instance}} lost"),
+    (f"rate(soya_wan_packets_retransmitted_total{I}[$__rate_interval])", "{{instance}} retransmitted")], "pps", 0, y,
+    desc="All paths and shards: soya_wan_packets_total, soya_wan_transport_datagrams_total{result=sent|received|dropped}, "
+         "soya_wan_datagrams_total (non-RoCE traffic and RDMA-CM, carried unreliably), soya_wan_packets_lost_total and "
+         "soya_wan_packets_retransmitted_total."))
+panels.append(panel("WAN transport trouble (should stay 0)", [
+    (f"rate(soya_wan_socket_errors_total{I}[$__rate_interval])", "{{instance}} socket {{op}} errors"),
+    (f"increase(soya_wan_events_dropped_total{I}[$__rate_interval])", "{{instance}} events dropped"),
+    (f"increase(soya_wan_messages_discarded_total{I}[$__rate_interval])", "{{instance}} messages discarded"),
+    (f"increase(soya_twin_discarded_on_restart_total{I}[$__rate_interval])", "{{instance}} pending discarded on restart"),
+    (f"increase(soya_twin_send_errors_total{I}[$__rate_interval])", "{{instance}} send errors")], "none", 12, y,
+    desc="soya_wan_socket_errors_total{op} (/s); per interval: soya_wan_events_dropped_total, "
+         "soya_wan_messages_discarded_total and soya_twin_discarded_on_restart_total (twin restarts), "
+         "soya_twin_send_errors_total (refused for good)."))
+y += 8
 
 panels.append(row("Security and errors", y)); y += 1
 panels.append(panel("WAN datagrams rejected", [
     (f"rate(soya_wan_auth_failures_total{I}[$__rate_interval])", "{{instance}} auth failures"),
     (f"rate(soya_wan_replays_dropped_total{I}[$__rate_interval])", "{{instance}} replays"),
     (f"rate(soya_wan_malformed_total{I}[$__rate_interval])", "{{instance}} malformed"),
-    (f"rate(soya_wan_unknown_source_total{I}[$__rate_interval])", "{{instance}} unknown source")], "pps", 0, y))
+    (f"rate(soya_wan_unknown_source_total{I}[$__rate_interval])", "{{instance}} unknown source"),
+    (f"rate(soya_wan_foreign_source_total{I}[$__rate_interval])", "{{instance}} foreign source"),
+    (f"rate(soya_wan_stale_generation_total{I}[$__rate_interval])", "{{instance}} stale generation"),
+    (f"rate(soya_wan_no_session_total{I}[$__rate_interval])", "{{instance}} no session"),
+    (f"rate(soya_wan_role_conflicts_total{I}[$__rate_interval])", "{{instance}} role conflicts"),
+    (f"rate(soya_wan_protocol_violations_total{I}[$__rate_interval])", "{{instance}} protocol violations"),
+    (f"rate(soya_wan_datagram_acl_drops_total{I}[$__rate_interval])", "{{instance}} datagram ACL drops")], "pps", 0, y,
+    desc="WAN datagrams refused: authentication, replay window, parse, source address (unknown: no path's remote; "
+         "foreign: unexpected on a single-path socket), an old twin session, before any session, a twin of the same "
+         "role, protocol violations by an authentic twin, unreliable datagrams refused by the ACL."))
 panels.append(panel("Twin restarts and failed flows", [
     (f"increase(soya_wan_peer_restarts_total{I}[$__rate_interval])", "{{instance}} peer restarts"),
     (f"increase(soya_flows_failed_on_restart_total{I}[$__rate_interval])", "{{instance}} flows failed"),
@@ -136,7 +263,7 @@ y += 8
 dash = {
     "title": "Sōya gateways",
     "uid": "soya-gateways",
-    "description": "Sōya RoCEv2 WAN gateways: paths, flows, deep buffer, pseudo-ACKs. Metrics: proxy/src/gateway/mod.rs.",
+    "description": "Sōya RoCEv2 WAN gateways: paths, shards, flows, deep buffer, pseudo-ACKs. Metrics: proxy/src/gateway/metrics.rs, docs/operations.md.",
     "tags": ["soya", "rdma", "roce"],
     "timezone": "browser",
     "schemaVersion": 39,
