@@ -557,6 +557,7 @@ fn wanem_cmd(
     }
     if let Some(r) = o.rate_bps {
         c.args(["--rate", &format!("{r}bit")]);
+        c.args(["--slack-us", &format!("{}", RELAY_SLACK_US)]);
     }
     c.stdout(Stdio::null()).stderr(log);
     c
@@ -568,6 +569,12 @@ fn rate_text(r: Option<u64>) -> String {
         format!("{} Gb/s", r as f64 / 1e9)
     })
 }
+
+/// Behind a rate the relays let packets leave up to this early in batches
+/// (`soya-wanem --slack-us`): one 4 KiB packet is due every 16 µs at
+/// 2 Gb/s, and releasing each on its own cost the relay a core of a 2-core
+/// machine.
+const RELAY_SLACK_US: u32 = 100;
 
 /// The gateways' `rate` of each WAN path: the emulated bottleneck when
 /// there is one (as an operator configures a leased circuit's rate), else

@@ -126,6 +126,15 @@ fn run_args() -> Vec<Arg> {
             .long("spin-us")
             .value_name("US")
             .help("Busy-wait the last US µs before a release (default 50); 0 = sleep only"),
+        Arg::new("slack-us")
+            .long("slack-us")
+            .value_name("US")
+            .help(
+                "Let a packet leave up to US µs early when others are leaving (default 0: each \
+                 on time). Behind a rate, packets are due a few µs apart and would each cost a \
+                 send and a wait; with slack they leave in batches, as after a NIC's interrupt \
+                 coalescing",
+            ),
     ]
 }
 
@@ -285,6 +294,7 @@ fn read_cli(m: &ArgMatches, udp: bool) -> Result<CliInput, String> {
         max_held: num(m, "max-held")?,
         max_datagram: num(m, "max-datagram")?,
         spin_us: num(m, "spin-us")?,
+        slack_us: num(m, "slack-us")?,
         no_realtime: m.get_flag("no-realtime"),
         no_offload: m.get_flag("no-offload"),
         json: m.get_flag("json"),

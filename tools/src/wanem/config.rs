@@ -55,6 +55,7 @@ pub struct FileConfig {
     pub max_held: Option<usize>,
     pub max_datagram: Option<usize>,
     pub spin_us: Option<f64>,
+    pub slack_us: Option<f64>,
     pub realtime: Option<bool>,
     pub offload: Option<bool>,
     pub profile: Option<ProfileSpec>,
@@ -90,6 +91,7 @@ pub struct CliInput {
     pub max_held: Option<usize>,
     pub max_datagram: Option<usize>,
     pub spin_us: Option<f64>,
+    pub slack_us: Option<f64>,
     pub no_realtime: bool,
     pub no_offload: bool,
     pub json: bool,
@@ -226,6 +228,12 @@ fn engine_options(file: &FileConfig, cli: &CliInput) -> Result<EngineOptions, St
     if let Some(s) = seconds(cli.spin_us.or(file.spin_us).map(|us| us / 1e6), "--spin-us")? {
         e.spin = s;
     }
+    if let Some(s) = seconds(
+        cli.slack_us.or(file.slack_us).map(|us| us / 1e6),
+        "--slack-us",
+    )? {
+        e.slack = s;
+    }
     Ok(e)
 }
 
@@ -360,4 +368,33 @@ pub fn build_tun(cli: &CliInput) -> Result<(LinkProfile, LinkProfile, RunConfig)
         json: cli.json,
     };
     Ok((layers.profile(None, true), layers.profile(None, false), run))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slack_comes_from_the_command_line_or_the_file_and_is_checked() {
+        let file = FileConfig::default();
+        let mut cli = CliInput::default();
+        assert_eq!(engine_options(&file, &cli).unwrap().slack, Duration::ZERO);
+        cli.slack_us = Some(100.0);
+        assert_eq!(
+            engine_options(&file, &cli).unwrap().slack,
+            Duration::from_micros(100)
+        );
+        let file = FileConfig {
+            slack_us: Some(20.0),
+            ..FileConfig::default()
+        };
+        cli.slack_us = None;
+        assert_eq!(
+            engine_options(&file, &cli).unwrap().slack,
+            Duration::from_micros(20)
+        );
+        cli.slack_us = Some(-1.0);
+        let e = engine_options(&file, &cli).unwrap_err();
+        assert!(e.contains("--slack-us"), "{e}");
+    }
 }
