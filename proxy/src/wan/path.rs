@@ -164,8 +164,11 @@ pub struct Path {
     pub acks: AckTracker,
     pub replay: ReplayWindow,
     pub pacer: Pacer,
-    /// Pacing burst allowance after idle (bytes).
+    /// Pacing burst allowance after idle (bytes): the floor.
     pub burst_bytes: u64,
+    /// ... or this much of the rate, up to `burst_cap` bytes.
+    pub burst_time: Duration,
+    pub burst_cap: u64,
     pub pto_count: u32,
     /// Last ACK that acknowledged something new on this path (or the time
     /// liveness tracking started).
@@ -201,6 +204,8 @@ impl Path {
             replay: ReplayWindow::default(),
             pacer: Pacer::default(),
             burst_bytes: 0,
+            burst_time: Duration::ZERO,
+            burst_cap: 0,
             pto_count: 0,
             last_ack_rx: now,
             ping_due: false,
@@ -240,6 +245,13 @@ impl Path {
         self.loss_ewma += (x - self.loss_ewma) / 256.0;
     }
 
+    /// Bytes the pacer lets a late sender catch up at `rate_bps`: the
+    /// floor in packets, or `burst_time` of the rate up to the cap.
+    pub fn burst_allowance(&self, rate_bps: u64) -> u64 {
+        let by_time = (u128::from(rate_bps) * self.burst_time.as_nanos() / 8_000_000_000) as u64;
+        self.burst_bytes.max(by_time.min(self.burst_cap))
+    }
+
     /// Room in the congestion window for a packet of `size` bytes.
     pub fn has_cwnd_room(&self, size: u64) -> bool {
         self.recovery.bytes_in_flight + size <= self.cc.cwnd()
@@ -264,6 +276,51 @@ mod tests {
             p.ready_at(Duration::from_micros(1)),
             now + Duration::from_micros(2)
         );
+    }
+
+    #[test]
+    fn a_late_sender_catches_up_a_millisecond_of_rate() {
+        let mut path = Path::new(
+            "p".into(),
+            1,
+            Duration::from_millis(3),
+            Box::new(crate::wan::cc::FixedRate::new(
+                1_000_000_000,
+                8952,
+                Duration::from_millis(3),
+                Time::ZERO,
+            )),
+            Time::ZERO,
+        );
+        path.burst_bytes = 4 * 8952;
+        path.burst_time = Duration::from_millis(1);
+        path.burst_cap = 64 * 8952;
+        // 1 Gb/s: a millisecond is 125,000 B (14 packets), above the floor.
+        assert_eq!(path.burst_allowance(1_000_000_000), 125_000);
+        // Slow: the floor; fast: the cap.
+        assert_eq!(path.burst_allowance(10_000_000), 4 * 8952);
+        assert_eq!(path.burst_allowance(100_000_000_000), 64 * 8952);
+        // A sender that woke 1 ms late at 1 Gb/s sends a millisecond's worth
+        // at once (14 packets of 71.6 µs), where an allowance of 4 packets
+        // sends 5 and loses the other 0.64 ms for good.
+        let mut p = Pacer::default();
+        let rate = 1_000_000_000;
+        let t0 = Time::from_millis(10);
+        p.on_send(t0, 8952, rate, path.burst_allowance(rate));
+        let late = t0 + Duration::from_millis(1) + tx_time(8952, rate);
+        let burst = path.burst_allowance(rate);
+        let now_count = (0..40)
+            .map(|_| p.on_send(late, 8952, rate, burst))
+            .take_while(|&t| t == late)
+            .count();
+        assert_eq!(now_count, 14, "packets sent at once after a 1 ms stall");
+        let mut q = Pacer::default();
+        q.on_send(t0, 8952, rate, 4 * 8952);
+        let old = (0..40)
+            .map(|_| q.on_send(late, 8952, rate, 4 * 8952))
+            .take_while(|&t| t == late)
+            .count();
+        assert_eq!(old, 5, "with the 4-packet floor alone");
     }
 
     #[test]
