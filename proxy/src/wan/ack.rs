@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::time::Time;
 
-use super::packet::{AckFrame, Frame, Writer, MAX_ACK_RANGES};
+use super::packet::{AckFrame, AckRanges, Frame, Writer, MAX_ACK_RANGES};
 
 /// ACK after this many ack-eliciting packets at the latest.
 pub const ACK_THRESHOLD: u32 = 2;
@@ -105,7 +105,10 @@ impl AckTracker {
         let delay_us = now.since(self.largest_time).as_micros() as u64;
         let mut n = self.ranges.len();
         while n > 0 {
-            let ranges: Vec<(u64, u64)> = self.ranges.iter().rev().take(n).copied().collect();
+            let mut ranges = AckRanges::new();
+            for &r in self.ranges.iter().rev().take(n) {
+                ranges.push(r);
+            }
             let f = Frame::Ack(AckFrame {
                 path,
                 delay_us,
@@ -151,9 +154,9 @@ mod tests {
         for pn in [0, 1, 2, 5, 4, 9] {
             t.on_packet(pn, Time::ZERO, true, d);
         }
-        assert_eq!(frame(&mut t).ranges, vec![(9, 9), (4, 5), (0, 2)]);
+        assert_eq!(*frame(&mut t).ranges, [(9, 9), (4, 5), (0, 2)]);
         t.on_packet(3, Time::ZERO, true, d);
-        assert_eq!(frame(&mut t).ranges, vec![(9, 9), (0, 5)]);
+        assert_eq!(*frame(&mut t).ranges, [(9, 9), (0, 5)]);
         t.on_packet(3, Time::ZERO, true, d); // duplicate: no change
         for k in 0..100 {
             t.on_packet(20 + 2 * k, Time::ZERO, true, d);

@@ -26,6 +26,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::idhash::IdMap;
+use crate::buffer::PacketPool;
 
 use super::msg::Encoded;
 use super::packet::{DataFrame, Frame, Writer};
@@ -301,7 +302,9 @@ impl SendFlows {
         }
     }
 
-    pub fn on_acked(&mut self, flow: u64, seq: u64, frag: u8) {
+    /// Fragment `frag` of message `seq` arrived. A message acknowledged in
+    /// full is released: its packet buffer goes to `pool`.
+    pub fn on_acked(&mut self, flow: u64, seq: u64, frag: u8, pool: &mut PacketPool) {
         let Some(f) = self.flows.get_mut(&flow) else {
             return;
         };
@@ -316,7 +319,9 @@ impl SendFlows {
             }
             self.buffered -= m.bytes.len() as u64;
             self.messages_acked += 1;
-            f.msgs.pop_front();
+            if let Some(m) = f.msgs.pop_front() {
+                pool.put(m.bytes.into_body());
+            }
             f.cursor = f.cursor.saturating_sub(1);
         }
     }
@@ -639,7 +644,7 @@ mod tests {
             receive(&mut r, p, &mut got);
             for f in frames {
                 if let SentFrame::Data { flow, seq, frag } = *f {
-                    s.on_acked(flow, seq, frag);
+                    s.on_acked(flow, seq, frag, &mut PacketPool::default());
                 }
             }
         }
@@ -657,7 +662,7 @@ mod tests {
         assert_eq!(got[2], (1, b"small".to_vec()));
         for f in frames {
             if let SentFrame::Data { flow, seq, frag } = f {
-                s.on_acked(flow, seq, frag);
+                s.on_acked(flow, seq, frag, &mut PacketPool::default());
             }
         }
         assert_eq!(s.buffered, 0);

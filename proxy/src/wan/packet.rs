@@ -187,7 +187,71 @@ pub struct AckFrame {
     pub delay_us: u64,
     /// Inclusive ranges `(smallest, largest)`, strictly descending and
     /// disjoint (non-adjacent); never empty.
-    pub ranges: Vec<(u64, u64)>,
+    pub ranges: AckRanges,
+}
+
+/// Up to [`MAX_ACK_RANGES`] ranges, stored inline: an ACK frame is built
+/// or parsed for nearly every packet, and a vector each time was an
+/// allocation per packet (see `buffer::pool` for why that matters).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct AckRanges {
+    len: u8,
+    r: [(u64, u64); MAX_ACK_RANGES],
+}
+
+impl AckRanges {
+    pub const fn new() -> AckRanges {
+        AckRanges {
+            len: 0,
+            r: [(0, 0); MAX_ACK_RANGES],
+        }
+    }
+
+    /// Appends a range; `false` (nothing appended) when full.
+    pub fn push(&mut self, range: (u64, u64)) -> bool {
+        let Some(slot) = self.r.get_mut(usize::from(self.len)) else {
+            return false;
+        };
+        *slot = range;
+        self.len += 1;
+        true
+    }
+
+    /// The first [`MAX_ACK_RANGES`] of `ranges`.
+    pub fn from_slice(ranges: &[(u64, u64)]) -> AckRanges {
+        let mut a = AckRanges::new();
+        for &r in ranges {
+            a.push(r);
+        }
+        a
+    }
+}
+
+impl Default for AckRanges {
+    fn default() -> AckRanges {
+        AckRanges::new()
+    }
+}
+
+impl std::ops::Deref for AckRanges {
+    type Target = [(u64, u64)];
+    fn deref(&self) -> &[(u64, u64)] {
+        &self.r[..usize::from(self.len)]
+    }
+}
+
+impl<'a> IntoIterator for &'a AckRanges {
+    type Item = &'a (u64, u64);
+    type IntoIter = std::slice::Iter<'a, (u64, u64)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl std::fmt::Debug for AckRanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
 }
 
 impl AckFrame {
@@ -243,6 +307,10 @@ pub struct DatagramFrame<'a> {
     pub bytes: &'a [u8],
 }
 
+// An ACK's ranges are inline (`AckRanges`, 520 bytes): frames live one at a
+// time on the stack while a packet is parsed or built, never in bulk, and
+// boxing them would put an allocation back on every packet.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame<'a> {
     Ping,
@@ -333,18 +401,58 @@ impl Frame<'_> {
     }
 }
 
-/// Parses a whole decrypted payload. All or nothing: a single malformed frame
-/// rejects the packet, so a half-understood packet never changes any state.
-/// PADDING bytes are skipped.
-pub fn parse_frames(payload: &[u8]) -> Option<Vec<Frame<'_>>> {
+/// Checks a whole decrypted payload. All or nothing: a single malformed
+/// frame rejects the packet, so a half-understood packet never changes any
+/// state. Returns its frames (parsed again as they are taken: cheaper than
+/// collecting them into a vector for every packet) and whether any of them
+/// is ack-eliciting. PADDING bytes are skipped.
+pub fn check_frames(payload: &[u8]) -> Option<(Frames<'_>, bool)> {
     let mut r = Reader::new(payload);
-    let mut out = Vec::new();
-    while !r.is_empty() {
+    let mut eliciting = false;
+    while let Some(f) = next_frame(&mut r)? {
+        eliciting |= f.ack_eliciting();
+    }
+    Some((
+        Frames {
+            r: Reader::new(payload),
+        },
+        eliciting,
+    ))
+}
+
+/// The frames of a payload [`check_frames`] accepted.
+pub struct Frames<'a> {
+    r: Reader<'a>,
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = Frame<'a>;
+    fn next(&mut self) -> Option<Frame<'a>> {
+        next_frame(&mut self.r).flatten()
+    }
+}
+
+/// [`check_frames`], collected (tests).
+#[cfg(test)]
+pub fn parse_frames(payload: &[u8]) -> Option<Vec<Frame<'_>>> {
+    Some(check_frames(payload)?.0.collect())
+}
+
+/// The next frame: `Some(None)` at the end of the payload, `None` if
+/// malformed.
+fn next_frame<'a>(r: &mut Reader<'a>) -> Option<Option<Frame<'a>>> {
+    loop {
+        if r.is_empty() {
+            return Some(None);
+        }
+        if r.peek() == Some(T_PADDING) {
+            r.u8();
+            continue;
+        }
         let t = r.u8()?;
         let f = match t {
-            T_PADDING => continue,
             T_PING => Frame::Ping,
-            T_ACK => Frame::Ack(parse_ack(&mut r)?),
+            T_ACK => Frame::Ack(parse_ack(r)?),
             T_DATA => {
                 let flow = r.u64()?;
                 let seq = r.varint()?;
@@ -402,9 +510,8 @@ pub fn parse_frames(payload: &[u8]) -> Option<Vec<Frame<'_>>> {
             }
             _ => return None,
         };
-        out.push(f);
+        return Some(Some(f));
     }
-    Some(out)
 }
 
 fn parse_ack(r: &mut Reader<'_>) -> Option<AckFrame> {
@@ -417,7 +524,7 @@ fn parse_ack(r: &mut Reader<'_>) -> Option<AckFrame> {
     }
     let first = r.varint()?;
     let mut lo = largest.checked_sub(first)?;
-    let mut ranges = Vec::with_capacity(extra + 1);
+    let mut ranges = AckRanges::new();
     ranges.push((lo, largest));
     for _ in 0..extra {
         let gap = r.varint()?;
@@ -445,6 +552,10 @@ impl<'a> Reader<'a> {
     pub fn new(b: &'a [u8]) -> Reader<'a> {
         Reader { b }
     }
+    pub fn peek(&self) -> Option<u8> {
+        self.b.first().copied()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.b.is_empty()
     }
@@ -569,7 +680,7 @@ mod tests {
         roundtrip(Frame::Ack(AckFrame {
             path: 3,
             delay_us: 250,
-            ranges: vec![(90, 100), (50, 80), (0, 0)],
+            ranges: AckRanges::from_slice(&[(90, 100), (50, 80), (0, 0)]),
         }));
         roundtrip(Frame::Data(DataFrame {
             flow: u64::MAX,
