@@ -4,6 +4,8 @@
 //! transport, `poll_transmit` / `handle_datagram_in_place` for the WAN,
 //! timers when due), carry 4 KiB RDMA WRITEs from a requester at site A to
 //! a responder at site B; the responder's ACKs go back as `Delivered`.
+//! Beside them, a small non-RoCE UDP packet every 16 WRITEs travels as a WAN
+//! datagram.
 //!
 //! After a warm-up (the flow learned, the session up, queues and pools at
 //! their working size), a counting global allocator (this test binary only)
@@ -21,8 +23,8 @@ use soya::gateway::glue::{self, DcPort, Pending};
 use soya::gateway::snapshot::{DcCounters, TwinCounters};
 use soya::qp::{EngineConfig, QpEngine};
 use soya::roce::{
-    Aeth, Bth, ExtHeaders, Headers, IpHeader, OpKind, Opcode, Psn, Reth, RocePacket, RoceRepr,
-    Syndrome,
+    is_roce, Aeth, Bth, ExtHeaders, Headers, IpHeader, OpKind, Opcode, Psn, Reth, RocePacket,
+    RoceRepr, Syndrome,
 };
 use soya::time::Time;
 use soya::wan::{CcKind, PathConfig, WanConfig, WanConnection};
@@ -129,6 +131,21 @@ impl Requester {
     }
 }
 
+/// A 64-byte UDP datagram (not RoCE) from the requester's host to the
+/// responder's, into `buf`; its length.
+fn other_udp(buf: &mut [u8]) -> usize {
+    const PAYLOAD_LEN: usize = 64;
+    let ip = IpHeader::v4(REQUESTER, RESPONDER);
+    let (h, udp) = (ip.len(), 8 + PAYLOAD_LEN);
+    ip.emit(udp, buf).unwrap();
+    buf[h..h + 2].copy_from_slice(&5000u16.to_be_bytes());
+    buf[h + 2..h + 4].copy_from_slice(&9999u16.to_be_bytes());
+    buf[h + 4..h + 6].copy_from_slice(&(udp as u16).to_be_bytes());
+    buf[h + 6..h + 8].fill(0);
+    buf[h + 8..h + udp].fill(0x77);
+    h + udp
+}
+
 /// The DC side at site A: what the gateway sends the requester.
 impl DcPort for Requester {
     fn send(&mut self, packet: &[u8]) {
@@ -161,10 +178,17 @@ struct Responder {
     /// during it). Its capacity is kept between rounds.
     owed: Vec<(u32, u32)>,
     received: u64,
+    /// Non-RoCE packets received.
+    datagrams: u64,
 }
 
 impl DcPort for Responder {
     fn send(&mut self, packet: &[u8]) {
+        if !is_roce(packet) {
+            assert_eq!(packet.len(), 20 + 8 + 64);
+            self.datagrams += 1;
+            return;
+        }
         let p = RocePacket::parse_verified(packet).expect("valid packet to the responder");
         assert!(p.info.is_request());
         let n = p.psn().value().wrapping_sub(FIRST_PSN) & 0xFF_FFFF;
@@ -362,6 +386,17 @@ impl World {
                     &self.pkt[..n],
                 );
                 burst += 1;
+                if self.req.sent % 16 == 0 {
+                    let n = other_udp(&mut self.pkt);
+                    glue::accept(
+                        &mut self.a.dcc,
+                        &mut self.a.engine,
+                        false,
+                        false,
+                        self.now,
+                        &self.pkt[..n],
+                    );
+                }
             }
             self.settle();
             self.now += ROUND;
@@ -411,6 +446,7 @@ fn steady_state(max_datagram: usize) {
     // with nothing lost or retransmitted anywhere.
     let total = u64::from(WARM_UP + MEASURED);
     assert_eq!(w.rsp.received, total);
+    assert_eq!(w.rsp.datagrams, total / 16, "every datagram arrived");
     assert_eq!(w.req.acked, WARM_UP + MEASURED);
     let ing = w.a.engine.ingress_halves().next().unwrap();
     assert_eq!(ing.mode, soya::qp::ingress::Mode::Accelerated);

@@ -802,7 +802,7 @@ impl WanConnection {
             }
             Frame::Credit { flow, max_offset } => self.send.on_credit(flow, max_offset),
             Frame::Datagram(d) => {
-                if let Some(dg) = self.drecv.on_frame(&d) {
+                if let Some(dg) = self.drecv.on_frame(&d, &mut self.pool) {
                     self.counters.datagrams_received += 1;
                     self.push_event(Event::Datagram(dg));
                 }
@@ -1171,7 +1171,12 @@ impl WanConnection {
         with_data: bool,
         buf: &mut [u8],
     ) -> Option<Transmit> {
-        let (send, recv, dsend) = (&mut self.send, &mut self.recv, &mut self.dsend);
+        let (send, recv, dsend, pool) = (
+            &mut self.send,
+            &mut self.recv,
+            &mut self.dsend,
+            &mut self.pool,
+        );
         let path = &mut self.paths[i];
         let mut retransmission = false;
         let t = Self::seal_packet_on(
@@ -1209,7 +1214,7 @@ impl WanConnection {
                     let before = sent.len();
                     send.write_retransmissions(w, sent);
                     retransmission = sent.len() > before;
-                    eliciting |= dsend.write(w);
+                    eliciting |= dsend.write(w, pool);
                     send.write_new(w, sent);
                 } else {
                     recv.write_credits(w, sent);
