@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::time::Time;
 
-use super::packet::{AckFrame, AckRanges, Frame, Writer, MAX_ACK_RANGES};
+use super::packet::{AckFrame, AckRanges, Writer, MAX_ACK_RANGES};
 
 /// ACK after this many ack-eliciting packets at the latest.
 pub const ACK_THRESHOLD: u32 = 2;
@@ -109,11 +109,11 @@ impl AckTracker {
             for &r in self.ranges.iter().rev().take(n) {
                 ranges.push(r);
             }
-            let f = Frame::Ack(AckFrame {
+            let f = AckFrame {
                 path,
                 delay_us,
                 ranges,
-            });
+            };
             if f.encode(w) {
                 self.dirty = false;
                 self.immediate = false;
@@ -134,7 +134,7 @@ impl AckTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wan::packet::parse_frames;
+    use crate::wan::packet::{parse_frames, Frame};
 
     fn frame(t: &mut AckTracker) -> AckFrame {
         let mut buf = [0u8; 1024];
@@ -142,7 +142,7 @@ mod tests {
         assert!(t.write(0, Time::ZERO, &mut w));
         let n = w.len();
         match parse_frames(&buf[..n]).unwrap().pop() {
-            Some(Frame::Ack(a)) => a,
+            Some(Frame::Ack(a)) => a.decode().unwrap(),
             other => panic!("{other:?}"),
         }
     }

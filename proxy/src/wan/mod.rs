@@ -773,7 +773,10 @@ impl WanConnection {
     fn on_frame(&mut self, now: Time, f: Frame<'_>) {
         match f {
             Frame::Ping => {}
-            Frame::Ack(a) => self.on_ack_frame(now, &a),
+            Frame::Ack(a) => match a.decode() {
+                Some(a) => self.on_ack_frame(now, &a),
+                None => self.counters.protocol_violations += 1,
+            },
             Frame::Data(d) => {
                 let (events, counters, pool) =
                     (&mut self.events, &mut self.counters, &mut self.pool);

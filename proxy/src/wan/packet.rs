@@ -258,6 +258,58 @@ impl AckFrame {
     pub fn largest(&self) -> u64 {
         self.ranges.first().map_or(0, |r| r.1)
     }
+
+    /// Appends the frame to `w`; `false` (and `w` unchanged) if it does not
+    /// fit or its ranges are not strictly descending and disjoint.
+    pub fn encode(&self, w: &mut Writer<'_>) -> bool {
+        let mark = w.len();
+        let ok = self.encode_inner(w);
+        if !ok {
+            w.truncate(mark);
+        }
+        ok
+    }
+
+    fn encode_inner(&self, w: &mut Writer<'_>) -> bool {
+        let Some(&(lo0, hi0)) = self.ranges.first() else {
+            return false;
+        };
+        if lo0 > hi0 {
+            return false;
+        }
+        let mut ok = w.u8(T_ACK)
+            && w.u8(self.path)
+            && w.varint(hi0)
+            && w.varint(self.delay_us.min(MAX_VARINT))
+            && w.varint((self.ranges.len() - 1) as u64)
+            && w.varint(hi0 - lo0);
+        let mut prev_lo = lo0;
+        for &(lo, hi) in &self.ranges[1..] {
+            // gap: packets strictly between this range and the previous
+            // one, minus one (a zero gap still means one missing packet).
+            let Some(gap) = prev_lo.checked_sub(hi).and_then(|g| g.checked_sub(2)) else {
+                return false;
+            };
+            ok = ok && lo <= hi && w.varint(gap) && w.varint(hi - lo);
+            prev_lo = lo;
+        }
+        ok
+    }
+}
+
+/// An ACK frame as it lies in a received packet (its body, after the type
+/// byte), checked when the packet was: decoded into an [`AckFrame`] only
+/// when it is processed. A [`Frame`] is moved around for every frame of
+/// every packet; holding the ranges inline would make each move copy half
+/// a kilobyte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AckRef<'a>(&'a [u8]);
+
+impl AckRef<'_> {
+    /// The frame (`None` only for bytes that were never checked).
+    pub fn decode(&self) -> Option<AckFrame> {
+        parse_ack(&mut Reader::new(self.0))
+    }
 }
 
 /// A piece (or all) of one reliable message of one flow.
@@ -307,14 +359,11 @@ pub struct DatagramFrame<'a> {
     pub bytes: &'a [u8],
 }
 
-// An ACK's ranges are inline (`AckRanges`, 520 bytes): frames live one at a
-// time on the stack while a packet is parsed or built, never in bulk, and
-// boxing them would put an allocation back on every packet.
-#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame<'a> {
     Ping,
-    Ack(AckFrame),
+    /// Built with [`AckFrame::encode`]; received as its bytes.
+    Ack(AckRef<'a>),
     Data(DataFrame<'a>),
     /// The sender of this frame lets its peer send flow bytes up to
     /// `max_offset` (exclusive) on `flow`.
@@ -356,31 +405,7 @@ impl Frame<'_> {
     fn encode_inner(&self, w: &mut Writer<'_>) -> bool {
         match self {
             Frame::Ping => w.u8(T_PING),
-            Frame::Ack(a) => {
-                let Some(&(lo0, hi0)) = a.ranges.first() else {
-                    return false;
-                };
-                if lo0 > hi0 {
-                    return false;
-                }
-                let mut ok = w.u8(T_ACK)
-                    && w.u8(a.path)
-                    && w.varint(hi0)
-                    && w.varint(a.delay_us.min(MAX_VARINT))
-                    && w.varint((a.ranges.len() - 1) as u64)
-                    && w.varint(hi0 - lo0);
-                let mut prev_lo = lo0;
-                for &(lo, hi) in &a.ranges[1..] {
-                    // gap: packets strictly between this range and the previous
-                    // one, minus one (a zero gap still means one missing packet).
-                    let Some(gap) = prev_lo.checked_sub(hi).and_then(|g| g.checked_sub(2)) else {
-                        return false;
-                    };
-                    ok = ok && lo <= hi && w.varint(gap) && w.varint(hi - lo);
-                    prev_lo = lo;
-                }
-                ok
-            }
+            Frame::Ack(a) => w.u8(T_ACK) && w.bytes(a.0),
             Frame::Data(d) => d.encode_with_tail(&[], w),
             Frame::Credit { flow, max_offset } => {
                 w.u8(T_CREDIT) && w.u64(*flow) && w.varint(*max_offset)
@@ -452,7 +477,11 @@ fn next_frame<'a>(r: &mut Reader<'a>) -> Option<Option<Frame<'a>>> {
         let t = r.u8()?;
         let f = match t {
             T_PING => Frame::Ping,
-            T_ACK => Frame::Ack(parse_ack(r)?),
+            T_ACK => {
+                let body = r.remaining();
+                parse_ack(r)?;
+                Frame::Ack(AckRef(&body[..body.len() - r.remaining().len()]))
+            }
             T_DATA => {
                 let flow = r.u64()?;
                 let seq = r.varint()?;
@@ -552,6 +581,11 @@ impl<'a> Reader<'a> {
     pub fn new(b: &'a [u8]) -> Reader<'a> {
         Reader { b }
     }
+    /// What is left to read, without consuming it.
+    pub fn remaining(&self) -> &'a [u8] {
+        self.b
+    }
+
     pub fn peek(&self) -> Option<u8> {
         self.b.first().copied()
     }
@@ -677,11 +711,22 @@ mod tests {
     #[test]
     fn frames_round_trip() {
         roundtrip(Frame::Ping);
-        roundtrip(Frame::Ack(AckFrame {
+        let ack = AckFrame {
             path: 3,
             delay_us: 250,
             ranges: AckRanges::from_slice(&[(90, 100), (50, 80), (0, 0)]),
-        }));
+        };
+        let mut buf = [0u8; 64];
+        let mut w = Writer::new(&mut buf);
+        assert!(ack.encode(&mut w));
+        let n = w.len();
+        match parse_frames(&buf[..n]).expect("parses")[..] {
+            [Frame::Ack(a)] => {
+                assert_eq!(a.decode(), Some(ack));
+                roundtrip(Frame::Ack(a));
+            }
+            ref other => panic!("{other:?}"),
+        }
         roundtrip(Frame::Data(DataFrame {
             flow: u64::MAX,
             seq: 7,
