@@ -773,10 +773,7 @@ impl WanConnection {
     fn on_frame(&mut self, now: Time, f: Frame<'_>) {
         match f {
             Frame::Ping => {}
-            Frame::Ack(a) => match a.decode() {
-                Some(a) => self.on_ack_frame(now, &a),
-                None => self.counters.protocol_violations += 1,
-            },
+            Frame::Ack(a) => self.on_ack_frame(now, &a),
             Frame::Data(d) => {
                 let (events, counters, pool) =
                     (&mut self.events, &mut self.counters, &mut self.pool);
@@ -817,7 +814,7 @@ impl WanConnection {
         }
     }
 
-    fn on_ack_frame(&mut self, now: Time, a: &packet::AckFrame) {
+    fn on_ack_frame(&mut self, now: Time, a: &packet::AckFrame<'_>) {
         let i = usize::from(a.path);
         let max_ack_delay = self.tuning.max_ack_delay;
         let Some(p) = self.paths.get_mut(i) else {

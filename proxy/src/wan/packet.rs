@@ -178,138 +178,127 @@ impl Hello {
     }
 }
 
-/// An ACK frame: which packets of one path's number space arrived.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AckFrame {
+/// An ACK frame as received: which packets of one path's number space
+/// arrived. A view of the frame's bytes (checked when the packet was
+/// parsed), whose ranges are decoded as they are iterated: no vector, and
+/// nothing larger than a few words to move around, for a frame that comes
+/// with nearly every packet. Built with [`encode_ack`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AckFrame<'a> {
     /// Path whose packet numbers are acknowledged.
     pub path: u8,
     /// Time the receiver held the largest packet before acknowledging (µs).
     pub delay_us: u64,
+    largest: u64,
+    /// Ranges after the first.
+    extra: usize,
+    /// The first range's length, then (gap, length) per extra range.
+    body: &'a [u8],
+}
+
+impl<'a> AckFrame<'a> {
+    pub fn largest(&self) -> u64 {
+        self.largest
+    }
+
     /// Inclusive ranges `(smallest, largest)`, strictly descending and
     /// disjoint (non-adjacent); never empty.
-    pub ranges: AckRanges,
-}
-
-/// Up to [`MAX_ACK_RANGES`] ranges, stored inline: an ACK frame is built
-/// or parsed for nearly every packet, and a vector each time was an
-/// allocation per packet (see `buffer::pool` for why that matters).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct AckRanges {
-    len: u8,
-    r: [(u64, u64); MAX_ACK_RANGES],
-}
-
-impl AckRanges {
-    pub const fn new() -> AckRanges {
+    pub fn ranges(&self) -> AckRanges<'a> {
         AckRanges {
-            len: 0,
-            r: [(0, 0); MAX_ACK_RANGES],
+            r: Reader::new(self.body),
+            hi: Some(self.largest),
+            left: self.extra + 1,
+            lo: 0,
         }
     }
+}
 
-    /// Appends a range; `false` (nothing appended) when full.
-    pub fn push(&mut self, range: (u64, u64)) -> bool {
-        let Some(slot) = self.r.get_mut(usize::from(self.len)) else {
+/// The ranges of an [`AckFrame`], decoded one by one.
+pub struct AckRanges<'a> {
+    r: Reader<'a>,
+    /// The next range's largest packet number (`None` before a gap is read).
+    hi: Option<u64>,
+    left: usize,
+    lo: u64,
+}
+
+impl Iterator for AckRanges<'_> {
+    type Item = (u64, u64);
+    fn next(&mut self) -> Option<(u64, u64)> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let hi = match self.hi.take() {
+            Some(hi) => hi,
+            None => {
+                let gap = self.r.varint()?;
+                self.lo.checked_sub(gap)?.checked_sub(2)?
+            }
+        };
+        let len = self.r.varint()?;
+        self.lo = hi.checked_sub(len)?;
+        Some((self.lo, hi))
+    }
+
+    /// Exact: the frame was checked when parsed.
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for AckRanges<'_> {}
+
+/// Appends an ACK frame for `path` with `ranges` (strictly descending,
+/// disjoint, at most [`MAX_ACK_RANGES`]) to `w`; `false` (and `w`
+/// unchanged) if it does not fit or the ranges are not like that.
+pub fn encode_ack(
+    w: &mut Writer<'_>,
+    path: u8,
+    delay_us: u64,
+    ranges: impl ExactSizeIterator<Item = (u64, u64)>,
+) -> bool {
+    let mark = w.len();
+    let ok = encode_ack_inner(w, path, delay_us, ranges);
+    if !ok {
+        w.truncate(mark);
+    }
+    ok
+}
+
+fn encode_ack_inner(
+    w: &mut Writer<'_>,
+    path: u8,
+    delay_us: u64,
+    mut ranges: impl ExactSizeIterator<Item = (u64, u64)>,
+) -> bool {
+    let n = ranges.len();
+    if n == 0 || n > MAX_ACK_RANGES {
+        return false;
+    }
+    let Some((lo0, hi0)) = ranges.next() else {
+        return false;
+    };
+    if lo0 > hi0 {
+        return false;
+    }
+    let mut ok = w.u8(T_ACK)
+        && w.u8(path)
+        && w.varint(hi0)
+        && w.varint(delay_us.min(MAX_VARINT))
+        && w.varint((n - 1) as u64)
+        && w.varint(hi0 - lo0);
+    let mut prev_lo = lo0;
+    for (lo, hi) in ranges {
+        // gap: packets strictly between this range and the previous
+        // one, minus one (a zero gap still means one missing packet).
+        let Some(gap) = prev_lo.checked_sub(hi).and_then(|g| g.checked_sub(2)) else {
             return false;
         };
-        *slot = range;
-        self.len += 1;
-        true
+        ok = ok && lo <= hi && w.varint(gap) && w.varint(hi - lo);
+        prev_lo = lo;
     }
-
-    /// The first [`MAX_ACK_RANGES`] of `ranges`.
-    pub fn from_slice(ranges: &[(u64, u64)]) -> AckRanges {
-        let mut a = AckRanges::new();
-        for &r in ranges {
-            a.push(r);
-        }
-        a
-    }
-}
-
-impl Default for AckRanges {
-    fn default() -> AckRanges {
-        AckRanges::new()
-    }
-}
-
-impl std::ops::Deref for AckRanges {
-    type Target = [(u64, u64)];
-    fn deref(&self) -> &[(u64, u64)] {
-        &self.r[..usize::from(self.len)]
-    }
-}
-
-impl<'a> IntoIterator for &'a AckRanges {
-    type Item = &'a (u64, u64);
-    type IntoIter = std::slice::Iter<'a, (u64, u64)>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.iter()
-    }
-}
-
-impl std::fmt::Debug for AckRanges {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.iter()).finish()
-    }
-}
-
-impl AckFrame {
-    pub fn largest(&self) -> u64 {
-        self.ranges.first().map_or(0, |r| r.1)
-    }
-
-    /// Appends the frame to `w`; `false` (and `w` unchanged) if it does not
-    /// fit or its ranges are not strictly descending and disjoint.
-    pub fn encode(&self, w: &mut Writer<'_>) -> bool {
-        let mark = w.len();
-        let ok = self.encode_inner(w);
-        if !ok {
-            w.truncate(mark);
-        }
-        ok
-    }
-
-    fn encode_inner(&self, w: &mut Writer<'_>) -> bool {
-        let Some(&(lo0, hi0)) = self.ranges.first() else {
-            return false;
-        };
-        if lo0 > hi0 {
-            return false;
-        }
-        let mut ok = w.u8(T_ACK)
-            && w.u8(self.path)
-            && w.varint(hi0)
-            && w.varint(self.delay_us.min(MAX_VARINT))
-            && w.varint((self.ranges.len() - 1) as u64)
-            && w.varint(hi0 - lo0);
-        let mut prev_lo = lo0;
-        for &(lo, hi) in &self.ranges[1..] {
-            // gap: packets strictly between this range and the previous
-            // one, minus one (a zero gap still means one missing packet).
-            let Some(gap) = prev_lo.checked_sub(hi).and_then(|g| g.checked_sub(2)) else {
-                return false;
-            };
-            ok = ok && lo <= hi && w.varint(gap) && w.varint(hi - lo);
-            prev_lo = lo;
-        }
-        ok
-    }
-}
-
-/// An ACK frame as it lies in a received packet (its body, after the type
-/// byte), checked when the packet was: decoded into an [`AckFrame`] only
-/// when it is processed. A [`Frame`] is moved around for every frame of
-/// every packet; holding the ranges inline would make each move copy half
-/// a kilobyte.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AckRef<'a>(&'a [u8]);
-
-impl AckRef<'_> {
-    /// The frame (`None` only for bytes that were never checked).
-    pub fn decode(&self) -> Option<AckFrame> {
-        parse_ack(&mut Reader::new(self.0))
-    }
+    ok
 }
 
 /// A piece (or all) of one reliable message of one flow.
@@ -362,8 +351,8 @@ pub struct DatagramFrame<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame<'a> {
     Ping,
-    /// Built with [`AckFrame::encode`]; received as its bytes.
-    Ack(AckRef<'a>),
+    /// Received only (built with [`encode_ack`]).
+    Ack(AckFrame<'a>),
     Data(DataFrame<'a>),
     /// The sender of this frame lets its peer send flow bytes up to
     /// `max_offset` (exclusive) on `flow`.
@@ -405,7 +394,7 @@ impl Frame<'_> {
     fn encode_inner(&self, w: &mut Writer<'_>) -> bool {
         match self {
             Frame::Ping => w.u8(T_PING),
-            Frame::Ack(a) => w.u8(T_ACK) && w.bytes(a.0),
+            Frame::Ack(a) => encode_ack(w, a.path, a.delay_us, a.ranges()),
             Frame::Data(d) => d.encode_with_tail(&[], w),
             Frame::Credit { flow, max_offset } => {
                 w.u8(T_CREDIT) && w.u64(*flow) && w.varint(*max_offset)
@@ -477,11 +466,7 @@ fn next_frame<'a>(r: &mut Reader<'a>) -> Option<Option<Frame<'a>>> {
         let t = r.u8()?;
         let f = match t {
             T_PING => Frame::Ping,
-            T_ACK => {
-                let body = r.remaining();
-                parse_ack(r)?;
-                Frame::Ack(AckRef(&body[..body.len() - r.remaining().len()]))
-            }
+            T_ACK => Frame::Ack(parse_ack(r)?),
             T_DATA => {
                 let flow = r.u64()?;
                 let seq = r.varint()?;
@@ -543,7 +528,7 @@ fn next_frame<'a>(r: &mut Reader<'a>) -> Option<Option<Frame<'a>>> {
     }
 }
 
-fn parse_ack(r: &mut Reader<'_>) -> Option<AckFrame> {
+fn parse_ack<'a>(r: &mut Reader<'a>) -> Option<AckFrame<'a>> {
     let path = r.u8()?;
     let largest = r.varint()?;
     let delay_us = r.varint()?;
@@ -551,21 +536,22 @@ fn parse_ack(r: &mut Reader<'_>) -> Option<AckFrame> {
     if extra >= MAX_ACK_RANGES || largest > MAX_PN {
         return None;
     }
-    let first = r.varint()?;
-    let mut lo = largest.checked_sub(first)?;
-    let mut ranges = AckRanges::new();
-    ranges.push((lo, largest));
+    let body = r.remaining();
+    // Every range is decoded once here, so that iterating them later
+    // cannot fail.
+    let mut lo = largest.checked_sub(r.varint()?)?;
     for _ in 0..extra {
         let gap = r.varint()?;
         let len = r.varint()?;
         let hi = lo.checked_sub(gap)?.checked_sub(2)?;
         lo = hi.checked_sub(len)?;
-        ranges.push((lo, hi));
     }
     Some(AckFrame {
         path,
         delay_us,
-        ranges,
+        largest,
+        extra,
+        body: &body[..body.len() - r.remaining().len()],
     })
 }
 
@@ -711,18 +697,15 @@ mod tests {
     #[test]
     fn frames_round_trip() {
         roundtrip(Frame::Ping);
-        let ack = AckFrame {
-            path: 3,
-            delay_us: 250,
-            ranges: AckRanges::from_slice(&[(90, 100), (50, 80), (0, 0)]),
-        };
+        let ranges = [(90, 100), (50, 80), (0, 0)];
         let mut buf = [0u8; 64];
         let mut w = Writer::new(&mut buf);
-        assert!(ack.encode(&mut w));
+        assert!(encode_ack(&mut w, 3, 250, ranges.into_iter()));
         let n = w.len();
         match parse_frames(&buf[..n]).expect("parses")[..] {
             [Frame::Ack(a)] => {
-                assert_eq!(a.decode(), Some(ack));
+                assert_eq!((a.path, a.delay_us, a.largest()), (3, 250, 100));
+                assert_eq!(a.ranges().collect::<Vec<_>>(), ranges);
                 roundtrip(Frame::Ack(a));
             }
             ref other => panic!("{other:?}"),

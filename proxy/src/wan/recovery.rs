@@ -236,7 +236,7 @@ impl Recovery {
     pub fn on_ack(
         &mut self,
         now: Time,
-        ack: &AckFrame,
+        ack: &AckFrame<'_>,
         rtt: &mut RttEstimator,
         max_ack_delay: Duration,
         acked: Vec<SentPacket>,
@@ -252,7 +252,7 @@ impl Recovery {
         };
         let mut newest: Option<RateState> = None;
         let mut largest_newly_acked = None;
-        for &(lo, hi) in &ack.ranges {
+        for (lo, hi) in ack.ranges() {
             // Clamp to what is still tracked: the loop is bounded by the
             // queue length whatever the peer claims.
             let lo = lo.max(self.base);
@@ -308,7 +308,7 @@ impl Recovery {
     }
 
     /// Acknowledged packets that were declared lost: widen the thresholds.
-    fn detect_spurious(&mut self, now: Time, ack: &AckFrame) {
+    fn detect_spurious(&mut self, now: Time, ack: &AckFrame<'_>) {
         if self
             .last_spurious
             .is_some_and(|t| now.since(t) > REORDER_MEMORY)
@@ -317,7 +317,7 @@ impl Recovery {
             self.reorder_eighths = 1;
             self.last_spurious = None;
         }
-        for &(lo, hi) in &ack.ranges {
+        for (lo, hi) in ack.ranges() {
             let start = self.recently_lost.partition_point(|&(pn, _)| pn < lo);
             let end = self.recently_lost.partition_point(|&(pn, _)| pn <= hi);
             if start >= end {
