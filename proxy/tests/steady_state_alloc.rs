@@ -317,7 +317,6 @@ impl World {
             wire: vec![0; 65_536],
             pkt: vec![0; 8192],
         };
-        w.rsp.expected = 0;
         w.rsp.owed.reserve(1024);
         // The handshake (HELLOs are retried every 10 ms).
         for _ in 0..500 {
@@ -452,7 +451,6 @@ fn steady_state(max_datagram: usize) {
     assert_eq!(ing.mode, soya::qp::ingress::Mode::Accelerated);
     assert!(ing.stats.pseudo_acks > 0, "{:?}", ing.stats);
     let eg = w.b.engine.egress_halves().next().unwrap();
-
     assert_eq!(
         eg.stats.retransmitted + eg.stats.timeouts,
         0,
