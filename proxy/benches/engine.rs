@@ -13,8 +13,9 @@
 //!   forwarder must do;
 //! - `ingress`: a learned, accelerated half at the requester's site taking
 //!   in-order packets (accept, buffer, forward to the twin, pseudo-ACK every
-//!   16), outputs drained; the twin reports `Delivered` every 1024 packets
-//!   so the buffer stays in a steady state;
+//!   16), outputs drained (their buffers recycled, as the device loop does);
+//!   the twin reports `Delivered` every 1024 packets so the buffer stays in
+//!   a steady state;
 //! - `egress`: the twin's reliable requests re-injected toward the responder,
 //!   whose ACK (one per 64 packets) is absorbed and reported delivered;
 //! - `wan_msg`: the WAN codec of one such `Request` (encode, decode);
@@ -36,7 +37,7 @@ use criterion::{criterion_group, BatchSize, Criterion, Throughput};
 use soya::qp::egress::Reinjector;
 use soya::qp::ingress::{Mode, PseudoAcker};
 use soya::qp::twin::Carry;
-use soya::qp::{EngineConfig, HalfKey, QpEngine, TwinMsg};
+use soya::qp::{EngineConfig, HalfKey, Output, QpEngine, TwinMsg};
 use soya::roce::{
     Aeth, Bth, ExtHeaders, Headers, IpHeader, Opcode, Psn, Reth, RocePacket, RoceRepr, Syndrome,
 };
@@ -177,9 +178,18 @@ fn ack(requester: Ipv4Addr, psn: u32, msn: u32) -> Vec<u8> {
     .unwrap()
 }
 
+/// Takes every output, and gives its packet buffer back to the engine's
+/// pool as the device loop does once it is sent (a `Request`'s comes back
+/// through the transport's pool; here directly).
 fn drain(e: &mut QpEngine) {
     while let Some(o) = e.poll_output() {
-        black_box(o);
+        match black_box(o) {
+            Output::Dc(packet)
+            | Output::Twin(TwinMsg::Request { packet, .. })
+            | Output::Twin(TwinMsg::Response { packet })
+            | Output::Twin(TwinMsg::Datagram { packet }) => e.recycle(packet),
+            Output::Twin(_) => {}
+        }
     }
 }
 
@@ -479,7 +489,11 @@ impl WanPair {
                 if to == 1 && matches!(ev, Event::Message(_)) {
                     self.delivered += 1;
                 }
-                black_box(ev);
+                // The packet's buffer back to the pool, as the engine does
+                // once it copied it.
+                if let Event::Message(TwinMsg::Request { packet, .. }) = black_box(ev) {
+                    rx.recycle(packet);
+                }
             }
         }
         for c in [&mut self.a, &mut self.b] {

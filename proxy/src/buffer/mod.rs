@@ -3,9 +3,14 @@
 //! A preallocated [`slab::PacketSlab`] of fixed-size slots addressed by small
 //! handles (no allocation per packet), with per-flow and per-site quotas
 //! ([`DeepBuffer`]). Occupancy and high-water marks are kept for export.
+//!
+//! Packets in transit between stages (not held) live in recycled vectors:
+//! [`pool::PacketPool`].
 
+pub mod pool;
 pub mod slab;
 
+pub use pool::{PacketPool, PoolStats};
 pub use slab::{PacketSlab, SlotHandle};
 
 use std::collections::HashMap;

@@ -5,23 +5,28 @@
 //! earliest timer (engine, transport, a paced packet), read a batch from
 //! every ready socket, fire due timers, then *pump* (transport events into
 //! the engine, engine outputs to the DC side and the transport, waiting
-//! messages into the transport) until nothing moves, and transmit what the
-//! transport releases. Packets are still allocated one by one (the engine
-//! and the transport take and return `Vec<u8>`); an allocation-free path is
-//! later work.
+//! messages into the transport) until nothing moves ([`glue::pump`], shared
+//! with the tests that drive two gateways in memory), and transmit what the
+//! transport releases.
+//!
+//! No allocation per packet in steady state: sockets read into and send
+//! from buffers owned here, and the packets that travel between engine and
+//! transport as `Vec<u8>` are recycled through the engine's and the
+//! transport's bounded pools (`buffer::pool`; what goes where: `glue`).
+//! `proxy/tests/steady_state_alloc.rs` counts the allocations of that path.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::qp::{HalfKey, Output, QpEngine, TwinMsg};
-use crate::roce::{NakCode, Psn, RocePacket};
+use crate::qp::{HalfKey, QpEngine, TwinMsg};
+use crate::roce::{NakCode, Psn};
 use crate::time::Time;
 use crate::wan::{Event, PathState, Transmit, WanConfig, WanConnection};
 
 use super::acl::{self, Acl, Verdict};
 use super::backend::{DcIo, TxOutcome};
-use super::glue::{self, Pending, PENDING_HIGH_WATER};
+use super::glue::{self, accept, DcPort, Pending, PENDING_HIGH_WATER};
 use super::shard::{self, HandoffRx, HandoffTx};
 use super::snapshot::{
     BufferSnap, DcCounters, EngineCounters, FlowSnap, PathSnap, ShardSnap, Snapshot, TwinCounters,
@@ -466,41 +471,34 @@ impl Device {
         self.alarm = alarm;
     }
 
-    /// Moves events and outputs between engine and transport until quiet.
+    /// Moves events and outputs between engine and transport until quiet
+    /// ([`glue::pump`]), handling the transport's other events on the way.
     fn pump(&mut self, now: Time) {
         loop {
-            let mut moved = false;
-            while let Some(ev) = self.wan.poll_event() {
-                moved = true;
-                self.on_event(now, ev);
-            }
-            while let Some(out) = self.engine.poll_output() {
-                moved = true;
-                self.on_output(now, out);
-            }
-            if !self.pending.is_empty() && self.pending.flush(&mut self.wan, now) {
-                moved = true;
-            }
-            if !moved {
-                return;
+            let mut dc = DcOut {
+                dc: &mut self.dc,
+                dcc: &mut self.dcc,
+                acl: &self.acl,
+            };
+            let ev = glue::pump(
+                now,
+                &mut self.engine,
+                &mut self.wan,
+                &mut self.pending,
+                &mut self.tw,
+                &mut dc,
+            );
+            match ev {
+                Some(ev) => self.on_event(now, ev),
+                None => return,
             }
         }
     }
 
     fn on_event(&mut self, now: Time, ev: Event) {
         match ev {
-            Event::Message(msg) => {
-                self.tw.msgs_in += 1;
-                self.engine.handle_twin(now, msg);
-            }
-            Event::Datagram(packet) => {
-                self.tw.datagrams_in += 1;
-                if self.acl.inbound(&packet).0 == Verdict::Pass {
-                    self.engine.handle_twin(now, TwinMsg::Datagram { packet });
-                } else {
-                    self.tw.datagram_acl_drops += 1;
-                }
-            }
+            // Traffic: handled in `glue::pump`.
+            Event::Message(_) | Event::Datagram(_) => {}
             Event::PathUp(i) => {
                 tracing::info!(path = %self.path_name(i), "wan path up");
             }
@@ -586,43 +584,6 @@ impl Device {
                     code: NakCode::RemoteOperationalError,
                 },
             );
-        }
-    }
-
-    fn on_output(&mut self, now: Time, out: Output) {
-        match out {
-            Output::Dc(packet) => self.write_dc(&packet),
-            Output::Twin(msg) => match glue::flow_of(&msg) {
-                Some(flow) => {
-                    self.tw.msgs_out += 1;
-                    self.pending.submit(&mut self.wan, now, flow, msg);
-                }
-                None => {
-                    if let TwinMsg::Datagram { packet } = msg {
-                        self.tw.datagrams_out += 1;
-                        self.wan.send_datagram(now, packet);
-                    }
-                }
-            },
-        }
-    }
-
-    fn write_dc(&mut self, packet: &[u8]) {
-        let Some((_, dst)) = acl::addresses(packet) else {
-            self.dcc.tx_errors += 1;
-            return;
-        };
-        if !self.acl.is_local(dst) {
-            self.dcc.tx_acl += 1;
-            return;
-        }
-        match self.dc.send(packet, dst) {
-            TxOutcome::Sent => {
-                self.dcc.tx_packets += 1;
-                self.dcc.tx_bytes += packet.len() as u64;
-            }
-            TxOutcome::NoPeer => self.dcc.tx_no_peer += 1,
-            TxOutcome::Error => self.dcc.tx_errors += 1,
         }
     }
 
@@ -753,6 +714,13 @@ impl Device {
                 "dc socket i/o"
             );
         }
+        let (ep, wp) = (self.engine.pool_stats(), self.wan.pool_stats());
+        tracing::info!(
+            allocated = ep.allocated + wp.allocated,
+            reused = ep.reused + wp.reused,
+            freed = ep.freed + wp.freed,
+            "packet buffers (engine and transport pools)"
+        );
         let occ = self.engine.occupancy();
         let summary = RunSummary {
             outcome,
@@ -947,29 +915,35 @@ impl Device {
     }
 }
 
-/// A RoCE request packet (what draining and backpressure refuse).
-fn is_request(pkt: &[u8]) -> bool {
-    RocePacket::parse(pkt).is_ok_and(|p| p.info.is_request())
+/// The DC side of a device, for [`glue::pump`]: sends within the ACL's
+/// local prefixes, and the ACL's verdict on datagrams from the twin.
+struct DcOut<'a> {
+    dc: &'a mut DcIo,
+    dcc: &'a mut DcCounters,
+    acl: &'a Acl,
 }
 
-/// A DC packet this shard owns: refused while draining or backpressured
-/// (requests only), else into the engine.
-fn accept(
-    dcc: &mut DcCounters,
-    engine: &mut QpEngine,
-    refuse_new: bool,
-    draining: bool,
-    now: Time,
-    pkt: &[u8],
-) {
-    if refuse_new && is_request(pkt) {
-        if draining {
-            dcc.rx_draining += 1;
-        } else {
-            dcc.rx_backpressure += 1;
+impl DcPort for DcOut<'_> {
+    fn send(&mut self, packet: &[u8]) {
+        let Some((_, dst)) = acl::addresses(packet) else {
+            self.dcc.tx_errors += 1;
+            return;
+        };
+        if !self.acl.is_local(dst) {
+            self.dcc.tx_acl += 1;
+            return;
         }
-    } else {
-        dcc.rx_accepted += 1;
-        engine.handle_dc(now, pkt);
+        match self.dc.send(packet, dst) {
+            TxOutcome::Sent => {
+                self.dcc.tx_packets += 1;
+                self.dcc.tx_bytes += packet.len() as u64;
+            }
+            TxOutcome::NoPeer => self.dcc.tx_no_peer += 1,
+            TxOutcome::Error => self.dcc.tx_errors += 1,
+        }
+    }
+
+    fn admits(&mut self, packet: &[u8]) -> bool {
+        self.acl.inbound(packet).0 == Verdict::Pass
     }
 }

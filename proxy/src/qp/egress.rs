@@ -47,7 +47,7 @@ use crate::roce::ext::RNR_TIMER_US;
 use crate::roce::{set_ack_req, NakCode, OpKind, Psn, RocePacket, Syndrome};
 use crate::time::Time;
 
-use super::engine::Output;
+use super::engine::{Outbox, Output};
 use super::half::HalfKey;
 use super::ingress::span_of;
 use super::twin::TwinMsg;
@@ -187,6 +187,9 @@ impl Pending {
 #[derive(Debug)]
 pub struct Reinjector {
     pub key: HalfKey,
+    /// `key.id()`, the deep buffer's quota key, computed once (it hashes
+    /// the key: not worth redoing on every packet).
+    flow_id: u64,
     queue: VecDeque<Pending>,
     /// Index of the next packet to (re)send.
     next: usize,
@@ -233,6 +236,7 @@ impl Reinjector {
     pub fn new(key: HalfKey, tuning: EgressTuning) -> Reinjector {
         Reinjector {
             key,
+            flow_id: key.id(),
             queue: VecDeque::new(),
             next: 0,
             acked: None,
@@ -347,7 +351,7 @@ impl Reinjector {
 
     /// A request the twin forwarded raw (tunnel phase, or a duplicate READ
     /// to be replayed by the responder): inject as is.
-    pub fn on_raw_request(&mut self, p: &RocePacket<'_>, out: &mut VecDeque<Output>) {
+    pub fn on_raw_request(&mut self, p: &RocePacket<'_>, out: &mut Outbox) {
         self.raw_low.get_or_insert(p.psn());
         let last = p.psn().add(span_of(p) - 1);
         if self.raw_high.is_none_or(|h| last.after(h)) {
@@ -362,7 +366,7 @@ impl Reinjector {
             self.raw_done = false;
         }
         self.stats.raw_injected += 1;
-        out.push_back(Output::Dc(p.as_bytes().to_vec()));
+        out.dc(p.as_bytes());
     }
 
     /// A pseudo-ACKed request from the twin: hold it and inject in order.
@@ -371,7 +375,7 @@ impl Reinjector {
         now: Time,
         p: &RocePacket<'_>,
         buf: &mut DeepBuffer,
-        out: &mut VecDeque<Output>,
+        out: &mut Outbox,
     ) {
         if self.failed {
             return;
@@ -388,7 +392,7 @@ impl Reinjector {
             // Nothing was outstanding: the responder owes us nothing yet.
             self.progress_at = now;
         }
-        let held = match buf.store(self.key.id(), p.as_bytes()) {
+        let held = match buf.store(self.flow_id, p.as_bytes()) {
             Ok(s) => Held::Slot(s),
             Err(_) => {
                 self.stats.overflow_held += 1;
@@ -414,7 +418,7 @@ impl Reinjector {
     }
 
     /// Injects what the window and any RNR wait allow.
-    fn pump(&mut self, now: Time, buf: &DeepBuffer, out: &mut VecDeque<Output>) {
+    fn pump(&mut self, now: Time, buf: &DeepBuffer, out: &mut Outbox) {
         if self.failed || self.rnr_until.is_some_and(|t| now < t) {
             return;
         }
@@ -442,7 +446,7 @@ impl Reinjector {
             }
             p.sent_at = Some(now);
             let used = p.last().diff(first) as u32 + 1;
-            let mut v = Self::bytes(&p.held, buf).to_vec();
+            let mut v = out.pool.copy_of(Self::bytes(&p.held, buf));
             // Fills the window: the next packet (queued or still to come)
             // does not fit until an ACK moves it.
             let fills = self
@@ -478,7 +482,7 @@ impl Reinjector {
         psn: Psn,
         msn: Option<u32>,
         buf: &mut DeepBuffer,
-        out: &mut VecDeque<Output>,
+        out: &mut Outbox,
     ) {
         if self.acked.is_some_and(|a| !psn.after(a)) {
             return;
@@ -497,7 +501,7 @@ impl Reinjector {
                 queued = self.rtt_sample(now, now - t);
             }
             if let Held::Slot(s) = p.held {
-                buf.release(self.key.id(), s);
+                buf.release(self.flow_id, s);
             }
             self.next = self.next.saturating_sub(1);
             progressed = true;
@@ -578,7 +582,7 @@ impl Reinjector {
         now: Time,
         p: &RocePacket<'_>,
         buf: &mut DeepBuffer,
-        out: &mut VecDeque<Output>,
+        out: &mut Outbox,
     ) {
         let psn = p.psn();
         // While raw PSNs are unacknowledged the requester still waits for
@@ -587,9 +591,7 @@ impl Reinjector {
         match p.info.kind {
             OpKind::ReadResponse | OpKind::AtomicAck => {
                 self.stats.responses_forwarded += 1;
-                out.push_back(Output::Twin(TwinMsg::Response {
-                    packet: p.as_bytes().to_vec(),
-                }));
+                out.twin(p.as_bytes(), |packet| TwinMsg::Response { packet });
                 // A response implicitly acknowledges everything before its
                 // READ; the last one completes the READ (and tells its true
                 // span, which the request alone cannot when the PMTU is
@@ -626,9 +628,7 @@ impl Reinjector {
                 let Some(aeth) = p.ext.aeth else { return };
                 if raw_pending {
                     self.stats.acks_forwarded += 1;
-                    out.push_back(Output::Twin(TwinMsg::Response {
-                        packet: p.as_bytes().to_vec(),
-                    }));
+                    out.twin(p.as_bytes(), |packet| TwinMsg::Response { packet });
                 }
                 match aeth.syndrome {
                     Syndrome::Ack { .. } => {
@@ -717,7 +717,7 @@ impl Reinjector {
     }
 
     /// Gives up on this half and tells the twin.
-    fn fail(&mut self, psn: Psn, code: NakCode, buf: &mut DeepBuffer, out: &mut VecDeque<Output>) {
+    fn fail(&mut self, psn: Psn, code: NakCode, buf: &mut DeepBuffer, out: &mut Outbox) {
         self.failed = true;
         self.release_all(buf);
         out.push_back(Output::Twin(TwinMsg::Error {
@@ -727,7 +727,7 @@ impl Reinjector {
         }));
     }
 
-    pub fn on_timeout(&mut self, now: Time, buf: &mut DeepBuffer, out: &mut VecDeque<Output>) {
+    pub fn on_timeout(&mut self, now: Time, buf: &mut DeepBuffer, out: &mut Outbox) {
         if self.rnr_until.is_some_and(|t| now >= t) {
             self.rnr_until = None;
             self.pump(now, buf, out);
@@ -774,13 +774,13 @@ impl Reinjector {
     }
 
     /// Resends the last packet in flight with AckReq set.
-    fn probe(&mut self, now: Time, buf: &DeepBuffer, out: &mut VecDeque<Output>) {
+    fn probe(&mut self, now: Time, buf: &DeepBuffer, out: &mut Outbox) {
         let i = self.next - 1;
         let p = &mut self.queue[i];
         p.retransmitted = true;
         p.sent_at = Some(now);
         let last = p.last();
-        let mut v = Self::bytes(&p.held, buf).to_vec();
+        let mut v = out.pool.copy_of(Self::bytes(&p.held, buf));
         if set_ack_req(&mut v).unwrap_or(false) {
             self.stats.ack_reqs_added += 1;
         }
@@ -794,7 +794,7 @@ impl Reinjector {
     pub fn release_all(&mut self, buf: &mut DeepBuffer) {
         for p in self.queue.drain(..) {
             if let Held::Slot(s) = p.held {
-                buf.release(self.key.id(), s);
+                buf.release(self.flow_id, s);
             }
         }
         self.next = 0;

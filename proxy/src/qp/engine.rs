@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use soya_config::{AckPolicy, SiteConfig};
 
-use crate::buffer::{DeepBuffer, Occupancy};
+use crate::buffer::{DeepBuffer, Occupancy, PacketPool, PoolStats};
 use crate::roce::builders::ReplyTo;
 use crate::roce::cm::{self, CmMessage, CmReq};
 use crate::roce::ip::rxe_udp_sport;
-use crate::roce::{is_roce, IpHeader, OpKind, Psn, RocePacket, WireError};
+use crate::roce::{is_roce, IpHeader, OpKind, Psn, RocePacket, RoceRepr, WireError};
 use crate::time::Time;
 
 use super::egress::{EgressTuning, Reinjector};
@@ -30,6 +30,53 @@ pub enum Output {
     Dc(Vec<u8>),
     /// A message for the twin gateway.
     Twin(TwinMsg),
+}
+
+/// Where the halves put what they want sent, with the pool their packet
+/// buffers come from: every packet the engine hands out (`Output::Dc`, the
+/// packet of a `TwinMsg`) is a recycled vector, which the caller gives back
+/// with [`QpEngine::recycle`] once sent (see `buffer::pool`).
+#[derive(Default)]
+pub struct Outbox {
+    queue: VecDeque<Output>,
+    pub pool: PacketPool,
+}
+
+impl Outbox {
+    pub fn push_back(&mut self, o: Output) {
+        self.queue.push_back(o);
+    }
+
+    pub fn pop_front(&mut self) -> Option<Output> {
+        self.queue.pop_front()
+    }
+
+    /// A pooled copy of `packet`, for the DC side.
+    pub fn dc(&mut self, packet: &[u8]) {
+        let v = self.pool.copy_of(packet);
+        self.queue.push_back(Output::Dc(v));
+    }
+
+    /// A packet the gateway originates (ACK, NAK, CNP), built in a pooled
+    /// buffer, for the DC side. Nothing if it does not build (never for
+    /// the builders' packets).
+    pub fn dc_repr(&mut self, repr: &RoceRepr) {
+        let mut v = self.pool.take();
+        v.resize(repr.buffer_len(0), 0);
+        match repr.emit(&[], &mut v) {
+            Ok(n) => {
+                v.truncate(n);
+                self.queue.push_back(Output::Dc(v));
+            }
+            Err(_) => self.pool.put(v),
+        }
+    }
+
+    /// A pooled copy of `packet` for the twin, as `make` wraps it.
+    pub fn twin(&mut self, packet: &[u8], make: impl FnOnce(Vec<u8>) -> TwinMsg) {
+        let v = self.pool.copy_of(packet);
+        self.queue.push_back(Output::Twin(make(v)));
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -133,7 +180,7 @@ pub struct QpEngine {
     /// (requester address, requester QPN, responder address) → half.
     by_requester: HashMap<(IpAddr, u32, IpAddr), HalfKey>,
     pending_req: HashMap<u32, PendingReq>,
-    out: VecDeque<Output>,
+    out: Outbox,
     pub stats: EngineStats,
 }
 
@@ -146,13 +193,31 @@ impl QpEngine {
             egress: HashMap::new(),
             by_requester: HashMap::new(),
             pending_req: HashMap::new(),
-            out: VecDeque::new(),
+            out: Outbox::default(),
             stats: EngineStats::default(),
         }
     }
 
+    /// The next output. Its packet (if any) is a pooled buffer: give it
+    /// back with [`Self::recycle`] once sent, or it is simply freed.
     pub fn poll_output(&mut self) -> Option<Output> {
         self.out.pop_front()
+    }
+
+    /// Returns a packet buffer to the engine's pool (an `Output::Dc` after
+    /// the socket send, a datagram refused by the ACL...).
+    pub fn recycle(&mut self, packet: Vec<u8>) {
+        self.out.pool.put(packet);
+    }
+
+    /// The engine's pool of packet buffers (the device loop balances it
+    /// against the transport's).
+    pub fn pool_mut(&mut self) -> &mut PacketPool {
+        &mut self.out.pool
+    }
+
+    pub fn pool_stats(&self) -> PoolStats {
+        self.out.pool.stats
     }
 
     pub fn poll_timeout(&self) -> Option<Time> {
@@ -196,9 +261,7 @@ impl QpEngine {
         if !is_roce(packet) {
             // Other IP traffic between the sites travels as a datagram.
             self.stats.dc_not_roce += 1;
-            self.out.push_back(Output::Twin(TwinMsg::Datagram {
-                packet: packet.to_vec(),
-            }));
+            self.out.twin(packet, |packet| TwinMsg::Datagram { packet });
             return;
         }
         let p = match RocePacket::parse_verified(packet) {
@@ -213,9 +276,7 @@ impl QpEngine {
         };
         if cm::is_qp1_mad(&p) {
             self.on_cm(&p, true);
-            self.out.push_back(Output::Twin(TwinMsg::Datagram {
-                packet: packet.to_vec(),
-            }));
+            self.out.twin(packet, |packet| TwinMsg::Datagram { packet });
             return;
         }
         match p.info.kind {
@@ -233,9 +294,7 @@ impl QpEngine {
                     .on_request(now, &p, &mut self.buffer, &mut self.out);
             }
             _ if p.info.is_response() => self.dc_response(now, &p),
-            _ => self.out.push_back(Output::Twin(TwinMsg::Datagram {
-                packet: packet.to_vec(),
-            })),
+            _ => self.out.twin(packet, |packet| TwinMsg::Datagram { packet }),
         }
     }
 
@@ -265,39 +324,27 @@ impl QpEngine {
             Some(r) => r.on_response(now, p, &mut self.buffer, &mut self.out),
             None => {
                 self.stats.unmatched_responses += 1;
-                self.out.push_back(Output::Twin(TwinMsg::Response {
-                    packet: p.as_bytes().to_vec(),
-                }));
+                self.out
+                    .twin(p.as_bytes(), |packet| TwinMsg::Response { packet });
             }
         }
     }
 
-    /// A message from the twin.
+    /// A message from the twin. A packet it carries is copied where it is
+    /// needed (deep buffer, an output) and its buffer goes to the pool.
     pub fn handle_twin(&mut self, now: Time, msg: TwinMsg) {
         self.stats.twin_msgs += 1;
         match msg {
             TwinMsg::Request { carry, packet } => {
-                let Ok(p) = RocePacket::parse_verified(&packet) else {
-                    self.stats.twin_malformed += 1;
-                    return;
-                };
-                let key = HalfKey::of_request(&p);
-                let tuning = self.cfg.egress;
-                let r = self
-                    .egress
-                    .entry(key)
-                    .or_insert_with(|| Reinjector::new(key, tuning));
-                match carry {
-                    Carry::Raw => r.on_raw_request(&p, &mut self.out),
-                    Carry::Reliable => r.on_request(now, &p, &mut self.buffer, &mut self.out),
-                }
+                self.twin_request(now, carry, &packet);
+                self.out.pool.put(packet);
             }
             TwinMsg::Response { packet } => {
-                let Ok(p) = RocePacket::parse_verified(&packet) else {
-                    self.stats.twin_malformed += 1;
-                    return;
-                };
-                self.twin_response(now, &p);
+                match RocePacket::parse_verified(&packet) {
+                    Ok(p) => self.twin_response(now, &p),
+                    Err(_) => self.stats.twin_malformed += 1,
+                }
+                self.out.pool.put(packet);
             }
             TwinMsg::Delivered { half, psn, msn } => {
                 if let Some(a) = self.ingress.get_mut(&half) {
@@ -316,8 +363,27 @@ impl QpEngine {
                         self.on_cm(&p, false);
                     }
                 }
+                // Injected as is: the same buffer, back to the pool after
+                // the send.
                 self.out.push_back(Output::Dc(packet));
             }
+        }
+    }
+
+    fn twin_request(&mut self, now: Time, carry: Carry, packet: &[u8]) {
+        let Ok(p) = RocePacket::parse_verified(packet) else {
+            self.stats.twin_malformed += 1;
+            return;
+        };
+        let key = HalfKey::of_request(&p);
+        let tuning = self.cfg.egress;
+        let r = self
+            .egress
+            .entry(key)
+            .or_insert_with(|| Reinjector::new(key, tuning));
+        match carry {
+            Carry::Raw => r.on_raw_request(&p, &mut self.out),
+            Carry::Reliable => r.on_request(now, &p, &mut self.buffer, &mut self.out),
         }
     }
 
@@ -342,7 +408,7 @@ impl QpEngine {
             Some(a) => a.on_response(now, p, &mut self.buffer, &mut self.out),
             None => {
                 self.stats.unmatched_responses += 1;
-                self.out.push_back(Output::Dc(p.as_bytes().to_vec()));
+                self.out.dc(p.as_bytes());
                 true
             }
         };

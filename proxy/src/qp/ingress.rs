@@ -22,7 +22,7 @@ use crate::roce::builders::{self, ReplyTo};
 use crate::roce::{NakCode, OpKind, Position, Psn, RocePacket};
 use crate::time::Time;
 
-use super::engine::Output;
+use super::engine::Outbox;
 use super::half::HalfKey;
 use super::twin::{Carry, TwinMsg};
 
@@ -114,6 +114,9 @@ impl Entry {
 #[derive(Debug)]
 pub struct PseudoAcker {
     pub key: HalfKey,
+    /// `key.id()`, the deep buffer's quota key, computed once (it hashes
+    /// the key: not worth redoing on every packet).
+    flow_id: u64,
     pub mode: Mode,
     reply: Option<ReplyTo>,
     tuning: AckTuning,
@@ -161,6 +164,7 @@ impl PseudoAcker {
     pub fn new_raw(key: HalfKey, tuning: AckTuning) -> PseudoAcker {
         PseudoAcker {
             key,
+            flow_id: key.id(),
             mode: Mode::Raw,
             reply: None,
             tuning,
@@ -241,7 +245,7 @@ impl PseudoAcker {
         now: Time,
         p: &RocePacket<'_>,
         buf: &mut DeepBuffer,
-        out: &mut VecDeque<Output>,
+        out: &mut Outbox,
     ) {
         if let Some(code) = self.failed {
             // The far side failed this QP: answer anything new with the
@@ -273,7 +277,7 @@ impl PseudoAcker {
         in_raw || in_entries
     }
 
-    fn forward_raw(&mut self, p: &RocePacket<'_>, out: &mut VecDeque<Output>) {
+    fn forward_raw(&mut self, p: &RocePacket<'_>, out: &mut Outbox) {
         self.raw_low.get_or_insert(p.psn());
         self.learn_pmtu(p);
         let (span, span_max) = read_span(p, self.pmtu);
@@ -291,10 +295,10 @@ impl PseudoAcker {
         self.stats.raw_packets += 1;
         self.stats.packets += 1;
         self.stats.bytes += p.as_bytes().len() as u64;
-        out.push_back(Output::Twin(TwinMsg::Request {
+        out.twin(p.as_bytes(), |packet| TwinMsg::Request {
             carry: Carry::Raw,
-            packet: p.as_bytes().to_vec(),
-        }));
+            packet,
+        });
     }
 
     fn on_reliable(
@@ -302,7 +306,7 @@ impl PseudoAcker {
         now: Time,
         p: &RocePacket<'_>,
         buf: &mut DeepBuffer,
-        out: &mut VecDeque<Output>,
+        out: &mut Outbox,
     ) {
         let psn = p.psn();
         let Some(expected) = self.expected else {
@@ -332,7 +336,7 @@ impl PseudoAcker {
             }
             return;
         }
-        let slot = match buf.store(self.key.id(), p.as_bytes()) {
+        let slot = match buf.store(self.flow_id, p.as_bytes()) {
             Ok(s) => s,
             Err(_) => {
                 // Hard limit: drop unacknowledged; the requester resends
@@ -384,7 +388,7 @@ impl PseudoAcker {
     }
 
     /// With the PMTU known, a guessed READ span can be computed exactly.
-    fn resolve_read_by_pmtu(&mut self, out: &mut VecDeque<Output>) {
+    fn resolve_read_by_pmtu(&mut self, out: &mut Outbox) {
         if let (Some((start, _, len)), Some(pmtu)) = (self.read_slack, self.pmtu) {
             let span = len.div_ceil(pmtu).max(1);
             self.resolve_read(start.add(span - 1), out);
@@ -393,7 +397,7 @@ impl PseudoAcker {
 
     /// The last response of the READ whose span we had to guess: now we
     /// know where the next request starts.
-    fn resolve_read(&mut self, last: Psn, out: &mut VecDeque<Output>) {
+    fn resolve_read(&mut self, last: Psn, out: &mut Outbox) {
         let Some((start, max, _)) = self.read_slack else {
             return;
         };
@@ -435,7 +439,7 @@ impl PseudoAcker {
     }
 
     /// The requester sent a PSN we already accepted.
-    fn on_duplicate(&mut self, p: &RocePacket<'_>, out: &mut VecDeque<Output>) {
+    fn on_duplicate(&mut self, p: &RocePacket<'_>, out: &mut Outbox) {
         let psn = p.psn();
         if self.mode != Mode::Accelerated && self.raw_high.is_some_and(|h| !psn.after(h)) {
             // Resent after a real NAK for the raw phase, before the
@@ -473,7 +477,7 @@ impl PseudoAcker {
     }
 
     /// Forwards accepted packets to the twin while the egress window allows.
-    fn forward(&mut self, buf: &DeepBuffer, out: &mut VecDeque<Output>) {
+    fn forward(&mut self, buf: &DeepBuffer, out: &mut Outbox) {
         // Entries before `next_forward` are all forwarded: start there, so
         // a deep buffer costs nothing per packet.
         while let Some(e) = self.entries.get_mut(self.next_forward) {
@@ -487,10 +491,10 @@ impl PseudoAcker {
             let Some(slot) = e.slot else { continue };
             e.forwarded = true;
             self.in_flight += e.span;
-            out.push_back(Output::Twin(TwinMsg::Request {
+            out.twin(buf.get(slot), |packet| TwinMsg::Request {
                 carry: Carry::Reliable,
-                packet: buf.get(slot).to_vec(),
-            }));
+                packet,
+            });
         }
     }
 
@@ -533,7 +537,7 @@ impl PseudoAcker {
     }
 
     /// Sends a pseudo-ACK if policy, coalescing and backpressure allow.
-    fn maybe_ack(&mut self, now: Time, buf: &DeepBuffer, out: &mut VecDeque<Output>) {
+    fn maybe_ack(&mut self, now: Time, buf: &DeepBuffer, out: &mut Outbox) {
         self.ack_deadline = None;
         let Some((psn, msn, ack_req, oldest)) = self.ack_limit() else {
             return;
@@ -541,7 +545,7 @@ impl PseudoAcker {
         if self.acked.is_some_and(|(a, _)| !psn.after(a)) {
             return;
         }
-        if buf.headroom(self.key.id()) < self.tuning.ack_reserve_slots {
+        if buf.headroom(self.flow_id) < self.tuning.ack_reserve_slots {
             // Backpressure: let the requester's window stop it instead of
             // dropping. Delivered reports free slots and retry this.
             self.stats.withheld_acks += 1;
@@ -577,7 +581,7 @@ impl PseudoAcker {
         }
     }
 
-    fn maybe_cnp(&mut self, now: Time, out: &mut VecDeque<Output>) {
+    fn maybe_cnp(&mut self, now: Time, out: &mut Outbox) {
         const CNP_INTERVAL: Duration = Duration::from_micros(50);
         if !self.tuning.cnp_on_backpressure {
             return;
@@ -588,16 +592,12 @@ impl PseudoAcker {
         }
         self.last_cnp = Some(now);
         self.stats.cnps_sent += 1;
-        if let Ok(v) = builders::cnp(&reply).to_vec(&[]) {
-            out.push_back(Output::Dc(v));
-        }
+        out.dc_repr(&builders::cnp(&reply));
     }
 
-    fn send_ack(&self, psn: Psn, msn: u32, out: &mut VecDeque<Output>) {
+    fn send_ack(&self, psn: Psn, msn: u32, out: &mut Outbox) {
         if let Some(reply) = self.reply {
-            if let Ok(v) = builders::ack(&reply, psn, msn).to_vec(&[]) {
-                out.push_back(Output::Dc(v));
-            }
+            out.dc_repr(&builders::ack(&reply, psn, msn));
         }
     }
 
@@ -613,7 +613,7 @@ impl PseudoAcker {
     /// real MSN: the requester resends from there (the raw ones through the
     /// tunnel again). With no real ACK seen yet, stay silent and leave the
     /// recovery to the responder's NAK or the requester's timeout.
-    fn send_gap_nak(&mut self, expected: Psn, out: &mut VecDeque<Output>) {
+    fn send_gap_nak(&mut self, expected: Psn, out: &mut Outbox) {
         let at = if self.mode == Mode::Accelerated {
             expected
         } else {
@@ -627,17 +627,15 @@ impl PseudoAcker {
         self.send_nak(at, NakCode::PsnSequenceError, out);
     }
 
-    fn send_nak(&self, psn: Psn, code: NakCode, out: &mut VecDeque<Output>) {
+    fn send_nak(&self, psn: Psn, code: NakCode, out: &mut Outbox) {
         let msn = self.acked.map_or(self.msn_at(0), |(_, m)| m);
         if let Some(reply) = self.reply {
-            if let Ok(v) = builders::nak(&reply, psn, code, msn).to_vec(&[]) {
-                out.push_back(Output::Dc(v));
-            }
+            out.dc_repr(&builders::nak(&reply, psn, code, msn));
         }
     }
 
     /// Coalescing timer, and the repeated ACK while withholding.
-    pub fn on_timeout(&mut self, now: Time, buf: &DeepBuffer, out: &mut VecDeque<Output>) {
+    pub fn on_timeout(&mut self, now: Time, buf: &DeepBuffer, out: &mut Outbox) {
         if self.ack_deadline.is_some_and(|d| now >= d) {
             self.maybe_ack(now, buf, out);
         }
@@ -666,7 +664,7 @@ impl PseudoAcker {
         psn: Psn,
         msn: Option<u32>,
         buf: &mut DeepBuffer,
-        out: &mut VecDeque<Output>,
+        out: &mut Outbox,
     ) {
         if let Some(m) = msn {
             self.note_msn(psn, m);
@@ -681,7 +679,7 @@ impl PseudoAcker {
                 break;
             }
             if let Some(slot) = e.slot.take() {
-                buf.release(self.key.id(), slot);
+                buf.release(self.flow_id, slot);
             }
             if e.forwarded {
                 self.in_flight = self.in_flight.saturating_sub(e.span);
@@ -745,7 +743,7 @@ impl PseudoAcker {
         now: Time,
         p: &RocePacket<'_>,
         buf: &mut DeepBuffer,
-        out: &mut VecDeque<Output>,
+        out: &mut Outbox,
     ) -> bool {
         let was_accelerated = self.mode == Mode::Accelerated;
         if !self.is_learned() {
@@ -758,7 +756,7 @@ impl PseudoAcker {
                 // Deliver first: anything we send after it (a NAK for the
                 // PSN after a READ) must not overtake it, or the requester
                 // would see a NAK past a pending READ (an implied NAK).
-                out.push_back(Output::Dc(p.as_bytes().to_vec()));
+                out.dc(p.as_bytes());
                 if self.learn_pmtu(p) {
                     self.resolve_read_by_pmtu(out);
                 }
@@ -800,7 +798,7 @@ impl PseudoAcker {
                         self.on_raw_ack(psn, aeth.msn);
                     }
                 }
-                out.push_back(Output::Dc(p.as_bytes().to_vec()));
+                out.dc(p.as_bytes());
                 true
             }
         }
@@ -831,7 +829,7 @@ impl PseudoAcker {
     }
 
     /// The far side failed: surface it to the requester.
-    pub fn on_error(&mut self, psn: Psn, code: NakCode, out: &mut VecDeque<Output>) {
+    pub fn on_error(&mut self, psn: Psn, code: NakCode, out: &mut Outbox) {
         self.failed = Some(code);
         // The requester's oldest unacknowledged PSN is the one after our
         // last ACK; a NAK there lands on its head WQE (rxe_comp.c).
@@ -844,7 +842,7 @@ impl PseudoAcker {
     pub fn release_all(&mut self, buf: &mut DeepBuffer) {
         for e in self.entries.iter_mut() {
             if let Some(slot) = e.slot.take() {
-                buf.release(self.key.id(), slot);
+                buf.release(self.flow_id, slot);
             }
         }
         self.entries.clear();

@@ -21,7 +21,7 @@ pub mod half;
 pub mod ingress;
 pub mod twin;
 
-pub use engine::{EngineConfig, EngineStats, Output, QpEngine};
+pub use engine::{EngineConfig, EngineStats, Outbox, Output, QpEngine};
 pub use half::HalfKey;
 pub use twin::TwinMsg;
 

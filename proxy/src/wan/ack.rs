@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::time::Time;
 
-use super::packet::{AckFrame, Frame, Writer, MAX_ACK_RANGES};
+use super::packet::{encode_ack, Writer, MAX_ACK_RANGES};
 
 /// ACK after this many ack-eliciting packets at the latest.
 pub const ACK_THRESHOLD: u32 = 2;
@@ -105,13 +105,8 @@ impl AckTracker {
         let delay_us = now.since(self.largest_time).as_micros() as u64;
         let mut n = self.ranges.len();
         while n > 0 {
-            let ranges: Vec<(u64, u64)> = self.ranges.iter().rev().take(n).copied().collect();
-            let f = Frame::Ack(AckFrame {
-                path,
-                delay_us,
-                ranges,
-            });
-            if f.encode(w) {
+            let ranges = self.ranges.iter().rev().take(n).copied();
+            if encode_ack(w, path, delay_us, ranges) {
                 self.dirty = false;
                 self.immediate = false;
                 self.unacked_eliciting = 0;
@@ -131,15 +126,16 @@ impl AckTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wan::packet::parse_frames;
+    use crate::wan::packet::{parse_frames, Frame};
 
-    fn frame(t: &mut AckTracker) -> AckFrame {
+    /// The ranges of the ACK frame `t` writes.
+    fn frame(t: &mut AckTracker) -> Vec<(u64, u64)> {
         let mut buf = [0u8; 1024];
         let mut w = Writer::new(&mut buf);
         assert!(t.write(0, Time::ZERO, &mut w));
         let n = w.len();
         match parse_frames(&buf[..n]).unwrap().pop() {
-            Some(Frame::Ack(a)) => a,
+            Some(Frame::Ack(a)) => a.ranges().collect(),
             other => panic!("{other:?}"),
         }
     }
@@ -151,16 +147,16 @@ mod tests {
         for pn in [0, 1, 2, 5, 4, 9] {
             t.on_packet(pn, Time::ZERO, true, d);
         }
-        assert_eq!(frame(&mut t).ranges, vec![(9, 9), (4, 5), (0, 2)]);
+        assert_eq!(frame(&mut t), [(9, 9), (4, 5), (0, 2)]);
         t.on_packet(3, Time::ZERO, true, d);
-        assert_eq!(frame(&mut t).ranges, vec![(9, 9), (0, 5)]);
+        assert_eq!(frame(&mut t), [(9, 9), (0, 5)]);
         t.on_packet(3, Time::ZERO, true, d); // duplicate: no change
         for k in 0..100 {
             t.on_packet(20 + 2 * k, Time::ZERO, true, d);
         }
         let f = frame(&mut t);
-        assert_eq!(f.ranges.len(), MAX_ACK_RANGES);
-        assert_eq!(f.largest(), 218);
+        assert_eq!(f.len(), MAX_ACK_RANGES);
+        assert_eq!(f[0].1, 218);
     }
 
     #[test]

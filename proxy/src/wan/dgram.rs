@@ -12,6 +12,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::packet::{DatagramFrame, Frame, Writer};
+use crate::buffer::PacketPool;
 
 pub const MAX_DATAGRAM: usize = 65_535;
 pub const MAX_QUEUED: usize = 1024;
@@ -60,7 +61,8 @@ impl DgramSend {
     }
 
     /// Writes datagram fragments while they fit; `true` if any was written.
-    pub fn write(&mut self, w: &mut Writer<'_>) -> bool {
+    /// A datagram sent whole goes back to `pool` (it came from the engine's).
+    pub fn write(&mut self, w: &mut Writer<'_>, pool: &mut PacketPool) -> bool {
         let mut wrote = false;
         while let Some((id, bytes, sent)) = self.queue.front_mut() {
             let left = bytes.len() - *sent;
@@ -82,7 +84,9 @@ impl DgramSend {
             *sent += chunk;
             if *sent == bytes.len() {
                 self.queued_bytes -= bytes.len();
-                self.queue.pop_front();
+                if let Some((_, bytes, _)) = self.queue.pop_front() {
+                    pool.put(bytes);
+                }
                 self.sent += 1;
             }
         }
@@ -105,11 +109,12 @@ pub struct DgramRecv {
 }
 
 impl DgramRecv {
-    /// Returns the whole datagram once its last fragment arrived.
-    pub fn on_frame(&mut self, d: &DatagramFrame<'_>) -> Option<Vec<u8>> {
+    /// Returns the whole datagram once its last fragment arrived (one that
+    /// came whole, the usual case, in a buffer from `pool`).
+    pub fn on_frame(&mut self, d: &DatagramFrame<'_>, pool: &mut PacketPool) -> Option<Vec<u8>> {
         let total = d.total as usize;
         if d.frag_off == 0 && d.bytes.len() == total {
-            return Some(d.bytes.to_vec());
+            return Some(pool.copy_of(d.bytes));
         }
         if total > MAX_DATAGRAM {
             self.inconsistent += 1;
@@ -176,11 +181,11 @@ mod tests {
         while s.has_pending() {
             let mut buf = [0u8; 1200];
             let mut w = Writer::new(&mut buf);
-            assert!(s.write(&mut w));
+            assert!(s.write(&mut w, &mut PacketPool::default()));
             let n = w.len();
             for f in parse_frames(&buf[..n]).unwrap() {
                 if let Frame::Datagram(d) = f {
-                    got.extend(r.on_frame(&d));
+                    got.extend(r.on_frame(&d, &mut PacketPool::default()));
                 }
             }
         }

@@ -26,6 +26,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::idhash::IdMap;
+use crate::buffer::PacketPool;
 
 use super::msg::Encoded;
 use super::packet::{DataFrame, Frame, Writer};
@@ -301,7 +302,9 @@ impl SendFlows {
         }
     }
 
-    pub fn on_acked(&mut self, flow: u64, seq: u64, frag: u8) {
+    /// Fragment `frag` of message `seq` arrived. A message acknowledged in
+    /// full is released: its packet buffer goes to `pool`.
+    pub fn on_acked(&mut self, flow: u64, seq: u64, frag: u8, pool: &mut PacketPool) {
         let Some(f) = self.flows.get_mut(&flow) else {
             return;
         };
@@ -316,7 +319,9 @@ impl SendFlows {
             }
             self.buffered -= m.bytes.len() as u64;
             self.messages_acked += 1;
-            f.msgs.pop_front();
+            if let Some(m) = f.msgs.pop_front() {
+                pool.put(m.bytes.into_body());
+            }
             f.cursor = f.cursor.saturating_sub(1);
         }
     }
@@ -420,8 +425,19 @@ pub struct RecvFlows {
     window: u64,
     max_flows: usize,
     credit_pending: VecDeque<u64>,
+    /// The buffers of reassembled messages, reused for the next ones: when
+    /// messages are cut into fragments (a 1500-byte MTU path cuts every
+    /// 4 KiB request in four) each of them is reassembled, and fresh
+    /// vectors were two allocations per message. At most [`SPARE_PARTIALS`].
+    spare: Vec<Spare>,
     pub offset_mismatches: u64,
 }
+
+/// Reassembly buffers kept for reuse (at most 64 × the largest message).
+const SPARE_PARTIALS: usize = 64;
+
+/// A reassembled message's data and fragment list, for reuse.
+type Spare = (Vec<u8>, Vec<(u32, u32)>);
 
 impl RecvFlows {
     pub fn new(window: u64, max_flows: usize) -> RecvFlows {
@@ -430,6 +446,7 @@ impl RecvFlows {
             window,
             max_flows,
             credit_pending: VecDeque::new(),
+            spare: Vec::new(),
             offset_mismatches: 0,
         }
     }
@@ -483,13 +500,17 @@ impl RecvFlows {
         } else {
             if !buffered {
                 f.buffered_bytes += total;
+                let (mut data, mut frags) = self.spare.pop().unwrap_or_default();
+                data.clear();
+                data.resize(d.total as usize, 0);
+                frags.clear();
                 f.buffer.insert(
                     d.seq,
                     Partial {
                         offset: d.offset,
                         total: d.total,
-                        data: vec![0; d.total as usize],
-                        frags: Vec::new(),
+                        data,
+                        frags,
                         received: 0,
                     },
                 );
@@ -529,6 +550,9 @@ impl RecvFlows {
             f.next_offset = p.offset + u64::from(p.total);
             f.next_seq += 1;
             deliver(d.flow, &p.data);
+            if self.spare.len() < SPARE_PARTIALS {
+                self.spare.push((p.data, p.frags));
+            }
         }
         DataOutcome::Accepted
     }
@@ -639,7 +663,7 @@ mod tests {
             receive(&mut r, p, &mut got);
             for f in frames {
                 if let SentFrame::Data { flow, seq, frag } = *f {
-                    s.on_acked(flow, seq, frag);
+                    s.on_acked(flow, seq, frag, &mut PacketPool::default());
                 }
             }
         }
@@ -657,7 +681,7 @@ mod tests {
         assert_eq!(got[2], (1, b"small".to_vec()));
         for f in frames {
             if let SentFrame::Data { flow, seq, frag } = f {
-                s.on_acked(flow, seq, frag);
+                s.on_acked(flow, seq, frag, &mut PacketPool::default());
             }
         }
         assert_eq!(s.buffered, 0);

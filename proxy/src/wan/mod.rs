@@ -44,6 +44,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use crate::buffer::{PacketPool, PoolStats};
 use crate::qp::twin::TwinMsg;
 use crate::time::Time;
 
@@ -51,11 +52,11 @@ use cc::{AckSample, Bbr, Controller, FixedRate};
 use dgram::{DgramRecv, DgramSend};
 use flow::{DataOutcome, PushError, RecvFlows, SendFlows};
 use packet::{
-    parse_frames, Frame, Header, Hello, PacketKind, Writer, DATA_OVERHEAD, HEADER_LEN, HELLO_LEN,
+    check_frames, Frame, Header, Hello, PacketKind, Writer, DATA_OVERHEAD, HEADER_LEN, HELLO_LEN,
     TAG_LEN,
 };
 use path::{tx_time, Path};
-use recovery::{SentFrame, SentPacket};
+use recovery::{FrameLists, SentFrame, SentPacket};
 use session::{HelloVerdict, Session};
 
 pub use cipher::{aes_hardware, Cipher, CipherOffer, CipherPolicy};
@@ -370,6 +371,13 @@ pub struct WanConnection {
     hello_interval: Duration,
     rr: usize,
     scratch: Vec<u8>,
+    /// Buffers of sent messages the twin acknowledged, reused for the
+    /// packets of received messages (see `buffer::pool`).
+    pool: PacketPool,
+    /// Frame lists of sent packets, reused (see `recovery::FrameLists`).
+    frame_lists: FrameLists,
+    /// Lent to `Recovery::on_ack` for the packets each ACK acknowledges.
+    acked: Vec<SentPacket>,
     counters: Counters,
     /// Latest `now` seen (for `poll_timeout`, which gets none).
     last_now: Time,
@@ -436,6 +444,9 @@ impl WanConnection {
             hello_interval: tuning.hello_interval,
             rr: 0,
             scratch: Vec::with_capacity(max_datagram),
+            pool: PacketPool::default(),
+            frame_lists: FrameLists::default(),
+            acked: Vec::new(),
             counters: Counters::default(),
             last_now: now,
             tuning,
@@ -490,6 +501,22 @@ impl WanConnection {
             return 0;
         }
         self.send.room(flow)
+    }
+
+    /// Returns a packet buffer to the transport's pool (a received
+    /// message's packet, once the application is done with it).
+    pub fn recycle(&mut self, packet: Vec<u8>) {
+        self.pool.put(packet);
+    }
+
+    /// The transport's pool of packet buffers: acknowledged messages' go
+    /// in, received messages' come out.
+    pub fn pool_mut(&mut self) -> &mut PacketPool {
+        &mut self.pool
+    }
+
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats
     }
 
     /// Bytes a message occupies against flow credit and buffers.
@@ -724,8 +751,8 @@ impl WanConnection {
         let plain: &[u8] = plain;
         // Authentic from here on: only now may the packet move any state.
         p.replay.accept(hdr.pn);
-        match parse_frames(plain) {
-            Some(frames) => {
+        match check_frames(plain) {
+            Some((frames, eliciting)) => {
                 let p = &mut self.paths[path];
                 p.counters.packets_received += 1;
                 p.counters.bytes_received += len as u64;
@@ -740,7 +767,6 @@ impl WanConnection {
                         }
                     }
                 }
-                let eliciting = frames.iter().any(Frame::ack_eliciting);
                 for f in frames {
                     self.on_frame(now, f);
                 }
@@ -762,14 +788,16 @@ impl WanConnection {
             Frame::Ping => {}
             Frame::Ack(a) => self.on_ack_frame(now, &a),
             Frame::Data(d) => {
-                let (events, counters) = (&mut self.events, &mut self.counters);
+                let (events, counters, pool) =
+                    (&mut self.events, &mut self.counters, &mut self.pool);
                 // (flow, len) of messages that did not decode (rare).
                 let mut undecodable: Vec<(u64, u64)> = Vec::new();
                 // Decoding copies the packet out of the datagram into the
-                // message: the one copy of the payload on the receiving side.
+                // message (a pooled buffer): the one copy of the payload on
+                // the receiving side.
                 let mut deliver = |flow, bytes: &[u8]| {
                     let len = bytes.len() as u64;
-                    match msg::decode(bytes) {
+                    match msg::decode_with(bytes, |b| pool.copy_of(b)) {
                         Some(msg) => events.push_back(Queued::Msg { flow, len, msg }),
                         None => {
                             counters.malformed += 1;
@@ -787,7 +815,7 @@ impl WanConnection {
             }
             Frame::Credit { flow, max_offset } => self.send.on_credit(flow, max_offset),
             Frame::Datagram(d) => {
-                if let Some(dg) = self.drecv.on_frame(&d) {
+                if let Some(dg) = self.drecv.on_frame(&d, &mut self.pool) {
                     self.counters.datagrams_received += 1;
                     self.push_event(Event::Datagram(dg));
                 }
@@ -799,14 +827,15 @@ impl WanConnection {
         }
     }
 
-    fn on_ack_frame(&mut self, now: Time, a: &packet::AckFrame) {
+    fn on_ack_frame(&mut self, now: Time, a: &packet::AckFrame<'_>) {
         let i = usize::from(a.path);
         let max_ack_delay = self.tuning.max_ack_delay;
         let Some(p) = self.paths.get_mut(i) else {
             self.counters.protocol_violations += 1;
             return;
         };
-        let Some(res) = p.recovery.on_ack(now, a, &mut p.rtt, max_ack_delay) else {
+        let acked = std::mem::take(&mut self.acked);
+        let Some(mut res) = p.recovery.on_ack(now, a, &mut p.rtt, max_ack_delay, acked) else {
             self.counters.protocol_violations += 1;
             return;
         };
@@ -819,14 +848,16 @@ impl WanConnection {
             }
         }
         let p = &mut self.paths[i];
-        for sp in &res.acked {
+        for sp in res.acked.drain(..) {
             p.note_loss_sample(false);
             for f in &sp.frames {
                 if let SentFrame::Data { flow, seq, frag } = *f {
-                    self.send.on_acked(flow, seq, frag);
+                    self.send.on_acked(flow, seq, frag, &mut self.pool);
                 }
             }
+            self.frame_lists.put(sp.frames);
         }
+        self.acked = std::mem::take(&mut res.acked);
         if res.bytes_acked > 0 {
             let sample = AckSample {
                 now,
@@ -856,12 +887,13 @@ impl WanConnection {
             p.counters.bytes_lost += u64::from(sp.size);
             p.note_loss_sample(true);
             bytes += u64::from(sp.size);
-            for f in sp.frames {
+            for &f in &sp.frames {
                 match f {
                     SentFrame::Data { flow, seq, frag } => self.send.on_lost(flow, seq, frag),
                     SentFrame::Credit { flow } => self.recv.requeue_credit(flow),
                 }
             }
+            self.frame_lists.put(sp.frames);
         }
         let p = &mut self.paths[i];
         p.cc.on_loss(now, bytes, p.recovery.bytes_in_flight);
@@ -1127,6 +1159,7 @@ impl WanConnection {
             i,
             max,
             buf,
+            &mut self.frame_lists,
             |w, _, _| {
                 Frame::Close {
                     code: 0,
@@ -1151,7 +1184,12 @@ impl WanConnection {
         with_data: bool,
         buf: &mut [u8],
     ) -> Option<Transmit> {
-        let (send, recv, dsend) = (&mut self.send, &mut self.recv, &mut self.dsend);
+        let (send, recv, dsend, pool) = (
+            &mut self.send,
+            &mut self.recv,
+            &mut self.dsend,
+            &mut self.pool,
+        );
         let path = &mut self.paths[i];
         let mut retransmission = false;
         let t = Self::seal_packet_on(
@@ -1161,6 +1199,7 @@ impl WanConnection {
             i,
             self.max_datagram,
             buf,
+            &mut self.frame_lists,
             |w, acks, sent| {
                 let mut eliciting = false;
                 // ACK and credits first, each bounded in a data packet so a
@@ -1188,7 +1227,7 @@ impl WanConnection {
                     let before = sent.len();
                     send.write_retransmissions(w, sent);
                     retransmission = sent.len() > before;
-                    eliciting |= dsend.write(w);
+                    eliciting |= dsend.write(w, pool);
                     send.write_new(w, sent);
                 } else {
                     recv.write_credits(w, sent);
@@ -1214,6 +1253,7 @@ impl WanConnection {
         i: usize,
         max_datagram: usize,
         buf: &mut [u8],
+        frame_lists: &mut FrameLists,
         fill: impl FnOnce(&mut Writer<'_>, &mut ack::AckTracker, &mut Vec<SentFrame>) -> bool,
     ) -> Option<Transmit> {
         let peer = session.peer.as_ref()?;
@@ -1236,7 +1276,7 @@ impl WanConnection {
         let (hbuf, rest) = buf[..cap].split_at_mut(HEADER_LEN);
         hbuf.copy_from_slice(&head);
         let payload_cap = rest.len() - TAG_LEN;
-        let mut sent = Vec::new();
+        let mut sent = frame_lists.take();
         let (len, eliciting) = {
             let mut w = Writer::new(&mut rest[..payload_cap]);
             let mut eliciting = false;
@@ -1248,13 +1288,19 @@ impl WanConnection {
             (w.len(), eliciting)
         };
         if len == 0 {
+            frame_lists.put(sent);
             return None;
         }
         let tag = peer.keys.seal(i as u8, pn, &head, &mut rest[..len]);
         rest[len..len + TAG_LEN].copy_from_slice(&tag);
         let total = HEADER_LEN + len + TAG_LEN;
         let has_data = sent.iter().any(|f| matches!(f, SentFrame::Data { .. }));
-        let record = eliciting.then(|| SentPacket::new(now, total as u32, sent));
+        let record = if eliciting {
+            Some(SentPacket::new(now, total as u32, sent))
+        } else {
+            frame_lists.put(sent);
+            None
+        };
         p.recovery.on_sent(pn, record);
         p.counters.packets_sent += 1;
         p.counters.bytes_sent += total as u64;

@@ -60,6 +60,12 @@ impl Encoded {
         self.len() == 0
     }
 
+    /// The packet moved in by [`encode_owned`] (empty for a message that
+    /// carries none), for reuse once the message is acknowledged.
+    pub fn into_body(self) -> Vec<u8> {
+        self.body
+    }
+
     /// Bytes `[start, end)` of `head ‖ body`, as the part in the head and the
     /// part in the body (either may be empty).
     pub fn range(&self, start: usize, end: usize) -> (&[u8], &[u8]) {
@@ -190,6 +196,12 @@ pub fn encoded_len(msg: &TwinMsg) -> usize {
 /// Parses a message; `None` if anything is off (unknown version or kind,
 /// bad address family, PSN out of range, unknown NAK code, trailing bytes).
 pub fn decode(b: &[u8]) -> Option<TwinMsg> {
+    decode_with(b, |packet| packet.to_vec())
+}
+
+/// [`decode`], the carried packet copied out by `copy` (the transport
+/// copies into a pooled buffer: `buffer::pool`).
+pub fn decode_with(b: &[u8], copy: impl FnOnce(&[u8]) -> Vec<u8>) -> Option<TwinMsg> {
     let mut r = Reader::new(b);
     if r.u8()? != CODEC_VERSION {
         return None;
@@ -203,14 +215,14 @@ pub fn decode(b: &[u8]) -> Option<TwinMsg> {
             };
             TwinMsg::Request {
                 carry,
-                packet: r.rest().to_vec(),
+                packet: copy(r.rest()),
             }
         }
         K_RESPONSE => TwinMsg::Response {
-            packet: r.rest().to_vec(),
+            packet: copy(r.rest()),
         },
         K_DATAGRAM => TwinMsg::Datagram {
-            packet: r.rest().to_vec(),
+            packet: copy(r.rest()),
         },
         K_DELIVERED => TwinMsg::Delivered {
             half: get_half(&mut r)?,

@@ -178,22 +178,127 @@ impl Hello {
     }
 }
 
-/// An ACK frame: which packets of one path's number space arrived.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AckFrame {
+/// An ACK frame as received: which packets of one path's number space
+/// arrived. A view of the frame's bytes (checked when the packet was
+/// parsed), whose ranges are decoded as they are iterated: no vector, and
+/// nothing larger than a few words to move around, for a frame that comes
+/// with nearly every packet. Built with [`encode_ack`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AckFrame<'a> {
     /// Path whose packet numbers are acknowledged.
     pub path: u8,
     /// Time the receiver held the largest packet before acknowledging (µs).
     pub delay_us: u64,
-    /// Inclusive ranges `(smallest, largest)`, strictly descending and
-    /// disjoint (non-adjacent); never empty.
-    pub ranges: Vec<(u64, u64)>,
+    largest: u64,
+    /// Ranges after the first.
+    extra: usize,
+    /// The first range's length, then (gap, length) per extra range.
+    body: &'a [u8],
 }
 
-impl AckFrame {
+impl<'a> AckFrame<'a> {
     pub fn largest(&self) -> u64 {
-        self.ranges.first().map_or(0, |r| r.1)
+        self.largest
     }
+
+    /// Inclusive ranges `(smallest, largest)`, strictly descending and
+    /// disjoint (non-adjacent); never empty.
+    pub fn ranges(&self) -> AckRanges<'a> {
+        AckRanges {
+            r: Reader::new(self.body),
+            hi: Some(self.largest),
+            left: self.extra + 1,
+            lo: 0,
+        }
+    }
+}
+
+/// The ranges of an [`AckFrame`], decoded one by one.
+pub struct AckRanges<'a> {
+    r: Reader<'a>,
+    /// The next range's largest packet number (`None` before a gap is read).
+    hi: Option<u64>,
+    left: usize,
+    lo: u64,
+}
+
+impl Iterator for AckRanges<'_> {
+    type Item = (u64, u64);
+    fn next(&mut self) -> Option<(u64, u64)> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let hi = match self.hi.take() {
+            Some(hi) => hi,
+            None => {
+                let gap = self.r.varint()?;
+                self.lo.checked_sub(gap)?.checked_sub(2)?
+            }
+        };
+        let len = self.r.varint()?;
+        self.lo = hi.checked_sub(len)?;
+        Some((self.lo, hi))
+    }
+
+    /// Exact: the frame was checked when parsed.
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for AckRanges<'_> {}
+
+/// Appends an ACK frame for `path` with `ranges` (strictly descending,
+/// disjoint, at most [`MAX_ACK_RANGES`]) to `w`; `false` (and `w`
+/// unchanged) if it does not fit or the ranges are not like that.
+pub fn encode_ack(
+    w: &mut Writer<'_>,
+    path: u8,
+    delay_us: u64,
+    ranges: impl ExactSizeIterator<Item = (u64, u64)>,
+) -> bool {
+    let mark = w.len();
+    let ok = encode_ack_inner(w, path, delay_us, ranges);
+    if !ok {
+        w.truncate(mark);
+    }
+    ok
+}
+
+fn encode_ack_inner(
+    w: &mut Writer<'_>,
+    path: u8,
+    delay_us: u64,
+    mut ranges: impl ExactSizeIterator<Item = (u64, u64)>,
+) -> bool {
+    let n = ranges.len();
+    if n == 0 || n > MAX_ACK_RANGES {
+        return false;
+    }
+    let Some((lo0, hi0)) = ranges.next() else {
+        return false;
+    };
+    if lo0 > hi0 {
+        return false;
+    }
+    let mut ok = w.u8(T_ACK)
+        && w.u8(path)
+        && w.varint(hi0)
+        && w.varint(delay_us.min(MAX_VARINT))
+        && w.varint((n - 1) as u64)
+        && w.varint(hi0 - lo0);
+    let mut prev_lo = lo0;
+    for (lo, hi) in ranges {
+        // gap: packets strictly between this range and the previous
+        // one, minus one (a zero gap still means one missing packet).
+        let Some(gap) = prev_lo.checked_sub(hi).and_then(|g| g.checked_sub(2)) else {
+            return false;
+        };
+        ok = ok && lo <= hi && w.varint(gap) && w.varint(hi - lo);
+        prev_lo = lo;
+    }
+    ok
 }
 
 /// A piece (or all) of one reliable message of one flow.
@@ -246,7 +351,8 @@ pub struct DatagramFrame<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame<'a> {
     Ping,
-    Ack(AckFrame),
+    /// Received only (built with [`encode_ack`]).
+    Ack(AckFrame<'a>),
     Data(DataFrame<'a>),
     /// The sender of this frame lets its peer send flow bytes up to
     /// `max_offset` (exclusive) on `flow`.
@@ -288,31 +394,7 @@ impl Frame<'_> {
     fn encode_inner(&self, w: &mut Writer<'_>) -> bool {
         match self {
             Frame::Ping => w.u8(T_PING),
-            Frame::Ack(a) => {
-                let Some(&(lo0, hi0)) = a.ranges.first() else {
-                    return false;
-                };
-                if lo0 > hi0 {
-                    return false;
-                }
-                let mut ok = w.u8(T_ACK)
-                    && w.u8(a.path)
-                    && w.varint(hi0)
-                    && w.varint(a.delay_us.min(MAX_VARINT))
-                    && w.varint((a.ranges.len() - 1) as u64)
-                    && w.varint(hi0 - lo0);
-                let mut prev_lo = lo0;
-                for &(lo, hi) in &a.ranges[1..] {
-                    // gap: packets strictly between this range and the previous
-                    // one, minus one (a zero gap still means one missing packet).
-                    let Some(gap) = prev_lo.checked_sub(hi).and_then(|g| g.checked_sub(2)) else {
-                        return false;
-                    };
-                    ok = ok && lo <= hi && w.varint(gap) && w.varint(hi - lo);
-                    prev_lo = lo;
-                }
-                ok
-            }
+            Frame::Ack(a) => encode_ack(w, a.path, a.delay_us, a.ranges()),
             Frame::Data(d) => d.encode_with_tail(&[], w),
             Frame::Credit { flow, max_offset } => {
                 w.u8(T_CREDIT) && w.u64(*flow) && w.varint(*max_offset)
@@ -333,18 +415,58 @@ impl Frame<'_> {
     }
 }
 
-/// Parses a whole decrypted payload. All or nothing: a single malformed frame
-/// rejects the packet, so a half-understood packet never changes any state.
-/// PADDING bytes are skipped.
-pub fn parse_frames(payload: &[u8]) -> Option<Vec<Frame<'_>>> {
+/// Checks a whole decrypted payload. All or nothing: a single malformed
+/// frame rejects the packet, so a half-understood packet never changes any
+/// state. Returns its frames (parsed again as they are taken: cheaper than
+/// collecting them into a vector for every packet) and whether any of them
+/// is ack-eliciting. PADDING bytes are skipped.
+pub fn check_frames(payload: &[u8]) -> Option<(Frames<'_>, bool)> {
     let mut r = Reader::new(payload);
-    let mut out = Vec::new();
-    while !r.is_empty() {
+    let mut eliciting = false;
+    while let Some(f) = next_frame(&mut r)? {
+        eliciting |= f.ack_eliciting();
+    }
+    Some((
+        Frames {
+            r: Reader::new(payload),
+        },
+        eliciting,
+    ))
+}
+
+/// The frames of a payload [`check_frames`] accepted.
+pub struct Frames<'a> {
+    r: Reader<'a>,
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = Frame<'a>;
+    fn next(&mut self) -> Option<Frame<'a>> {
+        next_frame(&mut self.r).flatten()
+    }
+}
+
+/// [`check_frames`], collected (tests).
+#[cfg(test)]
+pub fn parse_frames(payload: &[u8]) -> Option<Vec<Frame<'_>>> {
+    Some(check_frames(payload)?.0.collect())
+}
+
+/// The next frame: `Some(None)` at the end of the payload, `None` if
+/// malformed.
+fn next_frame<'a>(r: &mut Reader<'a>) -> Option<Option<Frame<'a>>> {
+    loop {
+        if r.is_empty() {
+            return Some(None);
+        }
+        if r.peek() == Some(T_PADDING) {
+            r.u8();
+            continue;
+        }
         let t = r.u8()?;
         let f = match t {
-            T_PADDING => continue,
             T_PING => Frame::Ping,
-            T_ACK => Frame::Ack(parse_ack(&mut r)?),
+            T_ACK => Frame::Ack(parse_ack(r)?),
             T_DATA => {
                 let flow = r.u64()?;
                 let seq = r.varint()?;
@@ -402,12 +524,11 @@ pub fn parse_frames(payload: &[u8]) -> Option<Vec<Frame<'_>>> {
             }
             _ => return None,
         };
-        out.push(f);
+        return Some(Some(f));
     }
-    Some(out)
 }
 
-fn parse_ack(r: &mut Reader<'_>) -> Option<AckFrame> {
+fn parse_ack<'a>(r: &mut Reader<'a>) -> Option<AckFrame<'a>> {
     let path = r.u8()?;
     let largest = r.varint()?;
     let delay_us = r.varint()?;
@@ -415,21 +536,22 @@ fn parse_ack(r: &mut Reader<'_>) -> Option<AckFrame> {
     if extra >= MAX_ACK_RANGES || largest > MAX_PN {
         return None;
     }
-    let first = r.varint()?;
-    let mut lo = largest.checked_sub(first)?;
-    let mut ranges = Vec::with_capacity(extra + 1);
-    ranges.push((lo, largest));
+    let body = r.remaining();
+    // Every range is decoded once here, so that iterating them later
+    // cannot fail.
+    let mut lo = largest.checked_sub(r.varint()?)?;
     for _ in 0..extra {
         let gap = r.varint()?;
         let len = r.varint()?;
         let hi = lo.checked_sub(gap)?.checked_sub(2)?;
         lo = hi.checked_sub(len)?;
-        ranges.push((lo, hi));
     }
     Some(AckFrame {
         path,
         delay_us,
-        ranges,
+        largest,
+        extra,
+        body: &body[..body.len() - r.remaining().len()],
     })
 }
 
@@ -445,6 +567,15 @@ impl<'a> Reader<'a> {
     pub fn new(b: &'a [u8]) -> Reader<'a> {
         Reader { b }
     }
+    /// What is left to read, without consuming it.
+    pub fn remaining(&self) -> &'a [u8] {
+        self.b
+    }
+
+    pub fn peek(&self) -> Option<u8> {
+        self.b.first().copied()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.b.is_empty()
     }
@@ -566,11 +697,19 @@ mod tests {
     #[test]
     fn frames_round_trip() {
         roundtrip(Frame::Ping);
-        roundtrip(Frame::Ack(AckFrame {
-            path: 3,
-            delay_us: 250,
-            ranges: vec![(90, 100), (50, 80), (0, 0)],
-        }));
+        let ranges = [(90, 100), (50, 80), (0, 0)];
+        let mut buf = [0u8; 64];
+        let mut w = Writer::new(&mut buf);
+        assert!(encode_ack(&mut w, 3, 250, ranges.into_iter()));
+        let n = w.len();
+        match parse_frames(&buf[..n]).expect("parses")[..] {
+            [Frame::Ack(a)] => {
+                assert_eq!((a.path, a.delay_us, a.largest()), (3, 250, 100));
+                assert_eq!(a.ranges().collect::<Vec<_>>(), ranges);
+                roundtrip(Frame::Ack(a));
+            }
+            ref other => panic!("{other:?}"),
+        }
         roundtrip(Frame::Data(DataFrame {
             flow: u64::MAX,
             seq: 7,

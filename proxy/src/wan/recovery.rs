@@ -36,6 +36,28 @@ pub enum SentFrame {
     Credit { flow: u64 },
 }
 
+/// Recycled frame lists: every packet sent records its frames in a
+/// vector until it is acknowledged or lost; the vectors are reused rather
+/// than allocated per packet (see `buffer::pool` for why). At most
+/// [`FrameLists::CAP`] are kept idle.
+#[derive(Default)]
+pub struct FrameLists(Vec<Vec<SentFrame>>);
+
+impl FrameLists {
+    pub const CAP: usize = 1024;
+
+    pub fn take(&mut self) -> Vec<SentFrame> {
+        self.0.pop().unwrap_or_default()
+    }
+
+    pub fn put(&mut self, mut v: Vec<SentFrame>) {
+        if v.capacity() > 0 && self.0.len() < Self::CAP {
+            v.clear();
+            self.0.push(v);
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct SentPacket {
     pub time_sent: Time,
@@ -65,9 +87,33 @@ impl SentPacket {
     }
 }
 
+/// Delivery-rate state of a packet when it was sent.
+#[derive(Clone, Copy)]
+struct RateState {
+    time_sent: Time,
+    delivered: u64,
+    delivered_time: Time,
+    first_sent_time: Time,
+    app_limited: bool,
+}
+
+impl RateState {
+    fn of(p: &SentPacket) -> RateState {
+        RateState {
+            time_sent: p.time_sent,
+            delivered: p.delivered,
+            delivered_time: p.delivered_time,
+            first_sent_time: p.first_sent_time,
+            app_limited: p.app_limited,
+        }
+    }
+}
+
 /// Result of processing one ACK frame.
 #[derive(Default)]
 pub struct AckResult {
+    /// The packets acknowledged now, in the vector the caller lent to
+    /// [`Recovery::on_ack`] (given back for reuse once processed).
     pub acked: Vec<SentPacket>,
     pub lost: Vec<SentPacket>,
     /// Latest RTT sample, when the largest acknowledged packet was new.
@@ -184,23 +230,29 @@ impl Recovery {
     }
 
     /// Processes an ACK frame; `None` if it acknowledges a packet number that
-    /// was never sent (a protocol violation: the frame is ignored).
+    /// was never sent (a protocol violation: the frame is ignored). The
+    /// packets it acknowledges are put in `acked` (empty; a vector reused
+    /// from one ACK to the next).
     pub fn on_ack(
         &mut self,
         now: Time,
-        ack: &AckFrame,
+        ack: &AckFrame<'_>,
         rtt: &mut RttEstimator,
         max_ack_delay: Duration,
+        acked: Vec<SentPacket>,
     ) -> Option<AckResult> {
         let next = self.next_pn();
         if ack.largest() >= next {
             return None;
         }
         self.detect_spurious(now, ack);
-        let mut res = AckResult::default();
-        let mut newest: Option<SentPacket> = None;
+        let mut res = AckResult {
+            acked,
+            ..AckResult::default()
+        };
+        let mut newest: Option<RateState> = None;
         let mut largest_newly_acked = None;
-        for &(lo, hi) in &ack.ranges {
+        for (lo, hi) in ack.ranges() {
             // Clamp to what is still tracked: the loop is bounded by the
             // queue length whatever the peer claims.
             let lo = lo.max(self.base);
@@ -217,8 +269,8 @@ impl Recovery {
                 self.delivered += u64::from(p.size);
                 self.delivered_time = now;
                 res.bytes_acked += u64::from(p.size);
-                if newest.as_ref().is_none_or(|n| p.delivered >= n.delivered) {
-                    newest = Some(p.clone());
+                if newest.is_none_or(|n| p.delivered >= n.delivered) {
+                    newest = Some(RateState::of(&p));
                 }
                 res.acked.push(p);
             }
@@ -256,7 +308,7 @@ impl Recovery {
     }
 
     /// Acknowledged packets that were declared lost: widen the thresholds.
-    fn detect_spurious(&mut self, now: Time, ack: &AckFrame) {
+    fn detect_spurious(&mut self, now: Time, ack: &AckFrame<'_>) {
         if self
             .last_spurious
             .is_some_and(|t| now.since(t) > REORDER_MEMORY)
@@ -265,7 +317,7 @@ impl Recovery {
             self.reorder_eighths = 1;
             self.last_spurious = None;
         }
-        for &(lo, hi) in &ack.ranges {
+        for (lo, hi) in ack.ranges() {
             let start = self.recently_lost.partition_point(|&(pn, _)| pn < lo);
             let end = self.recently_lost.partition_point(|&(pn, _)| pn <= hi);
             if start >= end {

@@ -1,0 +1,159 @@
+//! A bounded free list of packet buffers (`Vec<u8>`), so that packets in
+//! transit between the gateway's stages are not allocated one by one.
+//!
+//! Packets cross the stages as owned `Vec<u8>`s (an engine output for the DC
+//! side, the packet inside a [`TwinMsg`](crate::qp::TwinMsg), a message the
+//! WAN transport decoded). Each of those used to be a fresh allocation,
+//! freed a stage later: at 4 KiB per packet and millions of packets per
+//! second that is allocator work on every packet, and the issue asks for
+//! none in steady state. Instead every sans-IO state machine that builds
+//! such vectors takes them from its pool, and whoever is done with one (the
+//! device loop after the socket send, the transport once the twin
+//! acknowledged the message, the engine once it copied a twin's packet into
+//! its deep buffer) puts it back.
+//!
+//! Bounded both ways: an empty pool allocates (counted in
+//! [`PoolStats::allocated`]); a full one frees what it is given (counted in
+//! [`PoolStats::freed`]). So memory held idle is at most `cap` buffers, and a
+//! burst larger than that costs allocations, never unbounded growth. The
+//! pool starts empty: a gateway that never carries traffic holds nothing.
+//!
+//! Two pools (the engine's, the transport's) fill and drain in opposite
+//! directions: at the requester's site the engine builds the `Request`s and
+//! the transport frees them when acknowledged; at the responder's site the
+//! transport builds them (decoding) and the engine frees them. The device
+//! loop evens them out with [`PacketPool::balance`] (moving vectors between
+//! two free lists allocates nothing: both are sized for `cap` at creation).
+
+/// Capacity of a pooled buffer: a 4096-byte RoCE payload with IPv6, UDP,
+/// BTH, RETH and ICRC (4176 bytes) and room to spare; the deep buffer's
+/// default slot size too. Larger packets (jumbo non-RoCE datagrams) grow
+/// their vector, which the pool keeps as it is.
+pub const PACKET_BUF_BYTES: usize = 4608;
+
+/// Default number of idle buffers a pool keeps (4.5 MiB of 4608-byte
+/// buffers): a few WAN acknowledgements' worth of 4 KiB messages, far more
+/// than the device loop turns over between two of its pumps.
+pub const DEFAULT_POOL_CAP: usize = 1024;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Buffers allocated because the pool was empty.
+    pub allocated: u64,
+    /// Buffers handed out from the pool.
+    pub reused: u64,
+    /// Buffers freed because the pool was full (or too small to keep).
+    pub freed: u64,
+}
+
+pub struct PacketPool {
+    free: Vec<Vec<u8>>,
+    cap: usize,
+    pub stats: PoolStats,
+}
+
+impl Default for PacketPool {
+    fn default() -> PacketPool {
+        PacketPool::new(DEFAULT_POOL_CAP)
+    }
+}
+
+impl PacketPool {
+    /// A pool keeping at most `cap` idle buffers. Its free list is sized
+    /// now: returning a buffer never grows it.
+    pub fn new(cap: usize) -> PacketPool {
+        PacketPool {
+            free: Vec::with_capacity(cap),
+            cap,
+            stats: PoolStats::default(),
+        }
+    }
+
+    /// An empty buffer with room for [`PACKET_BUF_BYTES`].
+    pub fn take(&mut self) -> Vec<u8> {
+        match self.free.pop() {
+            Some(v) => {
+                self.stats.reused += 1;
+                v
+            }
+            None => {
+                self.stats.allocated += 1;
+                Vec::with_capacity(PACKET_BUF_BYTES)
+            }
+        }
+    }
+
+    /// A pooled copy of `bytes`.
+    pub fn copy_of(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut v = self.take();
+        v.extend_from_slice(bytes);
+        v
+    }
+
+    /// Returns a buffer. Vectors smaller than a packet buffer (an empty
+    /// `Vec`, one built elsewhere) are not worth keeping: dropped, as is
+    /// anything beyond the cap.
+    pub fn put(&mut self, mut v: Vec<u8>) {
+        if v.capacity() < PACKET_BUF_BYTES || self.free.len() >= self.cap {
+            if v.capacity() > 0 {
+                self.stats.freed += 1;
+            }
+            return;
+        }
+        v.clear();
+        self.free.push(v);
+    }
+
+    /// Idle buffers held.
+    pub fn idle(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Moves idle buffers from the fuller pool to the emptier until each
+    /// holds about half of the two together (bounded by the receiver's
+    /// cap). No allocation: vectors are moved, and free lists never grow
+    /// past the capacity they were created with.
+    pub fn balance(a: &mut PacketPool, b: &mut PacketPool) {
+        let (from, to) = if a.free.len() > b.free.len() {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let target = (from.free.len() + to.free.len()) / 2;
+        while to.free.len() < target.min(to.cap) {
+            let Some(v) = from.free.pop() else { break };
+            to.free.push(v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reuses_up_to_the_cap_and_balances() {
+        let mut p = PacketPool::new(2);
+        let a = p.copy_of(b"abc");
+        assert_eq!(a, b"abc");
+        let b = p.take();
+        let c = p.take();
+        assert_eq!(p.stats.allocated, 3);
+        p.put(a);
+        p.put(b);
+        p.put(c); // over the cap: freed
+        p.put(Vec::new()); // nothing to free, nothing kept
+        p.put(vec![0; 10]); // too small to keep
+        assert_eq!((p.idle(), p.stats.freed), (2, 2));
+        let d = p.take();
+        assert!(d.is_empty() && d.capacity() >= PACKET_BUF_BYTES);
+        assert_eq!(p.stats.reused, 1);
+
+        let mut q = PacketPool::new(4);
+        p.put(d);
+        PacketPool::balance(&mut q, &mut p);
+        assert_eq!((p.idle(), q.idle()), (1, 1));
+        PacketPool::balance(&mut p, &mut q);
+        assert_eq!((p.idle(), q.idle()), (1, 1));
+    }
+}

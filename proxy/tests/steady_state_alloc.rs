@@ -1,0 +1,480 @@
+//! "No allocation per packet in steady state": two gateways' real engines
+//! and WAN transports, wired in memory exactly as the device loop wires them
+//! (`glue::accept` for a DC packet, `glue::pump` between engine and
+//! transport, `poll_transmit` / `handle_datagram_in_place` for the WAN,
+//! timers when due), carry 4 KiB RDMA WRITEs from a requester at site A to
+//! a responder at site B; the responder's ACKs go back as `Delivered`.
+//! Beside them, a small non-RoCE UDP packet every 16 WRITEs travels as a WAN
+//! datagram.
+//!
+//! After a warm-up (the flow learned, the session up, queues and pools at
+//! their working size), a counting global allocator (this test binary only)
+//! counts every allocation on the test's thread over the next packets. Once
+//! with jumbo WAN datagrams (a message per fragment), once with 1452-byte
+//! ones (a 1500-byte MTU path: every request is cut in four and
+//! reassembled).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use soya::gateway::glue::{self, DcPort, Pending};
+use soya::gateway::snapshot::{DcCounters, TwinCounters};
+use soya::qp::{EngineConfig, QpEngine};
+use soya::roce::{
+    is_roce, Aeth, Bth, ExtHeaders, Headers, IpHeader, OpKind, Opcode, Psn, Reth, RocePacket,
+    RoceRepr, Syndrome,
+};
+use soya::time::Time;
+use soya::wan::{CcKind, PathConfig, WanConfig, WanConnection};
+
+// ----- counting allocator -----
+
+struct Counting;
+
+thread_local! {
+    // Per thread: the tests run in parallel. (Const-initialised cells
+    // without destructors: using them never allocates.)
+    static COUNT_HERE: Cell<bool> = const { Cell::new(false) };
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+    static BYTES: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note(size: usize) {
+    if COUNT_HERE.with(Cell::get) {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        BYTES.with(|c| c.set(c.get() + size as u64));
+    }
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        note(l.size());
+        // SAFETY: forwarded as is.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        note(l.size());
+        // SAFETY: forwarded as is.
+        unsafe { System.alloc_zeroed(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: forwarded as is.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        note(new);
+        // SAFETY: forwarded as is.
+        unsafe { System.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+// ----- the two hosts -----
+
+const REQUESTER: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
+const RESPONDER: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 1);
+const RQ_QPN: u32 = 0x11;
+const RS_QPN: u32 = 0x22;
+const FIRST_PSN: u32 = 0xFF_F000; // wraps during the run
+const PAYLOAD: [u8; 4096] = [0x5a; 4096];
+/// PSNs the requester may have unacknowledged (rxe: 128).
+const WINDOW: u32 = 128;
+/// The requester sends at most this many packets per round of the clock
+/// (16 × 4 KiB per 4 µs: 134 Gbit/s, a third of the WAN path's rate, so
+/// that the deep buffer stays nearly empty and no backpressure sets in).
+const BURST: u32 = 16;
+const ROUND: Duration = Duration::from_micros(4);
+
+/// The requester's view: what it sent, what it was acknowledged.
+#[derive(Default)]
+struct Requester {
+    sent: u32,
+    /// Packets acknowledged (pseudo-ACKs and, before learning, real ACKs).
+    acked: u32,
+    acks_seen: u64,
+    cnps: u64,
+}
+
+impl Requester {
+    fn psn(n: u32) -> u32 {
+        FIRST_PSN.wrapping_add(n) & 0xFF_FFFF
+    }
+
+    /// The next 4 KiB WRITE Only into `buf` (AckReq every 16 packets, as
+    /// rxe asks every so often); its length.
+    fn write_next(&mut self, buf: &mut [u8]) -> usize {
+        let n = self.sent;
+        self.sent += 1;
+        let info = Opcode::RC_WRITE_ONLY.info().unwrap();
+        let mut bth = Bth::new(Opcode::RC_WRITE_ONLY, RS_QPN, Psn::new(Self::psn(n)));
+        bth.ack_req = n % 16 == 0;
+        RoceRepr {
+            ip: IpHeader::v4(REQUESTER, RESPONDER),
+            src_port: 0xc000,
+            bth,
+            ext: ExtHeaders {
+                present: info.headers,
+                reth: Reth {
+                    va: 0x1000,
+                    rkey: 7,
+                    len: PAYLOAD.len() as u32,
+                },
+                ..Default::default()
+            },
+        }
+        .emit(&PAYLOAD, buf)
+        .unwrap()
+    }
+}
+
+/// A 64-byte UDP datagram (not RoCE) from the requester's host to the
+/// responder's, into `buf`; its length.
+fn other_udp(buf: &mut [u8]) -> usize {
+    const PAYLOAD_LEN: usize = 64;
+    let ip = IpHeader::v4(REQUESTER, RESPONDER);
+    let (h, udp) = (ip.len(), 8 + PAYLOAD_LEN);
+    ip.emit(udp, buf).unwrap();
+    buf[h..h + 2].copy_from_slice(&5000u16.to_be_bytes());
+    buf[h + 2..h + 4].copy_from_slice(&9999u16.to_be_bytes());
+    buf[h + 4..h + 6].copy_from_slice(&(udp as u16).to_be_bytes());
+    buf[h + 6..h + 8].fill(0);
+    buf[h + 8..h + udp].fill(0x77);
+    h + udp
+}
+
+/// The DC side at site A: what the gateway sends the requester.
+impl DcPort for Requester {
+    fn send(&mut self, packet: &[u8]) {
+        let p = RocePacket::parse_verified(packet).expect("valid packet to the requester");
+        if p.info.kind == OpKind::Cnp {
+            self.cnps += 1;
+            return;
+        }
+        assert_eq!(p.info.kind, OpKind::Ack, "only ACKs go to the requester");
+        let aeth = p.ext.aeth.unwrap();
+        assert!(
+            matches!(aeth.syndrome, Syndrome::Ack { .. }),
+            "no NAK: {aeth:?}"
+        );
+        self.acks_seen += 1;
+        let n = p.psn().value().wrapping_sub(FIRST_PSN) & 0xFF_FFFF;
+        self.acked = self.acked.max(n + 1);
+    }
+    fn admits(&mut self, _: &[u8]) -> bool {
+        true
+    }
+}
+
+/// The responder: in-order WRITEs executed, an ACK for each AckReq.
+#[derive(Default)]
+struct Responder {
+    expected: u32,
+    msn: u32,
+    /// ACKs owed: (PSN, MSN); sent after the pump (the engine is busy
+    /// during it). Its capacity is kept between rounds.
+    owed: Vec<(u32, u32)>,
+    received: u64,
+    /// Non-RoCE packets received.
+    datagrams: u64,
+}
+
+impl DcPort for Responder {
+    fn send(&mut self, packet: &[u8]) {
+        if !is_roce(packet) {
+            assert_eq!(packet.len(), 20 + 8 + 64);
+            self.datagrams += 1;
+            return;
+        }
+        let p = RocePacket::parse_verified(packet).expect("valid packet to the responder");
+        assert!(p.info.is_request());
+        let n = p.psn().value().wrapping_sub(FIRST_PSN) & 0xFF_FFFF;
+        assert!(
+            n <= self.expected,
+            "in order, no loss: {n} > {}",
+            self.expected
+        );
+        if n == self.expected {
+            self.expected += 1;
+            self.msn += 1;
+            self.received += 1;
+        }
+        if p.bth.ack_req {
+            self.owed.push((p.psn().value(), self.msn));
+        }
+    }
+    fn admits(&mut self, _: &[u8]) -> bool {
+        true
+    }
+}
+
+fn ack(psn: u32, msn: u32, buf: &mut [u8]) -> usize {
+    RoceRepr {
+        ip: IpHeader::v4(RESPONDER, REQUESTER),
+        src_port: 0xc000,
+        bth: Bth::new(Opcode::RC_ACK, RQ_QPN, Psn::new(psn)),
+        ext: ExtHeaders {
+            present: Headers::AETH,
+            aeth: Some(Aeth {
+                syndrome: Syndrome::ACK_UNLIMITED,
+                msn: msn & 0xFF_FFFF,
+            }),
+            ..Default::default()
+        },
+    }
+    .emit(&[], buf)
+    .unwrap()
+}
+
+// ----- the two gateways -----
+
+struct Gateway {
+    engine: QpEngine,
+    wan: WanConnection,
+    pending: Pending,
+    tw: TwinCounters,
+    dcc: DcCounters,
+}
+
+impl Gateway {
+    fn new(client: bool, max_datagram: usize) -> Gateway {
+        let cfg = EngineConfig {
+            buffer_slots: 8192,
+            per_flow_slots: 8192,
+            ..EngineConfig::default()
+        };
+        let mut path = PathConfig::new("mem");
+        path.rate_bps = Some(400_000_000_000);
+        path.rtt_hint = Some(Duration::from_micros(10));
+        let mut wan = WanConfig::new(vec![path], Some([0x42; 32]), client);
+        wan.cc = CcKind::FixedRate;
+        wan.max_datagram = max_datagram;
+        Gateway {
+            engine: QpEngine::new(cfg),
+            wan: WanConnection::new(wan, Time::ZERO, if client { 0xA1 } else { 0xB2 }),
+            pending: Pending::default(),
+            tw: TwinCounters::default(),
+            dcc: DcCounters::default(),
+        }
+    }
+
+    fn pump(&mut self, now: Time, dc: &mut impl DcPort) {
+        while let Some(ev) = glue::pump(
+            now,
+            &mut self.engine,
+            &mut self.wan,
+            &mut self.pending,
+            &mut self.tw,
+            dc,
+        ) {
+            // Path and session events: nothing to do here (the device logs).
+            let _ = ev;
+        }
+    }
+
+    fn timers(&mut self, now: Time) {
+        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+            self.engine.handle_timeout(now);
+        }
+        if self.wan.poll_timeout().is_some_and(|t| t <= now) {
+            self.wan.handle_timeout(now);
+        }
+    }
+}
+
+/// Everything `from` transmits now, received by `to` (a lossless, instant
+/// WAN). Returns the datagrams moved.
+fn carry(now: Time, from: &mut WanConnection, to: &mut WanConnection, buf: &mut [u8]) -> usize {
+    let mut n = 0;
+    while let Some(t) = from.poll_transmit(now, buf) {
+        to.handle_datagram_in_place(now, t.path, &mut buf[..t.len]);
+        n += 1;
+    }
+    n
+}
+
+struct World {
+    a: Gateway,
+    b: Gateway,
+    req: Requester,
+    rsp: Responder,
+    now: Time,
+    wire: Vec<u8>,
+    pkt: Vec<u8>,
+}
+
+impl World {
+    fn new(max_datagram: usize) -> World {
+        let mut w = World {
+            a: Gateway::new(true, max_datagram),
+            b: Gateway::new(false, max_datagram),
+            req: Requester::default(),
+            rsp: Responder::default(),
+            now: Time::ZERO,
+            wire: vec![0; 65_536],
+            pkt: vec![0; 8192],
+        };
+        w.rsp.owed.reserve(1024);
+        // The handshake (HELLOs are retried every 10 ms).
+        for _ in 0..500 {
+            w.settle();
+            w.now += Duration::from_micros(100);
+            if w.a.wan.is_connected() && w.b.wan.is_connected() {
+                break;
+            }
+        }
+        assert!(w.a.wan.is_connected() && w.b.wan.is_connected());
+        w
+    }
+
+    /// Moves everything until quiet, as the device loops would.
+    fn settle(&mut self) {
+        let now = self.now;
+        for _ in 0..64 {
+            self.a.timers(now);
+            self.b.timers(now);
+            self.a.pump(now, &mut self.req);
+            self.b.pump(now, &mut self.rsp);
+            let mut moved = !self.rsp.owed.is_empty();
+            for i in 0..self.rsp.owed.len() {
+                let (psn, msn) = self.rsp.owed[i];
+                let n = ack(psn, msn, &mut self.pkt);
+                glue::accept(
+                    &mut self.b.dcc,
+                    &mut self.b.engine,
+                    false,
+                    false,
+                    now,
+                    &self.pkt[..n],
+                );
+            }
+            self.rsp.owed.clear();
+            self.b.pump(now, &mut self.rsp);
+            moved |= carry(now, &mut self.a.wan, &mut self.b.wan, &mut self.wire) > 0;
+            moved |= carry(now, &mut self.b.wan, &mut self.a.wan, &mut self.wire) > 0;
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    /// Sends `count` more packets through (acknowledged to the requester,
+    /// executed by the responder), the requester keeping to its window; the
+    /// clock advances 1 µs per round.
+    fn run(&mut self, count: u32) {
+        let target = self.req.sent + count;
+        let mut stuck = 0;
+        while self.req.sent < target
+            || self.req.acked < target
+            || self.rsp.received < u64::from(target)
+        {
+            let before = (self.req.sent, self.req.acked, self.rsp.received);
+            let mut burst = 0;
+            while self.req.sent < target && self.req.sent - self.req.acked < WINDOW && burst < BURST
+            {
+                let n = self.req.write_next(&mut self.pkt);
+                glue::accept(
+                    &mut self.a.dcc,
+                    &mut self.a.engine,
+                    false,
+                    false,
+                    self.now,
+                    &self.pkt[..n],
+                );
+                burst += 1;
+                if self.req.sent % 16 == 0 {
+                    let n = other_udp(&mut self.pkt);
+                    glue::accept(
+                        &mut self.a.dcc,
+                        &mut self.a.engine,
+                        false,
+                        false,
+                        self.now,
+                        &self.pkt[..n],
+                    );
+                }
+            }
+            self.settle();
+            self.now += ROUND;
+            stuck = if (self.req.sent, self.req.acked, self.rsp.received) == before {
+                stuck + 1
+            } else {
+                0
+            };
+            assert!(
+                stuck < 100_000,
+                "no progress: sent {} acked {}",
+                self.req.sent,
+                self.req.acked
+            );
+        }
+    }
+}
+
+/// Warms a flow up through gateways whose WAN datagrams are at most
+/// `max_datagram` bytes, then counts the allocations of the next packets.
+fn steady_state(max_datagram: usize) {
+    const WARM_UP: u32 = 2_000;
+    const MEASURED: u32 = 20_000;
+    let mut w = World::new(max_datagram);
+    w.run(WARM_UP);
+    assert_eq!(w.rsp.received, u64::from(WARM_UP), "all delivered in order");
+
+    let lost_in_handshake = w.a.wan.stats().packets_lost;
+    COUNT_HERE.with(|c| c.set(true));
+    let (a0, b0) = (ALLOCS.with(Cell::get), BYTES.with(Cell::get));
+    w.run(MEASURED);
+    let (a1, b1) = (ALLOCS.with(Cell::get), BYTES.with(Cell::get));
+    COUNT_HERE.with(|c| c.set(false));
+
+    let allocs = a1 - a0;
+    let per_packet = allocs as f64 / f64::from(MEASURED);
+    println!(
+        "max_datagram {max_datagram}: {allocs} allocations ({} bytes) over {MEASURED} 4 KiB WRITEs: {per_packet:.3} per packet; \
+         engine pools A {:?} B {:?}; transport pools A {:?} B {:?}",
+        b1 - b0,
+        w.a.engine.pool_stats(),
+        w.b.engine.pool_stats(),
+        w.a.wan.pool_stats(),
+        w.b.wan.pool_stats(),
+    );
+    // Everything went through, pseudo-ACKed at A, executed in order at B,
+    // with nothing lost or retransmitted anywhere.
+    let total = u64::from(WARM_UP + MEASURED);
+    assert_eq!(w.rsp.received, total);
+    assert_eq!(w.rsp.datagrams, total / 16, "every datagram arrived");
+    assert_eq!(w.req.acked, WARM_UP + MEASURED);
+    let ing = w.a.engine.ingress_halves().next().unwrap();
+    assert_eq!(ing.mode, soya::qp::ingress::Mode::Accelerated);
+    assert!(ing.stats.pseudo_acks > 0, "{:?}", ing.stats);
+    let eg = w.b.engine.egress_halves().next().unwrap();
+    assert_eq!(
+        eg.stats.retransmitted + eg.stats.timeouts,
+        0,
+        "{:?}",
+        eg.stats
+    );
+    // (Packets sent before the twin had keys, during the handshake, are
+    // lost; nothing since.)
+    assert_eq!(w.a.wan.stats().packets_lost, lost_in_handshake);
+    assert_eq!(ing.stats.withheld_acks + ing.stats.backpressure_drops, 0);
+    assert_eq!(w.req.cnps, 0);
+    assert_eq!(w.a.pending.overflow + w.b.pending.overflow, 0);
+    assert!(
+        allocs <= u64::from(MEASURED / 1000),
+        "{allocs} allocations over {MEASURED} packets ({per_packet:.3} per packet)"
+    );
+}
+
+#[test]
+fn steady_state_allocates_nothing_per_packet_jumbo_wan() {
+    steady_state(soya::wan::DEFAULT_MAX_DATAGRAM);
+}
+
+#[test]
+fn steady_state_allocates_nothing_per_packet_fragmented_wan() {
+    steady_state(1452);
+}
