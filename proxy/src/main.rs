@@ -95,13 +95,13 @@ struct DemoArgs {
     /// routing for the direct runs (needs root, /dev/net/tun, iproute2).
     #[arg(long)]
     netns: bool,
-    /// Bottleneck rate of each emulated WAN path, e.g. 2gbit (default:
-    /// unlimited). The gateways are configured with it as their paths'
-    /// rate, and the 0 km run crosses a relay of the same rate, so only the
-    /// distance differs. On a small machine the unlimited runs measure its
-    /// CPU more than the link: see docs/benchmarks.md.
-    #[arg(long)]
-    rate: Option<String>,
+    /// Rate of each emulated WAN path, a provisioned circuit: the gateways'
+    /// paths are configured with it, and the 0 km run crosses a relay of the
+    /// same rate, so only the distance differs. "unlimited": no bottleneck,
+    /// and every run measures this machine's CPU instead (through Sōya five
+    /// processes share it); see docs/benchmarks.md.
+    #[arg(long, default_value = "2gbit")]
+    rate: String,
 }
 
 /// `soya demo`: runs the orchestration in `soya-perf demo` (the lab tools
@@ -146,9 +146,7 @@ fn demo(a: &DemoArgs) -> ExitCode {
     if a.netns {
         cmd.arg("--netns");
     }
-    if let Some(r) = &a.rate {
-        cmd.args(["--rate", r]);
-    }
+    cmd.args(["--rate", &a.rate]);
     {
         use std::os::unix::process::CommandExt;
         // SAFETY: prctl is async-signal-safe; nothing else runs between

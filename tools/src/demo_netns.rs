@@ -175,7 +175,10 @@ impl Sites {
             l.one_way_ms, l.loss, l.seed
         );
         if let Some(r) = l.rate_bps {
-            args += &format!(" --rate {r}bit");
+            args += &format!(
+                " --rate {r}bit --slack-us {} --spin-us 0",
+                crate::demo::RELAY_SLACK_US
+            );
         }
         let args: Vec<&str> = args.split_whitespace().collect();
         let p = self.procs.spawn(wan, &bins.wanem, &args, |c| {

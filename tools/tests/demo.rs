@@ -46,6 +46,9 @@ fn demo_json_reports_a_clean_comparison() {
         assert!(v.get(k).is_some(), "key {k} missing: {v}");
     }
     assert_eq!(v["distance_km"].as_f64(), Some(300.0));
+    // The default WAN is a 2 Gb/s circuit, and the 0 km run crosses it too.
+    assert_eq!(v["rate_gbps"].as_f64(), Some(2.0), "{v}");
+    assert!(v["direct_0km_gbps"].as_f64().unwrap() <= 2.0 * 1.05, "{v}");
     assert_eq!(v["data_errors"].as_u64(), Some(0), "{v}");
     assert!(v["direct_0km_gbps"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["direct_gbps"].as_f64().unwrap() > 0.0, "{v}");

@@ -73,8 +73,8 @@ struct DemoArgs {
     json: bool,
     #[arg(long)]
     netns: bool,
-    #[arg(long, value_parser = parse_demo_rate)]
-    rate: Option<u64>,
+    #[arg(long, value_parser = parse_demo_rate, default_value = "2gbit")]
+    rate: u64,
 }
 
 /// A bottleneck rate ("2gbit", "800mbit"); "unlimited", "none" or 0: none.
@@ -102,7 +102,7 @@ fn demo(a: DemoArgs) -> i32 {
             size: a.size,
             json: a.json,
             netns: a.netns,
-            rate_bps: a.rate.filter(|&r| r > 0),
+            rate_bps: (a.rate > 0).then_some(a.rate),
         },
         &bins,
     )
