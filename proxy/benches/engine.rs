@@ -39,7 +39,8 @@ use soya::qp::ingress::{Mode, PseudoAcker};
 use soya::qp::twin::Carry;
 use soya::qp::{EngineConfig, HalfKey, Output, QpEngine, TwinMsg};
 use soya::roce::{
-    Aeth, Bth, ExtHeaders, Headers, IpHeader, Opcode, Psn, Reth, RocePacket, RoceRepr, Syndrome,
+    builders, Aeth, Bth, ExtHeaders, Headers, IpHeader, Opcode, Psn, Reth, RocePacket, RoceRepr,
+    Syndrome,
 };
 use soya::time::Time;
 use soya::wan::{msg, CcKind, Cipher, CipherPolicy, Event, PathConfig, WanConfig, WanConnection};
@@ -126,25 +127,15 @@ fn key(requester: Ipv4Addr) -> HalfKey {
 
 /// A request from `requester` to the responder.
 fn request(op: Opcode, requester: Ipv4Addr, psn: u32, ack_req: bool, len: usize) -> Vec<u8> {
-    let info = op.info().unwrap();
-    let mut bth = Bth::new(op, RS_QPN, Psn::new(psn & 0xFF_FFFF));
-    bth.ack_req = ack_req;
-    RoceRepr {
-        ip: IpHeader::v4(requester, RESPONDER),
-        src_port: 0xc000,
-        bth,
-        ext: ExtHeaders {
-            present: info.headers,
-            reth: Reth {
-                va: 0x1000,
-                rkey: 7,
-                len: len as u32,
-            },
-            ..Default::default()
-        },
-    }
-    .to_vec(&vec![0x5a; len])
-    .unwrap()
+    let reth = Reth {
+        va: 0x1000,
+        rkey: 7,
+        len: len as u32,
+    };
+    let ip = IpHeader::v4(requester, RESPONDER);
+    builders::request(ip, RS_QPN, op, Psn::new(psn & 0xFF_FFFF), ack_req, reth)
+        .to_vec(&vec![0x5a; len])
+        .unwrap()
 }
 
 /// The `n`th 4 KiB WRITE Only after the learning request, AckReq set every

@@ -23,8 +23,8 @@ use soya::gateway::glue::{self, DcPort, Pending};
 use soya::gateway::snapshot::{DcCounters, TwinCounters};
 use soya::qp::{EngineConfig, QpEngine};
 use soya::roce::{
-    is_roce, Aeth, Bth, ExtHeaders, Headers, IpHeader, OpKind, Opcode, Psn, Reth, RocePacket,
-    RoceRepr, Syndrome,
+    builders, is_roce, Aeth, Bth, ExtHeaders, Headers, IpHeader, OpKind, Opcode, Psn, Reth,
+    RocePacket, RoceRepr, Syndrome,
 };
 use soya::time::Time;
 use soya::wan::{CcKind, PathConfig, WanConfig, WanConnection};
@@ -109,25 +109,16 @@ impl Requester {
     fn write_next(&mut self, buf: &mut [u8]) -> usize {
         let n = self.sent;
         self.sent += 1;
-        let info = Opcode::RC_WRITE_ONLY.info().unwrap();
-        let mut bth = Bth::new(Opcode::RC_WRITE_ONLY, RS_QPN, Psn::new(Self::psn(n)));
-        bth.ack_req = n % 16 == 0;
-        RoceRepr {
-            ip: IpHeader::v4(REQUESTER, RESPONDER),
-            src_port: 0xc000,
-            bth,
-            ext: ExtHeaders {
-                present: info.headers,
-                reth: Reth {
-                    va: 0x1000,
-                    rkey: 7,
-                    len: PAYLOAD.len() as u32,
-                },
-                ..Default::default()
-            },
-        }
-        .emit(&PAYLOAD, buf)
-        .unwrap()
+        let reth = Reth {
+            va: 0x1000,
+            rkey: 7,
+            len: PAYLOAD.len() as u32,
+        };
+        let ip = IpHeader::v4(REQUESTER, RESPONDER);
+        let psn = Psn::new(Self::psn(n));
+        builders::request(ip, RS_QPN, Opcode::RC_WRITE_ONLY, psn, n % 16 == 0, reth)
+            .emit(&PAYLOAD, buf)
+            .unwrap()
     }
 }
 
@@ -375,26 +366,16 @@ impl World {
             let mut burst = 0;
             while self.req.sent < target && self.req.sent - self.req.acked < WINDOW && burst < BURST
             {
+                let now = self.now;
+                let mut to_a = |pkt: &[u8]| {
+                    glue::accept(&mut self.a.dcc, &mut self.a.engine, false, false, now, pkt);
+                };
                 let n = self.req.write_next(&mut self.pkt);
-                glue::accept(
-                    &mut self.a.dcc,
-                    &mut self.a.engine,
-                    false,
-                    false,
-                    self.now,
-                    &self.pkt[..n],
-                );
+                to_a(&self.pkt[..n]);
                 burst += 1;
                 if self.req.sent % 16 == 0 {
                     let n = other_udp(&mut self.pkt);
-                    glue::accept(
-                        &mut self.a.dcc,
-                        &mut self.a.engine,
-                        false,
-                        false,
-                        self.now,
-                        &self.pkt[..n],
-                    );
+                    to_a(&self.pkt[..n]);
                 }
             }
             self.settle();

@@ -33,24 +33,15 @@ fn key() -> HalfKey {
 }
 
 fn request(op: Opcode, psn: u32, ack_req: bool, payload: usize, read_len: u32) -> Vec<u8> {
-    let info = op.info().unwrap();
-    let mut bth = Bth::new(op, RS_QPN, Psn::new(psn));
-    bth.ack_req = ack_req;
-    let repr = RoceRepr {
-        ip: IpHeader::v4(REQUESTER, RESPONDER),
-        src_port: 0xc000,
-        bth,
-        ext: ExtHeaders {
-            present: info.headers,
-            reth: Reth {
-                va: 0x1000,
-                rkey: 7,
-                len: read_len.max(payload as u32),
-            },
-            ..Default::default()
-        },
+    let reth = Reth {
+        va: 0x1000,
+        rkey: 7,
+        len: read_len.max(payload as u32),
     };
-    repr.to_vec(&vec![0xab; payload]).unwrap()
+    let ip = IpHeader::v4(REQUESTER, RESPONDER);
+    crate::roce::builders::request(ip, RS_QPN, op, Psn::new(psn), ack_req, reth)
+        .to_vec(&vec![0xab; payload])
+        .unwrap()
 }
 
 /// A response from the responder to the requester (what the egress twin sees).

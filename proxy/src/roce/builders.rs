@@ -1,9 +1,11 @@
 //! Complete, ICRC-correct packets the gateway originates: ACK, NAK (each
-//! code), RNR NAK and CNP. They return a [`RoceRepr`]; emit it into a slab
-//! slot with [`RoceRepr::emit`] or into a vector with [`RoceRepr::to_vec`].
+//! code), RNR NAK and CNP; and, for tests, benchmarks and tools, a
+//! requester's packet ([`request`]). They return a [`RoceRepr`]; emit it
+//! into a slab slot with [`RoceRepr::emit`] or into a vector with
+//! [`RoceRepr::to_vec`].
 
 use super::bth::Bth;
-use super::ext::{Aeth, ExtHeaders, NakCode, Syndrome};
+use super::ext::{Aeth, ExtHeaders, NakCode, Reth, Syndrome};
 use super::ip::IpHeader;
 use super::opcode::{Headers, Opcode};
 use super::packet::{RocePacket, RoceRepr};
@@ -73,6 +75,31 @@ pub fn rnr_nak(to: &ReplyTo, psn: Psn, timer: u8, msn: u32) -> RoceRepr {
         },
         msn,
     )
+}
+
+/// A request of opcode `op` to QP `dest_qp` from UDP port 0xc000 (as rxe
+/// picks its source ports), with `reth` where the opcode carries a RETH;
+/// the caller emits it with the payload.
+pub fn request(
+    ip: IpHeader,
+    dest_qp: u32,
+    op: Opcode,
+    psn: Psn,
+    ack_req: bool,
+    reth: Reth,
+) -> RoceRepr {
+    let mut bth = Bth::new(op, dest_qp, psn);
+    bth.ack_req = ack_req;
+    RoceRepr {
+        ip,
+        src_port: 0xc000,
+        bth,
+        ext: ExtHeaders {
+            present: op.info().map_or(Headers::NONE, |i| i.headers),
+            reth,
+            ..Default::default()
+        },
+    }
 }
 
 /// Congestion notification toward the QP `to.dest_qp` (the sender of the
