@@ -38,10 +38,7 @@ use soya::qp::egress::Reinjector;
 use soya::qp::ingress::{Mode, PseudoAcker};
 use soya::qp::twin::Carry;
 use soya::qp::{EngineConfig, HalfKey, Output, QpEngine, TwinMsg};
-use soya::roce::{
-    builders, Aeth, Bth, ExtHeaders, Headers, IpHeader, Opcode, Psn, Reth, RocePacket, RoceRepr,
-    Syndrome,
-};
+use soya::roce::{builders, IpHeader, Opcode, Psn, Reth, RocePacket};
 use soya::time::Time;
 use soya::wan::{msg, CcKind, Cipher, CipherPolicy, Event, PathConfig, WanConfig, WanConnection};
 
@@ -152,21 +149,14 @@ fn write(requester: Ipv4Addr, n: u32) -> Vec<u8> {
 
 /// The responder's ACK of `psn` to `requester`.
 fn ack(requester: Ipv4Addr, psn: u32, msn: u32) -> Vec<u8> {
-    RoceRepr {
+    let to = builders::ReplyTo {
         ip: IpHeader::v4(RESPONDER, requester),
         src_port: 0xc000,
-        bth: Bth::new(Opcode::RC_ACK, RQ_QPN, Psn::new(psn & 0xFF_FFFF)),
-        ext: ExtHeaders {
-            present: Headers::AETH,
-            aeth: Some(Aeth {
-                syndrome: Syndrome::ACK_UNLIMITED,
-                msn: msn & 0xFF_FFFF,
-            }),
-            ..Default::default()
-        },
-    }
-    .to_vec(&[])
-    .unwrap()
+        dest_qp: RQ_QPN,
+    };
+    builders::ack(&to, Psn::new(psn & 0xFF_FFFF), msn)
+        .to_vec(&[])
+        .unwrap()
 }
 
 /// Takes every output, and gives its packet buffer back to the engine's

@@ -22,10 +22,7 @@ use std::time::Duration;
 use soya::gateway::glue::{self, DcPort, Pending};
 use soya::gateway::snapshot::{DcCounters, TwinCounters};
 use soya::qp::{EngineConfig, QpEngine};
-use soya::roce::{
-    builders, is_roce, Aeth, Bth, ExtHeaders, Headers, IpHeader, OpKind, Opcode, Psn, Reth,
-    RocePacket, RoceRepr, Syndrome,
-};
+use soya::roce::{builders, is_roce, IpHeader, OpKind, Opcode, Psn, Reth, RocePacket, Syndrome};
 use soya::time::Time;
 use soya::wan::{CcKind, PathConfig, WanConfig, WanConnection};
 
@@ -203,21 +200,14 @@ impl DcPort for Responder {
 }
 
 fn ack(psn: u32, msn: u32, buf: &mut [u8]) -> usize {
-    RoceRepr {
+    let to = builders::ReplyTo {
         ip: IpHeader::v4(RESPONDER, REQUESTER),
         src_port: 0xc000,
-        bth: Bth::new(Opcode::RC_ACK, RQ_QPN, Psn::new(psn)),
-        ext: ExtHeaders {
-            present: Headers::AETH,
-            aeth: Some(Aeth {
-                syndrome: Syndrome::ACK_UNLIMITED,
-                msn: msn & 0xFF_FFFF,
-            }),
-            ..Default::default()
-        },
-    }
-    .emit(&[], buf)
-    .unwrap()
+        dest_qp: RQ_QPN,
+    };
+    builders::ack(&to, Psn::new(psn), msn)
+        .emit(&[], buf)
+        .unwrap()
 }
 
 // ----- the two gateways -----
