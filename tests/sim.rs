@@ -72,7 +72,6 @@ fn two_paths_carry_one_flow_at_twice_the_rate() {
         size: 65_536,
         tx_depth: 128,
         iters: 4096, // 256 MiB
-        wan_transport: true,
         ..Scenario::default()
     };
     let two = Scenario {

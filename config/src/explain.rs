@@ -26,6 +26,7 @@ pub(crate) fn defaulted_keys(raw: &RawConfig) -> Vec<String> {
     note(raw.wan.bind.is_none(), "wan.bind");
     note(raw.wan.insecure.is_none(), "wan.insecure");
     note(raw.wan.cipher.is_none(), "wan.cipher");
+    note(raw.wan.twin_timeout.is_none(), "wan.twin_timeout");
     for (i, p) in raw.wan.paths.iter().flatten().enumerate() {
         note(p.bind.is_none(), &format!("wan.paths[{i}].bind"));
         note(p.weight.is_none(), &format!("wan.paths[{i}].weight"));
@@ -164,6 +165,12 @@ impl SiteConfig {
                 }
             }
         }
+        let _ = writeln!(
+            s,
+            "  twin_timeout     {} with every path down and the twin is lost: its flows fail{}",
+            format_duration(self.wan.twin_timeout),
+            d("wan.twin_timeout")
+        );
         for (i, b) in self.wan.bind.iter().enumerate() {
             let _ = writeln!(s, "  bind[{i}]          {b}{}", d("wan.bind"));
         }

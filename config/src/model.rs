@@ -97,9 +97,23 @@ pub struct WanConfig {
     pub security: WanSecurity,
     /// Which AEAD the gateway offers its twin (ignored in insecure mode).
     pub cipher: WanCipher,
+    /// Every path down this long and the twin is declared lost: every flow
+    /// through it is failed toward its application, and new requests are
+    /// refused until the twin answers again ([`DEFAULT_TWIN_TIMEOUT`]).
+    pub twin_timeout: Duration,
     /// 1..=16 paths with unique names.
     pub paths: Vec<WanPath>,
 }
+
+/// Default `wan.twin_timeout`. A path is declared down after
+/// `max(3 x PTO, 30 ms)` of silence and is then probed every 25 ms, so a
+/// cut path is seen within ~0.2 s even at 3,000 km. Five seconds rides out
+/// what a WAN does without losing the twin (a fibre protection switch, 50 ms;
+/// an IGP or BGP reconvergence, 1-3 s; a link flap), during which nothing is
+/// failed or lost, while an application whose twin really died gets an error
+/// within seconds, the order of what a direct RC connection takes to fail
+/// (7 retries of a 0.5-2 s ACK timeout), instead of hanging for ever.
+pub const DEFAULT_TWIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Whether WAN traffic is authenticated/encrypted with a pre-shared key.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -172,6 +172,7 @@ pub(crate) struct RawWan {
     pub insecure: Option<bool>,
     pub key_file: Option<String>,
     pub cipher: Option<WanCipher>,
+    pub twin_timeout: Option<String>,
     pub paths: Option<Vec<RawPath>>,
 }
 
@@ -276,6 +277,10 @@ pub(crate) const ACCEPTED: &[(&str, &str)] = &[
     (
         "wan.cipher",
         "one of \"auto\", \"aes-256-gcm\", \"chacha20-poly1305\"",
+    ),
+    (
+        "wan.twin_timeout",
+        "a duration 1s..=1h like \"5s\": every path down this long and the twin is lost",
     ),
     ("wan.paths", "1..=16 [[wan.paths]] tables"),
     ("wan.paths[]", "a [[wan.paths]] table"),

@@ -439,6 +439,14 @@ fn resolve_wan(c: &mut Checker, wan: &RawWan) -> Option<WanConfig> {
     // With a broken wan.bind, path bind indices cannot be checked meaningfully.
     let bind_ok = c.problems.len() == errors_before;
     let paths = resolve_paths(c, wan.paths.as_deref(), bind_ok.then_some(&bind[..]));
+    let twin_timeout = duration_in(
+        c,
+        "wan.twin_timeout",
+        wan.twin_timeout.as_deref(),
+        DEFAULT_TWIN_TIMEOUT,
+        Duration::from_secs(1)..=Duration::from_secs(3600),
+        "twin_timeout",
+    );
     if c.problems.len() != errors_before {
         return None;
     }
@@ -446,6 +454,7 @@ fn resolve_wan(c: &mut Checker, wan: &RawWan) -> Option<WanConfig> {
         bind,
         security,
         cipher: wan.cipher.unwrap_or_default(),
+        twin_timeout: twin_timeout?,
         paths: paths?,
     })
 }

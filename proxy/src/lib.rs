@@ -8,6 +8,10 @@
 //!    selectively retransmitting, paced).
 //! 4. The twin re-injects in order toward the responder ([`qp::egress`]).
 //!
+//! [`site`] puts steps 1-4 of one gateway together, sans-IO: the daemon
+//! ([`gateway`], sockets and threads) and the simulator both drive a
+//! [`site::Site`].
+//!
 //! [`plan`] is the capacity planner behind `soya plan`.
 //!
 //! Protocol logic is sans-IO: state machines take `(packet or event, now)` and
@@ -18,5 +22,6 @@ pub mod gateway;
 pub mod plan;
 pub mod qp;
 pub mod roce;
+pub mod site;
 pub mod time;
 pub mod wan;

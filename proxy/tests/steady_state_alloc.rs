@@ -1,7 +1,7 @@
-//! "No allocation per packet in steady state": two gateways' real engines
-//! and WAN transports, wired in memory exactly as the device loop wires them
-//! (`glue::accept` for a DC packet, `glue::pump` between engine and
-//! transport, `poll_transmit` / `handle_datagram_in_place` for the WAN,
+//! "No allocation per packet in steady state": two gateways' real sites
+//! (engine, WAN transport and the glue between them), driven in memory
+//! through the calls the device loop makes (`handle_dc`,
+//! `poll_dc_transmit` + `recycle`, `poll_wan_transmit` / `handle_wan`,
 //! timers when due), carry 4 KiB RDMA WRITEs from a requester at site A to
 //! a responder at site B; the responder's ACKs go back as `Delivered`.
 //! Beside them, a small non-RoCE UDP packet every 16 WRITEs travels as a WAN
@@ -19,12 +19,16 @@ use std::cell::Cell;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use soya::gateway::glue::{self, DcPort, Pending};
-use soya::gateway::snapshot::{DcCounters, TwinCounters};
-use soya::qp::{EngineConfig, QpEngine};
+use soya::qp::EngineConfig;
 use soya::roce::{builders, is_roce, IpHeader, OpKind, Opcode, Psn, Reth, RocePacket, Syndrome};
+use soya::site::{Acl, Site, SiteParams};
 use soya::time::Time;
-use soya::wan::{CcKind, PathConfig, WanConfig, WanConnection};
+use soya::wan::{CcKind, PathConfig, WanConfig};
+
+/// A host behind a gateway: what the gateway sends it.
+trait DcHost {
+    fn receive(&mut self, packet: &[u8]);
+}
 
 // ----- counting allocator -----
 
@@ -135,8 +139,8 @@ fn other_udp(buf: &mut [u8]) -> usize {
 }
 
 /// The DC side at site A: what the gateway sends the requester.
-impl DcPort for Requester {
-    fn send(&mut self, packet: &[u8]) {
+impl DcHost for Requester {
+    fn receive(&mut self, packet: &[u8]) {
         let p = RocePacket::parse_verified(packet).expect("valid packet to the requester");
         if p.info.kind == OpKind::Cnp {
             self.cnps += 1;
@@ -151,9 +155,6 @@ impl DcPort for Requester {
         self.acks_seen += 1;
         let n = p.psn().value().wrapping_sub(FIRST_PSN) & 0xFF_FFFF;
         self.acked = self.acked.max(n + 1);
-    }
-    fn admits(&mut self, _: &[u8]) -> bool {
-        true
     }
 }
 
@@ -170,8 +171,8 @@ struct Responder {
     datagrams: u64,
 }
 
-impl DcPort for Responder {
-    fn send(&mut self, packet: &[u8]) {
+impl DcHost for Responder {
+    fn receive(&mut self, packet: &[u8]) {
         if !is_roce(packet) {
             assert_eq!(packet.len(), 20 + 8 + 64);
             self.datagrams += 1;
@@ -194,9 +195,6 @@ impl DcPort for Responder {
             self.owed.push((p.psn().value(), self.msn));
         }
     }
-    fn admits(&mut self, _: &[u8]) -> bool {
-        true
-    }
 }
 
 fn ack(psn: u32, msn: u32, buf: &mut [u8]) -> usize {
@@ -213,11 +211,7 @@ fn ack(psn: u32, msn: u32, buf: &mut [u8]) -> usize {
 // ----- the two gateways -----
 
 struct Gateway {
-    engine: QpEngine,
-    wan: WanConnection,
-    pending: Pending,
-    tw: TwinCounters,
-    dcc: DcCounters,
+    site: Site,
 }
 
 impl Gateway {
@@ -233,45 +227,40 @@ impl Gateway {
         let mut wan = WanConfig::new(vec![path], Some([0x42; 32]), client);
         wan.cc = CcKind::FixedRate;
         wan.max_datagram = max_datagram;
+        let (here, there) = ("10.1.0.0/16", "10.2.0.0/16");
+        let (local, remote) = if client { (here, there) } else { (there, here) };
+        let acl = Acl {
+            local: vec![local.parse().unwrap()],
+            remote: vec![remote.parse().unwrap()],
+        };
+        let params = SiteParams::new(cfg, wan, acl, Duration::from_secs(5));
+        let nonce = if client { 0xA1 } else { 0xB2 };
         Gateway {
-            engine: QpEngine::new(cfg),
-            wan: WanConnection::new(wan, Time::ZERO, if client { 0xA1 } else { 0xB2 }),
-            pending: Pending::default(),
-            tw: TwinCounters::default(),
-            dcc: DcCounters::default(),
+            site: Site::new(params, Time::ZERO, Box::new(move || Some(nonce))),
         }
     }
 
-    fn pump(&mut self, now: Time, dc: &mut impl DcPort) {
-        while let Some(ev) = glue::pump(
-            now,
-            &mut self.engine,
-            &mut self.wan,
-            &mut self.pending,
-            &mut self.tw,
-            dc,
-        ) {
-            // Path and session events: nothing to do here (the device logs).
-            let _ = ev;
+    /// What the site has for its data center, to `host`.
+    fn deliver_dc(&mut self, host: &mut impl DcHost) {
+        while let Some(t) = self.site.poll_dc_transmit() {
+            host.receive(&t.packet);
+            self.site.recycle(t.packet);
         }
     }
 
     fn timers(&mut self, now: Time) {
-        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
-            self.engine.handle_timeout(now);
-        }
-        if self.wan.poll_timeout().is_some_and(|t| t <= now) {
-            self.wan.handle_timeout(now);
+        if self.site.poll_timeout().is_some_and(|t| t <= now) {
+            self.site.handle_timeout(now);
         }
     }
 }
 
 /// Everything `from` transmits now, received by `to` (a lossless, instant
 /// WAN). Returns the datagrams moved.
-fn carry(now: Time, from: &mut WanConnection, to: &mut WanConnection, buf: &mut [u8]) -> usize {
+fn carry(now: Time, from: &mut Site, to: &mut Site, buf: &mut [u8]) -> usize {
     let mut n = 0;
-    while let Some(t) = from.poll_transmit(now, buf) {
-        to.handle_datagram_in_place(now, t.path, &mut buf[..t.len]);
+    while let Some(t) = from.poll_wan_transmit(now, buf) {
+        to.handle_wan(now, t.path, &mut buf[..t.len]);
         n += 1;
     }
     n
@@ -303,11 +292,11 @@ impl World {
         for _ in 0..500 {
             w.settle();
             w.now += Duration::from_micros(100);
-            if w.a.wan.is_connected() && w.b.wan.is_connected() {
+            if w.a.site.is_connected() && w.b.site.is_connected() {
                 break;
             }
         }
-        assert!(w.a.wan.is_connected() && w.b.wan.is_connected());
+        assert!(w.a.site.is_connected() && w.b.site.is_connected());
         w
     }
 
@@ -317,25 +306,18 @@ impl World {
         for _ in 0..64 {
             self.a.timers(now);
             self.b.timers(now);
-            self.a.pump(now, &mut self.req);
-            self.b.pump(now, &mut self.rsp);
+            self.a.deliver_dc(&mut self.req);
+            self.b.deliver_dc(&mut self.rsp);
             let mut moved = !self.rsp.owed.is_empty();
             for i in 0..self.rsp.owed.len() {
                 let (psn, msn) = self.rsp.owed[i];
                 let n = ack(psn, msn, &mut self.pkt);
-                glue::accept(
-                    &mut self.b.dcc,
-                    &mut self.b.engine,
-                    false,
-                    false,
-                    now,
-                    &self.pkt[..n],
-                );
+                self.b.site.handle_dc(now, &self.pkt[..n]);
             }
             self.rsp.owed.clear();
-            self.b.pump(now, &mut self.rsp);
-            moved |= carry(now, &mut self.a.wan, &mut self.b.wan, &mut self.wire) > 0;
-            moved |= carry(now, &mut self.b.wan, &mut self.a.wan, &mut self.wire) > 0;
+            self.b.deliver_dc(&mut self.rsp);
+            moved |= carry(now, &mut self.a.site, &mut self.b.site, &mut self.wire) > 0;
+            moved |= carry(now, &mut self.b.site, &mut self.a.site, &mut self.wire) > 0;
             if !moved {
                 return;
             }
@@ -357,8 +339,9 @@ impl World {
             while self.req.sent < target && self.req.sent - self.req.acked < WINDOW && burst < BURST
             {
                 let now = self.now;
+                let site = &mut self.a.site;
                 let mut to_a = |pkt: &[u8]| {
-                    glue::accept(&mut self.a.dcc, &mut self.a.engine, false, false, now, pkt);
+                    site.handle_dc(now, pkt);
                 };
                 let n = self.req.write_next(&mut self.pkt);
                 to_a(&self.pkt[..n]);
@@ -394,7 +377,7 @@ fn steady_state(max_datagram: usize) {
     w.run(WARM_UP);
     assert_eq!(w.rsp.received, u64::from(WARM_UP), "all delivered in order");
 
-    let lost_in_handshake = w.a.wan.stats().packets_lost;
+    let lost_in_handshake = w.a.site.wan().stats().packets_lost;
     COUNT_HERE.with(|c| c.set(true));
     let (a0, b0) = (ALLOCS.with(Cell::get), BYTES.with(Cell::get));
     w.run(MEASURED);
@@ -407,10 +390,10 @@ fn steady_state(max_datagram: usize) {
         "max_datagram {max_datagram}: {allocs} allocations ({} bytes) over {MEASURED} 4 KiB WRITEs: {per_packet:.3} per packet; \
          engine pools A {:?} B {:?}; transport pools A {:?} B {:?}",
         b1 - b0,
-        w.a.engine.pool_stats(),
-        w.b.engine.pool_stats(),
-        w.a.wan.pool_stats(),
-        w.b.wan.pool_stats(),
+        w.a.site.engine().pool_stats(),
+        w.b.site.engine().pool_stats(),
+        w.a.site.wan().pool_stats(),
+        w.b.site.wan().pool_stats(),
     );
     // Everything went through, pseudo-ACKed at A, executed in order at B,
     // with nothing lost or retransmitted anywhere.
@@ -418,10 +401,10 @@ fn steady_state(max_datagram: usize) {
     assert_eq!(w.rsp.received, total);
     assert_eq!(w.rsp.datagrams, total / 16, "every datagram arrived");
     assert_eq!(w.req.acked, WARM_UP + MEASURED);
-    let ing = w.a.engine.ingress_halves().next().unwrap();
+    let ing = w.a.site.engine().ingress_halves().next().unwrap();
     assert_eq!(ing.mode, soya::qp::ingress::Mode::Accelerated);
     assert!(ing.stats.pseudo_acks > 0, "{:?}", ing.stats);
-    let eg = w.b.engine.egress_halves().next().unwrap();
+    let eg = w.b.site.engine().egress_halves().next().unwrap();
     assert_eq!(
         eg.stats.retransmitted + eg.stats.timeouts,
         0,
@@ -430,10 +413,10 @@ fn steady_state(max_datagram: usize) {
     );
     // (Packets sent before the twin had keys, during the handshake, are
     // lost; nothing since.)
-    assert_eq!(w.a.wan.stats().packets_lost, lost_in_handshake);
+    assert_eq!(w.a.site.wan().stats().packets_lost, lost_in_handshake);
     assert_eq!(ing.stats.withheld_acks + ing.stats.backpressure_drops, 0);
     assert_eq!(w.req.cnps, 0);
-    assert_eq!(w.a.pending.overflow + w.b.pending.overflow, 0);
+    assert_eq!(w.a.site.pending().overflow + w.b.site.pending().overflow, 0);
     assert!(
         allocs <= u64::from(MEASURED / 1000),
         "{allocs} allocations over {MEASURED} packets ({per_packet:.3} per packet)"

@@ -161,11 +161,7 @@ pub fn render_status(s: &Snapshot) -> String {
     let _ = writeln!(
         o,
         "  twin: {}   generation: {:016x}   peer generation: {}",
-        if s.connected {
-            "connected"
-        } else {
-            "NOT connected"
-        },
+        twin_line(s),
         s.generation,
         peer
     );
@@ -319,4 +315,26 @@ pub fn render_status(s: &Snapshot) -> String {
         }
     }
     o
+}
+
+/// What the status says of the twin: never `connected` for a twin that
+/// does not answer.
+fn twin_line(s: &Snapshot) -> String {
+    let t = &s.twin_status;
+    match t.state.as_str() {
+        "lost" => format!(
+            "LOST since {:.1} s ago (no WAN path for {:.1} s; wan.twin_timeout {:.1} s): its flows were failed, new requests are refused",
+            t.lost_for_secs, t.for_secs, t.timeout_secs
+        ),
+        "unreachable" => format!(
+            "UNREACHABLE for {:.1} s (every WAN path down; lost after {:.1} s)",
+            t.for_secs, t.timeout_secs
+        ),
+        "connecting" => format!(
+            "NOT connected (waiting {:.1} s; lost after {:.1} s)",
+            t.for_secs, t.timeout_secs
+        ),
+        _ if s.connected => "connected".into(),
+        _ => "NOT connected".into(),
+    }
 }

@@ -1,49 +1,39 @@
-//! The device loop: one thread owns the QP engine, the WAN connection and
-//! every packet socket, and moves packets between them.
+//! The device loop: one thread per shard owns a [`Site`] (the sans-IO
+//! engine, WAN connection and everything between them) and that shard's
+//! packet I/O, and moves packets between them.
 //!
 //! Each turn: wait in ppoll(2) for a socket, the wake-up eventfd or the
-//! earliest timer (engine, transport, a paced packet), read a batch from
-//! every ready socket, fire due timers, then *pump* (transport events into
-//! the engine, engine outputs to the DC side and the transport, waiting
-//! messages into the transport) until nothing moves ([`glue::pump`], shared
-//! with the tests that drive two gateways in memory), and transmit what the
-//! transport releases.
+//! earliest timer (the site's, or a paced datagram's), read a batch from
+//! every ready socket into the site, fire due timers, send what the site
+//! has for the data center, and transmit what it releases toward the twin
+//! ([`Turn`], the same code the differential test drives over memory).
+//! Then log what the site reports ([`SiteEvent`]) and answer snapshot
+//! requests.
 //!
 //! No allocation per packet in steady state: sockets read into and send
-//! from buffers owned here, and the packets that travel between engine and
-//! transport as `Vec<u8>` are recycled through the engine's and the
-//! transport's bounded pools (`buffer::pool`; what goes where: `glue`).
-//! `proxy/tests/steady_state_alloc.rs` counts the allocations of that path.
+//! from buffers owned here, and the packets inside the site are recycled
+//! through its bounded pools. `proxy/tests/steady_state_alloc.rs` counts
+//! the allocations of that path.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::qp::{HalfKey, QpEngine, TwinMsg};
-use crate::roce::{NakCode, Psn};
+use crate::site::{acl, Site, SiteEvent, TwinState};
 use crate::time::Time;
-use crate::wan::{Event, PathState, Transmit, WanConfig, WanConnection};
+use crate::wan::PathState;
 
-use super::acl::{self, Acl, Verdict};
-use super::backend::{DcIo, TxOutcome};
-use super::glue::{self, accept, DcPort, Pending, PENDING_HIGH_WATER};
+use super::backend::DcIo;
+use super::ports::{Clock, MonotonicClock};
 use super::shard::{self, HandoffRx, HandoffTx};
 use super::snapshot::{
-    BufferSnap, DcCounters, EngineCounters, FlowSnap, PathSnap, ShardSnap, Snapshot, TwinCounters,
+    BufferSnap, DcCounters, EngineCounters, FlowSnap, PathSnap, ShardSnap, Snapshot, TwinStatus,
     WanCounters, MAX_FLOWS,
 };
+use super::turn::{Route, Turn};
 use super::wanio::WanSockets;
 use super::{sys, Command, RunOutcome, RunSummary, Shared};
 
-/// Batches read from one socket per turn before the others get their turn
-/// (each batch up to `WAN_IO_BATCH` / 64 messages).
-const RX_BATCHES: usize = 4;
-/// Staging buffer for WAN datagrams, in `max_datagram` slots.
-const STAGE_SLOTS: usize = 64;
-/// Packets transmitted per turn before reading again.
-const TX_BATCH: usize = 512;
-/// A paced packet due within this is waited for by spinning.
-const SPIN: Duration = Duration::from_micros(50);
 /// Longest wait without a timer (the eventfd wakes us for commands).
 const IDLE_WAIT: Duration = Duration::from_millis(250);
 /// Set (to anything) to keep the device thread at normal priority.
@@ -69,7 +59,7 @@ pub struct PathMeta {
 pub struct ShardCtx {
     pub index: usize,
     pub count: usize,
-    /// Reads the DC backend (udp lab: shard 0 only).
+    /// Reads the DC backend (udp lab and tun: shard 0 only).
     pub reads_dc: bool,
     /// Toward each other shard (None at `index`).
     pub tx: Vec<Option<HandoffTx>>,
@@ -90,34 +80,24 @@ impl ShardCtx {
     }
 }
 
-pub struct Device {
+/// Facts about the gateway a device reports in its snapshots.
+pub struct DeviceInfo {
     pub site: String,
     pub insecure: bool,
     pub policy: String,
-    pub engine: QpEngine,
-    pub wan: WanConnection,
-    /// To rebuild the connection when the twin closes it.
-    pub wan_cfg: WanConfig,
-    pub dc: DcIo,
-    pub socks: WanSockets,
-    pub acl: Acl,
-    pub paths: Vec<PathMeta>,
-    pub shared: Arc<Shared>,
-    pub epoch: Instant,
     pub slot_bytes: u64,
-    pending: Pending,
-    rx: Vec<u8>,
-    /// A held (paced, not yet due) datagram's bytes.
-    tx: Vec<u8>,
-    held: Option<Transmit>,
-    /// WAN datagrams of this turn, staged for one flush.
-    stage: Vec<u8>,
-    stage_used: usize,
-    max_datagram: usize,
-    dcc: DcCounters,
-    tw: TwinCounters,
+    pub paths: Vec<PathMeta>,
+}
+
+pub struct Device {
+    info: DeviceInfo,
+    site: Site,
+    dc: DcIo,
+    socks: WanSockets,
+    turn: Turn,
+    clock: MonotonicClock,
+    shared: Arc<Shared>,
     draining: Option<Instant>,
-    closing: bool,
     backend: String,
     shard: ShardCtx,
     /// Per shard: packets were handed to it this turn (wake it).
@@ -128,15 +108,16 @@ pub struct Device {
 }
 
 /// A fresh, never-zero 64-bit session nonce from the kernel's CSPRNG.
-pub fn session_nonce() -> std::io::Result<u64> {
-    use std::io::Read;
-    let mut f = std::fs::File::open("/dev/urandom")?;
+pub fn session_nonce() -> Option<u64> {
     loop {
         let mut b = [0u8; 8];
-        f.read_exact(&mut b)?;
+        if let Err(e) = getrandom::fill(&mut b) {
+            tracing::error!(error = %e, "cannot draw a session nonce from the kernel");
+            return None;
+        }
         let n = u64::from_le_bytes(b);
         if n != 0 {
-            return Ok(n);
+            return Some(n);
         }
     }
 }
@@ -149,51 +130,43 @@ fn path_state(s: PathState) -> &'static str {
     }
 }
 
+/// The twin's state for `soya status` and the metrics.
+fn twin_status(site: &Site, now: Time) -> TwinStatus {
+    let secs = |t: Time| now.since(t).as_secs_f64();
+    let (for_secs, lost_for_secs) = match site.twin_state() {
+        TwinState::Connected => (0.0, 0.0),
+        TwinState::Connecting { since } | TwinState::Unreachable { since } => (secs(since), 0.0),
+        TwinState::Lost { since, declared } => (secs(since), secs(declared)),
+    };
+    TwinStatus {
+        state: site.twin_state().name().into(),
+        for_secs,
+        lost_for_secs,
+        timeout_secs: site.params().twin_timeout.as_secs_f64(),
+    }
+}
+
 impl Device {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        site: String,
-        insecure: bool,
-        policy: String,
-        engine: QpEngine,
-        wan: WanConnection,
-        wan_cfg: WanConfig,
+        info: DeviceInfo,
+        site: Site,
         dc: DcIo,
         socks: WanSockets,
-        acl: Acl,
-        paths: Vec<PathMeta>,
         shared: Arc<Shared>,
         epoch: Instant,
-        slot_bytes: u64,
         shard: ShardCtx,
     ) -> Device {
         let backend = dc.describe();
-        let max_datagram = wan_cfg.max_datagram.max(crate::wan::MIN_MAX_DATAGRAM);
+        let turn = Turn::new(site.params().wan.max_datagram);
         Device {
+            info,
             site,
-            insecure,
-            policy,
-            engine,
-            wan,
-            wan_cfg,
             dc,
             socks,
-            acl,
-            paths,
+            turn,
+            clock: MonotonicClock { epoch },
             shared,
-            epoch,
-            slot_bytes,
-            pending: Pending::default(),
-            rx: vec![0; 65_536],
-            tx: vec![0; 65_536],
-            held: None,
-            stage: vec![0; STAGE_SLOTS * max_datagram],
-            stage_used: 0,
-            max_datagram,
-            dcc: DcCounters::default(),
-            tw: TwinCounters::default(),
             draining: None,
-            closing: false,
             backend,
             woke: vec![false; shard.count],
             shard,
@@ -204,14 +177,6 @@ impl Device {
 
     fn wake(&self) -> &sys::EventFd {
         &self.shared.wakes[self.shard.index]
-    }
-
-    fn now(&self) -> Time {
-        Time::from_nanos(self.epoch.elapsed().as_nanos() as u64)
-    }
-
-    fn instant(&self, t: Time) -> Instant {
-        self.epoch + Duration::from_nanos(t.as_nanos())
     }
 
     /// Runs until drained, aborted or failed.
@@ -248,9 +213,9 @@ impl Device {
                 self.shard.index, self.shard.count, self.shard.index, self.shard.index, self.shard.count
             );
         }
-        tracing::info!(site = %self.site, backend = %self.backend, generation = format_args!("{:016x}", self.wan.generation()), "gateway running");
+        tracing::info!(site = %self.info.site, backend = %self.backend, generation = format_args!("{:016x}", self.site.wan().generation()), "gateway running");
         loop {
-            let now = self.now();
+            let now = self.clock.now();
             let timeout = self.next_wait(now);
             for f in fds.iter_mut() {
                 f.revents = 0;
@@ -265,19 +230,20 @@ impl Device {
                 Command::Abort => return self.stop(RunOutcome::Aborted, started),
                 Command::Drain if self.draining.is_none() => {
                     tracing::info!(
-                        buffered_slots = self.engine.occupancy().slots_used,
-                        waiting = self.pending.messages,
+                        buffered_slots = self.site.engine().occupancy().slots_used,
+                        waiting = self.site.pending().messages,
                         "draining: new requests from the DC side are refused; flushing (at most {} s)",
                         DRAIN_TIMEOUT.as_secs()
                     );
+                    self.site.start_drain();
                     self.draining = Some(Instant::now() + DRAIN_TIMEOUT);
                 }
                 _ => {}
             }
-            let now = self.now();
+            let now = self.clock.now();
             for s in 0..self.socks.len() {
                 if fds[2 + s].revents != 0 {
-                    self.recv_wan(s, now);
+                    self.turn.recv_wan(&mut self.site, &mut self.socks, s, now);
                 }
             }
             if fds[1].revents & libc::POLLIN != 0 {
@@ -288,16 +254,11 @@ impl Device {
             if !self.shard.rx.is_empty() {
                 self.recv_handoff(now);
             }
-            let now = self.now();
-            if self.engine.poll_timeout().is_some_and(|t| t <= now) {
-                self.engine.handle_timeout(now);
-            }
-            if self.wan.poll_timeout().is_some_and(|t| t <= now) {
-                self.wan.handle_timeout(now);
-            }
-            self.pump(now);
-            self.dc.flush();
-            self.transmit();
+            Turn::timers(&mut self.site, self.clock.now());
+            Turn::send_dc(&mut self.site, &mut self.dc);
+            self.turn
+                .transmit(&mut self.site, &mut self.socks, &self.clock);
+            self.log_events();
             self.serve_snapshot();
             self.check_connected();
             if let Some(deadline) = self.draining {
@@ -312,15 +273,10 @@ impl Device {
     }
 
     fn next_wait(&self, now: Time) -> Duration {
-        let mut t: Option<Time> = None;
-        let mut at = |x: Option<Time>| {
-            if let Some(x) = x {
-                t = Some(t.map_or(x, |t: Time| t.min(x)));
-            }
-        };
-        at(self.engine.poll_timeout());
-        at(self.wan.poll_timeout());
-        at(self.held.map(|h| h.release_at));
+        let t = [self.site.poll_timeout(), self.turn.held_until()]
+            .into_iter()
+            .flatten()
+            .min();
         let mut wait = t.map_or(IDLE_WAIT, |t| t.since(now)).min(IDLE_WAIT);
         if self.draining.is_some() {
             wait = wait.min(Duration::from_millis(10));
@@ -331,102 +287,65 @@ impl Device {
         wait
     }
 
-    fn recv_wan(&mut self, s: usize, now: Time) {
-        for _ in 0..RX_BATCHES {
-            let wan = &mut self.wan;
-            let (_, drained) = self.socks.recv_batch(s, |path, bytes| {
-                wan.handle_datagram_in_place(now, path, bytes)
-            });
-            if drained {
-                break;
-            }
-        }
-    }
-
+    /// Reads the DC side: this shard's host pairs into its site, the
+    /// others' handed over to their shards.
     fn recv_dc(&mut self, now: Time) -> std::io::Result<()> {
-        let wall = Instant::now();
         let Device {
+            site,
             dc,
-            dcc,
-            acl,
-            engine,
-            draining,
-            pending,
-            rx,
+            turn,
             shard,
             woke,
             ..
         } = self;
-        let refuse_new = draining.is_some() || pending.bytes > PENDING_HIGH_WATER;
-        let draining = draining.is_some();
         let (me, count) = (shard.index, shard.count);
-        for _ in 0..RX_BATCHES {
-            let (_, drained) = dc.recv_batch(rx, wall, |pkt, from| {
-                dcc.rx_packets += 1;
-                dcc.rx_bytes += pkt.len() as u64;
-                let (verdict, addrs) = acl.outbound(pkt);
-                match verdict {
-                    Verdict::Malformed => dcc.rx_malformed += 1,
-                    Verdict::BadSource => dcc.rx_acl_source += 1,
-                    Verdict::BadDestination => dcc.rx_acl_destination += 1,
-                    Verdict::Pass => {
-                        let owner = addrs.map_or(0, |(s, d)| shard::shard_of_pair(s, d, count));
-                        if owner != me {
-                            // Another shard's host pair: hand it over (its
-                            // owner learns the lab host from it).
-                            let queued = shard
-                                .tx
-                                .get_mut(owner)
-                                .and_then(Option::as_mut)
-                                .is_some_and(|tx| tx.push(pkt, from));
-                            if queued {
-                                dcc.handoff_out += 1;
-                                woke[owner] = true;
-                            } else {
-                                dcc.handoff_dropped += 1;
-                            }
-                            return None;
-                        }
-                        accept(dcc, engine, refuse_new, draining, now, pkt);
-                        return addrs.map(|(src, _)| src);
-                    }
-                }
-                None
-            })?;
-            if drained {
-                break;
+        let mut handoff_out = 0;
+        let mut handoff_dropped = 0;
+        let res = turn.recv_dc(site, dc, now, |pkt, from| {
+            let owner = acl::addresses(pkt).map_or(me, |(s, d)| shard::shard_of_pair(s, d, count));
+            if owner == me {
+                return Route::Mine;
             }
-        }
+            // Another shard's host pair: hand it over (its owner learns the
+            // lab host from it).
+            let queued = shard
+                .tx
+                .get_mut(owner)
+                .and_then(Option::as_mut)
+                .is_some_and(|tx| tx.push(pkt, from));
+            if queued {
+                handoff_out += 1;
+                woke[owner] = true;
+            } else {
+                handoff_dropped += 1;
+            }
+            Route::Elsewhere
+        });
+        let c = self.site.dc_counters_mut();
+        c.handoff_out += handoff_out;
+        c.handoff_dropped += handoff_dropped;
         for (j, w) in self.woke.iter_mut().enumerate() {
             if std::mem::take(w) {
                 self.shared.wakes[j].wake();
             }
         }
-        Ok(())
+        res
     }
 
     /// Takes the packets other shards read for this one.
     fn recv_handoff(&mut self, now: Time) {
-        let wall = Instant::now();
-        let refuse_new = self.draining.is_some() || self.pending.bytes > PENDING_HIGH_WATER;
-        let draining = self.draining.is_some();
         for q in self.shard.rx.iter_mut() {
             for _ in 0..HANDOFF_BUDGET {
-                let Some((len, from)) = q.pop(&mut self.rx) else {
+                let Some((len, from)) = q.pop(&mut self.turn.rx) else {
                     break;
                 };
-                self.dcc.handoff_in += 1;
-                let pkt = &self.rx[..len];
-                if let (Some(from), Some((src, _))) = (from, acl::addresses(pkt)) {
-                    self.dc.learn(src, from, wall);
-                }
-                accept(
-                    &mut self.dcc,
-                    &mut self.engine,
-                    refuse_new,
-                    draining,
+                self.site.dc_counters_mut().handoff_in += 1;
+                Turn::handed_over(
+                    &mut self.site,
+                    &mut self.dc,
                     now,
-                    pkt,
+                    &self.turn.rx[..len],
+                    from,
                 );
             }
         }
@@ -440,7 +359,7 @@ impl Device {
             return;
         }
         self.next_check = now + Duration::from_secs(1);
-        if self.wan.is_connected() {
+        if self.site.is_connected() {
             self.alarm.clear();
             return;
         }
@@ -448,7 +367,7 @@ impl Device {
             return;
         }
         let (i, n) = (self.shard.index, self.shard.count);
-        let st = self.wan.stats();
+        let st = self.site.wan().stats();
         let heard = st.paths.iter().any(|p| p.counters.packets_received > 0);
         let alarm = if st.auth_failures > 0 {
             format!(
@@ -471,183 +390,89 @@ impl Device {
         self.alarm = alarm;
     }
 
-    /// Moves events and outputs between engine and transport until quiet
-    /// ([`glue::pump`]), handling the transport's other events on the way.
-    fn pump(&mut self, now: Time) {
-        loop {
-            let mut dc = DcOut {
-                dc: &mut self.dc,
-                dcc: &mut self.dcc,
-                acl: &self.acl,
-            };
-            let ev = glue::pump(
-                now,
-                &mut self.engine,
-                &mut self.wan,
-                &mut self.pending,
-                &mut self.tw,
-                &mut dc,
-            );
+    fn path_name(&self, i: usize) -> &str {
+        self.info.paths.get(i).map_or("?", |p| p.name.as_str())
+    }
+
+    /// Logs what the site reports.
+    fn log_events(&mut self) {
+        while let Some(ev) = self.site.poll_event() {
             match ev {
-                Some(ev) => self.on_event(now, ev),
-                None => return,
-            }
-        }
-    }
-
-    fn on_event(&mut self, now: Time, ev: Event) {
-        match ev {
-            // Traffic: handled in `glue::pump`.
-            Event::Message(_) | Event::Datagram(_) => {}
-            Event::PathUp(i) => {
-                tracing::info!(path = %self.path_name(i), "wan path up");
-            }
-            Event::PathDown(i) => {
-                tracing::warn!(path = %self.path_name(i), "wan path DOWN");
-            }
-            Event::Connected { peer_generation } => {
-                let cipher = self.wan.stats().cipher;
-                tracing::info!(
-                    peer_generation = format_args!("{peer_generation:016x}"),
-                    cipher = cipher.map_or("none (insecure)", |c| c.name()),
-                    "connected to the twin"
-                );
-            }
-            Event::CipherMismatch {
-                peer_generation,
-                ours,
-                theirs,
-            } => {
-                tracing::error!(
-                    peer_generation = format_args!("{peer_generation:016x}"),
-                    ours = %ours,
-                    theirs = %theirs,
-                    "the twin offers no cipher this gateway accepts: NO SESSION; \
-                     set the same wan.cipher on both sites (or \"auto\")"
-                );
-            }
-            Event::PeerRestarted {
-                old_generation,
-                new_generation,
-            } => {
-                tracing::warn!(
-                    old_generation = format_args!("{old_generation:016x}"),
-                    new_generation = format_args!("{new_generation:016x}"),
-                    "the twin RESTARTED: failing every flow that was mid-stream"
-                );
-                self.fail_mid_stream(now, "twin restarted");
-            }
-            Event::Closed => {
-                if self.closing {
-                    return;
+                SiteEvent::PathUp(i) => {
+                    tracing::info!(path = %self.path_name(i), "wan path up");
                 }
-                // The twin shut down (CLOSE frame). Whatever it had not
-                // delivered is gone with it; start a new session so that
-                // its next incarnation finds us.
-                tracing::warn!("the twin closed the connection (shut down): failing every flow that was mid-stream, starting a new session");
-                self.fail_mid_stream(now, "twin shut down");
-                match session_nonce() {
-                    Ok(nonce) => {
-                        self.wan = WanConnection::new(self.wan_cfg.clone(), now, nonce);
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "cannot draw a session nonce; WAN stays closed")
-                    }
+                SiteEvent::PathDown(i) => {
+                    tracing::warn!(path = %self.path_name(i), "wan path DOWN");
                 }
-            }
-        }
-    }
-
-    /// The conservative answer to a lost twin: every half with requests
-    /// not yet reported delivered is failed toward its requester with a
-    /// remote operational error (the engine injects the NAK at the
-    /// requester's next outstanding PSN and answers everything later with
-    /// it). See the module docs for the engine API that would do this
-    /// without a synthetic `Error` message.
-    fn fail_mid_stream(&mut self, now: Time, why: &str) {
-        self.pending.clear();
-        self.tw.discarded_on_restart = self.pending.discarded;
-        let halves: Vec<HalfKey> = self
-            .engine
-            .ingress_halves()
-            .filter(|a| !a.is_idle())
-            .map(|a| a.key)
-            .collect();
-        for half in halves {
-            tracing::warn!(flow = %half, reason = why, "failing flow toward its requester");
-            self.tw.flows_failed_on_restart += 1;
-            self.engine.handle_twin(
-                now,
-                TwinMsg::Error {
-                    half,
-                    psn: Psn::new(0),
-                    code: NakCode::RemoteOperationalError,
-                },
-            );
-        }
-    }
-
-    /// Sends what the transport releases, honouring `release_at`: datagrams
-    /// already due are staged and sent together (see the module docs).
-    fn transmit(&mut self) {
-        if let Some(h) = self.held {
-            let due = self.instant(h.release_at);
-            if due > Instant::now() {
-                return;
-            }
-            self.stage[..h.len].copy_from_slice(&self.tx[..h.len]);
-            self.socks.stage(h.path, 0, h.len);
-            self.stage_used = h.len;
-            self.held = None;
-        }
-        for _ in 0..TX_BATCH {
-            if self.stage.len() - self.stage_used < self.max_datagram {
-                self.flush_wan();
-            }
-            let now = self.now();
-            let off = self.stage_used;
-            let Some(t) = self.wan.poll_transmit(now, &mut self.stage[off..]) else {
-                break;
-            };
-            if t.release_at > now {
-                if t.release_at.since(now) > SPIN {
-                    self.tx[..t.len].copy_from_slice(&self.stage[off..off + t.len]);
-                    self.held = Some(t);
-                    break;
+                SiteEvent::Connected { peer_generation } => {
+                    let cipher = self.site.wan().stats().cipher;
+                    tracing::info!(
+                        peer_generation = format_args!("{peer_generation:016x}"),
+                        cipher = cipher.map_or("none (insecure)", |c| c.name()),
+                        "connected to the twin"
+                    );
                 }
-                // Due soon: send what is due first, then wait for it.
-                self.flush_wan();
-                if off > 0 {
-                    self.stage.copy_within(off..off + t.len, 0);
+                SiteEvent::CipherMismatch {
+                    peer_generation,
+                    ours,
+                    theirs,
+                } => {
+                    tracing::error!(
+                        peer_generation = format_args!("{peer_generation:016x}"),
+                        ours = %ours,
+                        theirs = %theirs,
+                        "the twin offers no cipher this gateway accepts: NO SESSION; \
+                         set the same wan.cipher on both sites (or \"auto\")"
+                    );
                 }
-                let due = self.instant(t.release_at);
-                while Instant::now() < due {
-                    std::hint::spin_loop();
+                SiteEvent::TwinRestarted {
+                    old_generation,
+                    new_generation,
+                    flows_failed,
+                } => {
+                    tracing::warn!(
+                        old_generation = format_args!("{old_generation:016x}"),
+                        new_generation = format_args!("{new_generation:016x}"),
+                        flows_failed,
+                        "the twin RESTARTED: failed every flow that was mid-stream"
+                    );
+                }
+                SiteEvent::TwinShutDown { flows_failed } => {
+                    tracing::warn!(
+                        flows_failed,
+                        "the twin closed the connection (shut down): failed every flow that was \
+                         mid-stream; a new session waits for it"
+                    );
+                }
+                SiteEvent::TwinLost {
+                    since,
+                    flows_failed,
+                } => {
+                    let down_for = self.clock.now().since(since);
+                    tracing::error!(
+                        down_for_secs = down_for.as_secs_f64(),
+                        twin_timeout_secs = self.site.params().twin_timeout.as_secs_f64(),
+                        flows_failed,
+                        "twin LOST: no WAN path answered for {:.1} s (wan.twin_timeout); failed \
+                         every flow through it, refusing new requests until it answers",
+                        down_for.as_secs_f64()
+                    );
+                }
+                SiteEvent::TwinBack { lost_for } => {
+                    tracing::warn!(
+                        lost_for_secs = lost_for.as_secs_f64(),
+                        "the twin answers again after it was lost: accepting new requests"
+                    );
+                }
+                SiteEvent::NoNonce => {
+                    tracing::error!("no session nonce: the WAN stays closed");
                 }
             }
-            let off = self.stage_used;
-            self.socks.stage(t.path, off, t.len);
-            self.stage_used = off + t.len;
-        }
-        self.flush_wan();
-    }
-
-    fn flush_wan(&mut self) {
-        if self.stage_used > 0 {
-            self.socks.flush(&self.stage[..self.stage_used]);
-            self.stage_used = 0;
         }
     }
 
     fn is_drained(&self) -> bool {
-        self.engine.occupancy().slots_used == 0
-            && self.pending.is_empty()
-            && self.wan.is_drained()
-            && self.held.is_none()
-    }
-
-    fn path_name(&self, i: usize) -> &str {
-        self.paths.get(i).map_or("?", |p| p.name.as_str())
+        self.site.is_drained() && !self.turn.holds()
     }
 
     fn serve_snapshot(&mut self) {
@@ -672,16 +497,13 @@ impl Device {
             self.shared.set_command(Command::Drain);
         }
         if !matches!(outcome, RunOutcome::Aborted) {
-            self.closing = true;
-            let now = self.now();
-            self.wan.close(now);
+            self.site.close(self.clock.now());
             for _ in 0..8 {
-                if let Some(h) = self.held.take() {
-                    self.socks.send(h.path, &self.tx[..h.len]);
-                }
-                self.transmit();
-                self.dc.flush();
-                while self.wan.poll_event().is_some() {}
+                self.turn.release_held(&mut self.socks);
+                self.turn
+                    .transmit(&mut self.site, &mut self.socks, &self.clock);
+                Turn::send_dc(&mut self.site, &mut self.dc);
+                while self.site.poll_event().is_some() {}
             }
         }
         for s in 0..self.socks.len() {
@@ -714,20 +536,23 @@ impl Device {
                 "dc socket i/o"
             );
         }
-        let (ep, wp) = (self.engine.pool_stats(), self.wan.pool_stats());
+        let (ep, wp) = (
+            self.site.engine().pool_stats(),
+            self.site.wan().pool_stats(),
+        );
         tracing::info!(
             allocated = ep.allocated + wp.allocated,
             reused = ep.reused + wp.reused,
             freed = ep.freed + wp.freed,
             "packet buffers (engine and transport pools)"
         );
-        let occ = self.engine.occupancy();
+        let occ = self.site.engine().occupancy();
         let summary = RunSummary {
             outcome,
             elapsed: started.elapsed(),
             buffered_slots_left: occ.slots_used as u64,
-            waiting_left: self.pending.messages as u64,
-            wan_bytes_left: self.wan.stats().send_buffered,
+            waiting_left: self.site.pending().messages as u64,
+            wan_bytes_left: self.site.wan().stats().send_buffered,
             snapshot: self.snapshot("stopped"),
         };
         // Served for every later request: readers never wait on it.
@@ -738,11 +563,14 @@ impl Device {
     }
 
     fn snapshot(&self, state: &str) -> Snapshot {
-        let ws = self.wan.stats();
-        let es = self.engine.stats;
-        let occ = self.engine.occupancy();
-        let mut flows: Vec<FlowSnap> = self
-            .engine
+        let site = &self.site;
+        let engine = site.engine();
+        let ws = site.wan().stats();
+        let es = engine.stats;
+        let occ = engine.occupancy();
+        let dcc = site.dc_counters();
+        let tw = site.twin_counters();
+        let mut flows: Vec<FlowSnap> = engine
             .ingress_halves()
             .map(|a| FlowSnap {
                 role: "ingress".into(),
@@ -756,7 +584,7 @@ impl Device {
                 buffered: a.buffered() as u64,
                 detail: format!("{:?}", a.stats),
             })
-            .chain(self.engine.egress_halves().map(|r| FlowSnap {
+            .chain(engine.egress_halves().map(|r| FlowSnap {
                 role: "egress".into(),
                 half: r.key.to_string(),
                 mode: String::new(),
@@ -783,29 +611,30 @@ impl Device {
             DcIo::Udp(u) => (self.dc.peers() as u64, u.peer_conflicts),
             DcIo::Tun(_) => (0, 0),
         };
-        let state = if state == "running" && self.draining.is_some() {
+        let state = if state == "running" && site.is_draining() {
             "draining"
         } else {
             state
         };
         Snapshot {
-            site: self.site.clone(),
+            site: self.info.site.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
             backend: self.backend.clone(),
             state: state.into(),
-            uptime_secs: self.epoch.elapsed().as_secs_f64(),
+            uptime_secs: self.clock.epoch.elapsed().as_secs_f64(),
             generation: ws.generation,
             peer_generation: ws.peer_generation,
-            connected: ws.connected,
-            insecure: self.insecure,
-            policy: self.policy.clone(),
+            connected: site.is_connected(),
+            twin_status: twin_status(site, self.clock.now()),
+            insecure: self.info.insecure,
+            policy: self.info.policy.clone(),
             dc: DcCounters {
                 lab_hosts,
                 lab_host_conflicts,
                 rx_kernel_drops: self.dc.kernel_drops(),
-                tx_packets: self.dcc.tx_packets.saturating_sub(dc_refused),
-                tx_errors: self.dcc.tx_errors + dc_refused,
-                ..self.dcc.clone()
+                tx_packets: dcc.tx_packets.saturating_sub(dc_refused),
+                tx_errors: dcc.tx_errors + dc_refused,
+                ..dcc.clone()
             },
             engine: EngineCounters {
                 dc_packets: es.dc_packets,
@@ -824,17 +653,9 @@ impl Device {
                 slots_used: occ.slots_used as u64,
                 slots_total: occ.slots_total as u64,
                 high_water: occ.high_water as u64,
-                slot_bytes: self.slot_bytes,
+                slot_bytes: self.info.slot_bytes,
             },
-            twin: TwinCounters {
-                pending_messages: self.pending.messages as u64,
-                pending_bytes: self.pending.bytes as u64,
-                pending_high_water_bytes: self.pending.high_water_bytes as u64,
-                pending_overflow: self.pending.overflow,
-                blocked: self.pending.blocked,
-                send_errors: self.pending.send_errors,
-                ..self.tw.clone()
-            },
+            twin: tw.clone(),
             wan: WanCounters {
                 packets_sent: ws.packets_sent,
                 packets_received: ws.packets_received,
@@ -866,7 +687,7 @@ impl Device {
             paths: ws
                 .paths
                 .iter()
-                .zip(&self.paths)
+                .zip(&self.info.paths)
                 .map(|(p, m)| PathSnap {
                     name: m.name.clone(),
                     local: m.local.clone(),
@@ -897,53 +718,20 @@ impl Device {
             flows_total,
             shards: vec![ShardSnap {
                 index: self.shard.index,
-                connected: ws.connected,
+                connected: site.is_connected(),
                 generation: ws.generation,
-                dc_rx_accepted: self.dcc.rx_accepted,
-                dc_tx_packets: self.dcc.tx_packets,
-                twin_msgs_out: self.tw.msgs_out,
-                twin_msgs_in: self.tw.msgs_in,
+                dc_rx_accepted: dcc.rx_accepted,
+                dc_tx_packets: dcc.tx_packets,
+                twin_msgs_out: tw.msgs_out,
+                twin_msgs_in: tw.msgs_in,
                 wan_packets_sent: ws.packets_sent,
                 wan_packets_received: ws.packets_received,
-                handoff_out: self.dcc.handoff_out,
-                handoff_in: self.dcc.handoff_in,
-                handoff_dropped: self.dcc.handoff_dropped,
+                handoff_out: dcc.handoff_out,
+                handoff_in: dcc.handoff_in,
+                handoff_dropped: dcc.handoff_dropped,
                 slots_used: occ.slots_used as u64,
                 alarm: self.alarm.clone(),
             }],
         }
-    }
-}
-
-/// The DC side of a device, for [`glue::pump`]: sends within the ACL's
-/// local prefixes, and the ACL's verdict on datagrams from the twin.
-struct DcOut<'a> {
-    dc: &'a mut DcIo,
-    dcc: &'a mut DcCounters,
-    acl: &'a Acl,
-}
-
-impl DcPort for DcOut<'_> {
-    fn send(&mut self, packet: &[u8]) {
-        let Some((_, dst)) = acl::addresses(packet) else {
-            self.dcc.tx_errors += 1;
-            return;
-        };
-        if !self.acl.is_local(dst) {
-            self.dcc.tx_acl += 1;
-            return;
-        }
-        match self.dc.send(packet, dst) {
-            TxOutcome::Sent => {
-                self.dcc.tx_packets += 1;
-                self.dcc.tx_bytes += packet.len() as u64;
-            }
-            TxOutcome::NoPeer => self.dcc.tx_no_peer += 1,
-            TxOutcome::Error => self.dcc.tx_errors += 1,
-        }
-    }
-
-    fn admits(&mut self, packet: &[u8]) -> bool {
-        self.acl.inbound(packet).0 == Verdict::Pass
     }
 }

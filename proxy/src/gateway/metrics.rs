@@ -117,8 +117,22 @@ pub fn render(s: &Snapshot) -> String {
     o.one(
         "soya_wan_connected",
         "gauge",
-        "1 while a session with the twin exists.",
+        "1 while a WAN path to the twin answers.",
         u8::from(s.connected),
+    );
+    let ts = &s.twin_status;
+    o.by(
+        "soya_twin_state",
+        "gauge",
+        "1 for the twin's current state: connecting, connected, unreachable (every path down) or lost (down for wan.twin_timeout: flows failed).",
+        "state",
+        &["connecting", "connected", "unreachable", "lost"].map(|n| (n, u64::from(ts.state == n))),
+    );
+    o.one(
+        "soya_twin_unreachable_seconds",
+        "gauge",
+        "Seconds since every WAN path went down (0 while a path answers).",
+        ts.for_secs,
     );
 
     let d = &s.dc;
@@ -394,6 +408,24 @@ pub fn render(s: &Snapshot) -> String {
         "counter",
         "Halves failed toward their requesters because the twin restarted mid-stream.",
         t.flows_failed_on_restart,
+    );
+    o.one(
+        "soya_twin_lost_total",
+        "counter",
+        "Times the twin was declared lost (no WAN path for wan.twin_timeout).",
+        t.twin_lost,
+    );
+    o.one(
+        "soya_flows_failed_twin_lost_total",
+        "counter",
+        "Halves failed toward their requesters because the twin was lost.",
+        t.flows_failed_twin_lost,
+    );
+    o.one(
+        "soya_twin_lost_requests_refused_total",
+        "counter",
+        "Requests from the DC side refused with an error while the twin was lost.",
+        t.rx_refused_twin_lost,
     );
     o.by(
         "soya_wan_datagrams_total",

@@ -1,9 +1,9 @@
 //! The gateway daemon: `soya gateway --config site.toml`.
 //!
-//! It wraps the two sans-IO state machines, [`QpEngine`](crate::qp::QpEngine)
-//! (pseudo-ACKs, deep buffer, re-injection) and
-//! [`WanConnection`](crate::wan::WanConnection) (the authenticated multipath
-//! transport to the twin gateway), with real sockets and a real clock.
+//! It wraps the sans-IO [`Site`](crate::site::Site) (the QP engine with its
+//! pseudo-ACKs, deep buffer and re-injection, the authenticated multipath
+//! WAN transport to the twin, and the glue between them) with real sockets
+//! and a real clock: one site per shard.
 //!
 //! # Threads
 //!
@@ -25,8 +25,9 @@
 //!
 //! # Modules
 //!
-//! [`backend`] (DC side: udp lab, tun), [`wanio`] (WAN sockets), [`acl`],
-//! [`glue`] (flow ids, waiting queues), [`device`], [`snapshot`],
+//! [`ports`] (the I/O traits a shard's turn is written against),
+//! [`backend`] (DC side: udp lab, tun), [`wanio`] (WAN sockets),
+//! [`turn`] (one turn of a device loop), [`device`], [`snapshot`],
 //! [`metrics`], [`control`], [`reload`] (SIGHUP diff), [`logging`],
 //! [`signals`], `sys` (the unsafe system calls).
 //!
@@ -91,30 +92,25 @@
 //! `soya_flow_naks_total`, `soya_flow_retransmissions_total`,
 //! `soya_flow_buffered_packets`; and `soya_flows` (halves known).
 //!
-//! # Restarts of the twin
+//! # Restarts and loss of the twin
 //!
-//! A new session generation at the twin ([`Event::PeerRestarted`](crate::wan::Event))
-//! or a CLOSE from it means whatever it held is gone. The gateway then fails
-//! every ingress half that still holds undelivered requests: it feeds the
-//! engine a `TwinMsg::Error { code: RemoteOperationalError }` for the half,
-//! so the requester gets a NAK at its next outstanding PSN and its QP goes
-//! to error (docs/semantics.md). This uses the engine's public API only;
-//! `QpEngine::fail_all(code)` (and a way to drop the egress state of the
-//! dead twin) would do it without the synthetic message and with the right
-//! PSN when nothing was acknowledged yet.
+//! A new session generation at the twin, a CLOSE from it, or no WAN path
+//! answering for `wan.twin_timeout` means whatever it held is gone: the
+//! site fails every flow through it toward its application
+//! ([`crate::site`], docs/semantics.md).
 
-pub mod acl;
 pub mod backend;
 pub mod control;
 pub mod device;
-pub mod glue;
 pub mod logging;
 pub mod metrics;
+pub mod ports;
 pub mod reload;
 pub mod shard;
 pub mod signals;
 pub mod snapshot;
 mod sys;
+pub mod turn;
 pub mod udpio;
 #[cfg(feature = "io-uring")]
 mod uring;
@@ -129,13 +125,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use soya_config::{DcBackend, SiteConfig, WanCipher, WanSecurity};
+use soya_config::{DcBackend, SiteConfig, WanSecurity};
 
-use crate::qp::{EngineConfig, QpEngine};
+use crate::site::{Site, SiteParams};
 use crate::time::Time;
-use crate::wan::{
-    aes_hardware, CcKind, Cipher, CipherOffer, CipherPolicy, PathConfig, WanConfig, WanConnection,
-};
+use crate::wan::{aes_hardware, CcKind, CipherOffer, CipherPolicy};
 
 pub use reload::ReloadReport;
 pub use snapshot::Snapshot;
@@ -397,42 +391,6 @@ pub fn wan_key(cfg: &SiteConfig) -> Result<Option<[u8; 32]>, GatewayError> {
     }
 }
 
-/// The transport settings a site asks for. Congestion control: FixedRate
-/// when every path has a configured `rate` (provisioned circuits), Bbr
-/// otherwise. The client role: see [`acl::Acl::is_client`].
-pub fn wan_config(cfg: &SiteConfig, key: Option<[u8; 32]>) -> WanConfig {
-    let paths = cfg
-        .wan
-        .paths
-        .iter()
-        .map(|p| PathConfig {
-            name: p.name.clone(),
-            rate_bps: p.rate_bps,
-            weight: p.weight,
-            rtt_hint: p.rtt,
-        })
-        .collect();
-    let acl = acl_of(cfg);
-    let mut w = WanConfig::new(paths, key, acl.is_client());
-    // A flow's credit covers everything its quota lets the twin hold in
-    // flight; the sender's deep buffer bounds the total across flows, so a
-    // large window costs no extra memory at the receiver.
-    w.flow_window_bytes = w
-        .flow_window_bytes
-        .max(EngineConfig::from_site(cfg).flow_bytes());
-    w.cipher = match cfg.wan.cipher {
-        WanCipher::Auto => CipherPolicy::Auto,
-        WanCipher::Aes256Gcm => CipherPolicy::Only(Cipher::Aes256Gcm),
-        WanCipher::ChaCha20Poly1305 => CipherPolicy::Only(Cipher::ChaCha20Poly1305),
-    };
-    w.cc = if cfg.wan.paths.iter().all(|p| p.rate_bps.is_some()) {
-        CcKind::FixedRate
-    } else {
-        CcKind::Bbr
-    };
-    w
-}
-
 /// `wan.cipher` in the startup summary, with what `auto` offers on this CPU.
 fn cipher_summary(policy: CipherPolicy) -> String {
     match policy {
@@ -442,13 +400,6 @@ fn cipher_summary(policy: CipherPolicy) -> String {
             CipherOffer::new(policy, aes_hardware()),
             if aes_hardware() { "has" } else { "lacks" }
         ),
-    }
-}
-
-fn acl_of(cfg: &SiteConfig) -> acl::Acl {
-    acl::Acl {
-        local: cfg.dc.local_prefixes.clone(),
-        remote: cfg.dc.remote_prefixes.clone(),
     }
 }
 
@@ -515,7 +466,7 @@ pub fn startup_summary(cfg: &SiteConfig) -> String {
         list(&cfg.dc.local_prefixes),
         list(&cfg.dc.remote_prefixes)
     );
-    let w = wan_config(cfg, None);
+    let w = SiteParams::from_config(cfg, None).wan;
     let security = match &cfg.wan.security {
         WanSecurity::Insecure { .. } => "INSECURE (plaintext lab mode)".to_string(),
         WanSecurity::PreSharedKey { key_file } => format!(
@@ -608,7 +559,6 @@ impl Gateway {
     /// Opens every socket and device, then starts the threads. Errors name
     /// what could not be opened.
     pub fn start(cfg: &SiteConfig) -> Result<Gateway, GatewayError> {
-        let acl = acl_of(cfg);
         let key = wan_key(cfg)?;
         if key.is_none() {
             tracing::warn!("WAN is INSECURE (wan.insecure = true): plaintext and unauthenticated; lab use only");
@@ -623,14 +573,14 @@ impl Gateway {
         let mut sites = Vec::with_capacity(shards);
         for i in 0..shards {
             let scfg = shard::shard_site(cfg, i as u16, shards as u16);
-            let mut wan_cfg = wan_config(&scfg, key);
-            wan_cfg.hello_context = shard::hello_context(i as u16, shards as u16);
-            let (socks, warnings) = wanio::WanSockets::open(&scfg.wan, io, wan_cfg.max_datagram)
+            let mut params = SiteParams::from_config(&scfg, key);
+            params.wan.hello_context = shard::hello_context(i as u16, shards as u16);
+            let (socks, warnings) = wanio::WanSockets::open(&scfg.wan, io, params.wan.max_datagram)
                 .map_err(GatewayError::Wan)?;
             for w in warnings {
                 tracing::warn!("{w}");
             }
-            sites.push((scfg, wan_cfg, socks));
+            sites.push((scfg, params, socks));
         }
         let mut metrics_listener = None;
         let mut metrics_addr = None;
@@ -649,11 +599,13 @@ impl Gateway {
         let shared = Arc::new(Shared::new(shards)?);
         let (mut txs, mut rxs) = shard::queues(shards, backend::DC_MAX_PACKET);
         let mut devs = Vec::with_capacity(shards);
-        for (i, ((dc, reads_dc), (scfg, wan_cfg, socks))) in dcs.into_iter().zip(sites).enumerate()
-        {
-            let nonce = device::session_nonce()?;
-            let wan = WanConnection::new(wan_cfg.clone(), Time::ZERO, nonce);
-            let engine = QpEngine::new(EngineConfig::from_site(&scfg));
+        for (i, ((dc, reads_dc), (scfg, params, socks))) in dcs.into_iter().zip(sites).enumerate() {
+            if device::session_nonce().is_none() {
+                return Err(GatewayError::Io(std::io::Error::other(
+                    "cannot draw a session nonce from the kernel's random source",
+                )));
+            }
+            let site = Site::new(params, Time::ZERO, Box::new(device::session_nonce));
             let paths = scfg
                 .wan
                 .paths
@@ -673,20 +625,20 @@ impl Gateway {
                 tx: std::mem::take(&mut txs[i]),
                 rx: std::mem::take(&mut rxs[i]),
             };
+            let info = device::DeviceInfo {
+                site: cfg.site.clone(),
+                insecure: key.is_none(),
+                policy: cfg.pseudo_ack.policy.to_string(),
+                slot_bytes: u64::from(cfg.buffer.slot_bytes),
+                paths,
+            };
             devs.push(device::Device::new(
-                cfg.site.clone(),
-                key.is_none(),
-                cfg.pseudo_ack.policy.to_string(),
-                engine,
-                wan,
-                wan_cfg,
+                info,
+                site,
                 dc,
                 socks,
-                acl.clone(),
-                paths,
                 shared.clone(),
                 epoch,
-                u64::from(cfg.buffer.slot_bytes),
                 ctx,
             ));
         }
@@ -845,38 +797,5 @@ impl Drop for Gateway {
             self.shared.set_command(Command::Abort);
             let _ = self.join();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn site(buffer: &str) -> SiteConfig {
-        let text = format!(
-            "site = \"t\"\n[dc]\nbackend = \"udp\"\nlisten = \"127.0.0.1:7000\"\n\
-             local_prefixes = [\"10.1.0.0/16\"]\nremote_prefixes = [\"10.2.0.0/16\"]\n\
-             [wan]\nbind = [\"127.0.0.1:7400\"]\ninsecure = true\n[[wan.paths]]\n\
-             name = \"a\"\nremote = \"127.0.0.1:7401\"\nrate = \"10gbit\"\nrtt = \"3ms\"\n\
-             [buffer]\n{buffer}\n"
-        );
-        soya_config::parse_str(&text, "test.toml").unwrap()
-    }
-
-    #[test]
-    fn a_flows_wan_window_covers_its_buffer_quota() {
-        // No quota: a flow may use the whole buffer.
-        let cfg = site("size = \"64MiB\"");
-        let w = wan_config(&cfg, None);
-        let b = &cfg.buffer;
-        assert_eq!(w.flow_window_bytes, b.slots * u64::from(b.slot_bytes));
-        assert!(w.flow_window_bytes > 63 << 20);
-        // A quota bounds it (the 8 MiB floor keeps small quotas workable).
-        let cfg = site("size = \"64MiB\"\nper_flow_quota = \"16MiB\"");
-        let w = wan_config(&cfg, None);
-        let slot = u64::from(cfg.buffer.slot_bytes);
-        assert_eq!(w.flow_window_bytes, (16 << 20) / slot * slot);
-        let cfg = site("size = \"64MiB\"\nper_flow_quota = \"1MiB\"");
-        assert_eq!(wan_config(&cfg, None).flow_window_bytes, 8 << 20);
     }
 }

@@ -53,7 +53,7 @@ pub fn shard_of(packet: &[u8], shards: usize) -> usize {
     if shards <= 1 {
         return 0;
     }
-    super::acl::addresses(packet).map_or(0, |(s, d)| shard_of_pair(s, d, shards))
+    crate::site::acl::addresses(packet).map_or(0, |(s, d)| shard_of_pair(s, d, shards))
 }
 
 /// Bytes of one handoff record before the packet: length (2), address

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::site::counters::{DcCounters, TwinCounters};
+
 /// Flows listed per snapshot (busiest first, by bytes then packets): bounds
 /// the metrics' label cardinality.
 pub const MAX_FLOWS: usize = 64;
@@ -19,7 +21,11 @@ pub struct Snapshot {
     pub uptime_secs: f64,
     pub generation: u64,
     pub peer_generation: Option<u64>,
+    /// A WAN path answers (never true for a twin that does not).
     pub connected: bool,
+    /// The twin's life as the site sees it.
+    #[serde(default)]
+    pub twin_status: TwinStatus,
     pub insecure: bool,
     pub policy: String,
     pub dc: DcCounters,
@@ -35,6 +41,21 @@ pub struct Snapshot {
     /// One entry per shard (device thread), by index.
     #[serde(default)]
     pub shards: Vec<ShardSnap>,
+}
+
+/// The twin as a site sees it (`site::TwinState`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct TwinStatus {
+    /// `connecting`, `connected`, `unreachable` or `lost`.
+    pub state: String,
+    /// Seconds since every path went down (unreachable, lost) or since the
+    /// session started (connecting); 0 when connected.
+    pub for_secs: f64,
+    /// Seconds since it was declared lost (lost only).
+    #[serde(default)]
+    pub lost_for_secs: f64,
+    /// `wan.twin_timeout`.
+    pub timeout_secs: f64,
 }
 
 /// One shard's share of the traffic and its session.
@@ -60,49 +81,6 @@ pub struct ShardSnap {
     pub alarm: String,
 }
 
-/// Packets between the gateway and its local data center.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct DcCounters {
-    pub rx_packets: u64,
-    pub rx_bytes: u64,
-    /// Passed the ACL and went to the engine.
-    pub rx_accepted: u64,
-    /// Not an IP packet whose lengths agree.
-    pub rx_malformed: u64,
-    /// Source outside `dc.local_prefixes`.
-    pub rx_acl_source: u64,
-    /// Destination outside `dc.remote_prefixes`.
-    pub rx_acl_destination: u64,
-    /// New requests refused while draining (the requester resends them).
-    pub rx_draining: u64,
-    /// New requests refused while the twin queue is above its high water.
-    pub rx_backpressure: u64,
-    /// Packets for the gateway that the kernel dropped before it read them
-    /// (tun: the device's queue was full; udp: the socket's receive
-    /// buffer). Each one is a loss the requester must recover from.
-    #[serde(default)]
-    pub rx_kernel_drops: u64,
-    pub tx_packets: u64,
-    pub tx_bytes: u64,
-    /// udp backend: destination host not learned yet.
-    pub tx_no_peer: u64,
-    /// Destination not a local host (never expected from the engine).
-    pub tx_acl: u64,
-    pub tx_errors: u64,
-    /// udp backend: hosts learned, and datagrams refused because their host
-    /// is bound to another, still active UDP address.
-    pub lab_hosts: u64,
-    pub lab_host_conflicts: u64,
-    /// Read for another shard and queued to it / dropped because its queue
-    /// was full; received from other shards.
-    #[serde(default)]
-    pub handoff_out: u64,
-    #[serde(default)]
-    pub handoff_dropped: u64,
-    #[serde(default)]
-    pub handoff_in: u64,
-}
-
 /// `QpEngine::stats`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct EngineCounters {
@@ -125,27 +103,6 @@ pub struct BufferSnap {
     pub slots_total: u64,
     pub high_water: u64,
     pub slot_bytes: u64,
-}
-
-/// The glue between engine and transport.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct TwinCounters {
-    pub msgs_out: u64,
-    pub msgs_in: u64,
-    pub pending_messages: u64,
-    pub pending_bytes: u64,
-    pub pending_high_water_bytes: u64,
-    /// Messages dropped at the pending-queue bound (must stay 0).
-    pub pending_overflow: u64,
-    pub blocked: u64,
-    pub send_errors: u64,
-    pub discarded_on_restart: u64,
-    /// Halves failed toward their requesters because the twin restarted.
-    pub flows_failed_on_restart: u64,
-    pub datagrams_out: u64,
-    pub datagrams_in: u64,
-    /// WAN datagrams whose addresses the ACL refused.
-    pub datagram_acl_drops: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -279,6 +236,16 @@ pub fn merge(mut parts: Vec<Snapshot>) -> Option<Snapshot> {
         add_into(&mut m.twin, &p.twin);
         add_into(&mut m.wan, &p.wan);
         m.connected &= p.connected;
+        // The worst shard speaks for the twin.
+        let rank = |t: &TwinStatus| match t.state.as_str() {
+            "lost" => 3,
+            "unreachable" => 2,
+            "connecting" => 1,
+            _ => 0,
+        };
+        if rank(&p.twin_status) > rank(&m.twin_status) {
+            m.twin_status = p.twin_status.clone();
+        }
         if p.state == "draining" || m.state == "stopped" {
             m.state = p.state.clone();
         }

@@ -68,10 +68,11 @@ struct RunArgs {
     /// ...for this many seconds.
     #[arg(long, default_value_t = 1.0)]
     cut_for: f64,
-    /// Carry the gateway-to-gateway hop over an idealised reliable link
-    /// instead of the real WAN transport.
+    /// Crash gateway B this many seconds into the run and start a new one
+    /// at once (flows mid-stream must fail toward their requesters, never
+    /// silently).
     #[arg(long)]
-    reliable_link: bool,
+    twin_restart_at: Option<f64>,
     /// Pseudo-ACK policy of the gateways.
     #[arg(long, default_value = "edge", value_parser = parse_policy)]
     policy: AckPolicy,
@@ -171,7 +172,9 @@ fn run(a: RunArgs) -> ExitCode {
         wan_loss: a.loss,
         policy: a.policy,
         paths: a.paths,
-        wan_transport: !a.reliable_link,
+        twin_restart: a
+            .twin_restart_at
+            .map(|t| std::time::Duration::from_secs_f64(t.max(0.0))),
         cut_path: a.cut_path_at.map(|at| {
             (
                 std::time::Duration::from_secs_f64(at.max(0.0)),

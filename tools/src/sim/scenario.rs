@@ -7,8 +7,9 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
-use soya::qp::{EngineConfig, QpEngine};
+use soya::qp::EngineConfig;
 use soya::roce::Psn;
+use soya::site::{Acl, NonceSource, Site, SiteParams};
 use soya::time::Time;
 use soya::wan::PathState;
 use soya_config::AckPolicy;
@@ -89,9 +90,16 @@ pub struct Scenario {
     pub responder_error: bool,
     /// Give up after this much virtual time.
     pub time_limit: Duration,
-    /// Carry the gateway-to-gateway hop with the real WAN transport (over
-    /// lossy paths); otherwise an idealised reliable in-order link.
-    pub wan_transport: bool,
+    /// `wan.twin_timeout` of both gateways.
+    pub twin_timeout: Duration,
+    /// Gateway B crashes at this time (from the start of the workload) and
+    /// a new incarnation starts at once: whatever it held is gone, and
+    /// gateway A must fail the flows mid-stream toward their requesters.
+    pub twin_restart: Option<Duration>,
+    /// QP 0's responder at B posts no receive (an RNR stall that never
+    /// clears) while the other QPs between the same two hosts run: they
+    /// must not wait behind it (head of line).
+    pub stall_qp0: bool,
     /// WAN paths (each of `wan_gbps`, each with the WAN impairments).
     pub paths: u32,
     /// Cut path 0 at this time (from the start of the workload), for this long.
@@ -129,7 +137,9 @@ impl Default for Scenario {
             recv_refill: None,
             responder_error: false,
             time_limit: Duration::from_secs(20),
-            wan_transport: true,
+            twin_timeout: soya_config::DEFAULT_TWIN_TIMEOUT,
+            twin_restart: None,
+            stall_qp0: false,
             paths: 1,
             cut_path: None,
             warm_start: true,
@@ -217,29 +227,15 @@ fn build(s: &Scenario) -> Result<World, String> {
     let mut dc_req = dc.clone();
     dc_req.loss = s.dc_loss;
     if s.accelerated {
-        // Until the WAN transport carries it, the gateway-to-gateway hop is
-        // a reliable, in-order link with the WAN's delay and rate (the
-        // transport's pacing is modelled by an unbounded queue; the deep
-        // buffer is the real bound).
-        let reliable = LinkProfile::new(wan_delay, gbps(s.wan_gbps));
-        if s.wan_transport {
-            add_wan_transport(s, &mut w, &wan, &mut rng);
-        }
-        let wan = reliable;
         for (a, b, p) in [
             (Node::HostA, Node::GwA, &dc_req),
             (Node::GwA, Node::HostA, &dc_req),
-            (Node::GwA, Node::GwB, &wan),
-            (Node::GwB, Node::GwA, &wan),
             (Node::GwB, Node::HostB, &dc),
             (Node::HostB, Node::GwB, &dc),
         ] {
             w.links.insert((a, b), Link::new(p.clone()));
         }
-        let mut cfg = EngineConfig::default();
-        cfg.ack.policy = s.policy;
-        w.gw_a = Some(QpEngine::new(cfg));
-        w.gw_b = Some(QpEngine::new(cfg));
+        add_gateways(s, &mut w, &wan, &mut rng);
     } else {
         // Host to host: the WAN plus both DC hops.
         let mut direct = wan.clone();
@@ -271,7 +267,7 @@ fn build(s: &Scenario) -> Result<World, String> {
         let mut qp_a = RcQp::new(qp_config(s, mem_size(s)), a_addr, b_addr, psn_a, psn_b)?;
         let mut qp_b = RcQp::new(qp_config(s, b_mem), b_addr, a_addr, psn_b, psn_a)?;
         let recv = s.recv_credits.unwrap_or(s.iters.saturating_mul(2));
-        qp_b.post_recv(recv);
+        qp_b.post_recv(if s.stall_qp0 && i == 0 { 0 } else { recv });
         qp_a.post_recv(recv);
         w.host_a.add(qa, qp_a);
         w.host_b.add(qb, qp_b);
@@ -279,11 +275,11 @@ fn build(s: &Scenario) -> Result<World, String> {
     Ok(w)
 }
 
-/// Two WAN transport endpoints and their paths, each with the WAN's
-/// impairments (path 0 may be cut for a while).
-fn add_wan_transport(s: &Scenario, w: &mut World, wan: &LinkProfile, rng: &mut ChaCha8Rng) {
-    use super::world::WanSide;
-    use soya::wan::{CcKind, PathConfig, WanConfig, WanConnection};
+/// The settings of the gateway at `local`'s site, as a deployment would
+/// write them: its hosts, the twin's hosts, one path per WAN path of the
+/// scenario at its rate.
+pub fn site_params(s: &Scenario, local: Ipv4Addr, remote: Ipv4Addr) -> SiteParams {
+    use soya::wan::{CcKind, PathConfig, WanConfig};
     let paths: Vec<PathConfig> = (0..s.paths.max(1))
         .map(|i| {
             let mut p = PathConfig::new(format!("path{i}"));
@@ -291,25 +287,38 @@ fn add_wan_transport(s: &Scenario, w: &mut World, wan: &LinkProfile, rng: &mut C
             p
         })
         .collect();
-    let cfg = |client| {
-        let mut c = WanConfig::new(paths.clone(), Some([0x5a; 32]), client);
-        c.cc = CcKind::FixedRate;
-        // As the gateway does (`soya::gateway::wan_config`).
-        c.flow_window_bytes = c
-            .flow_window_bytes
-            .max(EngineConfig::default().flow_bytes());
-        c
+    let mut wan = WanConfig::new(paths, Some([0x5a; 32]), false);
+    wan.cc = CcKind::FixedRate;
+    let mut engine = EngineConfig::default();
+    engine.ack.policy = s.policy;
+    let prefix = |a: Ipv4Addr| format!("{a}/32").parse().expect("a /32 prefix");
+    let acl = Acl {
+        local: vec![prefix(local)],
+        remote: vec![prefix(remote)],
     };
-    w.wan_a = Some(WanSide::new(WanConnection::new(
-        cfg(true),
+    SiteParams::new(engine, wan, acl, s.twin_timeout)
+}
+
+/// A session nonce source drawing from a seeded generator (runs repeat).
+pub fn seeded_nonces(seed: u64) -> NonceSource {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    Box::new(move || Some(rng.random::<u64>() | 1))
+}
+
+/// The two gateways and their WAN paths, each with the WAN's impairments
+/// (path 0 may be cut for a while).
+fn add_gateways(s: &Scenario, w: &mut World, wan: &LinkProfile, rng: &mut ChaCha8Rng) {
+    w.gw_a = Some(Site::new(
+        site_params(s, HOST_A, HOST_B),
         Time::ZERO,
-        rng.random(),
-    )));
-    w.wan_b = Some(WanSide::new(WanConnection::new(
-        cfg(false),
+        seeded_nonces(rng.random()),
+    ));
+    w.gw_b = Some(Site::new(
+        site_params(s, HOST_B, HOST_A),
         Time::ZERO,
-        rng.random(),
-    )));
+        seeded_nonces(rng.random()),
+    ));
+    w.twin_b_seed = rng.random();
     for i in 0..s.paths.max(1) as usize {
         let mut p = wan.clone();
         if i == 0 {
@@ -381,8 +390,21 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
     let mut last_done = start;
     let deadline = start + s.time_limit;
     let mut next_refill = s.recv_refill.map(|d| start + d);
+    let mut restart_at = s.twin_restart.filter(|_| s.accelerated).map(|d| start + d);
+    let mut others_landed_at = None;
+    let mut stall_failed_at = None;
     const MAX_EVENTS: u64 = 200_000_000;
     loop {
+        if restart_at.is_some_and(|t| w.now >= t) {
+            // Gateway B dies and comes back with nothing: a new site, a new
+            // generation.
+            restart_at = None;
+            w.gw_b = Some(Site::new(
+                site_params(s, HOST_B, HOST_A),
+                w.now,
+                seeded_nonces(w.twin_b_seed),
+            ));
+        }
         // Keep tx_depth requests outstanding on every QP, perftest style.
         for &side in sides {
             let si = usize::from(side == Node::HostB);
@@ -427,6 +449,12 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
             }
         }
         w.flush();
+        if s.stall_qp0 && others_landed_at.is_none() && others_landed(s, &w, &progress[0]) {
+            others_landed_at = Some(w.now);
+        }
+        if s.stall_qp0 && stall_failed_at.is_none() && progress[0][0].failed {
+            stall_failed_at = Some(w.now);
+        }
         let all_done = sides.iter().all(|&side| {
             let si = usize::from(side == Node::HostB);
             progress[si]
@@ -443,15 +471,13 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
         // A gateway that gave up on a flow (and told the requester) ends it
         // too, even when the requester had nothing left to fail.
         let gave_up = w
-            .gw_a
-            .iter()
-            .chain(w.gw_b.iter())
+            .engines()
             .any(|g| g.ingress_halves().any(|h| h.stats.errors_injected > 0));
         let failed = gave_up || progress.iter().flatten().any(|p| p.failed);
         let finished = all_done && (landed_at.is_some() || failed);
         // (The WAN transport's keepalives never go quiet: with it, the
         // bounded settle below drains what is left.)
-        if finished && (w.pending_events() == 0 || w.wan_a.is_some()) {
+        if finished && (w.pending_events() == 0 || w.accelerated()) {
             break;
         }
         let Some(mut t) = w.next_time().or(next_refill) else {
@@ -499,9 +525,7 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
     // RAW_WAIT_LIMIT; one in an endless RNR storm after its RNR budget), so
     // it gets longer — the buffers must still come back to zero.
     let any_failure = progress.iter().flatten().any(|p| p.failed)
-        || w.gw_a
-            .iter()
-            .chain(w.gw_b.iter())
+        || w.engines()
             .any(|g| g.ingress_halves().any(|h| h.stats.errors_injected > 0));
     let settle = if any_failure {
         soya::qp::egress::RAW_WAIT_LIMIT + Duration::from_secs(2)
@@ -509,13 +533,7 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
         Duration::from_secs(1)
     };
     let settle_until = w.now + settle;
-    let held = |w: &World| {
-        w.gw_a
-            .iter()
-            .chain(w.gw_b.iter())
-            .map(|g| g.occupancy().slots_used)
-            .sum::<usize>()
-    };
+    let held = |w: &World| w.engines().map(|g| g.occupancy().slots_used).sum::<usize>();
     while let Some(t) = w.next_time() {
         if t > settle_until || w.events > MAX_EVENTS || (any_failure && held(&w) == 0) {
             break;
@@ -523,7 +541,10 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
         w.step_to(t);
     }
     if std::env::var_os("SOYA_SIM_DEBUG_STATE").is_some() {
-        for (name, gw) in [("GwA", &w.gw_a), ("GwB", &w.gw_b)] {
+        for (name, gw) in [
+            ("GwA", w.gw_a.as_ref().map(Site::engine)),
+            ("GwB", w.gw_b.as_ref().map(Site::engine)),
+        ] {
             for g in gw.iter() {
                 g.ingress_halves()
                     .for_each(|h| eprintln!("{name} ingress {h:#?}"));
@@ -533,6 +554,9 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
         }
     }
     let end = landed_at.map_or(last_done, |l| l.max(last_done));
+    if s.stall_qp0 {
+        check_no_head_of_line(others_landed_at, stall_failed_at, &mut out);
+    }
     finish(s, &w, start, end, &mut out);
     Ok(out)
 }
@@ -541,13 +565,13 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
 /// second of virtual time) when the scenario asks for a warm start, and
 /// returns when the workload starts. Link outages are relative to it.
 fn warm_up(s: &Scenario, w: &mut World) -> Time {
-    if s.warm_start && w.wan_a.is_some() {
+    if s.warm_start && w.accelerated() {
         let limit = Time::ZERO + Duration::from_secs(1);
         // A session, and every path has seen a round trip (data only goes
         // on paths that are Up).
         let up = |w: &World| {
-            w.wan_a.iter().chain(w.wan_b.iter()).all(|x| {
-                let st = x.conn.stats();
+            w.gw_a.iter().chain(w.gw_b.iter()).all(|x| {
+                let st = x.wan().stats();
                 st.connected && st.paths.iter().all(|p| p.state == PathState::Up)
             })
         };
@@ -565,6 +589,41 @@ fn warm_up(s: &Scenario, w: &mut World) -> Time {
         }
     }
     start
+}
+
+/// With QP 0 stalled: every other QP finished its work and its data is at
+/// the responder.
+fn others_landed(s: &Scenario, w: &World, progress: &[Progress]) -> bool {
+    let done = progress
+        .iter()
+        .skip(1)
+        .all(|p| p.done >= u64::from(s.iters));
+    done && w
+        .host_a
+        .qps
+        .iter()
+        .zip(w.host_b.qps.iter())
+        .skip(1)
+        .all(|(a, b)| {
+            let m = b.memory().stats();
+            m.bytes_placed + m.send_bytes_received >= a.stats().bytes_completed_writes_sends()
+        })
+}
+
+/// The QPs beside a stalled one must not wait behind it: their data lands
+/// before the gateway gives up on the stalled one (its RNR budget takes
+/// well over half a second; they need milliseconds). Waiting behind it,
+/// they would land only once it failed, or never.
+fn check_no_head_of_line(landed: Option<Time>, stall_failed: Option<Time>, out: &mut Outcome) {
+    match (landed, stall_failed) {
+        (Some(l), Some(f)) if l > f => out.violations.push(format!(
+            "head of line: the QPs beside the stalled one landed at {l:?}, after it failed at {f:?}"
+        )),
+        (Some(_), _) => {}
+        (None, _) => out
+            .violations
+            .push("head of line: the QPs beside the stalled one never landed".into()),
+    }
 }
 
 /// Everything the requesters completed (WRITE/SEND) is placed.
@@ -608,13 +667,13 @@ fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
         }
     }
     let errors_injected: u64 = w
-        .gw_a
-        .iter()
-        .chain(w.gw_b.iter())
+        .engines()
         .flat_map(|g| g.ingress_halves().map(|h| h.stats.errors_injected))
         .sum();
     let expect_failures = s.responder_error
-        || (s.recv_refill.is_none() && s.recv_credits.is_some_and(|r| r < s.iters));
+        || (s.recv_refill.is_none() && s.recv_credits.is_some_and(|r| r < s.iters))
+        || s.twin_restart.is_some()
+        || s.stall_qp0;
     if errors_injected > 0 && !expect_failures {
         out.violations.push(format!(
             "a gateway gave up on a flow ({errors_injected} errors injected) with no failure injected"
@@ -628,6 +687,23 @@ fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
         out.violations.push(format!(
             "applications were told {completed_write_bytes} bytes landed; {placed_bytes} did"
         ));
+    }
+    // Even then, never silently: a requester whose completed data did not
+    // land must have been told, its QP moved to the error state (an error
+    // completion, or its receives flushed).
+    for (req_host, resp_host) in [(&w.host_a, &w.host_b), (&w.host_b, &w.host_a)] {
+        for (i, (qa, qb)) in req_host.qps.iter().zip(resp_host.qps.iter()).enumerate() {
+            let told = qa.stats().bytes_completed_writes_sends();
+            let m = qb.memory().stats();
+            let placed = m.bytes_placed + m.send_bytes_received;
+            if told > placed && !qa.is_error() {
+                out.bytes_lost += told - placed;
+                out.violations.push(format!(
+                    "silent loss: QP {i}'s application was told {told} bytes landed, {placed} \
+                     did, and its QP is not in error"
+                ));
+            }
+        }
     }
     if out.data_errors > 0 {
         out.violations.push(format!(
@@ -651,7 +727,10 @@ fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
         ));
     }
     if std::env::var_os("SOYA_SIM_DEBUG").is_some() {
-        for (name, gw) in [("A", &w.gw_a), ("B", &w.gw_b)] {
+        for (name, gw) in [
+            ("A", w.gw_a.as_ref().map(Site::engine)),
+            ("B", w.gw_b.as_ref().map(Site::engine)),
+        ] {
             let Some(gw) = gw else { continue };
             eprintln!("gw {name}: {:?} {:?}", gw.stats, gw.occupancy());
             for h in gw.ingress_halves() {
@@ -670,7 +749,7 @@ fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
             eprintln!("link {a:?}->{b:?}: {:?}", l.stats);
         }
     }
-    for gw in w.gw_a.iter().chain(w.gw_b.iter()) {
+    for gw in w.engines() {
         let occ = gw.occupancy();
         out.gw_buffer_high_water = out.gw_buffer_high_water.max(occ.high_water);
         out.gw_buffer_left += occ.slots_used;

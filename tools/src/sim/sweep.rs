@@ -140,6 +140,24 @@ pub fn random_scenario(seed: u64) -> Scenario {
     // first requests then wait for the WAN session (drawn last, so the
     // draws above stay what they were for every seed).
     s.warm_start = r.random_bool(0.5);
+    // Drawn after everything above, for the same reason: a twin that
+    // crashes and comes back mid-stream (flows must fail loudly, nothing
+    // silently lost), and a stalled QP beside busy ones between the same
+    // two hosts (they must not wait behind it).
+    if accelerated && r.random_bool(0.05) {
+        s.twin_restart = Some(Duration::from_micros(r.random_range(100..20_000)));
+    }
+    if accelerated && s.qps >= 2 && r.random_bool(0.05) {
+        // Nothing else that slows the others down: the verdict compares
+        // their landing with the stalled QP's failure (RNR budget, > 0.6 s).
+        s.op = Op::Send;
+        s.stall_qp0 = true;
+        s.recv_credits = None;
+        s.recv_refill = None;
+        s.dc_loss = 0.0;
+        s.cut_path = None;
+        s.twin_restart = None;
+    }
     s
 }
 

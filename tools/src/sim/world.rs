@@ -7,18 +7,20 @@
 //! ```
 //!
 //! Hosts run [`RcQp`] endpoints (the same ones `soya-perf` runs over real
-//! sockets); gateways run the real [`QpEngine`]. The WAN between gateways
-//! is, for now, a delayed in-order link carrying [`TwinMsg`]s (the WAN
-//! transport will replace it).
+//! sockets); gateways are the real [`Site`] the daemon's shards run (QP
+//! engine, WAN transport and the glue between them). The world models only
+//! the network (links with delay, rate, loss, reordering, cuts) and the
+//! endpoints, never the gateway: what a gateway does here, it does in the
+//! daemon.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 
 use rand_chacha::ChaCha8Rng;
-use soya::qp::{HalfKey, Output, QpEngine, TwinMsg};
+use soya::qp::QpEngine;
 use soya::roce::RocePacket;
+use soya::site::{Site, SiteEvent};
 use soya::time::Time;
-use soya::wan::{Event as WanEvent, WanConnection};
 
 use super::link::Link;
 use crate::rc::RcQp;
@@ -34,8 +36,6 @@ pub enum Node {
 #[derive(Debug)]
 pub enum Payload {
     Ip(Vec<u8>),
-    /// Gateway to gateway over the idealised reliable link.
-    Twin(TwinMsg),
     /// Gateway to gateway: a WAN transport datagram on a path.
     Wan(usize, Vec<u8>),
 }
@@ -44,52 +44,7 @@ impl Payload {
     fn len(&self) -> usize {
         match self {
             Payload::Ip(v) | Payload::Wan(_, v) => v.len(),
-            Payload::Twin(m) => m.wire_len(),
         }
-    }
-}
-
-/// A gateway's WAN transport endpoint, with messages the transport could not
-/// take yet (its flow credit or buffer was full): they wait here in order,
-/// never dropped (requests in them are already pseudo-ACKed).
-pub struct WanSide {
-    pub conn: WanConnection,
-    pending: std::collections::VecDeque<(u64, TwinMsg)>,
-    pub pending_high_water: usize,
-}
-
-impl WanSide {
-    pub fn new(conn: WanConnection) -> WanSide {
-        WanSide {
-            conn,
-            pending: Default::default(),
-            pending_high_water: 0,
-        }
-    }
-}
-
-/// Which transport flow carries a message: one per pair of hosts, so the
-/// messages of a half (requests, its responses, Delivered) keep their order.
-fn flow_of(m: &TwinMsg) -> u64 {
-    let pair = |requester, responder| {
-        HalfKey {
-            requester,
-            responder,
-            responder_qpn: 0,
-        }
-        .id()
-    };
-    match m {
-        TwinMsg::Request { packet, .. } => RocePacket::parse(packet)
-            .map(|p| pair(p.ip.src(), p.ip.dst()))
-            .unwrap_or(0),
-        TwinMsg::Response { packet } => RocePacket::parse(packet)
-            .map(|p| pair(p.ip.dst(), p.ip.src()))
-            .unwrap_or(0),
-        TwinMsg::Delivered { half, .. } | TwinMsg::Error { half, .. } => {
-            pair(half.requester, half.responder)
-        }
-        TwinMsg::Datagram { .. } => 0,
     }
 }
 
@@ -141,14 +96,15 @@ pub struct World {
     seq: u64,
     pub host_a: Host,
     pub host_b: Host,
-    pub gw_a: Option<QpEngine>,
-    pub gw_b: Option<QpEngine>,
+    pub gw_a: Option<Site>,
+    pub gw_b: Option<Site>,
     pub links: HashMap<(Node, Node), Link>,
-    /// With the WAN transport: each gateway's endpoint and its paths' links
-    /// (keyed by sending gateway and path index).
-    pub wan_a: Option<WanSide>,
-    pub wan_b: Option<WanSide>,
+    /// Each gateway's WAN paths (keyed by sending gateway and path index).
     pub wan_links: HashMap<(Node, usize), Link>,
+    /// What the gateways reported, in order.
+    pub site_events: Vec<(Node, Time, SiteEvent)>,
+    /// Seeds the nonces of gateway B's next incarnation (a twin restart).
+    pub twin_b_seed: u64,
     scratch: Vec<u8>,
     pub events: u64,
     /// Print every delivery (SOYA_SIM_TRACE_PACKETS).
@@ -175,11 +131,6 @@ fn describe(p: &Payload) -> String {
     };
     match p {
         Payload::Ip(v) => pkt(v),
-        Payload::Twin(TwinMsg::Request { carry, packet }) => {
-            format!("Request {carry:?} {}", pkt(packet))
-        }
-        Payload::Twin(TwinMsg::Response { packet }) => format!("Response {}", pkt(packet)),
-        Payload::Twin(m) => format!("{m:?}"),
         Payload::Wan(path, d) => format!("WAN datagram path {path}, {} B", d.len()),
     }
 }
@@ -196,10 +147,10 @@ impl World {
             gw_a: None,
             gw_b: None,
             links: HashMap::new(),
-            wan_a: None,
-            wan_b: None,
             wan_links: HashMap::new(),
-            scratch: vec![0; 16 * 1024],
+            site_events: Vec::new(),
+            twin_b_seed: 0,
+            scratch: vec![0; 64 * 1024],
             events: 0,
             trace: std::env::var_os("SOYA_SIM_TRACE_PACKETS").is_some(),
         }
@@ -207,6 +158,19 @@ impl World {
 
     pub fn accelerated(&self) -> bool {
         self.gw_a.is_some()
+    }
+
+    /// The gateways' engines (for the invariants and the figures).
+    pub fn engines(&self) -> impl Iterator<Item = &QpEngine> {
+        self.gw_a.iter().chain(self.gw_b.iter()).map(Site::engine)
+    }
+
+    fn site_mut(&mut self, node: Node) -> Option<&mut Site> {
+        match node {
+            Node::GwA => self.gw_a.as_mut(),
+            Node::GwB => self.gw_b.as_mut(),
+            _ => None,
+        }
     }
 
     /// Next hop for a packet leaving `from` toward the far side (`far`) or
@@ -245,7 +209,6 @@ impl World {
             } else {
                 match payload.as_ref().expect("kept for the last arrival") {
                     Payload::Ip(v) => Payload::Ip(v.clone()),
-                    Payload::Twin(m) => Payload::Twin(m.clone()),
                     Payload::Wan(p, v) => Payload::Wan(*p, v.clone()),
                 }
             };
@@ -278,79 +241,41 @@ impl World {
             }
         }
         for node in [Node::GwA, Node::GwB] {
-            let mut pending = Vec::new();
-            let gw = if node == Node::GwA {
-                self.gw_a.as_mut()
-            } else {
-                self.gw_b.as_mut()
-            };
-            let Some(gw) = gw else { continue };
-            while let Some(o) = gw.poll_output() {
-                pending.push(o);
-            }
-            let mut to_wan = Vec::new();
-            for o in pending {
-                match o {
-                    Output::Dc(v) => self.send(node, false, Payload::Ip(v)),
-                    Output::Twin(m) if self.wan_a.is_some() => to_wan.push(m),
-                    Output::Twin(m) => self.send(node, true, Payload::Twin(m)),
-                }
-            }
-            self.flush_wan(node, to_wan);
+            self.drain_gateway(node);
         }
     }
 
-    /// Hands messages to a gateway's WAN transport and sends what it emits.
-    fn flush_wan(&mut self, node: Node, msgs: Vec<TwinMsg>) {
+    /// Sends what a gateway's site has for its data center and for the
+    /// WAN (each datagram no earlier than its release time), and records
+    /// its events: the driver's half of the `Site` API, as the daemon's
+    /// turn does it over sockets.
+    pub fn drain_gateway(&mut self, node: Node) {
         let now = self.now;
-        let side = if node == Node::GwA {
-            self.wan_a.as_mut()
-        } else {
-            self.wan_b.as_mut()
-        };
-        let Some(side) = side else { return };
-        for m in msgs {
-            if let TwinMsg::Datagram { packet } = m {
-                side.conn.send_datagram(now, packet);
-            } else {
-                side.pending.push_back((flow_of(&m), m));
-            }
-        }
-        while let Some((flow, m)) = side.pending.pop_front() {
-            if let Err(e) = side.conn.send(now, flow, m.clone()) {
-                let _ = e;
-                side.pending.push_front((flow, m));
-                break;
-            }
-        }
-        side.pending_high_water = side.pending_high_water.max(side.pending.len());
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 16 * 1024];
-        while let Some(t) = side.conn.poll_transmit(now, &mut buf) {
-            out.push((t.path, buf[..t.len].to_vec(), t.release_at));
-        }
-        for (path, d, at) in out {
-            self.send_at(node, true, Payload::Wan(path, d), at);
-        }
-    }
-
-    /// Delivers what a gateway's WAN transport has for its engine.
-    fn drain_wan(&mut self, node: Node) {
-        let now = self.now;
-        let (side, gw) = if node == Node::GwA {
-            (self.wan_a.as_mut(), self.gw_a.as_mut())
-        } else {
-            (self.wan_b.as_mut(), self.gw_b.as_mut())
-        };
-        let (Some(side), Some(gw)) = (side, gw) else {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let Some(site) = self.site_mut(node) else {
+            self.scratch = scratch;
             return;
         };
-        while let Some(ev) = side.conn.poll_event() {
-            match ev {
-                WanEvent::Message(m) => gw.handle_twin(now, m),
-                WanEvent::Datagram(p) => gw.handle_twin(now, TwinMsg::Datagram { packet: p }),
-                _ => {}
-            }
+        let mut dc = Vec::new();
+        while let Some(t) = site.poll_dc_transmit() {
+            dc.push(t.packet.clone());
+            site.recycle(t.packet);
+        }
+        let mut wan = Vec::new();
+        while let Some(t) = site.poll_wan_transmit(now, &mut scratch) {
+            wan.push((t.path, scratch[..t.len].to_vec(), t.release_at));
+        }
+        let mut events = Vec::new();
+        while let Some(ev) = site.poll_event() {
+            events.push((node, now, ev));
+        }
+        self.scratch = scratch;
+        self.site_events.extend(events);
+        for p in dc {
+            self.send(node, false, Payload::Ip(p));
+        }
+        for (path, d, at) in wan {
+            self.send_at(node, true, Payload::Wan(path, d), at);
         }
     }
 
@@ -367,9 +292,6 @@ impl World {
         }
         for gw in self.gw_a.iter().chain(self.gw_b.iter()) {
             consider(gw.poll_timeout());
-        }
-        for w in self.wan_a.iter().chain(self.wan_b.iter()) {
-            consider(w.conn.poll_timeout());
         }
         t
     }
@@ -393,13 +315,6 @@ impl World {
                 gw.handle_timeout(now);
             }
         }
-        for w in self.wan_a.iter_mut().chain(self.wan_b.iter_mut()) {
-            if w.conn.poll_timeout().is_some_and(|d| d <= now) {
-                w.conn.handle_timeout(now);
-            }
-        }
-        self.drain_wan(Node::GwA);
-        self.drain_wan(Node::GwB);
         self.flush();
     }
 
@@ -446,28 +361,12 @@ impl World {
                 }
             }
             (Node::GwA | Node::GwB, payload) => {
-                let gw = if to == Node::GwA {
-                    self.gw_a.as_mut()
-                } else {
-                    self.gw_b.as_mut()
-                };
-                let gw = gw.expect("gateway exists when addressed");
-                let from_dc = matches!(payload, Payload::Ip(_));
-                let _ = from_dc;
+                let site = self.site_mut(to).expect("gateway exists when addressed");
                 match payload {
-                    Payload::Ip(v) => gw.handle_dc(now, &v),
-                    Payload::Twin(m) => gw.handle_twin(now, m),
-                    Payload::Wan(path, d) => {
-                        let side = if to == Node::GwA {
-                            self.wan_a.as_mut()
-                        } else {
-                            self.wan_b.as_mut()
-                        };
-                        if let Some(side) = side {
-                            side.conn.handle_datagram(now, path, &d);
-                        }
-                        self.drain_wan(to);
+                    Payload::Ip(v) => {
+                        site.handle_dc(now, &v);
                     }
+                    Payload::Wan(path, mut d) => site.handle_wan(now, path, &mut d),
                 }
             }
             (node, p) => panic!("gateway traffic {p:?} delivered to host {node:?}"),

@@ -1,8 +1,7 @@
 //! Between the engine and the WAN transport: which WAN flow carries a
-//! [`TwinMsg`], the bounded queues that hold messages while the
-//! transport pushes back, and [`pump`], which moves traffic between the
-//! two (the device loop's inner loop, sans-IO so that tests drive exactly
-//! what the device runs).
+//! [`TwinMsg`], and the bounded queues ([`Pending`]) that hold messages
+//! while the transport pushes back. [`super::Site`] moves traffic through
+//! them.
 //!
 //! # Packet buffers
 //!
@@ -13,7 +12,7 @@
 //! draws from for the packets it decodes; those go back to the engine's pool
 //! once the engine copied them. The two pools fill in opposite directions
 //! (the requester's site sends the packets, the responder's site receives
-//! them), so [`pump`] evens them out: in steady state no packet buffer is
+//! them), so the site evens them out: in steady state no packet buffer is
 //! allocated.
 //!
 //! # Flow ids
@@ -48,13 +47,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 
-use crate::buffer::PacketPool;
-use crate::qp::{HalfKey, Output, QpEngine, TwinMsg};
+use crate::qp::{HalfKey, TwinMsg};
 use crate::roce::{IpHeader, RocePacket};
 use crate::time::Time;
-use crate::wan::{Event, SendError, WanConnection};
-
-use super::snapshot::{DcCounters, TwinCounters};
+use crate::wan::{SendError, WanConnection};
 
 /// At most this many messages wait per flow (a flow's share of the engine's
 /// egress window is far below it).
@@ -130,108 +126,6 @@ pub fn flow_of(msg: &TwinMsg) -> Option<u64> {
         }
         TwinMsg::Datagram { .. } => return None,
     })
-}
-
-/// The local DC side, as [`pump`] sees it.
-pub trait DcPort {
-    /// Sends a packet from the engine to the DC side. The buffer goes back
-    /// to the engine's pool when this returns.
-    fn send(&mut self, packet: &[u8]);
-    /// Whether a datagram from the twin may be injected (the ACL).
-    fn admits(&mut self, packet: &[u8]) -> bool;
-}
-
-/// Moves traffic between the engine and the transport until nothing moves:
-/// messages and datagrams from the twin into the engine, the engine's
-/// outputs to the DC side and to the transport (through `pending` when it
-/// pushes back), waiting messages into the transport. Any other transport
-/// event (path up/down, session changes, close) is returned at once, in its
-/// order among the messages, for the caller to handle before calling again.
-pub fn pump(
-    now: Time,
-    engine: &mut QpEngine,
-    wan: &mut WanConnection,
-    pending: &mut Pending,
-    tw: &mut TwinCounters,
-    dc: &mut impl DcPort,
-) -> Option<Event> {
-    loop {
-        let mut moved = false;
-        while let Some(ev) = wan.poll_event() {
-            moved = true;
-            match ev {
-                Event::Message(msg) => {
-                    tw.msgs_in += 1;
-                    engine.handle_twin(now, msg);
-                }
-                Event::Datagram(packet) => {
-                    tw.datagrams_in += 1;
-                    if dc.admits(&packet) {
-                        engine.handle_twin(now, TwinMsg::Datagram { packet });
-                    } else {
-                        tw.datagram_acl_drops += 1;
-                        wan.recycle(packet);
-                    }
-                }
-                other => return Some(other),
-            }
-        }
-        while let Some(out) = engine.poll_output() {
-            moved = true;
-            match out {
-                Output::Dc(packet) => {
-                    dc.send(&packet);
-                    engine.recycle(packet);
-                }
-                Output::Twin(msg) => match flow_of(&msg) {
-                    Some(flow) => {
-                        tw.msgs_out += 1;
-                        pending.submit(wan, now, flow, msg);
-                    }
-                    None => {
-                        if let TwinMsg::Datagram { packet } = msg {
-                            tw.datagrams_out += 1;
-                            wan.send_datagram(now, packet);
-                        }
-                    }
-                },
-            }
-        }
-        if !pending.is_empty() && pending.flush(wan, now) {
-            moved = true;
-        }
-        PacketPool::balance(engine.pool_mut(), wan.pool_mut());
-        if !moved {
-            return None;
-        }
-    }
-}
-
-/// A RoCE request packet (what draining and backpressure refuse).
-fn is_request(pkt: &[u8]) -> bool {
-    RocePacket::parse(pkt).is_ok_and(|p| p.info.is_request())
-}
-
-/// A DC packet this shard owns: refused while draining or backpressured
-/// (requests only), else into the engine.
-pub fn accept(
-    dcc: &mut DcCounters,
-    engine: &mut QpEngine,
-    refuse_new: bool,
-    draining: bool,
-    now: Time,
-    pkt: &[u8],
-) {
-    if refuse_new && is_request(pkt) {
-        if draining {
-            dcc.rx_draining += 1;
-        } else {
-            dcc.rx_backpressure += 1;
-        }
-    } else {
-        dcc.rx_accepted += 1;
-        engine.handle_dc(now, pkt);
-    }
 }
 
 /// Messages waiting for room in the transport, per flow, in order.

@@ -1,0 +1,536 @@
+//! One gateway site, sans-IO: the QP engine, the WAN connection to the
+//! twin, and everything between them, behind one small API that both the
+//! daemon's shards (`gateway::device`) and the simulator (`soya-sim`)
+//! drive. Nothing here reads a clock or touches a socket.
+//!
+//! ```text
+//!   DC packets ──handle_dc──▶ ACL ─▶ QpEngine ─▶ flows/Pending ─▶ WanConnection ──poll_wan_transmit──▶ WAN
+//!   DC packets ◀─poll_dc_transmit── ACL ◀─ QpEngine ◀──────────── WanConnection ◀──handle_wan──────── WAN
+//! ```
+//!
+//! A driver feeds input with `handle_dc`, `handle_wan` and
+//! `handle_timeout`, then drains `poll_dc_transmit` (returning each buffer
+//! with `recycle`), `poll_wan_transmit` and `poll_event`, and sleeps until
+//! `poll_timeout`. The site moves traffic between engine and transport
+//! lazily, on the first poll after an input, so a driver that feeds a batch
+//! of packets pays for one pass.
+//!
+//! What the site decides on its own, so that every driver gets it:
+//!
+//! - the ACL (`acl`): only local ↔ remote prefixes cross, both ways;
+//! - which WAN flow carries what, and queuing while the transport pushes
+//!   back ([`flows`]); refusing new requests while draining or above the
+//!   queue's high water (backpressure instead of overflow);
+//! - the twin's life ([`twin`]): a restart or a CLOSE of the twin, and a
+//!   twin unreachable for `wan.twin_timeout` (lost), fail every flow through
+//!   it toward its application; while lost, new requests are refused.
+
+pub mod acl;
+pub mod counters;
+pub mod flows;
+pub mod params;
+pub mod twin;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::buffer::PacketPool;
+use crate::qp::{Output, QpEngine, TwinMsg};
+use crate::roce::RocePacket;
+use crate::time::Time;
+use crate::wan::{CipherOffer, Event, Transmit, WanConnection};
+
+pub use acl::{Acl, Verdict};
+pub use counters::{DcCounters, TwinCounters};
+pub use flows::{Pending, PENDING_HIGH_WATER};
+pub use params::SiteParams;
+pub use twin::TwinState;
+
+use twin::{TwinChange, TwinWatch};
+
+/// Draws a fresh, never-zero session nonce for a new WAN session (the
+/// daemon: the kernel's CSPRNG; the simulator: its seeded generator, so
+/// runs repeat). `None` when none can be had: the WAN then stays closed.
+pub type NonceSource = Box<dyn FnMut() -> Option<u64> + Send>;
+
+/// Something the driver should know (log, count, alert). Traffic is not
+/// reported here: it comes out of the poll_*_transmit calls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SiteEvent {
+    PathUp(usize),
+    PathDown(usize),
+    /// A session with the twin (generation `peer_generation`).
+    Connected {
+        peer_generation: u64,
+    },
+    /// The twin offers no cipher this site accepts: no session.
+    CipherMismatch {
+        peer_generation: u64,
+        ours: CipherOffer,
+        theirs: CipherOffer,
+    },
+    /// The twin came back with a new generation: what it held is gone;
+    /// `flows_failed` halves were failed toward their requesters.
+    TwinRestarted {
+        old_generation: u64,
+        new_generation: u64,
+        flows_failed: usize,
+    },
+    /// The twin shut down (CLOSE); a new session waits for its return.
+    TwinShutDown {
+        flows_failed: usize,
+    },
+    /// No path answered for `wan.twin_timeout` (every path down since
+    /// `since`): the twin is lost, its flows were failed, new requests are
+    /// refused until it answers again.
+    TwinLost {
+        since: Time,
+        flows_failed: usize,
+    },
+    /// A path is up again after the twin was lost.
+    TwinBack {
+        lost_for: Duration,
+    },
+    /// No session nonce could be drawn: the WAN stays closed.
+    NoNonce,
+}
+
+/// A packet for the local data center: `packet` toward the local host
+/// `dst`. Give the buffer back with [`Site::recycle`] once sent.
+#[derive(Debug)]
+pub struct DcTransmit {
+    pub packet: Vec<u8>,
+    pub dst: IpAddr,
+}
+
+pub struct Site {
+    params: SiteParams,
+    engine: QpEngine,
+    wan: WanConnection,
+    nonces: NonceSource,
+    pending: Pending,
+    twin: TwinWatch,
+    dc_out: VecDeque<DcTransmit>,
+    events: VecDeque<SiteEvent>,
+    dcc: DcCounters,
+    tw: TwinCounters,
+    draining: bool,
+    closing: bool,
+    /// Input arrived since the last pass between engine and transport.
+    dirty: bool,
+    /// The latest time any input carried (passes run at it).
+    now: Time,
+}
+
+impl Site {
+    /// A site at `now` with a first WAN session (no session at all, and a
+    /// [`SiteEvent::NoNonce`], if `nonces` has none).
+    pub fn new(params: SiteParams, now: Time, mut nonces: NonceSource) -> Site {
+        let nonce = nonces();
+        let mut events = VecDeque::new();
+        if nonce.is_none() {
+            events.push_back(SiteEvent::NoNonce);
+        }
+        let mut wan = WanConnection::new(params.wan.clone(), now, nonce.unwrap_or(1));
+        if nonce.is_none() {
+            wan.close(now);
+        }
+        Site {
+            engine: QpEngine::new(params.engine),
+            twin: TwinWatch::new(params.wan.paths.len(), params.twin_timeout, now),
+            params,
+            wan,
+            nonces,
+            pending: Pending::default(),
+            dc_out: VecDeque::new(),
+            events,
+            dcc: DcCounters::default(),
+            tw: TwinCounters::default(),
+            draining: false,
+            closing: false,
+            dirty: true,
+            now,
+        }
+    }
+
+    fn input(&mut self, now: Time) {
+        self.now = self.now.max(now);
+        self.dirty = true;
+    }
+
+    /// A packet from the local data center. Returns its source address when
+    /// it passed the ACL (the udp lab backend learns hosts from it).
+    pub fn handle_dc(&mut self, now: Time, packet: &[u8]) -> Option<IpAddr> {
+        self.input(now);
+        self.dcc.rx_packets += 1;
+        self.dcc.rx_bytes += packet.len() as u64;
+        let (verdict, addrs) = self.params.acl.outbound(packet);
+        match verdict {
+            Verdict::Malformed => self.dcc.rx_malformed += 1,
+            Verdict::BadSource => self.dcc.rx_acl_source += 1,
+            Verdict::BadDestination => self.dcc.rx_acl_destination += 1,
+            Verdict::Pass => {
+                self.accept(now, packet);
+                return addrs.map(|(src, _)| src);
+            }
+        }
+        None
+    }
+
+    /// Into the engine, unless it is a new request that must be refused:
+    /// while draining or while the twin queue is above its high water the
+    /// gateway does not take it (the requester resends it: backpressure, not
+    /// loss).
+    fn accept(&mut self, now: Time, packet: &[u8]) {
+        let refuse = self.draining || self.pending.bytes > PENDING_HIGH_WATER;
+        if refuse && is_request(packet) {
+            if self.draining {
+                self.dcc.rx_draining += 1;
+            } else {
+                self.dcc.rx_backpressure += 1;
+            }
+            return;
+        }
+        if self.twin.state().is_lost() && is_request(packet) {
+            self.tw.rx_refused_twin_lost += 1;
+        }
+        self.dcc.rx_accepted += 1;
+        self.engine.handle_dc(now, packet);
+    }
+
+    /// A datagram from the WAN on path `path`; decrypted in place.
+    pub fn handle_wan(&mut self, now: Time, path: usize, datagram: &mut [u8]) {
+        self.input(now);
+        self.wan.handle_datagram_in_place(now, path, datagram);
+    }
+
+    /// Fires whatever timer is due at `now`.
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.input(now);
+        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+            self.engine.handle_timeout(now);
+        }
+        if self.wan.poll_timeout().is_some_and(|t| t <= now) {
+            self.wan.handle_timeout(now);
+        }
+        // Path events first: a path that came back just now saves the twin.
+        self.pump();
+        if let Some(TwinChange::Lost { since }) = self.twin.poll(now) {
+            self.declare_lost(since);
+        }
+    }
+
+    /// The earliest time [`Self::handle_timeout`] has something to do.
+    /// Exact after the poll calls that follow an input.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        [
+            self.engine.poll_timeout(),
+            self.wan.poll_timeout(),
+            self.twin.deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// The next packet for the local data center.
+    pub fn poll_dc_transmit(&mut self) -> Option<DcTransmit> {
+        self.settle();
+        self.dc_out.pop_front()
+    }
+
+    /// Gives a sent packet's buffer back.
+    pub fn recycle(&mut self, packet: Vec<u8>) {
+        self.engine.recycle(packet);
+    }
+
+    /// The next WAN datagram, written into `buf` (see
+    /// [`WanConnection::poll_transmit`]: it may be due only at
+    /// `release_at`).
+    pub fn poll_wan_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<Transmit> {
+        self.settle();
+        self.wan.poll_transmit(now, buf)
+    }
+
+    pub fn poll_event(&mut self) -> Option<SiteEvent> {
+        self.settle();
+        self.events.pop_front()
+    }
+
+    /// Stops taking new requests from the data center; what is held is
+    /// still delivered ([`Self::is_drained`] says when).
+    pub fn start_drain(&mut self) {
+        self.draining = true;
+        self.dirty = true;
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining
+    }
+
+    /// Nothing held, nothing waiting, nothing unacknowledged on the WAN.
+    pub fn is_drained(&self) -> bool {
+        self.engine.occupancy().slots_used == 0
+            && self.pending.is_empty()
+            && self.wan.is_drained()
+            && self.dc_out.is_empty()
+    }
+
+    /// Says goodbye to the twin (CLOSE): it fails what was mid-stream.
+    pub fn close(&mut self, now: Time) {
+        self.input(now);
+        self.closing = true;
+        self.wan.close(now);
+    }
+
+    fn settle(&mut self) {
+        if self.dirty {
+            self.pump();
+        }
+    }
+
+    /// Moves traffic between the engine and the transport until nothing
+    /// moves: messages and datagrams from the twin into the engine, the
+    /// engine's outputs to the DC queue and to the transport (through
+    /// `pending` when it pushes back), waiting messages into the transport.
+    fn pump(&mut self) {
+        self.dirty = false;
+        let now = self.now;
+        loop {
+            let mut moved = false;
+            while let Some(ev) = self.wan.poll_event() {
+                moved = true;
+                match ev {
+                    Event::Message(msg) => {
+                        self.tw.msgs_in += 1;
+                        self.engine.handle_twin(now, msg);
+                    }
+                    Event::Datagram(packet) => {
+                        self.tw.datagrams_in += 1;
+                        if self.params.acl.inbound(&packet).0 == Verdict::Pass {
+                            self.engine.handle_twin(now, TwinMsg::Datagram { packet });
+                        } else {
+                            self.tw.datagram_acl_drops += 1;
+                            self.wan.recycle(packet);
+                        }
+                    }
+                    other => self.on_wan_event(now, other),
+                }
+            }
+            while let Some(out) = self.engine.poll_output() {
+                moved = true;
+                match out {
+                    Output::Dc(packet) => self.queue_for_dc(packet),
+                    Output::Twin(msg) => match flows::flow_of(&msg) {
+                        Some(flow) => {
+                            self.tw.msgs_out += 1;
+                            self.pending.submit(&mut self.wan, now, flow, msg);
+                        }
+                        None => {
+                            if let TwinMsg::Datagram { packet } = msg {
+                                self.tw.datagrams_out += 1;
+                                self.wan.send_datagram(now, packet);
+                            }
+                        }
+                    },
+                }
+            }
+            if !self.pending.is_empty() && self.pending.flush(&mut self.wan, now) {
+                moved = true;
+            }
+            // The requester's site sends the packets, the responder's
+            // receives them: even the two pools out so neither allocates.
+            PacketPool::balance(self.engine.pool_mut(), self.wan.pool_mut());
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    /// An engine packet for the DC side: only ever toward a local host.
+    fn queue_for_dc(&mut self, packet: Vec<u8>) {
+        match acl::addresses(&packet) {
+            Some((_, dst)) if self.params.acl.is_local(dst) => {
+                self.dc_out.push_back(DcTransmit { packet, dst });
+            }
+            Some(_) => {
+                self.dcc.tx_acl += 1;
+                self.engine.recycle(packet);
+            }
+            None => {
+                self.dcc.tx_errors += 1;
+                self.engine.recycle(packet);
+            }
+        }
+    }
+
+    fn on_wan_event(&mut self, now: Time, ev: Event) {
+        match ev {
+            Event::Message(_) | Event::Datagram(_) => {}
+            Event::PathUp(i) | Event::PathDown(i) => {
+                let up = matches!(ev, Event::PathUp(_));
+                self.events.push_back(if up {
+                    SiteEvent::PathUp(i)
+                } else {
+                    SiteEvent::PathDown(i)
+                });
+                if let Some(TwinChange::Back { lost_for }) = self.twin.path(now, i, up) {
+                    self.events.push_back(SiteEvent::TwinBack { lost_for });
+                }
+            }
+            Event::Connected { peer_generation } => {
+                self.events
+                    .push_back(SiteEvent::Connected { peer_generation });
+            }
+            Event::CipherMismatch {
+                peer_generation,
+                ours,
+                theirs,
+            } => self.events.push_back(SiteEvent::CipherMismatch {
+                peer_generation,
+                ours,
+                theirs,
+            }),
+            Event::PeerRestarted {
+                old_generation,
+                new_generation,
+            } => {
+                let flows_failed = self.fail_flows(now);
+                self.tw.flows_failed_on_restart += flows_failed as u64;
+                self.events.push_back(SiteEvent::TwinRestarted {
+                    old_generation,
+                    new_generation,
+                    flows_failed,
+                });
+            }
+            Event::Closed => {
+                if self.closing {
+                    return;
+                }
+                // The twin shut down. Whatever it had not delivered is gone
+                // with it; a new session lets its next incarnation find us.
+                let flows_failed = self.fail_flows(now);
+                self.tw.flows_failed_on_restart += flows_failed as u64;
+                self.events
+                    .push_back(SiteEvent::TwinShutDown { flows_failed });
+                self.new_session(now);
+            }
+        }
+    }
+
+    /// Every path has been down for `twin_timeout`.
+    fn declare_lost(&mut self, since: Time) {
+        let now = self.now;
+        let flows_failed = self.fail_flows(now);
+        self.tw.twin_lost += 1;
+        self.tw.flows_failed_twin_lost += flows_failed as u64;
+        self.events.push_back(SiteEvent::TwinLost {
+            since,
+            flows_failed,
+        });
+        // A new generation: should the twin still be alive behind a long
+        // outage, it sees a restart when the WAN returns and fails its side
+        // too, and nothing queued for the failed flows is ever delivered.
+        self.new_session(now);
+        self.dirty = true;
+    }
+
+    fn new_session(&mut self, now: Time) {
+        match (self.nonces)() {
+            Some(nonce) => {
+                self.wan = WanConnection::new(self.params.wan.clone(), now, nonce);
+            }
+            None => {
+                self.wan.close(now);
+                self.events.push_back(SiteEvent::NoNonce);
+            }
+        }
+        self.twin.restart_paths(now);
+    }
+
+    /// The conservative answer to a twin that is gone: every half with
+    /// requests not yet reported delivered is failed toward its requester
+    /// with a remote operational error (the engine injects the NAK at the
+    /// requester's next outstanding PSN and answers everything later with
+    /// it); what waited for the transport is dropped. Returns the halves
+    /// failed.
+    fn fail_flows(&mut self, now: Time) -> usize {
+        self.pending.clear();
+        self.tw.discarded_on_restart = self.pending.discarded;
+        let halves: Vec<_> = self
+            .engine
+            .ingress_halves()
+            .filter(|a| !a.is_idle())
+            .map(|a| a.key)
+            .collect();
+        for &half in &halves {
+            self.engine.handle_twin(
+                now,
+                TwinMsg::Error {
+                    half,
+                    psn: crate::roce::Psn::new(0),
+                    code: crate::roce::NakCode::RemoteOperationalError,
+                },
+            );
+        }
+        self.dirty = true;
+        halves.len()
+    }
+
+    pub fn engine(&self) -> &QpEngine {
+        &self.engine
+    }
+
+    pub fn wan(&self) -> &WanConnection {
+        &self.wan
+    }
+
+    pub fn params(&self) -> &SiteParams {
+        &self.params
+    }
+
+    pub fn pending(&self) -> &Pending {
+        &self.pending
+    }
+
+    pub fn twin_state(&self) -> TwinState {
+        self.twin.state()
+    }
+
+    /// Connected in the sense an operator means: a path answers. (The
+    /// transport alone keeps its session with a twin that vanished.)
+    pub fn is_connected(&self) -> bool {
+        self.twin.state() == TwinState::Connected && self.wan.is_connected()
+    }
+
+    pub fn dc_counters(&self) -> &DcCounters {
+        &self.dcc
+    }
+
+    /// For the driver's own DC I/O outcomes (sent, no peer, errors).
+    pub fn dc_counters_mut(&mut self) -> &mut DcCounters {
+        &mut self.dcc
+    }
+
+    /// The engine ↔ transport counters, with the waiting queue's figures.
+    pub fn twin_counters(&self) -> TwinCounters {
+        TwinCounters {
+            pending_messages: self.pending.messages as u64,
+            pending_bytes: self.pending.bytes as u64,
+            pending_high_water_bytes: self.pending.high_water_bytes as u64,
+            pending_overflow: self.pending.overflow,
+            blocked: self.pending.blocked,
+            send_errors: self.pending.send_errors,
+            ..self.tw.clone()
+        }
+    }
+}
+
+/// A RoCE request packet (what draining and backpressure refuse).
+fn is_request(pkt: &[u8]) -> bool {
+    RocePacket::parse(pkt).is_ok_and(|p| p.info.is_request())
+}

@@ -1,0 +1,362 @@
+//! Two sites in memory, a WAN that can be cut, and virtual time: what a
+//! site decides on its own (the twin's life, the ACL), packet by packet.
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use super::*;
+use crate::qp::EngineConfig;
+use crate::roce::{builders, IpHeader, OpKind, Opcode, Psn, Reth, RocePacket, Syndrome};
+use crate::wan::{CcKind, PathConfig, WanConfig};
+
+const REQUESTER: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
+const RESPONDER: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 1);
+const RS_QPN: u32 = 0x22;
+const TWIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn site(client: bool) -> Site {
+    let mut path = PathConfig::new("p0");
+    path.rate_bps = Some(10_000_000_000);
+    path.rtt_hint = Some(Duration::from_millis(3));
+    let mut wan = WanConfig::new(vec![path], Some([7; 32]), client);
+    wan.cc = CcKind::FixedRate;
+    let (here, there) = ("10.1.0.0/16", "10.2.0.0/16");
+    let (local, remote) = if client { (here, there) } else { (there, here) };
+    let acl = Acl {
+        local: vec![local.parse().unwrap()],
+        remote: vec![remote.parse().unwrap()],
+    };
+    let params = SiteParams::new(EngineConfig::default(), wan, acl, TWIN_TIMEOUT);
+    let mut n = if client { 0x1000 } else { 0x2000 };
+    Site::new(
+        params,
+        Time::ZERO,
+        Box::new(move || {
+            n += 1;
+            Some(n)
+        }),
+    )
+}
+
+/// Site A (the requester's), site B (the responder's), a 1.5 ms WAN each
+/// way that is up or cut, and what each site sent its data center.
+struct Pair {
+    a: Site,
+    b: Site,
+    now: Time,
+    wan_up: bool,
+    /// Datagrams in flight: (arrival, to B?, path, bytes).
+    flight: Vec<(Time, bool, usize, Vec<u8>)>,
+    to_requester: Vec<Vec<u8>>,
+    to_responder: Vec<Vec<u8>>,
+    events_a: Vec<(Time, SiteEvent)>,
+    buf: Vec<u8>,
+    /// The responder acknowledges every AckReq (else it stays silent).
+    auto_ack: bool,
+    /// Requests of `to_responder` already answered.
+    answered: usize,
+}
+
+const ONE_WAY: Duration = Duration::from_micros(1500);
+
+impl Pair {
+    fn new() -> Pair {
+        let mut p = Pair {
+            a: site(true),
+            b: site(false),
+            now: Time::ZERO,
+            wan_up: true,
+            flight: Vec::new(),
+            to_requester: Vec::new(),
+            to_responder: Vec::new(),
+            events_a: Vec::new(),
+            buf: vec![0; 65_536],
+            auto_ack: false,
+            answered: 0,
+        };
+        p.run_until(|p| p.a.is_connected() && p.b.is_connected(), "connect");
+        p
+    }
+
+    /// Polls both sites until quiet at `now`.
+    fn drain(&mut self) {
+        let now = self.now;
+        for (site, to_b) in [(&mut self.a, true), (&mut self.b, false)] {
+            while let Some(t) = site.poll_wan_transmit(now, &mut self.buf) {
+                if self.wan_up {
+                    let at = t.release_at.max(now) + ONE_WAY;
+                    self.flight
+                        .push((at, to_b, t.path, self.buf[..t.len].to_vec()));
+                }
+            }
+            while let Some(t) = site.poll_dc_transmit() {
+                let out = if to_b {
+                    &mut self.to_requester
+                } else {
+                    &mut self.to_responder
+                };
+                out.push(t.packet.clone());
+                site.recycle(t.packet);
+            }
+        }
+        while let Some(ev) = self.a.poll_event() {
+            self.events_a.push((now, ev));
+        }
+        while self.auto_ack && self.answered < self.to_responder.len() {
+            self.answered += 1;
+            let p = RocePacket::parse_verified(&self.to_responder[self.answered - 1]).unwrap();
+            if p.bth.ack_req {
+                let psn = p.psn().value();
+                self.respond(psn, self.answered as u32);
+            }
+        }
+        while self.b.poll_event().is_some() {}
+    }
+
+    /// One step to the next arrival or timer.
+    fn step(&mut self) {
+        self.drain();
+        let next = [
+            self.a.poll_timeout(),
+            self.b.poll_timeout(),
+            self.flight.iter().map(|f| f.0).min(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .expect("something is always scheduled (keepalives, probes)");
+        self.now = self.now.max(next);
+        let now = self.now;
+        let (due, later): (Vec<_>, Vec<_>) = self.flight.drain(..).partition(|f| f.0 <= now);
+        self.flight = later;
+        for (_, to_b, path, mut d) in due {
+            let site = if to_b { &mut self.b } else { &mut self.a };
+            site.handle_wan(now, path, &mut d);
+        }
+        for site in [&mut self.a, &mut self.b] {
+            if site.poll_timeout().is_some_and(|t| t <= now) {
+                site.handle_timeout(now);
+            }
+        }
+        self.drain();
+    }
+
+    fn run_until(&mut self, mut done: impl FnMut(&Pair) -> bool, what: &str) {
+        let limit = self.now + Duration::from_secs(60);
+        while !done(self) {
+            assert!(self.now < limit, "{what}: not within 60 s of virtual time");
+            self.step();
+        }
+    }
+
+    fn run_for(&mut self, d: Duration) {
+        let until = self.now + d;
+        while self.now < until {
+            self.step();
+        }
+    }
+
+    /// The requester's WRITE of 4 KiB at `psn` into site A.
+    fn write(&mut self, psn: u32, ack_req: bool) {
+        let reth = Reth {
+            va: 0x1000,
+            rkey: 7,
+            len: 4096,
+        };
+        let ip = IpHeader::v4(REQUESTER, RESPONDER);
+        let mut pkt = vec![0; 8192];
+        let n = builders::request(
+            ip,
+            RS_QPN,
+            Opcode::RC_WRITE_ONLY,
+            Psn::new(psn),
+            ack_req,
+            reth,
+        )
+        .emit(&[0x5a; 4096], &mut pkt)
+        .unwrap();
+        self.a.handle_dc(self.now, &pkt[..n]);
+        self.drain();
+    }
+
+    /// The responder's ACK of `psn` (MSN `msn`) into site B.
+    fn respond(&mut self, psn: u32, msn: u32) {
+        let to = builders::ReplyTo {
+            ip: IpHeader::v4(RESPONDER, REQUESTER),
+            src_port: 0xc000,
+            dest_qp: 0x11,
+        };
+        let mut pkt = vec![0; 256];
+        let n = builders::ack(&to, Psn::new(psn), msn)
+            .emit(&[], &mut pkt)
+            .unwrap();
+        self.b.handle_dc(self.now, &pkt[..n]);
+    }
+
+    fn lost_events(&self) -> Vec<(Time, usize)> {
+        self.events_a
+            .iter()
+            .filter_map(|(t, e)| match e {
+                SiteEvent::TwinLost { flows_failed, .. } => Some((*t, *flows_failed)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// NAKs the requester received (errors, not sequence NAKs).
+    fn error_naks(&self) -> usize {
+        self.to_requester
+            .iter()
+            .filter_map(|p| RocePacket::parse_verified(p).ok())
+            .filter(|p| p.info.kind == OpKind::Ack)
+            .filter(|p| {
+                matches!(
+                    p.ext.aeth.map(|a| a.syndrome),
+                    Some(Syndrome::Nak(code)) if code != crate::roce::NakCode::PsnSequenceError
+                )
+            })
+            .count()
+    }
+}
+
+/// Writes that the twin received but the responder never acknowledged:
+/// the ingress half at A holds them undelivered. (The first WRITE is
+/// acknowledged by the responder: a half is accelerated, its requests
+/// pseudo-ACKed and held, once the engine has seen the requester's QPN.)
+fn pair_with_undelivered_writes() -> Pair {
+    let mut p = Pair::new();
+    p.write(100, true);
+    p.run_until(|p| p.to_responder.len() == 1, "the first WRITE at B");
+    p.respond(100, 1);
+    p.answered = 1;
+    p.run_until(|p| !p.to_requester.is_empty(), "the ACK at the requester");
+    for i in 1..9 {
+        p.write(100 + i, i == 8);
+    }
+    p.run_until(|p| p.to_responder.len() >= 9, "re-injection at B");
+    assert!(
+        p.a.engine().ingress_halves().any(|h| !h.is_idle()),
+        "A holds undelivered requests"
+    );
+    p
+}
+
+#[test]
+fn a_twin_that_vanishes_is_lost_after_the_timeout_and_its_flows_fail() {
+    let mut p = pair_with_undelivered_writes();
+    assert_eq!(p.error_naks(), 0);
+    // The twin vanishes: nothing crosses the WAN any more.
+    p.wan_up = false;
+    let cut = p.now;
+    p.run_until(
+        |p| matches!(p.a.twin_state(), TwinState::Unreachable { .. }),
+        "path down",
+    );
+    assert!(
+        !p.a.is_connected(),
+        "never 'connected' with every path down"
+    );
+    let TwinState::Unreachable { since } = p.a.twin_state() else {
+        unreachable!()
+    };
+    p.run_until(|p| p.a.twin_state().is_lost(), "twin lost");
+    let lost = p.lost_events();
+    assert_eq!(lost.len(), 1, "{:?}", p.events_a);
+    let (at, failed) = lost[0];
+    // Exactly the timeout after every path went down, and within a second
+    // of down detection after the cut.
+    assert_eq!(at, since + TWIN_TIMEOUT);
+    assert!(since - cut < Duration::from_secs(1), "{:?}", since - cut);
+    assert_eq!(failed, 1, "the one half with undelivered requests");
+    assert!(p.error_naks() >= 1, "the requester is told");
+    let tw = p.a.twin_counters();
+    assert_eq!((tw.twin_lost, tw.flows_failed_twin_lost), (1, 1));
+    assert!(!p.a.is_connected());
+    // Reported once, however long it stays lost.
+    p.run_for(Duration::from_secs(20));
+    assert_eq!(p.lost_events().len(), 1);
+}
+
+#[test]
+fn an_outage_shorter_than_the_twin_timeout_fails_nothing() {
+    let mut p = pair_with_undelivered_writes();
+    // A live responder this time: nothing fails for its own sake.
+    p.auto_ack = true;
+    p.wan_up = false;
+    p.run_until(
+        |p| matches!(p.a.twin_state(), TwinState::Unreachable { .. }),
+        "path down",
+    );
+    p.run_for(TWIN_TIMEOUT - Duration::from_secs(1));
+    p.wan_up = true;
+    p.run_until(|p| p.a.is_connected(), "path back");
+    p.run_for(Duration::from_secs(10));
+    assert!(p.lost_events().is_empty(), "{:?}", p.events_a);
+    assert_eq!(p.error_naks(), 0);
+    assert_eq!(p.a.twin_counters().flows_failed_twin_lost, 0);
+    // The flow goes on: more WRITEs cross.
+    p.write(109, true);
+    p.run_until(|p| p.to_responder.len() >= 10, "a WRITE after the outage");
+}
+
+#[test]
+fn a_lost_twin_that_answers_again_is_back() {
+    let mut p = pair_with_undelivered_writes();
+    p.wan_up = false;
+    p.run_until(|p| p.a.twin_state().is_lost(), "twin lost");
+    p.wan_up = true;
+    p.run_until(|p| p.a.is_connected(), "twin back");
+    assert!(
+        p.events_a
+            .iter()
+            .any(|(_, e)| matches!(e, SiteEvent::TwinBack { .. })),
+        "{:?}",
+        p.events_a
+    );
+    // The twin saw a new generation from A (A rebuilt its session when it
+    // declared the twin lost), so nothing queued for the failed flows is
+    // delivered late.
+    assert_eq!(p.a.twin_state(), TwinState::Connected);
+}
+
+#[test]
+fn the_acl_keeps_other_prefixes_out_both_ways() {
+    let mut p = Pair::new();
+    // From outside the local prefixes: refused, counted.
+    let reth = Reth {
+        va: 0,
+        rkey: 1,
+        len: 0,
+    };
+    let mut pkt = vec![0; 256];
+    let spoofed = IpHeader::v4(Ipv4Addr::new(10, 9, 0, 1), RESPONDER);
+    let n = builders::request(
+        spoofed,
+        RS_QPN,
+        Opcode::RC_WRITE_ONLY,
+        Psn::new(1),
+        true,
+        reth,
+    )
+    .emit(&[], &mut pkt)
+    .unwrap();
+    assert_eq!(p.a.handle_dc(p.now, &pkt[..n]), None);
+    let to_local = IpHeader::v4(REQUESTER, Ipv4Addr::new(10, 1, 0, 2));
+    let n = builders::request(
+        to_local,
+        RS_QPN,
+        Opcode::RC_WRITE_ONLY,
+        Psn::new(1),
+        true,
+        reth,
+    )
+    .emit(&[], &mut pkt)
+    .unwrap();
+    assert_eq!(p.a.handle_dc(p.now, &pkt[..n]), None);
+    let c = p.a.dc_counters();
+    assert_eq!((c.rx_acl_source, c.rx_acl_destination), (1, 1));
+    assert_eq!(p.a.handle_dc(p.now, &[0x45, 0, 0]), None);
+    assert_eq!(p.a.dc_counters().rx_malformed, 1);
+    p.run_for(Duration::from_millis(20));
+    assert!(p.to_responder.is_empty(), "nothing crossed");
+}
