@@ -32,6 +32,7 @@ def row(title, y):
     return {"id": pid[0], "type": "row", "title": title, "collapsed": False, "gridPos": {"x": 0, "y": y, "w": 24, "h": 1}, "panels": []}
 
 I = '{instance=~"$instance"}'
+IL = ',instance=~"$instance"'
 def sel(extra=""):
     inner = 'instance=~"$instance"' + ("," + extra if extra else "")
     return "{" + inner + "}"
@@ -258,6 +259,21 @@ panels.append(panel("Twin restarts and failed flows", [
     (f"increase(soya_wan_peer_restarts_total{I}[$__rate_interval])", "{{instance}} peer restarts"),
     (f"increase(soya_flows_failed_on_restart_total{I}[$__rate_interval])", "{{instance}} flows failed"),
     (f"soya_twin_pending_overflow_total{I}", "{{instance}} pending overflow (must be 0)")], "none", 12, y))
+y += 8
+panels.append(panel("Twin state (lost after wan.twin_timeout without a path)", [
+    (f"soya_twin_state{{state=\"connected\"{IL}}}", "{{instance}} connected"),
+    (f"soya_twin_state{{state=\"unreachable\"{IL}}}", "{{instance}} unreachable"),
+    (f"soya_twin_state{{state=\"lost\"{IL}}}", "{{instance}} LOST"),
+    (f"soya_twin_state{{state=\"connecting\"{IL}}}", "{{instance}} connecting"),
+    (f"soya_twin_unreachable_seconds{I}", "{{instance}} seconds without a path")], "none", 0, y,
+    desc="soya_twin_state: connecting, connected, unreachable (every WAN path down) or lost (down for "
+         "wan.twin_timeout: every flow through the twin failed toward its application, new requests refused). "
+         "soya_twin_unreachable_seconds: how long no path has answered."))
+panels.append(panel("Twin losses and what they failed", [
+    (f"increase(soya_twin_lost_total{I}[$__rate_interval])", "{{instance}} twin lost"),
+    (f"increase(soya_flows_failed_twin_lost_total{I}[$__rate_interval])", "{{instance}} flows failed"),
+    (f"rate(soya_twin_lost_requests_refused_total{I}[$__rate_interval])", "{{instance}} requests refused")],
+    "none", 12, y))
 y += 8
 
 dash = {

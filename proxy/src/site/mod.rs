@@ -146,7 +146,10 @@ impl Site {
             wan,
             nonces,
             pending: Pending::default(),
-            dc_out: VecDeque::new(),
+            // A pass's DC output is at most a window of pseudo-ACKs and
+            // re-injected requests: room for it up front, so the steady
+            // state does not grow the queue.
+            dc_out: VecDeque::with_capacity(4096),
             events,
             dcc: DcCounters::default(),
             tw: TwinCounters::default(),
@@ -432,10 +435,15 @@ impl Site {
             since,
             flows_failed,
         });
-        // A new generation: should the twin still be alive behind a long
-        // outage, it sees a restart when the WAN returns and fails its side
-        // too, and nothing queued for the failed flows is ever delivered.
-        self.new_session(now);
+        // A new generation, if there was a session: should the twin still
+        // be alive behind a long outage, it sees a restart when the WAN
+        // returns and fails its side too, and nothing queued for the failed
+        // flows is ever delivered. (A twin that never answered has nothing
+        // to forget; its session keeps trying, and its counters keep
+        // telling why it fails, e.g. HELLOs that do not authenticate.)
+        if self.wan.is_connected() {
+            self.new_session(now);
+        }
         self.dirty = true;
     }
 

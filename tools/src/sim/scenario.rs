@@ -308,15 +308,16 @@ pub fn seeded_nonces(seed: u64) -> NonceSource {
 /// The two gateways and their WAN paths, each with the WAN's impairments
 /// (path 0 may be cut for a while).
 fn add_gateways(s: &Scenario, w: &mut World, wan: &LinkProfile, rng: &mut ChaCha8Rng) {
+    w.nonce_seeds = [rng.random(), rng.random()];
     w.gw_a = Some(Site::new(
         site_params(s, HOST_A, HOST_B),
         Time::ZERO,
-        seeded_nonces(rng.random()),
+        seeded_nonces(w.nonce_seeds[0]),
     ));
     w.gw_b = Some(Site::new(
         site_params(s, HOST_B, HOST_A),
         Time::ZERO,
-        seeded_nonces(rng.random()),
+        seeded_nonces(w.nonce_seeds[1]),
     ));
     w.twin_b_seed = rng.random();
     for i in 0..s.paths.max(1) as usize {
@@ -372,7 +373,17 @@ struct Progress {
 
 /// Runs a scenario to completion (or its time limit) and checks invariants.
 pub fn run(s: &Scenario) -> Result<Outcome, String> {
+    run_world(s, false).map(|(o, _)| o)
+}
+
+/// [`run`], returning the world at the end too; with `trace_gateway_a`
+/// the world records everything gateway A was given and sent
+/// (`World::trace_a`, `World::emitted_a`).
+pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World), String> {
     let mut w = build(s)?;
+    if trace_gateway_a {
+        w.trace_a = Some(Vec::new());
+    }
     let start = warm_up(s, &mut w);
     let mut wl_rng = ChaCha8Rng::seed_from_u64(s.seed ^ 0x5eed);
     let sides: &[Node] = if s.bidirectional {
@@ -558,7 +569,7 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
         check_no_head_of_line(others_landed_at, stall_failed_at, &mut out);
     }
     finish(s, &w, start, end, &mut out);
-    Ok(out)
+    Ok((out, w))
 }
 
 /// Runs the world until both WAN endpoints have a session and live paths (at most a

@@ -48,6 +48,22 @@ impl Payload {
     }
 }
 
+/// One entry of a gateway's trace.
+#[derive(Debug)]
+pub enum TraceItem {
+    /// A packet reached it (DC side) or a datagram (WAN side).
+    Input(Payload),
+    /// It ran at this instant: timers due, then it sent what it had.
+    Turn(Time),
+}
+
+/// What a gateway sent, in order: DC packets, and WAN datagrams by path.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Emitted {
+    pub dc: Vec<Vec<u8>>,
+    pub wan: Vec<(usize, Vec<u8>)>,
+}
+
 struct Event {
     at: Time,
     seq: u64,
@@ -105,6 +121,13 @@ pub struct World {
     pub site_events: Vec<(Node, Time, SiteEvent)>,
     /// Seeds the nonces of gateway B's next incarnation (a twin restart).
     pub twin_b_seed: u64,
+    /// Seeds of gateways A's and B's session nonces.
+    pub nonce_seeds: [u64; 2],
+    /// When set: everything gateway A was given, in order, and the instants
+    /// at which it ran (timers, then sending); and what it sent. The
+    /// differential test replays it through the daemon's device turn.
+    pub trace_a: Option<Vec<TraceItem>>,
+    pub emitted_a: Emitted,
     scratch: Vec<u8>,
     pub events: u64,
     /// Print every delivery (SOYA_SIM_TRACE_PACKETS).
@@ -150,6 +173,9 @@ impl World {
             wan_links: HashMap::new(),
             site_events: Vec::new(),
             twin_b_seed: 0,
+            nonce_seeds: [0; 2],
+            trace_a: None,
+            emitted_a: Emitted::default(),
             scratch: vec![0; 64 * 1024],
             events: 0,
             trace: std::env::var_os("SOYA_SIM_TRACE_PACKETS").is_some(),
@@ -271,6 +297,12 @@ impl World {
         }
         self.scratch = scratch;
         self.site_events.extend(events);
+        if node == Node::GwA && self.trace_a.is_some() {
+            self.emitted_a.dc.extend(dc.iter().cloned());
+            self.emitted_a
+                .wan
+                .extend(wan.iter().map(|(p, d, _)| (*p, d.clone())));
+        }
         for p in dc {
             self.send(node, false, Payload::Ip(p));
         }
@@ -296,15 +328,27 @@ impl World {
         t
     }
 
-    /// Advances to `t` and processes everything due then.
+    /// Advances to `t` and processes everything due then. A gateway takes
+    /// what reached it at one instant the way its device loop's turn reads
+    /// it: WAN datagrams first, then the DC side (in arrival order within
+    /// each), then its timers, then it sends.
     pub fn step_to(&mut self, t: Time) {
         self.now = self.now.max(t);
+        let mut due = Vec::new();
         while self.heap.peek().is_some_and(|e| e.at <= self.now) {
-            let e = self.heap.pop().expect("peeked");
+            due.push(self.heap.pop().expect("peeked"));
+        }
+        due.sort_by_key(|e| {
+            matches!(e.to, Node::GwA | Node::GwB) && matches!(e.payload, Payload::Ip(_))
+        });
+        for e in due {
             self.events += 1;
             self.deliver(e.to, e.payload);
         }
         let now = self.now;
+        if let Some(tr) = self.trace_a.as_mut() {
+            tr.push(TraceItem::Turn(now));
+        }
         for qp in self.host_a.qps.iter_mut().chain(self.host_b.qps.iter_mut()) {
             if qp.poll_timeout().is_some_and(|d| d <= now) {
                 qp.handle_timeout(now);
@@ -344,6 +388,12 @@ impl World {
 
     fn deliver(&mut self, to: Node, payload: Payload) {
         let now = self.now;
+        if let (Node::GwA, Some(tr)) = (to, self.trace_a.as_mut()) {
+            tr.push(TraceItem::Input(match &payload {
+                Payload::Ip(v) => Payload::Ip(v.clone()),
+                Payload::Wan(p, v) => Payload::Wan(*p, v.clone()),
+            }));
+        }
         if self.trace {
             eprintln!("{now:?} -> {to:?}: {}", describe(&payload));
         }
