@@ -19,9 +19,10 @@ pub mod egress;
 pub mod engine;
 pub mod half;
 pub mod ingress;
+pub mod poison;
 pub mod twin;
 
-pub use engine::{EngineConfig, EngineStats, Outbox, Output, QpEngine};
+pub use engine::{EngineConfig, EngineStats, Outbox, Output, QpEngine, TwinLostSummary};
 pub use half::HalfKey;
 pub use twin::TwinMsg;
 
