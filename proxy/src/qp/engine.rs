@@ -352,9 +352,10 @@ impl QpEngine {
                 // QP; a QPN is never guessed): its packets are dropped and
                 // the requester's own retry budget ends it.
                 let key = HalfKey::of_request(&p);
-                let refused = self.ingress.get_mut(&key).is_some_and(|a| {
-                    a.refuse(&p, NakCode::RemoteOperationalError, &mut self.out)
-                });
+                let refused = self
+                    .ingress
+                    .get_mut(&key)
+                    .is_some_and(|a| a.refuse(&p, NakCode::RemoteOperationalError, &mut self.out));
                 if refused {
                     self.stats.requests_refused_unreachable += 1;
                 } else {

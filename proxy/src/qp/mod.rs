@@ -28,3 +28,5 @@ pub use twin::TwinMsg;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_twin_lost;
