@@ -174,8 +174,10 @@ pub struct EngineStats {
     /// responder (`qp::poison`), and the packets sent for it.
     pub qps_poisoned: u64,
     pub poison_packets: u64,
-    /// Local QPs with nothing outstanding that could not be moved to error:
-    /// their QPN or their responder's expected PSN is not known.
+    /// Halves whose local QP has nothing outstanding and could not be moved
+    /// to error: its QPN or its responder's expected PSN is not known
+    /// (counted per half: a tunnel-phase requester and the egress half
+    /// toward the same QP count twice).
     pub poison_unattributable: u64,
     /// Answers of poisoned QPs (NAK Invalid Request, re-ACKs, NAK-seq)
     /// absorbed instead of carried to the lost twin.

@@ -169,7 +169,7 @@ pub fn run_client(cfg: &ClientConfig) -> Result<PerfReport, PerfError> {
         ip: my_ip,
         port: ep.local_addr().port(),
         qp: mine.clone(),
-        send_after_ms: (cfg.op == Op::WaitSend).then(|| cfg.send_after.as_millis() as u64),
+        send_after_ms: (cfg.op == Op::WaitSend).then_some(cfg.send_after.as_millis() as u64),
     })
     .map_err(|e| failed("sending the hello", e))?;
     let (peer_ip, peer_port, theirs) = match ctrl

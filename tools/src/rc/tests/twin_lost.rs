@@ -217,3 +217,135 @@ fn a_fatal_nak_on_the_oldest_outstanding_psn_errors_the_requester_and_its_receiv
         vec![CompletionStatus::Flushed; 2]
     );
 }
+
+/// B's gateway, end to end: a real [`QpEngine`] re-injects A's requests into
+/// B (the rxe-modelled endpoint), then loses its twin. `deliver_acks`: how
+/// many of B's answers reach the engine (the rest are still on their way
+/// when the twin is lost, so the engine does not know how far B got).
+fn through_a_gateway_then_twin_lost(
+    ops: &[(Opcode, usize)],
+    deliver_acks: usize,
+) -> (RcQp, soya::qp::TwinLostSummary) {
+    use soya::qp::twin::Carry;
+    use soya::qp::{EngineConfig, Output, QpEngine, TwinMsg};
+    use soya::roce::{builders, IpHeader, Reth};
+    use soya::time::Time;
+
+    let mut b = RcQp::new(
+        cfg_mtu(1024),
+        QpAddr {
+            ip: B_IP.into(),
+            qpn: B_QPN,
+        },
+        QpAddr {
+            ip: A_IP.into(),
+            qpn: A_QPN,
+        },
+        Psn::new(B_PSN),
+        Psn::new(A_PSN),
+    )
+    .unwrap();
+    b.post_recv(3);
+    let mut e = QpEngine::new(EngineConfig::default());
+    let now = Time::from_micros(1);
+    let mut buf = vec![0u8; b.max_packet_len()];
+    let mut acks_left = deliver_acks;
+    let pump = |e: &mut QpEngine, b: &mut RcQp, buf: &mut [u8], acks_left: &mut usize| loop {
+        let mut moved = false;
+        while let Some(o) = e.poll_output() {
+            if let Output::Dc(v) = o {
+                b.handle_packet(now, &v);
+                moved = true;
+            }
+        }
+        while let Some(n) = b.poll_transmit(now, buf) {
+            moved = true;
+            if *acks_left > 0 {
+                *acks_left -= 1;
+                e.handle_dc(now, &buf[..n]);
+            }
+        }
+        if !moved {
+            break;
+        }
+    };
+    for (i, &(op, len)) in ops.iter().enumerate() {
+        let last = i + 1 == ops.len();
+        let pkt = builders::request(
+            IpHeader::v4(A_IP, B_IP),
+            B_QPN,
+            op,
+            Psn::new(A_PSN).add(i as u32),
+            op.info().unwrap().position.ends() || last,
+            Reth::default(),
+        )
+        .to_vec(&vec![0x5a; len])
+        .unwrap();
+        e.handle_twin(
+            now,
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: pkt,
+            },
+        );
+        pump(&mut e, &mut b, &mut buf, &mut acks_left);
+    }
+    assert!(!b.is_error());
+    let sum = e.fail_all(now, NakCode::RemoteOperationalError);
+    acks_left = 0;
+    pump(&mut e, &mut b, &mut buf, &mut acks_left);
+    (b, sum)
+}
+
+#[test]
+fn the_engines_poison_errors_an_endpoint_that_acknowledged_everything() {
+    let (mut b, sum) = through_a_gateway_then_twin_lost(&[(Opcode::RC_SEND_ONLY, 100)], usize::MAX);
+    assert_eq!(sum.poison_packets, 1, "exact ePSN");
+    assert!(b.is_error());
+    let r: Vec<_> = std::iter::from_fn(|| b.poll_recv_completion())
+        .map(|c| c.status)
+        .collect();
+    assert_eq!(
+        r,
+        vec![
+            CompletionStatus::Success,
+            CompletionStatus::Flushed,
+            CompletionStatus::Flushed
+        ]
+    );
+    assert_eq!(b.memory().stats().send_bytes_received, 100);
+}
+
+#[test]
+fn the_engines_poison_sweep_errors_an_endpoint_whose_acks_it_never_saw() {
+    // B executed a SEND Only and the first two packets of a SEND; the
+    // engine saw only the ACK of the first, so B's ePSN may be any of three.
+    let ops = [
+        (Opcode::RC_SEND_ONLY, 100),
+        (Opcode::RC_SEND_FIRST, 1024),
+        (Opcode::RC_SEND_MIDDLE, 1024),
+    ];
+    let (mut b, sum) = through_a_gateway_then_twin_lost(&ops, 1);
+    assert_eq!(sum.poison_packets, 3, "one per possible ePSN");
+    assert!(b.is_error());
+    // The candidates before the true ePSN were duplicates (re-ACKed), the
+    // one at it was fatal (a WRITE Middle: a SEND is in progress).
+    assert_eq!(b.stats().duplicate_requests, 2);
+    assert_eq!(b.stats().error_naks_sent, 1);
+    let r: Vec<_> = std::iter::from_fn(|| b.poll_recv_completion())
+        .map(|c| c.status)
+        .collect();
+    assert_eq!(
+        r,
+        vec![
+            CompletionStatus::Success,
+            CompletionStatus::RemoteInvalidRequest,
+            CompletionStatus::Flushed
+        ]
+    );
+    assert_eq!(
+        b.memory().stats().send_bytes_received,
+        100 + 2048,
+        "nothing placed by the poison"
+    );
+}
