@@ -525,3 +525,163 @@ fn binary_no_server_fails_cleanly() {
         "{stderr}"
     );
 }
+
+// ---- wait-send: nothing outstanding, waiting for the peer's SEND ----
+
+#[test]
+fn wait_send_succeeds_when_the_servers_sends_arrive() {
+    let (c, s) = pair("127.0.57.1", "127.0.57.2", |c| {
+        c.op = Op::WaitSend;
+        c.size = 4096;
+        c.send_after = Duration::from_millis(200);
+        c.limit = RunLimit::Duration(Duration::from_secs(20));
+    });
+    assert!(c.ok, "client: {}", c.human());
+    assert!(s.ok, "server: {}", s.human());
+    assert_eq!((c.messages, c.bytes), (2, 8192), "two SENDs received");
+    assert_eq!(s.messages, 2, "two SENDs completed at the server");
+    assert_eq!(c.packets.requests_sent, 0, "nothing posted but receives");
+    let v = serde_json::to_value(&c).unwrap();
+    assert_eq!(v["op"], "wait-send");
+    assert!(v.get("error").is_none(), "no error key on success: {v}");
+}
+
+/// Between the two: a relay playing the near gateway. It carries the first
+/// SEND and its ACK, then loses its twin: it stops carrying and moves the
+/// client's QP to error the way `soya::qp::poison` does (a SEND Middle at
+/// the QP's expected PSN, from the server's address to the client's QPN).
+#[test]
+fn wait_send_fails_with_an_error_when_its_qp_is_poisoned() {
+    use soya::qp::poison::{self, InProgress, Target};
+    use soya::roce::{OpKind, RocePacket};
+    use std::net::UdpSocket;
+
+    let (srv, cli, relay) = ("127.0.58.1", "127.0.58.2", "127.0.58.3");
+    let relay_addr = SocketAddr::new(ip(relay), 4791);
+    let srv_udp = SocketAddr::new(ip(srv), 4791);
+    let cli_udp = SocketAddr::new(ip(cli), 4791);
+    let sock = UdpSocket::bind(relay_addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let relay_thread = thread::spawn(move || {
+        let mut buf = vec![0u8; 65536];
+        let mut first_send: Option<(u32, u32)> = None; // (PSN, client QPN)
+        let mut server_qpn = None;
+        let mut poisoned = 0;
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                continue;
+            };
+            let pkt = &buf[..n];
+            let Ok(p) = RocePacket::parse_verified(pkt) else {
+                continue;
+            };
+            if from == cli_udp {
+                if p.info.kind == OpKind::Ack {
+                    server_qpn = Some(p.bth.dest_qp);
+                }
+                if first_send.is_none() || poisoned == 0 {
+                    let _ = sock.send_to(pkt, srv_udp);
+                }
+                // The client ACKed the first SEND: the twin is now lost.
+                if let (Some((psn, qpn)), 0) = (first_send, poisoned) {
+                    if p.info.kind == OpKind::Ack && p.psn().value() == psn {
+                        let t = Target {
+                            far: ip(srv),
+                            far_qpn: server_qpn,
+                            local: ip(cli),
+                            local_qpn: qpn,
+                        };
+                        let next = soya::roce::Psn::new(psn).next();
+                        let v = poison::packet(&t, next, InProgress::Nothing)
+                            .unwrap()
+                            .to_vec(&[])
+                            .unwrap();
+                        sock.send_to(&v, cli_udp).unwrap();
+                        poisoned += 1;
+                    }
+                }
+            } else if from == srv_udp && poisoned == 0 {
+                if p.info.kind == OpKind::Send && first_send.is_none() {
+                    first_send = Some((p.psn().value(), p.bth.dest_qp));
+                }
+                let _ = sock.send_to(pkt, cli_udp);
+            }
+        }
+        poisoned
+    });
+    let tunnel = |me: &str| soya_tools::perf::endpoint::Tunnel {
+        roce_ip: ip(me),
+        to: Some(relay_addr),
+        announce: false,
+    };
+    let scfg = ServerConfig {
+        bind_ip: ip(srv),
+        tunnel: Some(tunnel(srv)),
+        accept_timeout: Some(Duration::from_secs(20)),
+        idle_timeout: Duration::from_secs(20),
+        ..ServerConfig::default()
+    };
+    let server = thread::spawn(move || run_server(scfg));
+    let started = Instant::now();
+    let c = run_client(&ClientConfig {
+        server: SocketAddr::new(ip(srv), 18515),
+        bind_ip: ip(cli),
+        tunnel: Some(tunnel(cli)),
+        op: Op::WaitSend,
+        size: 4096,
+        send_after: Duration::from_secs(2),
+        limit: RunLimit::Duration(Duration::from_secs(20)),
+        progress: ProgressTo::Off,
+        ..ClientConfig::default()
+    })
+    .expect("client ran");
+    let _ = server.join().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(relay_thread.join().unwrap(), 1, "one poison packet");
+    assert!(!c.ok, "{}", c.human());
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "failed fast, not at the wait limit"
+    );
+    assert_eq!(c.messages, 1, "the first SEND arrived");
+    let err = c.error.clone().expect("an error");
+    assert!(
+        err.contains("flushed") && err.contains("error state"),
+        "{err}"
+    );
+    let v = serde_json::to_value(&c).unwrap();
+    assert_eq!(v["error"], serde_json::Value::String(err));
+    assert_eq!(
+        c.packets.error_naks_sent, 1,
+        "NAK Invalid Request to the poison"
+    );
+}
+
+#[test]
+fn binary_wait_send_json() {
+    let (srv, cli) = ("127.0.59.1", "127.0.59.2");
+    let server = spawn_server(srv, &[]);
+    let out = run_bin(&[
+        "client",
+        srv,
+        "--bind-ip",
+        cli,
+        "--op",
+        "wait-send",
+        "--send-after",
+        "0.2",
+        "--json",
+        "-q",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["op"], "wait-send");
+    assert_eq!(v["messages"], 2);
+    assert_eq!(v["ok"], true);
+    let (code, sout) = server_output(server);
+    assert_eq!(code, Some(0), "server: {sout}");
+}

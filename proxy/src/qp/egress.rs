@@ -44,12 +44,13 @@ use std::time::Duration;
 
 use crate::buffer::{DeepBuffer, SlotHandle};
 use crate::roce::ext::RNR_TIMER_US;
-use crate::roce::{set_ack_req, NakCode, OpKind, Psn, RocePacket, Syndrome};
+use crate::roce::{set_ack_req, NakCode, OpKind, Opcode, Psn, RocePacket, Syndrome};
 use crate::time::Time;
 
 use super::engine::{Outbox, Output};
 use super::half::HalfKey;
 use super::ingress::span_of;
+use super::poison::InProgress;
 use super::twin::TwinMsg;
 
 /// Does this (valid) request packet carry AckReq?
@@ -174,6 +175,8 @@ struct Pending {
     held: Held,
     /// A READ or atomic: done only when its (last) response arrives.
     needs_response: bool,
+    /// Its opcode (what it leaves in progress at the responder).
+    op: Opcode,
     sent_at: Option<Time>,
     retransmitted: bool,
 }
@@ -227,6 +230,10 @@ pub struct Reinjector {
     /// Highest PSN sent with AckReq set (by the requester or by us).
     ack_req_out: Option<Psn>,
     rto_recovery: Option<RtoRecovery>,
+    /// The message in progress at the responder once it has executed
+    /// everything up to `acked` (or, in the tunnel phase, up to `raw_high`):
+    /// what [`Self::poison_plan`] needs.
+    resp_state: InProgress,
     failed: bool,
     tuning: EgressTuning,
     pub stats: EgressStats,
@@ -257,6 +264,7 @@ impl Reinjector {
             rnr_retries: 0,
             ack_req_out: None,
             rto_recovery: None,
+            resp_state: InProgress::Nothing,
             failed: false,
             tuning,
             stats: EgressStats::default(),
@@ -286,6 +294,52 @@ impl Reinjector {
 
     pub fn held(&self) -> usize {
         self.queue.len()
+    }
+
+    /// The responder refused a request fatally (or we gave up on it).
+    pub fn is_failed(&self) -> bool {
+        self.failed
+    }
+
+    /// Where the responder's expected PSN (ePSN) can be, each with the
+    /// message it then has in progress, in increasing PSN order; `None`
+    /// when it cannot be known (see `qp::poison`).
+    ///
+    /// Everything injected and acknowledged: one candidate, the PSN after
+    /// the last acknowledged one. Injected packets not yet acknowledged:
+    /// also the PSN after each of them (each may be the last the responder
+    /// executed). Packets never injected cannot have been executed. A
+    /// tunnel phase whose last packet the responder has not acknowledged
+    /// (`raw_done`) is unknown ground: the requester's own packets, which
+    /// this half saw only in part, may be anywhere in it.
+    pub fn poison_plan(&self) -> Option<Vec<(Psn, InProgress)>> {
+        if self.raw_high.is_some() && !self.raw_done {
+            return None;
+        }
+        let high = match (self.acked, self.raw_high) {
+            (Some(a), Some(r)) => Some(if a.after(r) { a } else { r }),
+            (a, r) => a.or(r),
+        };
+        // Nothing acknowledged, no tunnel phase: the first reliable packet
+        // is the connection's first (pseudo-ACKing starts only on a flow
+        // learned before its first packet).
+        let mut at = match (high, self.queue.front()) {
+            (Some(h), _) => h.next(),
+            (None, Some(f)) => f.psn,
+            (None, None) => return None,
+        };
+        let mut state = self.resp_state;
+        let mut plan = vec![(at, state)];
+        for p in self.queue.iter().take_while(|p| p.sent_at.is_some()) {
+            if p.psn != at {
+                // A gap in what we hold: nothing past it was executed.
+                break;
+            }
+            state = state.after(p.op);
+            at = p.last().next();
+            plan.push((at, state));
+        }
+        Some(plan)
     }
 
     pub fn is_idle(&self) -> bool {
@@ -356,6 +410,9 @@ impl Reinjector {
         let last = p.psn().add(span_of(p) - 1);
         if self.raw_high.is_none_or(|h| last.after(h)) {
             self.raw_high = Some(last);
+            // A new packet (not a resend): what the responder will have in
+            // progress once it executed it.
+            self.resp_state = self.resp_state.after(p.bth.opcode);
         }
         // Even a resent SEND/WRITE re-arms: the requester resends one only
         // when the ACK it waits for (possibly forwarded already, then lost
@@ -404,6 +461,7 @@ impl Reinjector {
             span: span_of(p),
             held,
             needs_response: p.info.needs_real_response(),
+            op: p.bth.opcode,
             sent_at: None,
             retransmitted: false,
         });
@@ -503,6 +561,7 @@ impl Reinjector {
             if let Held::Slot(s) = p.held {
                 buf.release(self.flow_id, s);
             }
+            self.resp_state = self.resp_state.after(p.op);
             self.next = self.next.saturating_sub(1);
             progressed = true;
             grow += p.span;

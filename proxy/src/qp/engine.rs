@@ -5,7 +5,7 @@
 //! the twin ([`QpEngine::handle_twin`]) and timers. Outputs: packets for the
 //! DC side and messages for the twin ([`QpEngine::poll_output`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -15,12 +15,13 @@ use crate::buffer::{DeepBuffer, Occupancy, PacketPool, PoolStats};
 use crate::roce::builders::ReplyTo;
 use crate::roce::cm::{self, CmMessage, CmReq};
 use crate::roce::ip::rxe_udp_sport;
-use crate::roce::{is_roce, IpHeader, OpKind, Psn, RocePacket, RoceRepr, WireError};
+use crate::roce::{is_roce, IpHeader, NakCode, OpKind, Psn, RocePacket, RoceRepr, WireError};
 use crate::time::Time;
 
 use super::egress::{EgressTuning, Reinjector};
 use super::half::HalfKey;
 use super::ingress::{AckTuning, PseudoAcker};
+use super::poison::{self, InProgress, Target};
 use super::twin::{Carry, TwinMsg};
 
 /// Something the engine wants sent.
@@ -161,6 +162,53 @@ pub struct EngineStats {
     pub flows_learned_traffic: u64,
     pub cnps_absorbed: u64,
     pub unmatched_responses: u64,
+    /// [`QpEngine::fail_all`] calls (the twin declared lost).
+    pub twin_lost: u64,
+    /// Ingress halves failed by `fail_all` (each answers every later
+    /// request with the error).
+    pub halves_failed_twin_lost: u64,
+    /// ...of which the requester had something outstanding and got a NAK
+    /// at its oldest outstanding PSN.
+    pub halves_nacked_twin_lost: u64,
+    /// Local QPs with nothing outstanding moved to error through their
+    /// responder (`qp::poison`), and the packets sent for it.
+    pub qps_poisoned: u64,
+    pub poison_packets: u64,
+    /// Halves whose local QP has nothing outstanding and could not be moved
+    /// to error: its QPN or its responder's expected PSN is not known
+    /// (counted per half: a tunnel-phase requester and the egress half
+    /// toward the same QP count twice).
+    pub poison_unattributable: u64,
+    /// Answers of poisoned QPs (NAK Invalid Request, re-ACKs, NAK-seq)
+    /// absorbed instead of carried to the lost twin.
+    pub poison_answers_absorbed: u64,
+    /// Egress halves (requests from the lost twin) dropped by `fail_all`,
+    /// and the packets they held.
+    pub egress_halves_dropped: u64,
+    pub egress_packets_dropped: u64,
+    /// Requests from the DC side while the twin is unreachable: refused
+    /// with a NAK, or dropped (requester QPN unknown: no NAK can be
+    /// addressed).
+    pub requests_refused_unreachable: u64,
+    pub requests_dropped_unreachable: u64,
+}
+
+/// What one [`QpEngine::fail_all`] did (for the daemon's log line; the
+/// totals are in [`EngineStats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TwinLostSummary {
+    /// Ingress halves failed.
+    pub halves_failed: u64,
+    /// ...of which NAKed at the requester's oldest outstanding PSN.
+    pub halves_nacked: u64,
+    /// Local QPs moved to error through their responder.
+    pub qps_poisoned: u64,
+    pub poison_packets: u64,
+    /// Local QPs with nothing outstanding that could not be poisoned.
+    pub unattributable: u64,
+    pub egress_halves_dropped: u64,
+    /// Buffer slots (or heap copies) freed from those egress halves.
+    pub egress_packets_dropped: u64,
 }
 
 /// A CM REQ seen, waiting for its REP.
@@ -180,6 +228,17 @@ pub struct QpEngine {
     /// (requester address, requester QPN, responder address) → half.
     by_requester: HashMap<(IpAddr, u32, IpAddr), HalfKey>,
     pending_req: HashMap<u32, PendingReq>,
+    /// From RDMA-CM: the first PSN the far requester of an egress half
+    /// sends with (its responder's first expected PSN), for halves that
+    /// may not have seen a packet yet.
+    cm_start: HashMap<HalfKey, Psn>,
+    /// Is the twin reachable? While not, requests from the DC side are
+    /// refused ([`QpEngine::set_twin_reachable`]).
+    twin_reachable: bool,
+    /// Egress halves (far requester → local responder QP) whose local QP
+    /// was poisoned, with the far requester's QPN when known: their
+    /// answers are absorbed.
+    poisoned: HashMap<HalfKey, Option<u32>>,
     out: Outbox,
     pub stats: EngineStats,
 }
@@ -193,6 +252,9 @@ impl QpEngine {
             egress: HashMap::new(),
             by_requester: HashMap::new(),
             pending_req: HashMap::new(),
+            cm_start: HashMap::new(),
+            twin_reachable: true,
+            poisoned: HashMap::new(),
             out: Outbox::default(),
             stats: EngineStats::default(),
         }
@@ -285,6 +347,23 @@ impl QpEngine {
                 // the far requester cannot act on it. Counted, not carried.
                 self.stats.cnps_absorbed += 1;
             }
+            _ if p.info.is_request() && p.info.is_rc() && !self.twin_reachable => {
+                // Refused at once: nothing buffered, nothing pseudo-ACKed,
+                // nothing carried. A half whose requester QPN is unknown
+                // cannot be answered (the BTH names only the destination
+                // QP; a QPN is never guessed): its packets are dropped and
+                // the requester's own retry budget ends it.
+                let key = HalfKey::of_request(&p);
+                let refused = self
+                    .ingress
+                    .get_mut(&key)
+                    .is_some_and(|a| a.refuse(&p, NakCode::RemoteOperationalError, &mut self.out));
+                if refused {
+                    self.stats.requests_refused_unreachable += 1;
+                } else {
+                    self.stats.requests_dropped_unreachable += 1;
+                }
+            }
             _ if p.info.is_request() && p.info.is_rc() => {
                 let key = HalfKey::of_request(&p);
                 let tuning = self.cfg.ack;
@@ -320,6 +399,10 @@ impl QpEngine {
             self.stats.flows_learned_traffic += 1;
             Some(k)
         });
+        if p.info.kind == OpKind::Ack && self.is_poison_answer(key, p) {
+            self.stats.poison_answers_absorbed += 1;
+            return;
+        }
         match key.and_then(|k| self.egress.get_mut(&k)) {
             Some(r) => r.on_response(now, p, &mut self.buffer, &mut self.out),
             None => {
@@ -328,6 +411,164 @@ impl QpEngine {
                     .twin(p.as_bytes(), |packet| TwinMsg::Response { packet });
             }
         }
+    }
+
+    /// An ACK/NAK from a local QP we poisoned (its answer to a poison
+    /// packet), which must not travel to the lost twin.
+    fn is_poison_answer(&self, key: Option<HalfKey>, p: &RocePacket<'_>) -> bool {
+        if self.poisoned.is_empty() {
+            return false;
+        }
+        match key {
+            Some(k) if self.poisoned.contains_key(&k) => true,
+            Some(_) => false,
+            None => self.poisoned.iter().any(|(k, far_qpn)| {
+                k.responder == p.ip.src()
+                    && k.requester == p.ip.dst()
+                    && far_qpn.is_some_and(|q| q == p.bth.dest_qp)
+            }),
+        }
+    }
+
+    /// Is the twin reachable (see [`Self::set_twin_reachable`])?
+    pub fn twin_reachable(&self) -> bool {
+        self.twin_reachable
+    }
+
+    /// Tells the engine whether the twin can be reached. While it cannot,
+    /// every new request from the DC side is refused at once: a NAK
+    /// (remote operational error) at the requester's first unacknowledged
+    /// PSN (the request's own, when everything before it was
+    /// acknowledged), nothing buffered, nothing pseudo-ACKed, nothing
+    /// carried, and its half is failed so that the QP stays refused. A
+    /// new connection attempt thus fails fast instead of hanging on
+    /// pseudo-ACKs that nobody will honour. A half whose requester QPN the
+    /// engine never learned cannot be answered: its requests are dropped
+    /// (counted) and the requester's retry budget ends it (RDMA-CM
+    /// connections cannot even be set up: their REQ gets no REP).
+    ///
+    /// The site calls it with `false` when it declares the twin lost (with
+    /// [`Self::fail_all`], normally just before) and with `true` when a WAN
+    /// path answers again: halves failed meanwhile stay failed (their QPs
+    /// are in the error state), new QPs are served normally.
+    pub fn set_twin_reachable(&mut self, reachable: bool) {
+        if reachable && !self.twin_reachable {
+            self.poisoned.clear();
+        }
+        self.twin_reachable = reachable;
+    }
+
+    /// The twin is lost for good (every WAN path down for
+    /// `wan.twin_timeout`, or it restarted and lost its state): no local QP
+    /// that had a flow with it may wait forever, and nothing of its state
+    /// may stay behind.
+    ///
+    /// - Every ingress half is failed with `code`: a requester with
+    ///   requests outstanding gets the NAK at its oldest outstanding PSN
+    ///   (exactly: the one after the last ACK, pseudo or real, or its first
+    ///   PSN when none was acknowledged), buffered packets are released,
+    ///   and every later request is answered with the same NAK.
+    /// - Every local QP that has nothing outstanding as a requester (all
+    ///   pseudo-ACKed, or idle) but belongs to a flow with the twin is
+    ///   moved to the error state through its responder role, with a
+    ///   request that can never place data (`qp::poison`); its posted
+    ///   receives then complete with a flush error.
+    /// - Every egress half (requests received from the lost twin) is
+    ///   dropped and its buffer slots are freed.
+    ///
+    /// It does not change reachability: see [`Self::set_twin_reachable`].
+    pub fn fail_all(&mut self, _now: Time, code: NakCode) -> TwinLostSummary {
+        let mut sum = TwinLostSummary::default();
+        // Local QPs, named by the egress half toward them (far requester →
+        // local responder QP), that a NAK reached, and those to poison.
+        let mut nacked: HashSet<HalfKey> = HashSet::new();
+        let mut to_poison: BTreeMap<HalfKey, Option<u32>> = BTreeMap::new();
+        let mut keys: Vec<HalfKey> = self.ingress.keys().copied().collect();
+        keys.sort();
+        for k in keys {
+            let Some(a) = self.ingress.get_mut(&k) else {
+                continue;
+            };
+            sum.halves_failed += 1;
+            let nak = a.fail_twin_lost(code, &mut self.buffer, &mut self.out);
+            let Some(local_qpn) = a.requester_qpn() else {
+                // Still a tunnel: the requester QPN is unknown, so neither
+                // a NAK nor a poison packet can be addressed.
+                sum.unattributable += 1;
+                continue;
+            };
+            let toward_local = HalfKey {
+                requester: k.responder,
+                responder: k.requester,
+                responder_qpn: local_qpn,
+            };
+            if nak.is_some() {
+                sum.halves_nacked += 1;
+                nacked.insert(toward_local);
+            } else {
+                to_poison.insert(toward_local, Some(k.responder_qpn));
+            }
+        }
+        // A local QP that is only a responder to the twin's requests.
+        for k in self.egress.keys() {
+            if !nacked.contains(k) && !to_poison.contains_key(k) {
+                let far_qpn = self
+                    .by_requester
+                    .iter()
+                    .find(|(_, v)| *v == k)
+                    .map(|(id, _)| id.1);
+                to_poison.insert(*k, far_qpn);
+            }
+        }
+        for (k, far_qpn) in to_poison {
+            let plan = match self.egress.get(&k) {
+                Some(r) => r.poison_plan(),
+                None => self
+                    .cm_start
+                    .get(&k)
+                    .map(|&psn| vec![(psn, InProgress::Nothing)]),
+            };
+            let Some(plan) = plan else {
+                sum.unattributable += 1;
+                continue;
+            };
+            let target = Target {
+                far: k.requester,
+                far_qpn,
+                local: k.responder,
+                local_qpn: k.responder_qpn,
+            };
+            let mut sent = 0;
+            for (psn, state) in plan {
+                if let Some(repr) = poison::packet(&target, psn, state) {
+                    self.out.dc_repr(&repr);
+                    sent += 1;
+                }
+            }
+            if sent > 0 {
+                sum.qps_poisoned += 1;
+                sum.poison_packets += sent;
+                self.poisoned.insert(k, far_qpn);
+            } else {
+                sum.unattributable += 1;
+            }
+        }
+        for (_, mut r) in self.egress.drain() {
+            sum.egress_halves_dropped += 1;
+            sum.egress_packets_dropped += r.held() as u64;
+            r.release_all(&mut self.buffer);
+        }
+        self.cm_start.clear();
+        let st = &mut self.stats;
+        st.twin_lost += 1;
+        st.halves_failed_twin_lost += sum.halves_failed;
+        st.halves_nacked_twin_lost += sum.halves_nacked;
+        st.qps_poisoned += sum.qps_poisoned;
+        st.poison_packets += sum.poison_packets;
+        st.poison_unattributable += sum.unattributable;
+        st.egress_halves_dropped += sum.egress_halves_dropped;
+        st.egress_packets_dropped += sum.egress_packets_dropped;
+        sum
     }
 
     /// A message from the twin. A packet it carries is copied where it is
@@ -461,6 +702,16 @@ impl QpEngine {
                 self.learn_cm(ing, ing_qpn, ing_psn, pr.req.path_mtu);
                 self.by_requester
                     .insert((eg.requester, eg_qpn, eg.responder), eg);
+                // The far requester's first PSN: the other one.
+                let eg_psn = if pr.active_local {
+                    pr.req.starting_psn
+                } else {
+                    rep.starting_psn
+                };
+                if self.cm_start.len() >= 65_536 {
+                    self.cm_start.clear();
+                }
+                self.cm_start.insert(eg, eg_psn);
                 self.stats.flows_learned_cm += 1;
             }
             _ => {}

@@ -148,6 +148,9 @@ pub struct PseudoAcker {
     hold_deadline: Option<Time>,
     hold_since: Option<Time>,
     failed: Option<NakCode>,
+    /// The first unacknowledged PSN when the half failed (its entries are
+    /// gone after that).
+    failed_at: Option<Psn>,
     last_cnp: Option<Time>,
     /// Path MTU, from RDMA-CM or from the payload of First/Middle packets.
     pmtu: Option<u32>,
@@ -185,6 +188,7 @@ impl PseudoAcker {
             hold_deadline: None,
             hold_since: None,
             failed: None,
+            failed_at: None,
             last_cnp: None,
             pmtu: None,
             read_slack: None,
@@ -247,14 +251,8 @@ impl PseudoAcker {
         buf: &mut DeepBuffer,
         out: &mut Outbox,
     ) {
-        if let Some(code) = self.failed {
-            // The far side failed this QP: answer anything new with the
-            // error so the requester's QP goes to error (never success).
-            if self.expected.is_none_or(|e| !p.psn().before(e)) {
-                self.send_nak(p.psn(), code, out);
-                self.stats.errors_injected += 1;
-            }
-            return;
+        if self.failed.is_some() {
+            return self.nak_failed(p, out);
         }
         match self.mode {
             Mode::Raw => self.forward_raw(p, out),
@@ -833,9 +831,110 @@ impl PseudoAcker {
         self.failed = Some(code);
         // The requester's oldest unacknowledged PSN is the one after our
         // last ACK; a NAK there lands on its head WQE (rxe_comp.c).
-        let at = self.acked.map_or(psn, |(a, _)| a.next());
+        let at = self.first_unacked_psn().unwrap_or(psn);
+        self.failed_at = self.failed_at.or(Some(at));
         self.stats.errors_injected += 1;
         self.send_nak(at, code, out);
+    }
+
+    /// The requester's QPN, once learned (RDMA-CM or its first response).
+    pub fn requester_qpn(&self) -> Option<u32> {
+        self.reply.map(|r| r.dest_qp)
+    }
+
+    pub fn is_failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    /// The first PSN the requester has not been told is done (rxe's
+    /// `comp.psn` as far as this half knows): the one after the last ACK
+    /// (pseudo or real), or, before any, the first PSN it sent (or will
+    /// send, when learned from RDMA-CM).
+    fn first_unacked_psn(&self) -> Option<Psn> {
+        match self.acked {
+            Some((a, _)) => Some(a.next()),
+            None => self
+                .raw_low
+                .or(self.entries.front().map(|e| e.psn))
+                .or(self.failed_at)
+                .or(self.expected),
+        }
+    }
+
+    /// The requester's oldest outstanding PSN: the first one not
+    /// acknowledged, if the requester has sent it (it is before the next
+    /// PSN expected from it). `None`: everything it sent is acknowledged
+    /// (pseudo-ACKed or really), so a NAK would find no work request to
+    /// land on (rxe_comp.c drops it).
+    pub fn next_outstanding(&self) -> Option<Psn> {
+        let first = self.first_unacked_psn()?;
+        let end = match (self.expected, self.raw_high) {
+            (Some(e), _) => e,
+            (None, Some(h)) => h.next(),
+            (None, None) => return None,
+        };
+        first.before(end).then_some(first)
+    }
+
+    /// The twin is lost for good: fail this half. The requester's oldest
+    /// outstanding PSN (if it has one) gets a NAK with `code`, exactly
+    /// there; every buffered packet is released; every later request is
+    /// answered with the same NAK. Returns the PSN NAKed, or `None` when
+    /// the requester has nothing outstanding (or the half cannot answer:
+    /// requester QPN unknown), for the caller to move the QP to error
+    /// another way (`qp::poison`).
+    pub fn fail_twin_lost(
+        &mut self,
+        code: NakCode,
+        buf: &mut DeepBuffer,
+        out: &mut Outbox,
+    ) -> Option<Psn> {
+        if self.failed.is_none() {
+            self.failed = Some(code);
+        }
+        let code = self.failed.unwrap_or(code);
+        let at = self.next_outstanding();
+        self.failed_at = self.failed_at.or(self.first_unacked_psn());
+        self.release_all(buf);
+        self.ack_deadline = None;
+        self.hold_deadline = None;
+        self.hold_since = None;
+        let at = at.filter(|_| self.reply.is_some())?;
+        self.stats.errors_injected += 1;
+        self.send_nak(at, code, out);
+        Some(at)
+    }
+
+    /// A request while the twin is unreachable: refused with `code` at
+    /// the requester's first unacknowledged PSN (never past the request's
+    /// own), nothing buffered, nothing pseudo-ACKed; the half is failed so
+    /// that everything later is refused the same way. Returns whether a NAK
+    /// could be sent (the requester QPN is known).
+    pub fn refuse(&mut self, p: &RocePacket<'_>, code: NakCode, out: &mut Outbox) -> bool {
+        if self.failed.is_none() {
+            self.failed = Some(code);
+        }
+        if self.reply.is_none() {
+            return false;
+        }
+        let before = self.stats.errors_injected;
+        self.nak_failed(p, out);
+        self.stats.errors_injected > before
+    }
+
+    /// A request on a failed half: answered with the error so the
+    /// requester's QP goes to error (never success). The NAK goes to the
+    /// first PSN not acknowledged, never past it: a NAK implicitly
+    /// acknowledges every PSN before its own (rxe_comp.c), which must not
+    /// complete a request accepted before the failure but not acknowledged.
+    fn nak_failed(&mut self, p: &RocePacket<'_>, out: &mut Outbox) {
+        let Some(code) = self.failed else { return };
+        if self.expected.is_none_or(|e| !p.psn().before(e)) {
+            let at = self.first_unacked_psn().unwrap_or(p.psn());
+            let at = if at.after(p.psn()) { p.psn() } else { at };
+            self.send_nak(at, code, out);
+            self.stats.errors_injected += 1;
+        }
     }
 
     /// Releases every buffered packet (the flow is being torn down).

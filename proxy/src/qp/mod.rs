@@ -13,17 +13,24 @@
 //!
 //! [`engine::QpEngine`] owns both kinds for one gateway, classifies packets,
 //! learns flows from RDMA-CM or from traffic, and talks to the twin with
-//! [`twin::TwinMsg`]. Nothing here reads a clock or touches a socket.
+//! [`twin::TwinMsg`]. When the twin is lost for good,
+//! [`engine::QpEngine::fail_all`] fails every half and moves every local QP
+//! with nothing outstanding to the error state ([`poison`]), and
+//! [`engine::QpEngine::set_twin_reachable`] refuses new requests meanwhile.
+//! Nothing here reads a clock or touches a socket.
 
 pub mod egress;
 pub mod engine;
 pub mod half;
 pub mod ingress;
+pub mod poison;
 pub mod twin;
 
-pub use engine::{EngineConfig, EngineStats, Outbox, Output, QpEngine};
+pub use engine::{EngineConfig, EngineStats, Outbox, Output, QpEngine, TwinLostSummary};
 pub use half::HalfKey;
 pub use twin::TwinMsg;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_twin_lost;

@@ -19,12 +19,12 @@ use crate::roce::{
 };
 use crate::time::Time;
 
-const REQUESTER: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
-const RESPONDER: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 1);
-const RQ_QPN: u32 = 0x11;
-const RS_QPN: u32 = 0x22;
+pub(super) const REQUESTER: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
+pub(super) const RESPONDER: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 1);
+pub(super) const RQ_QPN: u32 = 0x11;
+pub(super) const RS_QPN: u32 = 0x22;
 
-fn key() -> HalfKey {
+pub(super) fn key() -> HalfKey {
     HalfKey {
         requester: REQUESTER.into(),
         responder: RESPONDER.into(),
@@ -32,7 +32,13 @@ fn key() -> HalfKey {
     }
 }
 
-fn request(op: Opcode, psn: u32, ack_req: bool, payload: usize, read_len: u32) -> Vec<u8> {
+pub(super) fn request(
+    op: Opcode,
+    psn: u32,
+    ack_req: bool,
+    payload: usize,
+    read_len: u32,
+) -> Vec<u8> {
     let reth = Reth {
         va: 0x1000,
         rkey: 7,
@@ -45,7 +51,7 @@ fn request(op: Opcode, psn: u32, ack_req: bool, payload: usize, read_len: u32) -
 }
 
 /// A response from the responder to the requester (what the egress twin sees).
-fn response(op: Opcode, psn: u32, syndrome: Syndrome, payload: usize) -> Vec<u8> {
+pub(super) fn response(op: Opcode, psn: u32, syndrome: Syndrome, payload: usize) -> Vec<u8> {
     let info = op.info().unwrap();
     let repr = RoceRepr {
         ip: IpHeader::v4(RESPONDER, REQUESTER),
@@ -63,7 +69,7 @@ fn response(op: Opcode, psn: u32, syndrome: Syndrome, payload: usize) -> Vec<u8>
     repr.to_vec(&vec![0xcd; payload]).unwrap()
 }
 
-fn cfg(policy: AckPolicy) -> EngineConfig {
+pub(super) fn cfg(policy: AckPolicy) -> EngineConfig {
     let mut c = EngineConfig::default();
     c.ack.policy = policy;
     c.ack.coalesce_packets = 4;
@@ -75,7 +81,7 @@ fn cfg(policy: AckPolicy) -> EngineConfig {
 
 /// An engine at the requester's site with the half already learned (as
 /// RDMA-CM would have done), expecting PSN 100.
-fn ingress_engine(policy: AckPolicy) -> QpEngine {
+pub(super) fn ingress_engine(policy: AckPolicy) -> QpEngine {
     let mut e = QpEngine::new(cfg(policy));
     // Learn through the raw path: one request, its real ACK back.
     e.handle_dc(Time::ZERO, &request(Opcode::RC_SEND_ONLY, 99, true, 8, 0));
@@ -98,12 +104,12 @@ fn ingress_engine(policy: AckPolicy) -> QpEngine {
     e
 }
 
-fn drain(e: &mut QpEngine) -> Vec<Output> {
+pub(super) fn drain(e: &mut QpEngine) -> Vec<Output> {
     std::iter::from_fn(|| e.poll_output()).collect()
 }
 
 /// The (PSN, syndrome, MSN) of every ACK/NAK sent to the DC side.
-fn acks(out: &[Output]) -> Vec<(u32, Syndrome, u32)> {
+pub(super) fn acks(out: &[Output]) -> Vec<(u32, Syndrome, u32)> {
     out.iter()
         .filter_map(|o| match o {
             Output::Dc(v) => {
@@ -122,7 +128,7 @@ fn acks(out: &[Output]) -> Vec<(u32, Syndrome, u32)> {
         .collect()
 }
 
-fn forwarded(out: &[Output]) -> Vec<u32> {
+pub(super) fn forwarded(out: &[Output]) -> Vec<u32> {
     out.iter()
         .filter_map(|o| match o {
             Output::Twin(TwinMsg::Request {
@@ -607,7 +613,7 @@ fn malformed_and_forged_packets_are_counted_and_dropped() {
     );
 }
 
-fn injected(out: &[Output]) -> Vec<u32> {
+pub(super) fn injected(out: &[Output]) -> Vec<u32> {
     out.iter()
         .filter_map(|o| match o {
             Output::Dc(v) => Some(RocePacket::parse(v).unwrap().psn().value()),

@@ -4,9 +4,16 @@
 //! soya-perf server [--bind-ip IP] [--port P] [--once] [--json] [--quiet]
 //!                  [--drain-timeout S]
 //! soya-perf client [SERVER] [--port P] [--bind-ip IP]
-//!                  [--op write|read|send|atomic] [--size BYTES] [--tx-depth N]
+//!                  [--op write|read|send|atomic|wait-send] [--size BYTES] [--tx-depth N]
 //!                  [--qps N] [--duration S | --iters N] [--mtu M] [--lat] [--json]
-//!                  [--stall-timeout S]
+//!                  [--stall-timeout S] [--send-after S]
+//!
+//! `--op wait-send`: the client posts receives only (nothing outstanding as
+//! a requester) and waits for the server's SENDs: one at once, one
+//! `--send-after` seconds later. Exit 0 when both arrived; 1, with the
+//! error in the report (`"error"` in `--json`), when a receive completes in
+//! error (its QP went to the error state, e.g. moved there by a gateway
+//! whose twin was lost) or nothing happens within `--duration`.
 //!
 //! IP-in-UDP (each datagram one whole RoCEv2 IP packet, as a Sōya gateway's
 //! lab `udp` backend speaks it; the RoCE address is --roce-ip, inside only):
@@ -212,9 +219,19 @@ struct ClientArgs {
     /// The server's control address (host or IP; port from --port).
     #[arg(default_value = "127.0.0.1")]
     server: String,
-    /// RDMA operation: write, read, send or atomic (8-byte fetch-and-add).
+    /// RDMA operation: write, read, send or atomic (8-byte fetch-and-add);
+    /// or wait-send: post receives only, nothing outstanding as a
+    /// requester, and wait for the server's SENDs (one at once, one
+    /// --send-after later). Succeeds when both arrive; fails with the error
+    /// (exit 1, "error" in --json) when a receive completes in error
+    /// because the QP went to the error state, or when --duration (default
+    /// --send-after + 30 s) passes first.
     #[arg(long, default_value = "write")]
     op: Op,
+    /// With --op wait-send: seconds between the server's first SEND and
+    /// the second (the one the client waits for).
+    #[arg(long, default_value = "1", value_parser = parse_secs)]
+    send_after: Duration,
     /// Message size in bytes (suffixes K, KiB, M, MiB: powers of 1024).
     #[arg(long, default_value = "65536", value_parser = parse_size)]
     size: u32,
@@ -354,8 +371,12 @@ fn client(a: ClientArgs) -> i32 {
         limit: match (a.iters, a.duration) {
             (Some(n), _) => RunLimit::Iters(n),
             (None, Some(d)) => RunLimit::Duration(d),
+            (None, None) if a.op == Op::WaitSend => {
+                RunLimit::Duration(a.send_after + Duration::from_secs(30))
+            }
             (None, None) => RunLimit::Duration(Duration::from_secs(5)),
         },
+        send_after: a.send_after,
         latency: a.lat,
         progress: progress(c),
         connect_timeout: a.connect_timeout,
@@ -464,6 +485,11 @@ mod tests {
             )
         };
         assert_eq!(run(&["client", "--op", "frob"]), 2);
+        assert_eq!(run(&["client", "--op", "wait-send", "--iters", "2"]), 2);
+        assert_eq!(
+            run(&["client", "--op", "wait-send", "--send-after", "0"]),
+            2
+        );
         assert_eq!(run(&["client", "--iters", "5", "--duration", "1"]), 2);
         assert_eq!(
             run(&["client", "--mtu", "1500", "--connect-timeout", "0.1"]),

@@ -59,6 +59,9 @@ pub struct ClientConfig {
     pub busy_poll: Duration,
     /// IP-in-UDP mode (through a gateway or a relay); `None`: RoCEv2/UDP.
     pub tunnel: Option<super::endpoint::Tunnel>,
+    /// `wait-send`: how long the server waits after its first SEND before
+    /// the second one (the one the client then waits for).
+    pub send_after: Duration,
 }
 
 impl Default for ClientConfig {
@@ -81,6 +84,7 @@ impl Default for ClientConfig {
             gso: false,
             busy_poll: Duration::ZERO,
             tunnel: None,
+            send_after: Duration::from_secs(1),
         }
     }
 }
@@ -92,6 +96,11 @@ impl ClientConfig {
         }
         validate_shape(self.op, self.size, self.qps, self.tx_depth, self.mtu)
             .map_err(PerfError::Usage)?;
+        if self.op == Op::WaitSend && matches!(self.limit, RunLimit::Iters(_)) {
+            return Err(PerfError::Usage(
+                "--op wait-send waits for two SENDs; --duration bounds the wait, --iters has no meaning".into(),
+            ));
+        }
         match self.limit {
             RunLimit::Iters(0) => Err(PerfError::Usage("--iters must be at least 1".into())),
             RunLimit::Duration(d) if d.is_zero() => {
@@ -160,6 +169,7 @@ pub fn run_client(cfg: &ClientConfig) -> Result<PerfReport, PerfError> {
         ip: my_ip,
         port: ep.local_addr().port(),
         qp: mine.clone(),
+        send_after_ms: (cfg.op == Op::WaitSend).then_some(cfg.send_after.as_millis() as u64),
     })
     .map_err(|e| failed("sending the hello", e))?;
     let (peer_ip, peer_port, theirs) = match ctrl
@@ -195,11 +205,19 @@ pub fn run_client(cfg: &ClientConfig) -> Result<PerfReport, PerfError> {
             Psn::new(t.psn),
         )
         .map_err(|e| PerfError::Failed(format!("QP setup: {e}")))?;
+        let mut qp = qp;
+        if cfg.op == Op::WaitSend {
+            qp.post_recv(WAIT_SENDS as u32);
+        }
         qps.push(qp);
     }
     ep.start_session(SocketAddr::new(peer_ip, peer_port), qps, base);
 
-    let run = drive(cfg, &mut ep, layout, &theirs);
+    let run = if cfg.op == Op::WaitSend {
+        wait_for_sends(cfg, &mut ep)
+    } else {
+        drive(cfg, &mut ep, layout, &theirs)
+    };
 
     // Tell the server, collect its summary.
     let mut errors = run.errors;
@@ -245,6 +263,97 @@ pub fn run_client(cfg: &ClientConfig) -> Result<PerfReport, PerfError> {
         &mut lat,
         SocketAddr::new(peer_ip, peer_port),
     ))
+}
+
+/// SENDs a `wait-send` client waits for per QP: the server's first (which
+/// teaches every gateway on the path the flow and its PSNs, as an
+/// application's first exchange would) and the one it sends `send_after`
+/// later.
+pub const WAIT_SENDS: u64 = 2;
+
+/// `wait-send`: nothing posted but receives; wait until every QP received
+/// [`WAIT_SENDS`] SENDs (success), or a receive completes in error / a QP
+/// enters the error state (failure: the error the application would see),
+/// or the wait limit passes.
+fn wait_for_sends(cfg: &ClientConfig, ep: &mut Endpoint) -> Run {
+    let start = ep.now();
+    let limit = match cfg.limit {
+        RunLimit::Duration(d) => d,
+        RunLimit::Iters(_) => cfg.send_after + Duration::from_secs(30),
+    };
+    // The receives posted are this mode's work requests.
+    let mut drivers: Vec<QpDriver> = (0..cfg.qps)
+        .map(|_| {
+            let mut d = QpDriver::new(false);
+            d.posted = WAIT_SENDS;
+            d
+        })
+        .collect();
+    let mut errors = Vec::new();
+    cfg.progress.line(&format!(
+        "waiting for {WAIT_SENDS} SENDs per QP from the server (nothing outstanding here), at most {limit:?}"
+    ));
+    loop {
+        let now = ep.now();
+        let mut moved = ep.receive(now) > 0;
+        ep.timers(now);
+        for (i, (qp, d)) in ep.qps.iter_mut().zip(&mut drivers).enumerate() {
+            while let Some(c) = qp.poll_recv_completion() {
+                moved = true;
+                if c.status == CompletionStatus::Success {
+                    d.ok += 1;
+                    d.bytes += u64::from(c.bytes);
+                    d.last_completion = c.at;
+                    cfg.progress.line(&format!(
+                        "QP {i}: SEND of {} bytes received ({}/{WAIT_SENDS})",
+                        c.bytes, d.ok
+                    ));
+                } else {
+                    d.failed += 1;
+                    if d.failed == 1 {
+                        errors.push(format!(
+                            "QP {i} (QPN {:#x}): receive completed with {}: the QP went to the error state",
+                            qp.local().qpn,
+                            status_text(c.status)
+                        ));
+                    }
+                }
+            }
+            if qp.is_error() && d.failed == 0 {
+                d.failed += 1;
+                errors.push(format!(
+                    "QP {i} (QPN {:#x}) entered the error state",
+                    qp.local().qpn
+                ));
+            }
+        }
+        moved |= ep.transmit(now) > 0;
+        if drivers.iter().any(|d| d.failed > 0) {
+            break;
+        }
+        if drivers.iter().all(|d| d.ok >= WAIT_SENDS) {
+            break;
+        }
+        if now.since(start) >= limit {
+            errors.push(format!(
+                "no error and not all SENDs within {limit:?}: still waiting (a hang)"
+            ));
+            break;
+        }
+        let until = ep
+            .next_deadline()
+            .map_or(start + limit, |t| t.min(start + limit));
+        ep.idle(now, moved, Some(until), Duration::from_millis(10));
+    }
+    // Let queued ACKs out before the session ends.
+    let now = ep.now();
+    ep.transmit(now);
+    Run {
+        drivers,
+        lat: Vec::new(),
+        start,
+        errors,
+    }
 }
 
 struct Run {
@@ -470,6 +579,23 @@ fn report(
         && r.incomplete == 0
         && r.bytes_lost == 0
         && server.is_some();
+    if cfg.op == Op::WaitSend {
+        // Nothing was posted but receives: the drivers counted SENDs
+        // received (ok) and receives failed.
+        r.incomplete = 0;
+        r.ok = errors.is_empty()
+            && r.failed_completions == 0
+            && r.data_errors == 0
+            && server.is_some();
+    }
+    if !r.ok {
+        r.error = Some(
+            errors
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "the run was not clean".into()),
+        );
+    }
     r.errors = errors;
     r.server = server;
     r

@@ -53,6 +53,10 @@ pub enum Msg {
         ip: IpAddr,
         port: u16,
         qp: Vec<QpInfo>,
+        /// `wait-send`: how long the server waits between its first SEND
+        /// and the second (ms).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        send_after_ms: Option<u64>,
     },
     Accept {
         ip: IpAddr,
@@ -231,11 +235,13 @@ mod tests {
                 vaddr: 0x10_0000,
                 len: 65536,
             }],
+            send_after_ms: None,
         };
         let s = serde_json::to_string(&m).unwrap();
         assert!(s.starts_with(r#"{"type":"hello""#), "{s}");
         assert!(s.contains(r#""op":"read""#));
         assert_eq!(serde_json::from_str::<Msg>(&s).unwrap(), m);
+        assert!(!s.contains("send_after_ms"), "absent unless wait-send");
         let d = serde_json::to_string(&Msg::Done).unwrap();
         assert_eq!(d, r#"{"type":"done"}"#);
     }

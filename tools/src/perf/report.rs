@@ -159,6 +159,9 @@ pub struct PerfReport {
     pub io: IoCounters,
     /// What went wrong, if anything (first failure first).
     pub errors: Vec<String>,
+    /// The first of `errors` when the run was not clean (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// No data errors, no failed or missing completions, no errors.
     pub ok: bool,
     /// The server's own report (client only).

@@ -82,6 +82,8 @@ struct Shape {
     qps: u32,
     tx_depth: u32,
     mtu: usize,
+    /// `wait-send`: between the first SEND and the second.
+    send_after: Duration,
 }
 
 impl Server {
@@ -163,6 +165,7 @@ impl Server {
             ip,
             port,
             qp: theirs,
+            send_after_ms,
         } = hello
         else {
             let m = format!("expected a hello, got {hello:?}");
@@ -175,6 +178,7 @@ impl Server {
             qps,
             tx_depth,
             mtu,
+            send_after: Duration::from_millis(send_after_ms.unwrap_or(1000)),
         };
         let refusal = if version != VERSION {
             Some(format!(
@@ -270,10 +274,35 @@ impl Server {
         let mut last_report = start;
         let target = recv_target(shape.tx_depth);
         let mut drain: Option<(u64, Time)> = None;
+        // wait-send: SENDs posted so far per QP (one at once, one later).
+        let mut sends_posted = 0u32;
         loop {
             let now = self.ep.now();
             let mut moved = self.ep.receive(now) > 0;
             self.ep.timers(now);
+            if shape.op == Op::WaitSend {
+                let due = match sends_posted {
+                    0 => true,
+                    1 => now.since(start) >= shape.send_after,
+                    _ => false,
+                };
+                if due {
+                    sends_posted += 1;
+                    for qp in &mut self.ep.qps {
+                        let wr = crate::rc::WorkRequest::Send {
+                            len: shape.size,
+                            imm: None,
+                        };
+                        if qp.post_send(wr).is_err() {
+                            errors.push("cannot post the SEND".into());
+                        }
+                    }
+                    moved = true;
+                }
+                for qp in &mut self.ep.qps {
+                    while qp.poll_completion().is_some() {}
+                }
+            }
             if shape.op == Op::Send {
                 for qp in &mut self.ep.qps {
                     let have = qp.posted_recvs();
@@ -338,10 +367,13 @@ impl Server {
                 ));
                 return (start, now, errors);
             }
-            let until = self
+            let mut until = self
                 .ep
                 .next_deadline()
                 .map_or(next_ctrl, |t| t.min(next_ctrl));
+            if shape.op == Op::WaitSend && sends_posted == 1 {
+                until = until.min(start + shape.send_after);
+            }
             self.ep
                 .idle(now, moved, Some(until), Duration::from_millis(2));
         }
@@ -408,6 +440,10 @@ impl Server {
                     r.messages += m.atomics_executed;
                     r.bytes += 8 * m.atomics_executed;
                 }
+                Op::WaitSend => {
+                    r.messages += s.messages_completed;
+                    r.bytes += s.write_send_bytes_completed;
+                }
             }
         }
         r.packets = packets;
@@ -423,6 +459,9 @@ impl Server {
             r.msg_rate_mpps = r.messages as f64 / r.elapsed_s / 1e6;
         }
         r.ok = errors.is_empty();
+        if !r.ok {
+            r.error = errors.first().cloned();
+        }
         r.errors = errors;
         r
     }

@@ -31,6 +31,13 @@ pub enum Op {
     Send,
     /// 8-byte fetch-and-add.
     Atomic,
+    /// The client posts receives and nothing else (nothing outstanding as a
+    /// requester) and waits for the server's SENDs: the application a lost
+    /// gateway must not leave hanging (docs/semantics.md, "When the twin is
+    /// lost"). The server sends one SEND at once, then one more after the
+    /// client's `send_after`.
+    #[serde(rename = "wait-send")]
+    WaitSend,
 }
 
 impl Op {
@@ -40,6 +47,7 @@ impl Op {
             Op::Read => "read",
             Op::Send => "send",
             Op::Atomic => "atomic",
+            Op::WaitSend => "wait-send",
         }
     }
 }
@@ -58,7 +66,12 @@ impl std::str::FromStr for Op {
             "read" => Op::Read,
             "send" => Op::Send,
             "atomic" => Op::Atomic,
-            _ => return Err(format!("unknown op {s:?}: write, read, send or atomic")),
+            "wait-send" => Op::WaitSend,
+            _ => {
+                return Err(format!(
+                    "unknown op {s:?}: write, read, send, atomic or wait-send"
+                ))
+            }
         })
     }
 }
@@ -99,7 +112,8 @@ impl Layout {
                 rkey,
                 len: self.size,
             },
-            Op::Send => WorkRequest::Send {
+            // wait-send: the server's SENDs.
+            Op::Send | Op::WaitSend => WorkRequest::Send {
                 len: self.size,
                 imm: None,
             },
@@ -148,7 +162,7 @@ impl QpDriver {
 
     /// Posted and not completed.
     pub fn outstanding(&self) -> u64 {
-        self.posted - self.done()
+        self.posted.saturating_sub(self.done())
     }
 
     pub fn has_failed(&self) -> bool {

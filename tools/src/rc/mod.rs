@@ -293,6 +293,10 @@ pub struct RecvCompletion {
     /// True for WRITE with immediate (`IB_WC_RECV_RDMA_WITH_IMM`).
     pub rdma_write: bool,
     pub at: Time,
+    /// `Success`; or, once the QP entered the error state, the class C
+    /// error's status for the receive of the message in progress and
+    /// [`CompletionStatus::Flushed`] for every other posted receive.
+    pub status: CompletionStatus,
 }
 
 /// Why [`RcQp::post_send`] refused a work request.
@@ -355,6 +359,8 @@ pub struct QpStats {
     pub write_send_bytes_completed: u64,
     /// Receive WQEs consumed.
     pub recv_completed: u64,
+    /// Receive WQEs completed in error when the QP entered the error state.
+    pub recv_flushed: u64,
     /// Pattern mismatches, stale/mixed messages, wrong message lengths.
     pub data_errors: u64,
     /// Unparsable, bad ICRC, wrong P_Key or not RC.
@@ -516,10 +522,13 @@ impl RcQp {
     }
 
     /// Posts `n` receive WQEs, consumed by incoming SENDs and WRITEs with
-    /// immediate (none posted: RNR NAK).
+    /// immediate (none posted: RNR NAK). On a QP in the error state they
+    /// complete at once as [`CompletionStatus::Flushed`] (rxe runs the
+    /// responder, which drains the receive queue in the error state).
     pub fn post_recv(&mut self, n: u32) {
-        if !self.error {
-            self.resp.post_recv(n);
+        self.resp.post_recv(n);
+        if self.error {
+            self.resp.flush(self.now, &mut self.sh);
         }
     }
 
@@ -707,11 +716,13 @@ impl RcQp {
     }
 
     /// rxe_qp_error: requester and responder stop; outstanding send WQEs
-    /// complete as flushed. Queued answers (a class C NAK, ACKs rxe would
+    /// complete as flushed, and so do posted receives (see
+    /// `Responder::flush`). Queued answers (a class C NAK, ACKs rxe would
     /// already have sent) still go out; nothing new is accepted.
     fn enter_error(&mut self, now: Time) {
         self.error = true;
         self.req.flush(now, &mut self.sh);
+        self.resp.flush(now, &mut self.sh);
     }
 }
 

@@ -15,7 +15,12 @@ use soya::roce::{Aeth, ExtHeaders, NakCode, OpKind, Opcode, Position, Psn, RoceP
 use soya::time::Time;
 
 use super::memory::{pattern_check, pattern_check_as, PatternError};
-use super::{Flow, OutPacket, OutPayload, QpConfig, RecvCompletion, Shared};
+use super::{CompletionStatus, Flow, OutPacket, OutPayload, QpConfig, RecvCompletion, Shared};
+
+/// Most flush completions generated for posted receives when the QP enters
+/// the error state (one per WQE, as rxe; beyond this they are only counted
+/// in `QpStats::recv_flushed`).
+const MAX_FLUSH_COMPLETIONS: u64 = 1 << 16;
 
 /// Bound on queued answers; beyond it new ones are dropped and counted (a
 /// lost answer is recovered by the requester's timer).
@@ -94,6 +99,9 @@ pub(super) struct Responder {
     out: VecDeque<Answer>,
     /// Highest pattern sequence number of a completed message.
     last_seq: Option<u32>,
+    /// The status a class C error gives the receive WQE of the message in
+    /// progress (rxe `resp.status`, completed by `do_complete`).
+    error_status: Option<CompletionStatus>,
 }
 
 impl Responder {
@@ -108,6 +116,7 @@ impl Responder {
             res: VecDeque::new(),
             out: VecDeque::new(),
             last_seq: None,
+            error_status: None,
         }
     }
 
@@ -127,6 +136,33 @@ impl Responder {
         self.recv_posted += u64::from(n);
     }
 
+    /// The QP entered the error state (rxe `rxe_qp_error`, then `get_req`
+    /// → `check_resource` in `QP_STATE_ERROR`): the receive WQE of the
+    /// message in progress completes with the class C error's status (rxe
+    /// `do_complete` with `resp.status`), every other posted receive with
+    /// `IB_WC_WR_FLUSH_ERR`. An application waiting for a SEND wakes up.
+    pub fn flush(&mut self, now: Time, sh: &mut Shared) {
+        let blank = |status| RecvCompletion {
+            bytes: 0,
+            imm: None,
+            rdma_write: false,
+            at: now,
+            status,
+        };
+        if std::mem::take(&mut self.recv_held) {
+            let status = self.error_status.unwrap_or(CompletionStatus::Flushed);
+            sh.recv_completions.push_back(blank(status));
+            sh.stats.recv_flushed += 1;
+        }
+        let n = std::mem::take(&mut self.recv_posted);
+        for _ in 0..n.min(MAX_FLUSH_COMPLETIONS) {
+            sh.recv_completions
+                .push_back(blank(CompletionStatus::Flushed));
+        }
+        sh.stats.recv_flushed += n;
+        self.cur = None;
+    }
+
     fn queue(&mut self, a: Answer, sh: &mut Shared) {
         if self.out.len() >= MAX_QUEUED {
             sh.stats.response_queue_overflows += 1;
@@ -144,6 +180,11 @@ impl Responder {
     /// then the QP goes to the error state. Answers already queued stand for
     /// packets rxe would already have sent, so they still go out.
     fn class_c(&mut self, psn: Psn, code: NakCode) -> Flow {
+        self.error_status = Some(match code {
+            NakCode::RemoteAccessError => CompletionStatus::RemoteAccessError,
+            NakCode::RemoteOperationalError => CompletionStatus::RemoteOperationalError,
+            _ => CompletionStatus::RemoteInvalidRequest,
+        });
         self.out.push_back(Answer::Ack {
             psn,
             syndrome: Syndrome::Nak(code),
@@ -383,6 +424,7 @@ impl Responder {
                         .then_some(pkt.ext.imm),
                     rdma_write: write,
                     at: now,
+                    status: CompletionStatus::Success,
                 });
             }
             self.cur = None;

@@ -7,4 +7,5 @@
 mod harness;
 mod ops;
 mod recovery;
+mod twin_lost;
 mod verification;

@@ -1,0 +1,141 @@
+//! Moving a local QP that has nothing outstanding to the error state when
+//! its twin is lost (issue 14).
+//!
+//! A gateway that pseudo-ACKs leaves its requester with nothing outstanding.
+//! When the far gateway is lost for good, a NAK toward that requester cannot
+//! land: rxe's completer drops a response when no send WQE covers its PSN
+//! (rxe_comp.c `check_psn`), and an application that only waits (rping
+//! waiting for the peer's SEND, a server with receives posted) would wait
+//! forever. The same QP is, however, also the *responder* of its peer's
+//! requests, and the gateway is the only path from that peer to it. A
+//! request its responder must refuse fatally moves the whole QP to the error
+//! state, and then every posted receive completes with `IB_WC_WR_FLUSH_ERR`
+//! (rxe_resp.c: `do_class_ac_error` sets `goto_error`; `RESPST_ERROR` calls
+//! `rxe_qp_error`; in the error state `get_req` → `check_resource` completes
+//! each receive WQE with `IB_WC_WR_FLUSH_ERR`).
+//!
+//! The request chosen is an **opcode-sequence error** at the responder's
+//! expected PSN (ePSN), rxe_resp.c `check_op_seq`:
+//!
+//! | message in progress at the responder | rxe's answer to | the gateway sends |
+//! | --- | --- | --- |
+//! | none (last opcode ended a message, or a READ/atomic, or none yet) | SEND/WRITE Middle or Last: `RESPST_ERR_MISSING_OPCODE_FIRST` | SEND Middle |
+//! | a SEND (First/Middle received) | anything but SEND Middle/Last: `RESPST_ERR_MISSING_OPCODE_LAST_C` | RDMA WRITE Middle |
+//! | an RDMA WRITE (First/Middle received) | anything but WRITE Middle/Last: `RESPST_ERR_MISSING_OPCODE_LAST_C` | SEND Middle |
+//!
+//! All three are handled by rxe as "RC Only - Class C": `do_class_ac_error
+//! (AETH_NAK_INVALID_REQ, IB_WC_REM_INV_REQ_ERR)`, a NAK Invalid Request to
+//! the sender, and the QP goes to the error state. The packet carries no
+//! payload and no RETH: `check_op_seq` runs before `check_resource` (no
+//! receive WQE is consumed), `check_length` and `check_rkey`/`execute` (no
+//! memory is named, nothing is placed). A Middle opcode is chosen so that
+//! no implementation could take it as the start of a new message, and the
+//! kind is the opposite of the message in progress so that it can never
+//! continue it. (The InfiniBand book's table of responder errors lists the
+//! PSN sequence error as class B, NAK and no state change, and the
+//! out-of-sequence opcode among the class C errors, NAK Invalid Request and
+//! QP to error, as rxe's comments do; Mellanox/NVIDIA hardware's exact
+//! reaction is [UNVERIFIED], but it must NAK such a packet, and any fatal
+//! NAK of the responder moves the QP to error too.)
+//!
+//! It only works at the exact ePSN (rxe_resp.c `check_psn`): before it, a
+//! SEND/WRITE opcode is a duplicate and is re-ACKed with ePSN−1 (C9-105);
+//! after it, a NAK-seq carrying the ePSN is sent once and later packets are
+//! dropped. Neither changes the QP. The gateway knows the ePSN because it is
+//! the only path from the far requester to this responder: its egress half
+//! for that direction ([`super::egress::Reinjector`]) knows every packet it
+//! injected and how far the responder acknowledged. When everything injected
+//! is acknowledged, the ePSN is exact (the PSN after the last acknowledged
+//! one, and the last SEND/WRITE opcode executed gives the message in
+//! progress). When injected packets are still unacknowledged, the ePSN is
+//! one of the message-packet boundaries between the last acknowledged PSN
+//! and the last injected one; the gateway sends one poison packet per
+//! candidate, in increasing PSN order, each with the opcode chosen for the
+//! state *that* candidate implies. The candidates before the true ePSN are
+//! duplicates (re-ACKed, nothing executed), the one at the ePSN is fatal,
+//! and the ones after it reach a QP already in error and are dropped
+//! (`get_req` in the error state drains the queue). With no egress half
+//! yet (the far side never sent), the ePSN is the far side's starting PSN
+//! from RDMA-CM. Anything else (a raw tunnel phase whose responder ACKs are
+//! not all seen, a flow learned from traffic with no reverse traffic) is
+//! *unattributable*: nothing is sent, and it is counted.
+//!
+//! The packet goes only to a QP the engine knows belongs to a flow with the
+//! lost twin: destination IP and QPN from the half (the requester QPN
+//! learned from RDMA-CM or from the responder's own ACKs, the responder QPN
+//! from the requests), source IP the far host (rxe_recv.c `check_addr`
+//! requires the QP's remote address), ICRC computed by
+//! [`crate::roce::builders`]. A QPN is never guessed.
+
+use std::net::IpAddr;
+
+use crate::roce::builders;
+use crate::roce::ip::rxe_udp_sport;
+use crate::roce::{IpHeader, OpKind, Opcode, Psn, Reth, RoceRepr};
+
+/// What message a responder has in progress (rxe `resp.opcode`): only the
+/// SEND and WRITE packets it executed change it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InProgress {
+    /// The last SEND/WRITE packet ended its message (or there was none).
+    #[default]
+    Nothing,
+    Send,
+    Write,
+}
+
+impl InProgress {
+    /// The state after the responder executed a packet of opcode `op`.
+    pub fn after(self, op: Opcode) -> InProgress {
+        let Some(info) = op.info() else { return self };
+        match info.kind {
+            OpKind::Send if info.position.ends() => InProgress::Nothing,
+            OpKind::Send => InProgress::Send,
+            OpKind::Write if info.position.ends() => InProgress::Nothing,
+            OpKind::Write => InProgress::Write,
+            // READ, atomics: rxe's execute() returns before setting
+            // resp.opcode.
+            _ => self,
+        }
+    }
+
+    /// A Middle opcode that is out of sequence in this state and can never
+    /// continue a message (see the table in the module docs).
+    pub fn poison_opcode(self) -> Opcode {
+        match self {
+            InProgress::Nothing | InProgress::Write => Opcode::RC_SEND_MIDDLE,
+            InProgress::Send => Opcode::RC_WRITE_MIDDLE,
+        }
+    }
+}
+
+/// A local QP to move to the error state: the far host and its QPN (when
+/// known), the local host and the QP's number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub far: IpAddr,
+    pub far_qpn: Option<u32>,
+    pub local: IpAddr,
+    pub local_qpn: u32,
+}
+
+/// The poison packet for `target` at candidate ePSN `psn` with `state` the
+/// message in progress there: no payload, no RETH, AckReq set (rxe NAKs a
+/// class C error regardless). `None` if the addresses are of different
+/// families.
+pub fn packet(target: &Target, psn: Psn, state: InProgress) -> Option<RoceRepr> {
+    let ip = IpHeader::between(target.far, target.local)?;
+    let mut repr = builders::request(
+        ip,
+        target.local_qpn,
+        state.poison_opcode(),
+        psn,
+        true,
+        Reth::default(),
+    );
+    if let Some(f) = target.far_qpn {
+        // As the far QP's own packets would carry it (rxe does not check it).
+        repr.src_port = rxe_udp_sport(f, target.local_qpn);
+    }
+    Some(repr)
+}

@@ -1,0 +1,569 @@
+//! The twin is lost for good: [`QpEngine::fail_all`] and
+//! [`QpEngine::set_twin_reachable`] (issue 14), packet by packet. The
+//! helpers and the addressing (REQUESTER at the ingress site, RESPONDER at
+//! the egress site) are those of `tests.rs`.
+
+use std::net::Ipv4Addr;
+
+use soya_config::AckPolicy;
+
+use super::engine::{Output, QpEngine, TwinLostSummary};
+use super::tests::{
+    acks, cfg, drain, forwarded, ingress_engine, injected, key, request, response, REQUESTER,
+    RESPONDER, RQ_QPN, RS_QPN,
+};
+use super::twin::{Carry, TwinMsg};
+use crate::roce::cm::GSI_QKEY;
+use crate::roce::ip::rxe_udp_sport;
+use crate::roce::{
+    Bth, Deth, ExtHeaders, IpHeader, NakCode, Opcode, Psn, Reth, RocePacket, RoceRepr, Syndrome,
+};
+use crate::time::Time;
+
+const LOST: NakCode = NakCode::RemoteOperationalError;
+
+/// A request between any two hosts (the reverse direction of a QP too).
+fn request_to(
+    from: Ipv4Addr,
+    to: Ipv4Addr,
+    dest_qp: u32,
+    op: Opcode,
+    psn: u32,
+    payload: usize,
+) -> Vec<u8> {
+    let reth = Reth {
+        va: 0x1000,
+        rkey: 7,
+        len: payload as u32,
+    };
+    crate::roce::builders::request(
+        IpHeader::v4(from, to),
+        dest_qp,
+        op,
+        Psn::new(psn),
+        true,
+        reth,
+    )
+    .to_vec(&vec![0xab; payload])
+    .unwrap()
+}
+
+/// An ACK/NAK between any two hosts.
+fn ack_to(from: Ipv4Addr, to: Ipv4Addr, dest_qp: u32, psn: u32, syndrome: Syndrome) -> Vec<u8> {
+    let to_ = crate::roce::builders::ReplyTo {
+        ip: IpHeader::v4(from, to),
+        src_port: 0xc000,
+        dest_qp,
+    };
+    let repr = match syndrome {
+        Syndrome::Nak(code) => crate::roce::builders::nak(&to_, Psn::new(psn), code, 0),
+        _ => crate::roce::builders::ack(&to_, Psn::new(psn), 0),
+    };
+    repr.to_vec(&[]).unwrap()
+}
+
+/// Request packets sent to the DC side: (source, destination, dest QP,
+/// opcode, PSN, payload length, AckReq, UDP source port), ICRC checked.
+fn dc_requests(out: &[Output]) -> Vec<(Ipv4Addr, Ipv4Addr, u32, Opcode, u32, usize)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Dc(v) => {
+                let p = RocePacket::parse_verified(v).expect("valid ICRC");
+                p.info.is_request().then(|| {
+                    let (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) =
+                        (p.ip.src(), p.ip.dst())
+                    else {
+                        panic!("v4")
+                    };
+                    assert!(p.bth.ack_req, "a poison packet asks for its answer");
+                    assert_eq!(p.ext.reth, Reth::default(), "never a RETH");
+                    (
+                        s,
+                        d,
+                        p.bth.dest_qp,
+                        p.bth.opcode,
+                        p.psn().value(),
+                        p.payload().len(),
+                    )
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// An RDMA-CM MAD in a UD SEND Only to QP1.
+fn cm_packet(from: Ipv4Addr, to: Ipv4Addr, attr: u16, fields: &[(usize, u32, usize)]) -> Vec<u8> {
+    let mut m = vec![0u8; 256];
+    m[0] = 1; // base version
+    m[1] = 0x07; // CM
+    m[2] = 2;
+    m[3] = 3;
+    m[16..18].copy_from_slice(&attr.to_be_bytes());
+    for &(at, v, n) in fields {
+        m[at..at + n].copy_from_slice(&v.to_be_bytes()[4 - n..]);
+    }
+    let op = Opcode::UD_SEND_ONLY;
+    RoceRepr {
+        ip: IpHeader::v4(from, to),
+        src_port: 0xc000,
+        bth: Bth::new(op, 1, Psn::new(0)),
+        ext: ExtHeaders {
+            present: op.info().unwrap().headers,
+            deth: Deth {
+                qkey: GSI_QKEY,
+                src_qp: 1,
+            },
+            ..Default::default()
+        },
+    }
+    .to_vec(&m)
+    .unwrap()
+}
+
+/// An engine at REQUESTER's site that saw RDMA-CM connect REQUESTER's QP
+/// RQ_QPN (active, local) to RESPONDER's QP RS_QPN: the local QP sends
+/// from `rep_psn` and expects the far one's first PSN, `req_psn`.
+fn cm_engine(req_psn: u32, rep_psn: u32) -> QpEngine {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    const COMM: u32 = 0x1234;
+    let req = cm_packet(
+        REQUESTER,
+        RESPONDER,
+        0x10,
+        &[
+            (24, COMM, 4),
+            (56, RQ_QPN, 3),
+            (68, req_psn, 3),
+            (74, 5 << 4, 1), // path MTU 4096
+        ],
+    );
+    e.handle_dc(Time::ZERO, &req);
+    let rep = cm_packet(
+        RESPONDER,
+        REQUESTER,
+        0x13,
+        &[
+            (24, 0x5678, 4),
+            (28, COMM, 4),
+            (36, RS_QPN, 3),
+            (44, rep_psn, 3),
+        ],
+    );
+    e.handle_twin(Time::ZERO, TwinMsg::Datagram { packet: rep });
+    drain(&mut e);
+    assert_eq!(e.stats.flows_learned_cm, 1);
+    e
+}
+
+#[test]
+fn fail_all_naks_the_first_psn_when_nothing_was_acknowledged() {
+    // Learned from RDMA-CM: the requester starts at 5000 and nothing of it
+    // was ever acknowledged (a READ first, and a WRITE behind it).
+    let mut e = cm_engine(700, 5000);
+    let t = Time::from_micros(1);
+    e.handle_dc(t, &request(Opcode::RC_READ_REQUEST, 5000, true, 0, 4096));
+    e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 5001, true, 64, 0));
+    let out = drain(&mut e);
+    assert_eq!(forwarded(&out), vec![5000, 5001]);
+    assert!(acks(&out).is_empty(), "nothing before or past a READ");
+    assert_eq!(e.occupancy().slots_used, 2);
+    let sum = e.fail_all(t, LOST);
+    let out = drain(&mut e);
+    assert_eq!(
+        acks(&out),
+        vec![(5000, Syndrome::Nak(LOST), 0)],
+        "the NAK lands on the READ: the requester's oldest outstanding PSN, not 0"
+    );
+    assert!(
+        dc_requests(&out).is_empty(),
+        "its QP goes to error through the NAK: no poison"
+    );
+    assert_eq!(e.occupancy().slots_used, 0);
+    assert_eq!((sum.halves_failed, sum.halves_nacked), (1, 1));
+    assert_eq!(e.stats.halves_nacked_twin_lost, 1);
+}
+
+#[test]
+fn fail_all_naks_the_psn_after_the_last_ack_and_refuses_what_follows() {
+    let mut e = ingress_engine(AckPolicy::Edge);
+    let t = Time::from_micros(1);
+    e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 100, true, 64, 0));
+    e.handle_dc(t, &request(Opcode::RC_READ_REQUEST, 101, true, 0, 4096));
+    let out = drain(&mut e);
+    assert_eq!(acks(&out), vec![(100, Syndrome::ACK_UNLIMITED, 1)]);
+    e.fail_all(t, LOST);
+    let out = drain(&mut e);
+    assert_eq!(acks(&out), vec![(101, Syndrome::Nak(LOST), 1)]);
+    assert_eq!(e.occupancy().slots_used, 0);
+    // A later request (already in flight when the twin was lost) gets the
+    // same NAK, at the first unacknowledged PSN, never past it.
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 102, true, 8, 0));
+    let out = drain(&mut e);
+    assert_eq!(acks(&out), vec![(101, Syndrome::Nak(LOST), 1)]);
+    assert!(forwarded(&out).is_empty());
+    assert_eq!(e.occupancy().slots_used, 0);
+}
+
+#[test]
+fn a_failed_half_never_naks_past_a_request_accepted_but_not_acknowledged() {
+    // Coalescing holds the ACK of 100..=101 when the twin reports an error:
+    // the NAK for a later request must not implicitly acknowledge them.
+    let mut e = ingress_engine(AckPolicy::Edge);
+    let t = Time::from_micros(1);
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, false, 8, 0));
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 101, false, 8, 0));
+    assert!(acks(&drain(&mut e)).is_empty(), "coalescing");
+    e.handle_twin(
+        t,
+        TwinMsg::Error {
+            half: key(),
+            psn: Psn::new(0),
+            code: LOST,
+        },
+    );
+    assert_eq!(acks(&drain(&mut e)), vec![(100, Syndrome::Nak(LOST), 0)]);
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 102, true, 8, 0));
+    assert_eq!(acks(&drain(&mut e)), vec![(100, Syndrome::Nak(LOST), 0)]);
+}
+
+/// The far host sent `ops` (from PSN 10) toward the local QP RS_QPN at
+/// RESPONDER, all injected and all acknowledged; returns the poison packets
+/// fail_all sends.
+fn poison_after(ops: &[Opcode]) -> Vec<(Ipv4Addr, Ipv4Addr, u32, Opcode, u32, usize)> {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    for (i, &op) in ops.iter().enumerate() {
+        let payload = if matches!(op, Opcode::RC_READ_REQUEST) {
+            0
+        } else {
+            4096
+        };
+        e.handle_twin(
+            t,
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: request(op, 10 + i as u32, true, payload, 4096),
+            },
+        );
+    }
+    let last = 10 + ops.len() as u32 - 1;
+    assert_eq!(injected(&drain(&mut e)).len(), ops.len());
+    let answer = if ops.last() == Some(&Opcode::RC_READ_REQUEST) {
+        response(
+            Opcode::RC_READ_RESPONSE_ONLY,
+            last,
+            Syndrome::ACK_UNLIMITED,
+            4096,
+        )
+    } else {
+        response(Opcode::RC_ACK, last, Syndrome::ACK_UNLIMITED, 0)
+    };
+    e.handle_dc(t, &answer);
+    drain(&mut e);
+    assert_eq!(e.occupancy().slots_used, 0, "all acknowledged");
+    let sum = e.fail_all(t, LOST);
+    let out = drain(&mut e);
+    assert_eq!(sum.qps_poisoned, 1);
+    dc_requests(&out)
+}
+
+#[test]
+fn a_qp_with_nothing_outstanding_is_poisoned_at_its_epsn_with_an_opcode_that_cannot_continue() {
+    use Opcode as O;
+    let one = |ops: &[Opcode]| {
+        let v = poison_after(ops);
+        assert_eq!(v.len(), 1, "exact ePSN: one packet ({ops:?})");
+        let (src, dst, qp, op, psn, len) = v[0];
+        // From the far host to the local QP (rxe_recv.c check_addr), no
+        // payload: nothing can be placed.
+        assert_eq!((src, dst, qp, len), (REQUESTER, RESPONDER, RS_QPN, 0));
+        assert_eq!(
+            psn,
+            10 + ops.len() as u32,
+            "the PSN after the last executed"
+        );
+        op
+    };
+    // Nothing in progress: a Middle without a First (missing first).
+    assert_eq!(one(&[O::RC_SEND_ONLY]), O::RC_SEND_MIDDLE);
+    assert_eq!(
+        one(&[O::RC_WRITE_FIRST, O::RC_WRITE_LAST]),
+        O::RC_SEND_MIDDLE
+    );
+    // A READ does not change the message in progress (none).
+    assert_eq!(one(&[O::RC_READ_REQUEST]), O::RC_SEND_MIDDLE);
+    // A SEND in progress: a WRITE Middle (missing last), never a SEND Middle
+    // that would place data into the posted receive.
+    assert_eq!(one(&[O::RC_SEND_FIRST]), O::RC_WRITE_MIDDLE);
+    assert_eq!(
+        one(&[O::RC_SEND_FIRST, O::RC_SEND_MIDDLE]),
+        O::RC_WRITE_MIDDLE
+    );
+    // A WRITE in progress: a SEND Middle, never a WRITE Middle that would
+    // place data at the WRITE's address.
+    assert_eq!(one(&[O::RC_WRITE_FIRST]), O::RC_SEND_MIDDLE);
+}
+
+#[test]
+fn unacknowledged_injections_get_one_poison_per_possible_epsn() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    let ops = [
+        Opcode::RC_SEND_FIRST,
+        Opcode::RC_SEND_MIDDLE,
+        Opcode::RC_SEND_LAST,
+    ];
+    for (i, op) in ops.into_iter().enumerate() {
+        e.handle_twin(
+            t,
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: request(op, 10 + i as u32, i == 2, 4096, 0),
+            },
+        );
+    }
+    assert_eq!(injected(&drain(&mut e)), vec![10, 11, 12]);
+    // The responder acknowledged 10 only; 11 and 12 may or may not have
+    // been executed.
+    e.handle_dc(t, &response(Opcode::RC_ACK, 10, Syndrome::ACK_UNLIMITED, 0));
+    drain(&mut e);
+    assert_eq!(e.occupancy().slots_used, 2);
+    let sum = e.fail_all(t, LOST);
+    let v: Vec<(Opcode, u32)> = dc_requests(&drain(&mut e))
+        .into_iter()
+        .map(|(_, _, _, op, psn, _)| (op, psn))
+        .collect();
+    assert_eq!(
+        v,
+        vec![
+            (Opcode::RC_WRITE_MIDDLE, 11), // ePSN 11: SEND in progress
+            (Opcode::RC_WRITE_MIDDLE, 12), // ePSN 12: SEND in progress
+            (Opcode::RC_SEND_MIDDLE, 13),  // ePSN 13: the SEND ended
+        ],
+        "increasing PSNs: the ones before the true ePSN are duplicates, the ones after reach a QP in error"
+    );
+    assert_eq!(
+        (sum.poison_packets, sum.egress_packets_dropped),
+        (3, 2),
+        "and the two unacknowledged packets are dropped"
+    );
+    assert_eq!(e.occupancy().slots_used, 0);
+}
+
+#[test]
+fn a_pseudo_acked_requester_is_poisoned_through_its_responder_role() {
+    // REQUESTER's QP RQ_QPN wrote through us (pseudo-ACKed: nothing
+    // outstanding) and earlier received a SEND from the far host (PSN 7),
+    // which it acknowledged. It now waits for the next SEND.
+    let mut e = ingress_engine(AckPolicy::Edge);
+    let t = Time::from_micros(1);
+    e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 100, true, 64, 0));
+    assert_eq!(
+        acks(&drain(&mut e)),
+        vec![(100, Syndrome::ACK_UNLIMITED, 1)]
+    );
+    e.handle_twin(
+        t,
+        TwinMsg::Request {
+            carry: Carry::Reliable,
+            packet: request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, 7, 16),
+        },
+    );
+    assert_eq!(drain(&mut e).len(), 1, "injected");
+    e.handle_dc(
+        t,
+        &ack_to(REQUESTER, RESPONDER, RS_QPN, 7, Syndrome::ACK_UNLIMITED),
+    );
+    drain(&mut e);
+    assert_eq!(e.occupancy().slots_used, 1, "the WRITE, not yet delivered");
+    let sum = e.fail_all(t, LOST);
+    let out = drain(&mut e);
+    assert!(
+        acks(&out).is_empty(),
+        "a NAK would find no work request to land on"
+    );
+    assert_eq!(
+        dc_requests(&out),
+        vec![(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_MIDDLE, 8, 0)]
+    );
+    assert_eq!(
+        sum,
+        TwinLostSummary {
+            halves_failed: 1,
+            halves_nacked: 0,
+            qps_poisoned: 1,
+            poison_packets: 1,
+            unattributable: 0,
+            egress_halves_dropped: 1,
+            egress_packets_dropped: 0,
+        }
+    );
+    assert_eq!(e.occupancy().slots_used, 0);
+    // The UDP source port is the one the far QP uses (rxe's hash of both).
+    let Output::Dc(v) = &out[0] else { panic!() };
+    let p = RocePacket::parse_verified(v).unwrap();
+    assert_eq!(p.udp.src_port, rxe_udp_sport(RS_QPN, RQ_QPN));
+    // Its answer (NAK Invalid Request) is absorbed, not sent to the lost twin.
+    e.handle_dc(
+        t,
+        &ack_to(
+            REQUESTER,
+            RESPONDER,
+            RS_QPN,
+            8,
+            Syndrome::Nak(NakCode::InvalidRequest),
+        ),
+    );
+    assert!(drain(&mut e).is_empty());
+    assert_eq!(e.stats.poison_answers_absorbed, 1);
+}
+
+#[test]
+fn an_idle_qp_learned_from_rdma_cm_is_poisoned_at_the_far_sides_starting_psn() {
+    // rping: connected, nothing sent yet either way; the local QP waits
+    // for the far side's first SEND, which would carry PSN 700.
+    let mut e = cm_engine(700, 5000);
+    let sum = e.fail_all(Time::from_micros(1), LOST);
+    let out = drain(&mut e);
+    assert!(acks(&out).is_empty());
+    assert_eq!(
+        dc_requests(&out),
+        vec![(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_MIDDLE, 700, 0)]
+    );
+    assert_eq!((sum.qps_poisoned, sum.unattributable), (1, 0));
+    assert_eq!(e.stats.qps_poisoned, 1);
+}
+
+#[test]
+fn the_far_sides_traffic_tells_the_epsn_better_than_rdma_cm() {
+    let mut e = cm_engine(700, 5000);
+    let t = Time::from_micros(1);
+    for psn in 700..703 {
+        e.handle_twin(
+            t,
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, psn, 8),
+            },
+        );
+    }
+    drain(&mut e);
+    e.handle_dc(
+        t,
+        &ack_to(REQUESTER, RESPONDER, RS_QPN, 702, Syndrome::ACK_UNLIMITED),
+    );
+    drain(&mut e);
+    e.fail_all(t, LOST);
+    let v = dc_requests(&drain(&mut e));
+    assert_eq!(v.len(), 1);
+    assert_eq!((v[0].3, v[0].4), (Opcode::RC_SEND_MIDDLE, 703));
+}
+
+#[test]
+fn nothing_is_sent_to_a_qp_the_engine_cannot_attribute() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    // A tunnel phase toward a local responder whose ACK we never saw: its
+    // ePSN is anywhere in the raw packets.
+    e.handle_twin(
+        t,
+        TwinMsg::Request {
+            carry: Carry::Raw,
+            packet: request(Opcode::RC_SEND_ONLY, 10, true, 8, 0),
+        },
+    );
+    // A local requester still in its tunnel phase (QPN unknown).
+    e.handle_dc(
+        t,
+        &request_to(REQUESTER, RESPONDER, 0x99, Opcode::RC_SEND_ONLY, 40, 8),
+    );
+    drain(&mut e);
+    let sum = e.fail_all(t, LOST);
+    let out = drain(&mut e);
+    assert!(
+        out.iter().all(|o| !matches!(o, Output::Dc(_))),
+        "no packet toward the DC: {out:?}"
+    );
+    assert_eq!(sum.unattributable, 2);
+    assert_eq!(e.stats.poison_unattributable, 2);
+    assert_eq!(sum.egress_halves_dropped, 1);
+}
+
+#[test]
+fn fail_all_drops_the_lost_twins_egress_state_and_frees_its_slots() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    for psn in 10..20 {
+        e.handle_twin(
+            t,
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: request(Opcode::RC_WRITE_ONLY, psn, psn == 19, 64, 0),
+            },
+        );
+    }
+    drain(&mut e);
+    assert_eq!(e.occupancy().slots_used, 10);
+    assert_eq!(e.egress_halves().count(), 1);
+    let sum = e.fail_all(t, LOST);
+    assert_eq!(e.occupancy().slots_used, 0);
+    assert_eq!(e.egress_halves().count(), 0);
+    assert_eq!(
+        (sum.egress_halves_dropped, sum.egress_packets_dropped),
+        (1, 10)
+    );
+    assert_eq!(e.stats.egress_packets_dropped, 10);
+    // No retransmission timer of the dropped half survives.
+    assert_eq!(e.poll_timeout(), None);
+}
+
+#[test]
+fn while_the_twin_is_unreachable_new_requests_are_refused_at_once() {
+    let mut e = ingress_engine(AckPolicy::Edge);
+    let t = Time::from_micros(1);
+    e.set_twin_reachable(false);
+    assert!(!e.twin_reachable());
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, true, 8, 0));
+    let out = drain(&mut e);
+    assert_eq!(
+        acks(&out),
+        vec![(100, Syndrome::Nak(LOST), 0)],
+        "NAK at that PSN, no pseudo-ACK"
+    );
+    assert!(forwarded(&out).is_empty(), "nothing carried");
+    assert_eq!(e.occupancy().slots_used, 0, "nothing buffered");
+    // A QP the engine never learned cannot be answered: dropped, counted.
+    e.handle_dc(
+        t,
+        &request_to(REQUESTER, RESPONDER, 0x99, Opcode::RC_SEND_ONLY, 40, 8),
+    );
+    assert!(drain(&mut e).is_empty());
+    assert_eq!(
+        (
+            e.stats.requests_refused_unreachable,
+            e.stats.requests_dropped_unreachable
+        ),
+        (1, 1)
+    );
+    // Reachable again: a new QP is served normally; the refused one stays
+    // refused (its QP is in the error state).
+    e.set_twin_reachable(true);
+    e.handle_dc(
+        t,
+        &request_to(REQUESTER, RESPONDER, 0x77, Opcode::RC_SEND_ONLY, 50, 8),
+    );
+    let out = drain(&mut e);
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Twin(TwinMsg::Request {
+                carry: Carry::Raw,
+                ..
+            })]
+        ),
+        "{out:?}"
+    );
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 101, true, 8, 0));
+    assert_eq!(acks(&drain(&mut e)), vec![(100, Syndrome::Nak(LOST), 0)]);
+}

@@ -1,0 +1,351 @@
+//! A QP whose far gateway is lost for good is moved to the error state by
+//! its own gateway (`soya::qp::poison`): the packets that gateway sends,
+//! against this rxe-modelled endpoint. At the responder's expected PSN the
+//! opcode-sequence error is fatal (NAK Invalid Request, QP to error, every
+//! posted receive completes in error, nothing placed); anywhere else it
+//! changes nothing. And a fatal NAK on the requester side errors the work
+//! request it lands on and flushes the receives too.
+
+use std::time::Duration;
+
+use soya::qp::poison::{self, InProgress, Target};
+use soya::roce::{NakCode, Opcode, Psn, Syndrome};
+
+use super::harness::*;
+use crate::rc::*;
+
+/// The poison packet a gateway would send from A's address to B's QP.
+fn poison_to_b(psn: Psn, state: InProgress) -> Vec<u8> {
+    let t = Target {
+        far: A_IP.into(),
+        far_qpn: Some(A_QPN),
+        local: B_IP.into(),
+        local_qpn: B_QPN,
+    };
+    poison::packet(&t, psn, state)
+        .expect("same family")
+        .to_vec(&[])
+        .expect("builds")
+}
+
+fn recv_statuses(h: &mut Harness, s: Side) -> Vec<CompletionStatus> {
+    h.recv_completions(s).iter().map(|r| r.status).collect()
+}
+
+fn b_naks(h: &Harness) -> Vec<(Psn, Syndrome)> {
+    h.sent(Side::B, |s| s.syndrome.is_some())
+        .iter()
+        .map(|s| (s.psn, s.syndrome.unwrap()))
+        .collect()
+}
+
+#[test]
+fn poison_at_the_expected_psn_errors_the_qp_and_flushes_its_receives() {
+    let mut h = Harness::new(cfg());
+    // B waits for a SEND (rping), nothing outstanding as a requester.
+    h.b.post_recv(4);
+    let epsn = h.b.expected_psn();
+    h.inject(Side::B, &poison_to_b(epsn, InProgress::Nothing));
+    h.run();
+    assert!(h.b.is_error());
+    assert_eq!(
+        b_naks(&h),
+        vec![(epsn, Syndrome::Nak(NakCode::InvalidRequest))],
+        "class C: NAK Invalid Request at the packet's PSN"
+    );
+    assert_eq!(
+        recv_statuses(&mut h, Side::B),
+        vec![CompletionStatus::Flushed; 4],
+        "the application waiting for a SEND wakes up with an error"
+    );
+    assert_eq!(h.b.stats().recv_flushed, 4);
+    assert_eq!(h.b.stats().recv_completed, 0);
+    let m = h.b.memory().stats();
+    assert_eq!((m.bytes_placed, m.send_bytes_received), (0, 0));
+    // Receives posted afterwards are flushed at once.
+    h.b.post_recv(2);
+    assert_eq!(
+        recv_statuses(&mut h, Side::B),
+        vec![CompletionStatus::Flushed; 2]
+    );
+}
+
+#[test]
+fn poison_before_or_after_the_expected_psn_changes_nothing() {
+    let mut h = Harness::new(cfg());
+    h.b.post_recv(4);
+    h.a.post_send(WorkRequest::Send { len: 64, imm: None })
+        .unwrap();
+    h.run();
+    assert_eq!(h.recv_completions(Side::B).len(), 1);
+    let epsn = h.b.expected_psn();
+    // Before: a duplicate, re-ACKed with the last executed PSN (C9-105).
+    h.inject(Side::B, &poison_to_b(epsn.sub(1), InProgress::Nothing));
+    h.run();
+    assert!(!h.b.is_error());
+    assert_eq!(
+        b_naks(&h).last(),
+        Some(&(epsn.sub(1), Syndrome::ACK_UNLIMITED))
+    );
+    // After: NAK-seq carrying the expected PSN, nothing else.
+    h.inject(Side::B, &poison_to_b(epsn.add(1), InProgress::Nothing));
+    h.run();
+    assert!(!h.b.is_error());
+    assert_eq!(
+        b_naks(&h).last(),
+        Some(&(epsn, Syndrome::Nak(NakCode::PsnSequenceError)))
+    );
+    assert!(h.recv_completions(Side::B).is_empty());
+    // The QP still works...
+    h.a.post_send(WorkRequest::Send { len: 64, imm: None })
+        .unwrap();
+    h.run();
+    assert_eq!(h.recv_completions(Side::B).len(), 1);
+    // ...until a poison lands at its expected PSN.
+    let epsn = h.b.expected_psn();
+    h.inject(Side::B, &poison_to_b(epsn, InProgress::Nothing));
+    h.run();
+    assert!(h.b.is_error());
+    assert_eq!(
+        recv_statuses(&mut h, Side::B),
+        vec![CompletionStatus::Flushed; 2]
+    );
+}
+
+#[test]
+fn poison_in_the_middle_of_a_send_never_continues_it() {
+    let mut h = Harness::new(cfg_mtu(1024));
+    h.b.post_recv(3);
+    // A's 3-packet SEND: only its First reaches B (the far gateway died).
+    h.set_fault(|s, _| {
+        if s.from == Side::A && s.is_request() && s.opcode != Opcode::RC_SEND_FIRST {
+            Fault::Drop
+        } else {
+            Fault::Deliver
+        }
+    });
+    h.a.post_send(WorkRequest::Send {
+        len: 3 * 1024,
+        imm: None,
+    })
+    .unwrap();
+    h.run_for(Duration::from_millis(1));
+    assert_eq!(h.b.memory().stats().send_bytes_received, 1024);
+    let epsn = h.b.expected_psn();
+    // A SEND Middle here would be the SEND's continuation (data into the
+    // application's receive buffer): the gateway sends a WRITE Middle.
+    assert_eq!(InProgress::Send.poison_opcode(), Opcode::RC_WRITE_MIDDLE);
+    h.inject(Side::B, &poison_to_b(epsn, InProgress::Send));
+    assert!(h.b.is_error());
+    assert_eq!(
+        recv_statuses(&mut h, Side::B),
+        vec![
+            // The receive of the SEND in progress gets the error itself
+            // (rxe do_complete with resp.status), the others a flush.
+            CompletionStatus::RemoteInvalidRequest,
+            CompletionStatus::Flushed,
+            CompletionStatus::Flushed,
+        ]
+    );
+    let m = h.b.memory().stats();
+    assert_eq!((m.bytes_placed, m.send_bytes_received), (0, 1024));
+}
+
+#[test]
+fn poison_in_the_middle_of_a_write_never_places_data() {
+    let mut h = Harness::new(cfg_mtu(1024));
+    h.b.post_recv(1);
+    h.set_fault(|s, _| {
+        if s.from == Side::A && s.is_request() && s.opcode != Opcode::RC_WRITE_FIRST {
+            Fault::Drop
+        } else {
+            Fault::Deliver
+        }
+    });
+    let (va, rkey) = (h.b.memory().base(), h.b.memory().rkey());
+    h.a.post_send(WorkRequest::Write {
+        remote_va: va,
+        rkey,
+        len: 3 * 1024,
+        imm: None,
+    })
+    .unwrap();
+    h.run_for(Duration::from_millis(1));
+    assert_eq!(h.b.memory().stats().bytes_placed, 1024);
+    assert_eq!(InProgress::Write.poison_opcode(), Opcode::RC_SEND_MIDDLE);
+    let epsn = h.b.expected_psn();
+    h.inject(Side::B, &poison_to_b(epsn, InProgress::Write));
+    assert!(h.b.is_error());
+    assert_eq!(h.b.memory().stats().bytes_placed, 1024, "nothing more");
+    assert_eq!(
+        recv_statuses(&mut h, Side::B),
+        vec![CompletionStatus::Flushed]
+    );
+}
+
+#[test]
+fn a_fatal_nak_on_the_oldest_outstanding_psn_errors_the_requester_and_its_receives() {
+    let mut h = Harness::new(cfg());
+    h.a.post_recv(2);
+    // A's SEND is never acknowledged (the gateway that held it is gone)...
+    h.set_fault(|s, _| {
+        if s.from == Side::A {
+            Fault::Drop
+        } else {
+            Fault::Deliver
+        }
+    });
+    h.a.post_send(WorkRequest::Send { len: 64, imm: None })
+        .unwrap();
+    h.run_for(Duration::from_micros(100));
+    // ...and the near gateway injects the NAK at its oldest outstanding PSN.
+    let nak = h.forged_b_to_a(
+        h.a.unacked_psn(),
+        Syndrome::Nak(NakCode::RemoteOperationalError),
+    );
+    h.inject(Side::A, &nak);
+    assert!(h.a.is_error());
+    assert_eq!(
+        h.completions(Side::A)
+            .iter()
+            .map(|c| c.status)
+            .collect::<Vec<_>>(),
+        vec![CompletionStatus::RemoteOperationalError]
+    );
+    assert_eq!(
+        recv_statuses(&mut h, Side::A),
+        vec![CompletionStatus::Flushed; 2]
+    );
+}
+
+/// B's gateway, end to end: a real [`QpEngine`] re-injects A's requests into
+/// B (the rxe-modelled endpoint), then loses its twin. `deliver_acks`: how
+/// many of B's answers reach the engine (the rest are still on their way
+/// when the twin is lost, so the engine does not know how far B got).
+fn through_a_gateway_then_twin_lost(
+    ops: &[(Opcode, usize)],
+    deliver_acks: usize,
+) -> (RcQp, soya::qp::TwinLostSummary) {
+    use soya::qp::twin::Carry;
+    use soya::qp::{EngineConfig, Output, QpEngine, TwinMsg};
+    use soya::roce::{builders, IpHeader, Reth};
+    use soya::time::Time;
+
+    let mut b = RcQp::new(
+        cfg_mtu(1024),
+        QpAddr {
+            ip: B_IP.into(),
+            qpn: B_QPN,
+        },
+        QpAddr {
+            ip: A_IP.into(),
+            qpn: A_QPN,
+        },
+        Psn::new(B_PSN),
+        Psn::new(A_PSN),
+    )
+    .unwrap();
+    b.post_recv(3);
+    let mut e = QpEngine::new(EngineConfig::default());
+    let now = Time::from_micros(1);
+    let mut buf = vec![0u8; b.max_packet_len()];
+    let mut acks_left = deliver_acks;
+    let pump = |e: &mut QpEngine, b: &mut RcQp, buf: &mut [u8], acks_left: &mut usize| loop {
+        let mut moved = false;
+        while let Some(o) = e.poll_output() {
+            if let Output::Dc(v) = o {
+                b.handle_packet(now, &v);
+                moved = true;
+            }
+        }
+        while let Some(n) = b.poll_transmit(now, buf) {
+            moved = true;
+            if *acks_left > 0 {
+                *acks_left -= 1;
+                e.handle_dc(now, &buf[..n]);
+            }
+        }
+        if !moved {
+            break;
+        }
+    };
+    for (i, &(op, len)) in ops.iter().enumerate() {
+        let last = i + 1 == ops.len();
+        let pkt = builders::request(
+            IpHeader::v4(A_IP, B_IP),
+            B_QPN,
+            op,
+            Psn::new(A_PSN).add(i as u32),
+            op.info().unwrap().position.ends() || last,
+            Reth::default(),
+        )
+        .to_vec(&vec![0x5a; len])
+        .unwrap();
+        e.handle_twin(
+            now,
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: pkt,
+            },
+        );
+        pump(&mut e, &mut b, &mut buf, &mut acks_left);
+    }
+    assert!(!b.is_error());
+    let sum = e.fail_all(now, NakCode::RemoteOperationalError);
+    acks_left = 0;
+    pump(&mut e, &mut b, &mut buf, &mut acks_left);
+    (b, sum)
+}
+
+#[test]
+fn the_engines_poison_errors_an_endpoint_that_acknowledged_everything() {
+    let (mut b, sum) = through_a_gateway_then_twin_lost(&[(Opcode::RC_SEND_ONLY, 100)], usize::MAX);
+    assert_eq!(sum.poison_packets, 1, "exact ePSN");
+    assert!(b.is_error());
+    let r: Vec<_> = std::iter::from_fn(|| b.poll_recv_completion())
+        .map(|c| c.status)
+        .collect();
+    assert_eq!(
+        r,
+        vec![
+            CompletionStatus::Success,
+            CompletionStatus::Flushed,
+            CompletionStatus::Flushed
+        ]
+    );
+    assert_eq!(b.memory().stats().send_bytes_received, 100);
+}
+
+#[test]
+fn the_engines_poison_sweep_errors_an_endpoint_whose_acks_it_never_saw() {
+    // B executed a SEND Only and the first two packets of a SEND; the
+    // engine saw only the ACK of the first, so B's ePSN may be any of three.
+    let ops = [
+        (Opcode::RC_SEND_ONLY, 100),
+        (Opcode::RC_SEND_FIRST, 1024),
+        (Opcode::RC_SEND_MIDDLE, 1024),
+    ];
+    let (mut b, sum) = through_a_gateway_then_twin_lost(&ops, 1);
+    assert_eq!(sum.poison_packets, 3, "one per possible ePSN");
+    assert!(b.is_error());
+    // The candidates before the true ePSN were duplicates (re-ACKed), the
+    // one at it was fatal (a WRITE Middle: a SEND is in progress).
+    assert_eq!(b.stats().duplicate_requests, 2);
+    assert_eq!(b.stats().error_naks_sent, 1);
+    let r: Vec<_> = std::iter::from_fn(|| b.poll_recv_completion())
+        .map(|c| c.status)
+        .collect();
+    assert_eq!(
+        r,
+        vec![
+            CompletionStatus::Success,
+            CompletionStatus::RemoteInvalidRequest,
+            CompletionStatus::Flushed
+        ]
+    );
+    assert_eq!(
+        b.memory().stats().send_bytes_received,
+        100 + 2048,
+        "nothing placed by the poison"
+    );
+}
