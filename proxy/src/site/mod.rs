@@ -199,6 +199,8 @@ impl Site {
             return;
         }
         if self.twin.state().is_lost() && is_request(packet) {
+            // The engine answers it with an error NAK (it is not
+            // reachable): counted here as well for the site's metrics.
             self.tw.rx_refused_twin_lost += 1;
         }
         self.dcc.rx_accepted += 1;
@@ -382,6 +384,7 @@ impl Site {
                     SiteEvent::PathDown(i)
                 });
                 if let Some(TwinChange::Back { lost_for }) = self.twin.path(now, i, up) {
+                    self.engine.set_twin_reachable(true);
                     self.events.push_back(SiteEvent::TwinBack { lost_for });
                 }
             }
@@ -429,6 +432,7 @@ impl Site {
     fn declare_lost(&mut self, since: Time) {
         let now = self.now;
         let flows_failed = self.fail_flows(now);
+        self.engine.set_twin_reachable(false);
         self.tw.twin_lost += 1;
         self.tw.flows_failed_twin_lost += flows_failed as u64;
         self.events.push_back(SiteEvent::TwinLost {
@@ -460,33 +464,39 @@ impl Site {
         self.twin.restart_paths(now);
     }
 
-    /// The conservative answer to a twin that is gone: every half with
-    /// requests not yet reported delivered is failed toward its requester
-    /// with a remote operational error (the engine injects the NAK at the
-    /// requester's next outstanding PSN and answers everything later with
-    /// it); what waited for the transport is dropped. Returns the halves
-    /// failed.
+    /// The answer to a twin that is gone (restarted, shut down or lost):
+    /// whatever waited for the transport is dropped, and the engine fails
+    /// every flow through the twin toward its application
+    /// ([`QpEngine::fail_all`]): a NAK at each requester's oldest
+    /// outstanding PSN, QPs with nothing outstanding moved to the error
+    /// state through their responder role, the dead twin's egress state
+    /// dropped. Messages the engine had queued for the twin before the
+    /// failure are discarded too: a new incarnation of the twin must never
+    /// receive requests of flows failed here. Returns the halves failed.
     fn fail_flows(&mut self, now: Time) -> usize {
         self.pending.clear();
-        self.tw.discarded_on_restart = self.pending.discarded;
-        let halves: Vec<_> = self
-            .engine
-            .ingress_halves()
-            .filter(|a| !a.is_idle())
-            .map(|a| a.key)
-            .collect();
-        for &half in &halves {
-            self.engine.handle_twin(
-                now,
-                TwinMsg::Error {
-                    half,
-                    psn: crate::roce::Psn::new(0),
-                    code: crate::roce::NakCode::RemoteOperationalError,
-                },
-            );
+        // What the engine queued before the failure: DC packets still go
+        // (pseudo-ACKs of what it took), twin messages do not.
+        while let Some(out) = self.engine.poll_output() {
+            match out {
+                Output::Dc(packet) => self.queue_for_dc(packet),
+                Output::Twin(msg) => {
+                    self.pending.discarded += 1;
+                    if let TwinMsg::Request { packet, .. }
+                    | TwinMsg::Response { packet }
+                    | TwinMsg::Datagram { packet } = msg
+                    {
+                        self.engine.recycle(packet);
+                    }
+                }
+            }
         }
+        self.tw.discarded_on_restart = self.pending.discarded;
+        let summary = self
+            .engine
+            .fail_all(now, crate::roce::NakCode::RemoteOperationalError);
         self.dirty = true;
-        halves.len()
+        (summary.halves_failed + summary.qps_poisoned) as usize
     }
 
     pub fn engine(&self) -> &QpEngine {
