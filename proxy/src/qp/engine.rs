@@ -5,7 +5,9 @@
 //! the twin ([`QpEngine::handle_twin`]) and timers. Outputs: packets for the
 //! DC side and messages for the twin ([`QpEngine::poll_output`]).
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
+
+use super::keyed::{HashKey, KeyedMap};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -87,6 +89,9 @@ pub struct EngineConfig {
     pub buffer_slots: usize,
     pub slot_bytes: usize,
     pub per_flow_slots: usize,
+    /// Keys the engine's tables (`qp::keyed`): secret in the daemon, seeded
+    /// in the simulator.
+    pub hash_key: HashKey,
 }
 
 impl Default for EngineConfig {
@@ -105,6 +110,7 @@ impl Default for EngineConfig {
             buffer_slots: 65_536,
             slot_bytes: 4_608,
             per_flow_slots: 65_536,
+            hash_key: HashKey::default(),
         }
     }
 }
@@ -223,22 +229,22 @@ struct PendingReq {
 pub struct QpEngine {
     cfg: EngineConfig,
     buffer: DeepBuffer,
-    ingress: HashMap<HalfKey, PseudoAcker>,
-    egress: HashMap<HalfKey, Reinjector>,
+    ingress: KeyedMap<HalfKey, PseudoAcker>,
+    egress: KeyedMap<HalfKey, Reinjector>,
     /// (requester address, requester QPN, responder address) → half.
-    by_requester: HashMap<(IpAddr, u32, IpAddr), HalfKey>,
-    pending_req: HashMap<u32, PendingReq>,
+    by_requester: KeyedMap<(IpAddr, u32, IpAddr), HalfKey>,
+    pending_req: KeyedMap<u32, PendingReq>,
     /// From RDMA-CM: the first PSN the far requester of an egress half
     /// sends with (its responder's first expected PSN), for halves that
     /// may not have seen a packet yet.
-    cm_start: HashMap<HalfKey, Psn>,
+    cm_start: KeyedMap<HalfKey, Psn>,
     /// Is the twin reachable? While not, requests from the DC side are
     /// refused ([`QpEngine::set_twin_reachable`]).
     twin_reachable: bool,
     /// Egress halves (far requester → local responder QP) whose local QP
     /// was poisoned, with the far requester's QPN when known: their
     /// answers are absorbed.
-    poisoned: HashMap<HalfKey, Option<u32>>,
+    poisoned: KeyedMap<HalfKey, Option<u32>>,
     out: Outbox,
     pub stats: EngineStats,
 }
@@ -248,13 +254,13 @@ impl QpEngine {
         QpEngine {
             buffer: DeepBuffer::new(cfg.buffer_slots, cfg.slot_bytes, cfg.per_flow_slots),
             cfg,
-            ingress: HashMap::new(),
-            egress: HashMap::new(),
-            by_requester: HashMap::new(),
-            pending_req: HashMap::new(),
-            cm_start: HashMap::new(),
+            ingress: KeyedMap::with_hasher(cfg.hash_key),
+            egress: KeyedMap::with_hasher(cfg.hash_key),
+            by_requester: KeyedMap::with_hasher(cfg.hash_key),
+            pending_req: KeyedMap::with_hasher(cfg.hash_key),
+            cm_start: KeyedMap::with_hasher(cfg.hash_key),
             twin_reachable: true,
-            poisoned: HashMap::new(),
+            poisoned: KeyedMap::with_hasher(cfg.hash_key),
             out: Outbox::default(),
             stats: EngineStats::default(),
         }

@@ -23,6 +23,7 @@ pub mod egress;
 pub mod engine;
 pub mod half;
 pub mod ingress;
+pub mod keyed;
 pub mod poison;
 pub mod twin;
 

@@ -39,6 +39,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::buffer::PacketPool;
+use crate::qp::keyed::HashKey;
 use crate::qp::{Output, QpEngine, TwinMsg};
 use crate::roce::RocePacket;
 use crate::time::Time;
@@ -129,8 +130,10 @@ pub struct Site {
 impl Site {
     /// A site at `now` with a first WAN session (no session at all, and a
     /// [`SiteEvent::NoNonce`], if `nonces` has none).
-    pub fn new(params: SiteParams, now: Time, mut nonces: NonceSource) -> Site {
+    pub fn new(mut params: SiteParams, now: Time, mut nonces: NonceSource) -> Site {
         let nonce = nonces();
+        // The engine's tables are keyed from the same source (`qp::keyed`).
+        params.engine.hash_key = HashKey([nonces().unwrap_or(0), nonces().unwrap_or(0)]);
         let mut events = VecDeque::new();
         if nonce.is_none() {
             events.push_back(SiteEvent::NoNonce);

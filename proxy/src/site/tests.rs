@@ -244,6 +244,27 @@ fn pair_with_undelivered_writes() -> Pair {
 #[test]
 fn a_twin_that_vanishes_is_lost_after_the_timeout_and_its_flows_fail() {
     let mut p = pair_with_undelivered_writes();
+    // And a READ outstanding at the requester (never pseudo-ACKed): the
+    // loss must end in a NAK at exactly its PSN.
+    let reth = Reth {
+        va: 0x1000,
+        rkey: 7,
+        len: 4096,
+    };
+    let mut pkt = vec![0; 256];
+    let ip = IpHeader::v4(REQUESTER, RESPONDER);
+    let n = builders::request(
+        ip,
+        RS_QPN,
+        Opcode::RC_READ_REQUEST,
+        Psn::new(109),
+        true,
+        reth,
+    )
+    .emit(&[], &mut pkt)
+    .unwrap();
+    p.a.handle_dc(p.now, &pkt[..n]);
+    p.run_until(|p| p.to_responder.len() >= 10, "the READ at B");
     assert_eq!(p.error_naks(), 0);
     // The twin vanishes: nothing crosses the WAN any more.
     p.wan_up = false;
@@ -268,7 +289,18 @@ fn a_twin_that_vanishes_is_lost_after_the_timeout_and_its_flows_fail() {
     assert_eq!(at, since + TWIN_TIMEOUT);
     assert!(since - cut < Duration::from_secs(1), "{:?}", since - cut);
     assert_eq!(failed, 1, "the one half with undelivered requests");
-    assert!(p.error_naks() >= 1, "the requester is told");
+    assert_eq!(p.error_naks(), 1, "the requester is told, once");
+    let nak = p
+        .to_requester
+        .iter()
+        .filter_map(|x| RocePacket::parse_verified(x).ok())
+        .find(|x| matches!(x.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(_))))
+        .unwrap();
+    assert_eq!(nak.psn(), Psn::new(109), "at the outstanding READ");
+    // A new request while lost is refused at once with an error NAK.
+    p.write(110, true);
+    assert_eq!(p.error_naks(), 2, "refused while the twin is lost");
+    assert_eq!(p.a.twin_counters().rx_refused_twin_lost, 1);
     let tw = p.a.twin_counters();
     assert_eq!((tw.twin_lost, tw.flows_failed_twin_lost), (1, 1));
     assert!(!p.a.is_connected());
