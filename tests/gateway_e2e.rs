@@ -10,7 +10,6 @@
 //! like `config/examples/lab-udp-{a,b}.toml` with free loopback ports.
 //! Every test is bounded in time.
 
-use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -76,11 +75,7 @@ fn lab(test: &str, keyed: bool, rate: &str) -> Lab {
     let key = keyed.then(|| {
         use std::os::unix::fs::PermissionsExt;
         let p = dir.join("psk.key");
-        let mut k = [0u8; 32];
-        std::fs::File::open("/dev/urandom")
-            .unwrap()
-            .read_exact(&mut k)
-            .unwrap();
+        let k = soya::rand::key().unwrap();
         std::fs::write(&p, k.iter().map(|b| format!("{b:02x}")).collect::<String>()).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
         p

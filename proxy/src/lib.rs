@@ -17,6 +17,7 @@ pub mod buffer;
 pub mod gateway;
 pub mod plan;
 pub mod qp;
+pub mod rand;
 pub mod roce;
 pub mod time;
 pub mod wan;

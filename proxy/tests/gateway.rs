@@ -93,11 +93,7 @@ fn pair(test: &str) -> Pair {
 fn write_key(dir: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let p = dir.join("psk.key");
-    let mut k = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .unwrap()
-        .read_exact(&mut k)
-        .unwrap();
+    let k = soya::rand::key().unwrap();
     let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
     std::fs::write(&p, hex + "\n").unwrap();
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
