@@ -79,7 +79,7 @@ pub enum FrameError {
         frame: &'static str,
         field: &'static str,
     },
-    #[error("{frame} frame: {field} {value} does not fit")]
+    #[error("{frame} frame: {field} {value} does not fit in 32 bits")]
     TooLarge {
         frame: &'static str,
         field: &'static str,
