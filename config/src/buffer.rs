@@ -48,6 +48,13 @@ fn byte_size(c: &mut Checker, path: &str, v: &StrOrInt) -> Option<u64> {
 
 /// `paths` is `None` when the WAN section had errors: auto sizing is then
 /// skipped rather than piling follow-up errors on top.
+/// Smallest `buffer.slot_bytes`.
+const MIN_SLOT_BYTES: i64 = 1024;
+/// Largest `buffer.slot_bytes`; the gateway's packet slab holds at most
+/// 65535 bytes a slot (a 16-bit length) and refuses more.
+const MAX_SLOT_BYTES: i64 = 16384;
+const _: () = assert!(MAX_SLOT_BYTES <= u16::MAX as i64);
+
 pub(crate) fn resolve(
     c: &mut Checker,
     b: &RawBuffer,
@@ -56,7 +63,7 @@ pub(crate) fn resolve(
     let errors_before = c.problems.len();
     let slot_bytes = match b.slot_bytes {
         None => Some(DEFAULT_SLOT_BYTES),
-        Some(n) if (1024..=16384).contains(&n) => u32::try_from(n).ok(),
+        Some(n) if (MIN_SLOT_BYTES..=MAX_SLOT_BYTES).contains(&n) => u32::try_from(n).ok(),
         Some(_) => {
             c.err(
                 "buffer.slot_bytes",

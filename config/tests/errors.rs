@@ -704,6 +704,17 @@ fn buffer_tunables() {
         "buffer.slot_bytes",
         &["slot_bytes must be an integer 1024..=16384"],
     );
+    // Above what a packet slab slot can hold (65535): refused here, never
+    // silently capped by the slab.
+    for big in ["16385", "65536", "70000"] {
+        let text = append(&format!("[buffer]\nslot_bytes = {big}\n"));
+        expect_error(
+            &text,
+            "slot_bytes",
+            "buffer.slot_bytes",
+            &["slot_bytes must be an integer 1024..=16384"],
+        );
+    }
     let text = append("[buffer]\nsize = \"64MiB\"\nper_flow_quota = \"1GiB\"\n");
     expect_error(
         &text,

@@ -393,7 +393,7 @@ fn wan_msg(c: &mut Criterion) {
         packet: write(REQUESTER, 1),
     };
     let bytes = msg::encode(&m);
-    assert_eq!(msg::decode(&bytes).as_ref(), Some(&m));
+    assert_eq!(msg::decode(&bytes).as_ref(), Ok(&m));
     let mut g = c.benchmark_group("wan_msg");
     g.throughput(Throughput::Elements(1));
     g.bench_function("encode_request_4KiB", |b| {

@@ -21,6 +21,7 @@ pub mod buffer;
 pub mod gateway;
 pub mod plan;
 pub mod qp;
+pub mod rand;
 pub mod roce;
 pub mod site;
 pub mod time;

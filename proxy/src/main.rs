@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod plan_cli;
+
 /// Sōya — long-distance RoCEv2 WAN accelerator.
 ///
 /// One gateway per site terminates the RoCE ACK loop at the edge (pseudo-ACKs),
@@ -30,7 +32,7 @@ enum Command {
     },
     /// Plan capacity: WAN delay, BDP, deep-buffer size, goodput direct vs. through
     /// Sōya, and whether a data-parallel job's AllReduce hides behind backward.
-    Plan(soya::plan::PlanArgs),
+    Plan(plan_cli::PlanCli),
     /// Run the two-site demo on loopback (direct vs. through Sōya at 300 km).
     ///
     /// Starts two gateways, soya-wanem relays and soya-perf endpoints as
@@ -178,7 +180,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { files, quiet } => check_config(&files, quiet),
-        Command::Plan(args) => soya::plan::run(&args),
+        Command::Plan(args) => soya::plan::run(&args.into()),
         Command::Demo(args) => demo(&args),
         Command::Gateway { config, check, io } => {
             if let Some(io) = io {

@@ -83,9 +83,9 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::ExitCode;
 
-use clap::ArgGroup;
 use serde::Serialize;
 use soya_config::units::{format_bytes, format_rate};
+use thiserror::Error;
 
 /// Light in fibre, one way: 4.9 µs per km (~204 km per ms), as the site
 /// config's `distance_km` uses.
@@ -103,102 +103,88 @@ pub const DEFAULT_DC_RTT_US: f64 = 10.0;
 
 const MIB: u128 = 1 << 20;
 /// Largest PSN window RC allows: half the 24-bit PSN space.
-const MAX_TX_DEPTH: u32 = 1 << 23;
-const MAX_QPS: u32 = 65_536;
-const MAX_GPUS: u32 = 1_000_000;
+pub const MAX_TX_DEPTH: u32 = 1 << 23;
+/// Most parallel QPs the planner accepts.
+pub const MAX_QPS: u32 = 65_536;
+/// Most GPUs the planner accepts.
+pub const MAX_GPUS: u32 = 1_000_000;
 
-/// `soya plan`: WAN delay, BDP, deep-buffer size, goodput direct vs. through
-/// Sōya, and a data-parallel job's AllReduce time vs. its backward pass.
-#[derive(clap::Args, Debug, Clone)]
-#[command(
-    group(ArgGroup::new("delay").required(true).args(["distance_km", "rtt_ms"])),
-    after_help = "Example: soya plan --distance-km 300 --link-gbps 100 --paths 2 --loss 0.001 \
-                  --gpus 16 --params 1e9 --bytes-per-param 4 --backward-ms 250\n\
-                  The model and its formulas are printed under \"Notes\" (and in --json)."
-)]
+/// `soya plan`'s arguments: WAN delay, BDP, deep-buffer size, goodput
+/// direct vs. through Sōya, and a data-parallel job's AllReduce time vs. its
+/// backward pass. The command line (`soya plan --help`) is the binary's
+/// (`src/plan_cli.rs`): this library has no argument parser.
+#[derive(Debug, Clone, PartialEq)]
 pub struct PlanArgs {
     /// Fibre route length between the two sites, in km; RTT = 2 × 4.9 µs/km × km
-    #[arg(long, value_name = "KM", value_parser = parse_distance_km,
-          allow_negative_numbers = true, help_heading = "WAN")]
     pub distance_km: Option<f64>,
-
-    /// Measured WAN round-trip time in ms, instead of --distance-km
-    #[arg(long, value_name = "MS", value_parser = parse_rtt_ms,
-          conflicts_with = "distance_km", allow_negative_numbers = true, help_heading = "WAN")]
+    /// Measured WAN round-trip time in ms, instead of `distance_km`
     pub rtt_ms: Option<f64>,
-
     /// Line rate of each WAN path, in Gbit/s (before header overhead)
-    #[arg(long, value_name = "GBPS", value_parser = parse_link_gbps,
-          allow_negative_numbers = true, help_heading = "WAN")]
     pub link_gbps: f64,
-
-    /// Number of WAN paths of --link-gbps each; Sōya stripes over all of them
-    #[arg(long, value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..=soya_config::MAX_PATHS as i64),
-          help_heading = "WAN")]
+    /// Number of WAN paths of `link_gbps` each
     pub paths: u32,
-
-    /// WAN packet loss probability per packet, 0 <= P < 1 (0.001 = 0.1 %)
-    #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = parse_loss,
-          allow_negative_numbers = true, help_heading = "WAN")]
+    /// WAN packet loss probability per packet, 0 <= P < 1
     pub loss: f64,
-
     /// RoCE path MTU in bytes of payload per packet: 1024, 2048 or 4096
-    #[arg(long, value_name = "BYTES", default_value_t = 4096, value_parser = parse_mtu,
-          allow_negative_numbers = true, help_heading = "RDMA and gateway")]
     pub mtu: u32,
-
-    /// Requester window per QP, in packets (unacknowledged PSNs; rxe: 128)
-    #[arg(long, value_name = "PACKETS", default_value_t = DEFAULT_TX_DEPTH,
-          value_parser = clap::value_parser!(u32).range(1..=MAX_TX_DEPTH as i64),
-          help_heading = "RDMA and gateway")]
+    /// Requester window per QP, in packets
     pub tx_depth: u32,
-
-    /// Parallel QPs carrying the traffic, a count (e.g. NCCL channels)
-    #[arg(long, value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..=MAX_QPS as i64),
-          help_heading = "RDMA and gateway")]
+    /// Parallel QPs carrying the traffic
     pub qps: u32,
-
-    /// In-DC RTT between requester and gateway, in µs (the pseudo-ACK loop)
-    #[arg(long, value_name = "US", default_value_t = DEFAULT_DC_RTT_US,
-          value_parser = parse_dc_rtt_us, allow_negative_numbers = true,
-          help_heading = "RDMA and gateway")]
+    /// In-DC RTT between requester and gateway, in µs
     pub dc_rtt_us: f64,
-
-    /// Deep-buffer size as a multiple of the BDP, 1..=16 (as buffer.safety_factor)
-    #[arg(long, value_name = "FACTOR", default_value_t = soya_config::DEFAULT_SAFETY_FACTOR,
-          value_parser = parse_safety_factor, allow_negative_numbers = true,
-          help_heading = "RDMA and gateway")]
+    /// Deep-buffer size as a multiple of the BDP, 1..=16
     pub safety_factor: f64,
-
-    /// GPUs in the data-parallel job, a count, split over the two sites
-    #[arg(long, value_name = "N", requires_all = ["params", "backward_ms"],
-          value_parser = clap::value_parser!(u32).range(2..=MAX_GPUS as i64),
-          help_heading = "Data-parallel training step (give all of --gpus, --params, --backward-ms)")]
+    /// GPUs in the data-parallel job
     pub gpus: Option<u32>,
-
-    /// Model parameters, a count (e.g. 1e9 or 70e9)
-    #[arg(long, value_name = "COUNT", requires_all = ["gpus", "backward_ms"],
-          value_parser = parse_params, allow_negative_numbers = true,
-          help_heading = "Data-parallel training step (give all of --gpus, --params, --backward-ms)")]
+    /// Model parameters, a count
     pub params: Option<f64>,
-
-    /// Gradient bytes per parameter, in bytes (4 = fp32, 2 = bf16/fp16)
-    #[arg(long, value_name = "BYTES", default_value_t = 4, requires = "gpus",
-          value_parser = clap::value_parser!(u32).range(1..=16),
-          help_heading = "Data-parallel training step (give all of --gpus, --params, --backward-ms)")]
+    /// Gradient bytes per parameter
     pub bytes_per_param: u32,
-
     /// Backward-pass compute time per step, in ms
-    #[arg(long, value_name = "MS", requires_all = ["gpus", "params"],
-          value_parser = parse_backward_ms, allow_negative_numbers = true,
-          help_heading = "Data-parallel training step (give all of --gpus, --params, --backward-ms)")]
     pub backward_ms: Option<f64>,
-
     /// Print one JSON object instead of the table
-    #[arg(long)]
     pub json: bool,
+}
+
+/// Why a plan's arguments were refused: the text `soya plan` prints.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum PlanError {
+    #[error("\"{0}\" is not a number")]
+    NotANumber(String),
+    #[error("\"{0}\" is not a finite number")]
+    NotFinite(String),
+    /// `what` states the rule.
+    #[error("{value} is out of range: {what}")]
+    OutOfRange { value: f64, what: &'static str },
+    #[error("{value} is out of range: {what} must be {lo} to {hi}")]
+    IntOutOfRange {
+        value: u32,
+        what: &'static str,
+        lo: u32,
+        hi: u32,
+    },
+    #[error("{0} is not a RoCE path MTU: use 1024, 2048 or 4096 (payload bytes per packet)")]
+    Mtu(u32),
+    #[error("\"{0}\" is not a RoCE path MTU: use 1024, 2048 or 4096 (payload bytes per packet)")]
+    MtuText(String),
+    /// A range check, with the flag it is about.
+    #[error("--{flag}: {source}")]
+    Flag {
+        flag: &'static str,
+        source: Box<PlanError>,
+    },
+    #[error("give either --distance-km or --rtt-ms, not both")]
+    BothDelays,
+    #[error("the WAN delay is missing: give --distance-km KM or --rtt-ms MS")]
+    NoDelay,
+    #[error(
+        "the workload options go together: give all of --gpus, --params and --backward-ms, or none"
+    )]
+    PartialWorkload,
+    /// "BDP" or "buffer".
+    #[error("{0} overflows 64 bits")]
+    Overflow(&'static str),
 }
 
 /// The inputs as the plan used them (echoed in the JSON).
@@ -285,34 +271,41 @@ pub struct Workload {
 }
 
 // ---------------------------------------------------------------------------
-// Validation: one checker per flag, shared by the clap value parsers and by
-// `plan()` (which also accepts a `PlanArgs` built in code).
+// Validation: one checker per flag, shared by the command line's value
+// parsers (`parse_*`) and by `plan()` (which also accepts a `PlanArgs` built
+// in code).
 
-fn number(s: &str) -> Result<f64, String> {
+fn number(s: &str) -> Result<f64, PlanError> {
     let v: f64 = s
         .trim()
         .parse()
-        .map_err(|_| format!("\"{s}\" is not a number"))?;
+        .map_err(|_| PlanError::NotANumber(s.to_owned()))?;
     if v.is_finite() {
         Ok(v)
     } else {
-        Err(format!("\"{s}\" is not a finite number"))
+        Err(PlanError::NotFinite(s.to_owned()))
     }
 }
 
-fn in_range(v: f64, lo_exclusive: bool, lo: f64, hi: f64, what: &str) -> Result<f64, String> {
+fn in_range(
+    v: f64,
+    lo_exclusive: bool,
+    lo: f64,
+    hi: f64,
+    what: &'static str,
+) -> Result<f64, PlanError> {
     let lo_ok = if lo_exclusive { v > lo } else { v >= lo };
     if v.is_finite() && lo_ok && v <= hi {
         Ok(v)
     } else {
-        Err(format!("{v} is out of range: {what}"))
+        Err(PlanError::OutOfRange { value: v, what })
     }
 }
 
-fn check_distance_km(v: f64) -> Result<f64, String> {
+fn check_distance_km(v: f64) -> Result<f64, PlanError> {
     in_range(v, true, 0.0, 40_000.0, "distance must be 0 < km <= 40000")
 }
-fn check_rtt_ms(v: f64) -> Result<f64, String> {
+fn check_rtt_ms(v: f64) -> Result<f64, PlanError> {
     in_range(
         v,
         false,
@@ -321,7 +314,7 @@ fn check_rtt_ms(v: f64) -> Result<f64, String> {
         "RTT must be 0.001 ms (1 µs) to 10000 ms",
     )
 }
-fn check_link_gbps(v: f64) -> Result<f64, String> {
+fn check_link_gbps(v: f64) -> Result<f64, PlanError> {
     in_range(
         v,
         false,
@@ -330,25 +323,24 @@ fn check_link_gbps(v: f64) -> Result<f64, String> {
         "link rate must be 0.000001 Gbit/s (1 kbit/s) to 10000 Gbit/s",
     )
 }
-fn check_loss(v: f64) -> Result<f64, String> {
+fn check_loss(v: f64) -> Result<f64, PlanError> {
     if (0.0..1.0).contains(&v) {
         Ok(v)
     } else {
-        Err(format!(
-            "{v} is out of range: loss is a probability, 0 <= p < 1 (0.001 = 0.1 %)"
-        ))
+        Err(PlanError::OutOfRange {
+            value: v,
+            what: "loss is a probability, 0 <= p < 1 (0.001 = 0.1 %)",
+        })
     }
 }
-fn check_mtu(v: u32) -> Result<u32, String> {
+fn check_mtu(v: u32) -> Result<u32, PlanError> {
     if MTUS.contains(&v) {
         Ok(v)
     } else {
-        Err(format!(
-            "{v} is not a RoCE path MTU: use 1024, 2048 or 4096 (payload bytes per packet)"
-        ))
+        Err(PlanError::Mtu(v))
     }
 }
-fn check_dc_rtt_us(v: f64) -> Result<f64, String> {
+fn check_dc_rtt_us(v: f64) -> Result<f64, PlanError> {
     in_range(
         v,
         false,
@@ -357,66 +349,73 @@ fn check_dc_rtt_us(v: f64) -> Result<f64, String> {
         "DC RTT must be 0.1 µs to 100000 µs",
     )
 }
-fn check_safety_factor(v: f64) -> Result<f64, String> {
+fn check_safety_factor(v: f64) -> Result<f64, PlanError> {
     in_range(v, false, 1.0, 16.0, "safety factor must be 1.0 to 16.0")
 }
-fn check_params(v: f64) -> Result<f64, String> {
+fn check_params(v: f64) -> Result<f64, PlanError> {
     in_range(v, false, 1.0, 1e15, "parameter count must be 1 to 1e15")
 }
-fn check_backward_ms(v: f64) -> Result<f64, String> {
+fn check_backward_ms(v: f64) -> Result<f64, PlanError> {
     in_range(v, true, 0.0, 1e9, "backward time must be > 0 ms")
 }
-fn check_int(v: u32, lo: u32, hi: u32, what: &str) -> Result<u32, String> {
+fn check_int(v: u32, lo: u32, hi: u32, what: &'static str) -> Result<u32, PlanError> {
     if (lo..=hi).contains(&v) {
         Ok(v)
     } else {
-        Err(format!("{v} is out of range: {what} must be {lo} to {hi}"))
+        Err(PlanError::IntOutOfRange {
+            value: v,
+            what,
+            lo,
+            hi,
+        })
     }
 }
 
-fn parse_distance_km(s: &str) -> Result<f64, String> {
+pub fn parse_distance_km(s: &str) -> Result<f64, PlanError> {
     check_distance_km(number(s)?)
 }
-fn parse_rtt_ms(s: &str) -> Result<f64, String> {
+pub fn parse_rtt_ms(s: &str) -> Result<f64, PlanError> {
     check_rtt_ms(number(s)?)
 }
-fn parse_link_gbps(s: &str) -> Result<f64, String> {
+pub fn parse_link_gbps(s: &str) -> Result<f64, PlanError> {
     check_link_gbps(number(s)?)
 }
-fn parse_loss(s: &str) -> Result<f64, String> {
+pub fn parse_loss(s: &str) -> Result<f64, PlanError> {
     check_loss(number(s)?)
 }
-fn parse_mtu(s: &str) -> Result<u32, String> {
-    let v: u32 = s.trim().parse().map_err(|_| {
-        format!("\"{s}\" is not a RoCE path MTU: use 1024, 2048 or 4096 (payload bytes per packet)")
-    })?;
+pub fn parse_mtu(s: &str) -> Result<u32, PlanError> {
+    let v: u32 = s
+        .trim()
+        .parse()
+        .map_err(|_| PlanError::MtuText(s.to_owned()))?;
     check_mtu(v)
 }
-fn parse_dc_rtt_us(s: &str) -> Result<f64, String> {
+pub fn parse_dc_rtt_us(s: &str) -> Result<f64, PlanError> {
     check_dc_rtt_us(number(s)?)
 }
-fn parse_safety_factor(s: &str) -> Result<f64, String> {
+pub fn parse_safety_factor(s: &str) -> Result<f64, PlanError> {
     check_safety_factor(number(s)?)
 }
-fn parse_params(s: &str) -> Result<f64, String> {
+pub fn parse_params(s: &str) -> Result<f64, PlanError> {
     check_params(number(s)?)
 }
-fn parse_backward_ms(s: &str) -> Result<f64, String> {
+pub fn parse_backward_ms(s: &str) -> Result<f64, PlanError> {
     check_backward_ms(number(s)?)
 }
 
 /// Prefixes a range-check message with the flag it is about.
-fn flag(name: &'static str) -> impl Fn(String) -> String {
-    move |e| format!("--{name}: {e}")
+fn flag(name: &'static str) -> impl Fn(PlanError) -> PlanError {
+    move |e| PlanError::Flag {
+        flag: name,
+        source: Box::new(e),
+    }
 }
 
 /// Every range check, with the flag named, for a `PlanArgs` built in code.
-fn validate(a: &PlanArgs) -> Result<(), String> {
+fn validate(a: &PlanArgs) -> Result<(), PlanError> {
     match (a.distance_km, a.rtt_ms) {
-        (Some(_), Some(_)) => return Err("give either --distance-km or --rtt-ms, not both".into()),
-        (None, None) => {
-            return Err("the WAN delay is missing: give --distance-km KM or --rtt-ms MS".into())
-        }
+        (Some(_), Some(_)) => return Err(PlanError::BothDelays),
+        (None, None) => return Err(PlanError::NoDelay),
         (Some(km), None) => {
             check_distance_km(km).map_err(flag("distance-km"))?;
         }
@@ -440,13 +439,7 @@ fn validate(a: &PlanArgs) -> Result<(), String> {
             check_params(p).map_err(flag("params"))?;
             check_backward_ms(b).map_err(flag("backward-ms"))?;
         }
-        _ => {
-            return Err(
-                "the workload options go together: give all of --gpus, --params and \
-                 --backward-ms, or none"
-                    .into(),
-            )
-        }
+        _ => return Err(PlanError::PartialWorkload),
     }
     Ok(())
 }
@@ -455,9 +448,9 @@ fn validate(a: &PlanArgs) -> Result<(), String> {
 // The arithmetic.
 
 /// Computes the plan; see the module docs for the model. Errors name the
-/// offending flag (only reachable for a `PlanArgs` built in code: the clap
-/// parsers reject the same values).
-pub fn plan(a: &PlanArgs) -> Result<Plan, String> {
+/// offending flag (only reachable for a `PlanArgs` built in code: the
+/// command line's parsers reject the same values).
+pub fn plan(a: &PlanArgs) -> Result<Plan, PlanError> {
     validate(a)?;
 
     // Delay, in whole nanoseconds like the site config.
@@ -547,8 +540,8 @@ pub fn plan(a: &PlanArgs) -> Result<Plan, String> {
         wan_gbps: wan_bps as f64 / 1e9,
         wire_efficiency,
         line_goodput_gbps: line_goodput / 1e9,
-        bdp_bytes: u64::try_from(bdp_bytes).map_err(|_| "BDP overflows 64 bits")?,
-        buffer_bytes: u64::try_from(buffer_bytes).map_err(|_| "buffer overflows 64 bits")?,
+        bdp_bytes: u64::try_from(bdp_bytes).map_err(|_| PlanError::Overflow("BDP"))?,
+        buffer_bytes: u64::try_from(buffer_bytes).map_err(|_| PlanError::Overflow("buffer"))?,
         direct_window_gbps: direct_window / 1e9,
         dc_window_gbps: dc_window / 1e9,
         window_loss_probability: q,

@@ -93,11 +93,7 @@ fn pair(test: &str) -> Pair {
 fn write_key(dir: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let p = dir.join("psk.key");
-    let mut k = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .unwrap()
-        .read_exact(&mut k)
-        .unwrap();
+    let k = soya::rand::key().unwrap();
     let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
     std::fs::write(&p, hex + "\n").unwrap();
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -544,9 +540,31 @@ fn sighup_reloads_and_sigterm_drains_with_exit_zero() {
     // SIGHUP: a new log level applies live; a new path weight needs a restart.
     let text = config_text(&p.a, &p.b, None, "debug", 7);
     std::fs::write(&fa, text).unwrap();
+    // stderr is read as it comes: the reload is over once the daemon has
+    // logged what needs a restart (its last line about a SIGHUP).
+    let (lines, stderr) = std::sync::mpsc::channel();
+    let reader = child.stderr.take().unwrap();
+    let stderr_thread = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(reader)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines.send(line);
+        }
+    });
     signal(&child, libc::SIGHUP);
-    std::thread::sleep(Duration::from_millis(300));
-    // The gateway keeps running and answering.
+    let mut err = String::new();
+    while !err.contains("need a restart") {
+        match stderr.recv_timeout(Duration::from_secs(10)) {
+            Ok(line) => {
+                err.push_str(&line);
+                err.push('\n');
+            }
+            Err(e) => panic!("no reload logged after SIGHUP ({e}): {err}"),
+        }
+    }
+    // After the reload the gateway keeps running and answering.
     let s = control::query(&p.a.socket).unwrap();
     assert_eq!(s.state, "running");
 
@@ -559,13 +577,11 @@ fn sighup_reloads_and_sigterm_drains_with_exit_zero() {
         .unwrap()
         .read_to_string(&mut out)
         .unwrap();
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    stderr_thread.join().unwrap();
+    for line in stderr.try_iter() {
+        err.push_str(&line);
+        err.push('\n');
+    }
     assert_eq!(status.code(), Some(0), "{out}\n{err}");
     assert!(out.contains("Sōya gateway \"lab-a\""), "{out}");
     assert!(out.contains("lab-a: drained cleanly"), "{out}");

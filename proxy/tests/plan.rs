@@ -8,18 +8,22 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use soya::plan::{self, Plan, PlanArgs};
 
+/// The binary's command line for `soya plan` (the library has none).
+#[path = "../src/plan_cli.rs"]
+mod plan_cli;
+
 /// `soya plan` as a standalone command, the way `main.rs` embeds it.
 #[derive(Parser, Debug)]
 #[command(name = "soya-plan")]
 struct Cli {
     #[command(flatten)]
-    args: PlanArgs,
+    args: plan_cli::PlanCli,
 }
 
 fn args(argv: &str) -> PlanArgs {
     let argv = std::iter::once("soya-plan").chain(argv.split_whitespace());
     match Cli::try_parse_from(argv) {
-        Ok(cli) => cli.args,
+        Ok(cli) => cli.args.into(),
         Err(e) => panic!("rejected: {e}"),
     }
 }
@@ -515,6 +519,6 @@ fn plan_rejects_arguments_built_in_code() {
         let mut a = args(SAPPORO);
         break_it(&mut a);
         let e = plan::plan(&a).expect_err(msg);
-        has(&e, msg);
+        has(&e.to_string(), msg);
     }
 }

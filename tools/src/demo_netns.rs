@@ -206,12 +206,8 @@ impl Sites {
     }
 
     fn write_key_and_configs(&self, dir: &Path, rtt_ms: f64) -> Result<(), String> {
-        use std::io::Read;
         use std::os::unix::fs::PermissionsExt;
-        let mut k = [0u8; 32];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| f.read_exact(&mut k))
-            .map_err(|e| format!("/dev/urandom: {e}"))?;
+        let k = soya::rand::key().map_err(|e| format!("random key: {e}"))?;
         let key = dir.join("psk.key");
         let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
         std::fs::write(&key, hex + "\n")

@@ -163,7 +163,13 @@ fn duration_mode_many_qps() {
     assert_clean(&c, &s);
     assert!(c.messages > 0);
     assert_eq!(s.messages, c.messages);
-    assert!(t.elapsed() < Duration::from_secs(15));
+    // Only a safety net against a run that never stops (not a speed
+    // verdict: generous on any machine).
+    assert!(
+        t.elapsed() < Duration::from_secs(60),
+        "a 0.7 s run took {:?}: duration mode does not stop",
+        t.elapsed()
+    );
 }
 
 #[test]

@@ -11,7 +11,7 @@ pub mod pool;
 pub mod slab;
 
 pub use pool::{PacketPool, PoolStats};
-pub use slab::{PacketSlab, SlotHandle};
+pub use slab::{PacketSlab, SlabError, SlotHandle, MAX_SLOTS, MAX_SLOT_BYTES};
 
 use std::collections::HashMap;
 

@@ -5,6 +5,24 @@
 //! allocation per packet. A [`SlotHandle`] is 4 bytes, cheap to pass through
 //! rings between stages.
 
+use thiserror::Error;
+
+/// Largest slot: a slot's length is held in 16 bits.
+pub const MAX_SLOT_BYTES: usize = u16::MAX as usize;
+/// Most slots: a [`SlotHandle`] is 32 bits.
+pub const MAX_SLOTS: usize = u32::MAX as usize;
+
+/// A slab that cannot be built as asked (never silently shrunk).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum SlabError {
+    #[error("slot size {0} bytes is above the largest a slot can hold ({MAX_SLOT_BYTES} bytes)")]
+    SlotTooLarge(usize),
+    #[error("slot size must be at least 1 byte")]
+    EmptySlot,
+    #[error("{0} slots is more than a slot handle can address ({MAX_SLOTS})")]
+    TooManySlots(usize),
+}
+
 /// Index of a slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SlotHandle(u32);
@@ -25,11 +43,32 @@ pub struct PacketSlab {
 }
 
 impl PacketSlab {
-    /// `slots` slots of `slot_bytes` (≤ 65535) each.
+    /// `slots` slots of `slot_bytes` each.
+    ///
+    /// # Panics
+    ///
+    /// If [`Self::try_new`] refuses the sizes (the site configuration
+    /// refuses such a `buffer.slot_bytes` long before: 1024..=16384).
     pub fn new(slots: usize, slot_bytes: usize) -> PacketSlab {
-        let slot_bytes = slot_bytes.min(u16::MAX as usize);
-        let slots = slots.min(u32::MAX as usize);
-        PacketSlab {
+        match PacketSlab::try_new(slots, slot_bytes) {
+            Ok(s) => s,
+            Err(e) => panic!("packet slab: {e}"),
+        }
+    }
+
+    /// `slots` slots of `slot_bytes` (1..=[`MAX_SLOT_BYTES`]) each, at most
+    /// [`MAX_SLOTS`] of them.
+    pub fn try_new(slots: usize, slot_bytes: usize) -> Result<PacketSlab, SlabError> {
+        if slot_bytes > MAX_SLOT_BYTES {
+            return Err(SlabError::SlotTooLarge(slot_bytes));
+        }
+        if slot_bytes == 0 {
+            return Err(SlabError::EmptySlot);
+        }
+        if slots > MAX_SLOTS {
+            return Err(SlabError::TooManySlots(slots));
+        }
+        Ok(PacketSlab {
             data: vec![0; slots * slot_bytes],
             slot_bytes,
             lens: vec![0; slots],
@@ -37,7 +76,7 @@ impl PacketSlab {
             free: (0..slots as u32).rev().collect(),
             in_use: vec![false; slots],
             high_water: 0,
-        }
+        })
     }
 
     /// Copies `bytes` into a free slot; `None` when full or too large.
@@ -113,5 +152,34 @@ mod tests {
         let c = s.alloc(b"zz").unwrap();
         assert_eq!(s.get(c), b"zz");
         assert_eq!(s.high_water(), 2);
+    }
+
+    #[test]
+    fn sizes_are_checked_not_capped() {
+        assert_eq!(
+            PacketSlab::try_new(4, MAX_SLOT_BYTES).map(|s| s.slot_bytes()),
+            Ok(65_535)
+        );
+        assert_eq!(
+            PacketSlab::try_new(4, 65_536).err(),
+            Some(SlabError::SlotTooLarge(65_536))
+        );
+        assert_eq!(PacketSlab::try_new(4, 0).err(), Some(SlabError::EmptySlot));
+        assert_eq!(
+            SlabError::SlotTooLarge(70_000).to_string(),
+            "slot size 70000 bytes is above the largest a slot can hold (65535 bytes)"
+        );
+        if usize::BITS > 32 {
+            assert_eq!(
+                PacketSlab::try_new(MAX_SLOTS + 1, 8).err(),
+                Some(SlabError::TooManySlots(MAX_SLOTS + 1))
+            );
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "packet slab: slot size 100000 bytes is above")]
+    fn new_refuses_a_slot_too_large() {
+        PacketSlab::new(1, 100_000);
     }
 }

@@ -29,7 +29,7 @@ mod dgram;
 mod flow;
 mod idhash;
 pub mod msg;
-mod packet;
+pub mod packet;
 mod path;
 mod recovery;
 mod replay;
@@ -605,10 +605,14 @@ impl WanConnection {
             self.counters.malformed += 1;
             return;
         };
-        let Some(hdr) = Header::decode(bytes).filter(|h| usize::from(h.path) == path) else {
-            p.counters.malformed += 1;
-            self.counters.malformed += 1;
-            return;
+        let hdr = match Header::decode(bytes) {
+            Ok(h) if usize::from(h.path) == path => h,
+            other => {
+                tracing::trace!(path, cause = ?other.err(), "malformed WAN datagram");
+                p.counters.malformed += 1;
+                self.counters.malformed += 1;
+                return;
+            }
         };
         if hdr.insecure != self.session.insecure() {
             // A lab-mode peer talking to a keyed one (or the reverse).
@@ -628,10 +632,14 @@ impl WanConnection {
             self.counters.auth_failures += 1;
             return;
         }
-        let Some(hello) = Hello::decode(&bytes[HEADER_LEN..HELLO_LEN - TAG_LEN]) else {
-            self.paths[path].counters.malformed += 1;
-            self.counters.malformed += 1;
-            return;
+        let hello = match Hello::decode(&bytes[HEADER_LEN..HELLO_LEN - TAG_LEN]) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::trace!(path, cause = %e, "malformed HELLO");
+                self.paths[path].counters.malformed += 1;
+                self.counters.malformed += 1;
+                return;
+            }
         };
         self.counters.hellos_accepted += 1;
         match self.session.on_hello(hdr, &hello) {
@@ -752,7 +760,7 @@ impl WanConnection {
         // Authentic from here on: only now may the packet move any state.
         p.replay.accept(hdr.pn);
         match check_frames(plain) {
-            Some((frames, eliciting)) => {
+            Ok((frames, eliciting)) => {
                 let p = &mut self.paths[path];
                 p.counters.packets_received += 1;
                 p.counters.bytes_received += len as u64;
@@ -775,8 +783,9 @@ impl WanConnection {
                     .acks
                     .on_packet(hdr.pn, now, eliciting, max_delay);
             }
-            None => {
+            Err(e) => {
                 // Authentic but unparsable: a peer bug. Nothing was applied.
+                tracing::debug!(path, cause = %e, "authentic WAN packet with malformed frames");
                 self.paths[path].counters.malformed += 1;
                 self.counters.malformed += 1;
             }
@@ -798,8 +807,9 @@ impl WanConnection {
                 let mut deliver = |flow, bytes: &[u8]| {
                     let len = bytes.len() as u64;
                     match msg::decode_with(bytes, |b| pool.copy_of(b)) {
-                        Some(msg) => events.push_back(Queued::Msg { flow, len, msg }),
-                        None => {
+                        Ok(msg) => events.push_back(Queued::Msg { flow, len, msg }),
+                        Err(e) => {
+                            tracing::debug!(flow, cause = %e, "undecodable twin message");
                             counters.malformed += 1;
                             undecodable.push((flow, len));
                         }

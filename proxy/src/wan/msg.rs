@@ -20,6 +20,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use thiserror::Error;
+
 use crate::qp::half::HalfKey;
 use crate::qp::twin::{Carry, TwinMsg};
 use crate::roce::{NakCode, Psn};
@@ -27,6 +29,30 @@ use crate::roce::{NakCode, Psn};
 use super::packet::{Reader, Writer};
 
 pub const CODEC_VERSION: u8 = 1;
+
+/// Why a message was refused (a plain enum: decoding allocates nothing to
+/// report it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum MsgError {
+    #[error("message truncated at its {0}")]
+    Truncated(&'static str),
+    #[error("codec version {0}, not {CODEC_VERSION}")]
+    Version(u8),
+    #[error("unknown message kind {0}")]
+    Kind(u8),
+    #[error("unknown carry {0}")]
+    Carry(u8),
+    #[error("unknown address family {0}")]
+    AddressFamily(u8),
+    #[error("PSN {0:#x} is past 24 bits")]
+    Psn(u32),
+    #[error("unknown MSN flag {0}")]
+    MsnFlag(u8),
+    #[error("unknown NAK code {0}")]
+    NakCode(u8),
+    #[error("{0} bytes after the end of the message")]
+    Trailing(usize),
+}
 
 const K_REQUEST: u8 = 1;
 const K_RESPONSE: u8 = 2;
@@ -193,25 +219,28 @@ pub fn encoded_len(msg: &TwinMsg) -> usize {
     }
 }
 
-/// Parses a message; `None` if anything is off (unknown version or kind,
-/// bad address family, PSN out of range, unknown NAK code, trailing bytes).
-pub fn decode(b: &[u8]) -> Option<TwinMsg> {
+/// Parses a message; refuses anything that is off (unknown version or
+/// kind, bad address family, PSN out of range, unknown NAK code, trailing
+/// bytes).
+pub fn decode(b: &[u8]) -> Result<TwinMsg, MsgError> {
     decode_with(b, |packet| packet.to_vec())
 }
 
 /// [`decode`], the carried packet copied out by `copy` (the transport
 /// copies into a pooled buffer: `buffer::pool`).
-pub fn decode_with(b: &[u8], copy: impl FnOnce(&[u8]) -> Vec<u8>) -> Option<TwinMsg> {
+pub fn decode_with(b: &[u8], copy: impl FnOnce(&[u8]) -> Vec<u8>) -> Result<TwinMsg, MsgError> {
+    use MsgError::Truncated;
     let mut r = Reader::new(b);
-    if r.u8()? != CODEC_VERSION {
-        return None;
+    let version = r.u8().ok_or(Truncated("codec version"))?;
+    if version != CODEC_VERSION {
+        return Err(MsgError::Version(version));
     }
-    let msg = match r.u8()? {
+    let msg = match r.u8().ok_or(Truncated("kind"))? {
         K_REQUEST => {
-            let carry = match r.u8()? {
+            let carry = match r.u8().ok_or(Truncated("carry"))? {
                 0 => Carry::Raw,
                 1 => Carry::Reliable,
-                _ => return None,
+                c => return Err(MsgError::Carry(c)),
             };
             TwinMsg::Request {
                 carry,
@@ -227,23 +256,26 @@ pub fn decode_with(b: &[u8], copy: impl FnOnce(&[u8]) -> Vec<u8>) -> Option<Twin
         K_DELIVERED => TwinMsg::Delivered {
             half: get_half(&mut r)?,
             psn: get_psn(&mut r)?,
-            msn: match r.u8()? {
+            msn: match r.u8().ok_or(Truncated("MSN flag"))? {
                 0 => None,
-                1 => Some(r.u32()?),
-                _ => return None,
+                1 => Some(r.u32().ok_or(Truncated("MSN"))?),
+                f => return Err(MsgError::MsnFlag(f)),
             },
         },
         K_ERROR => TwinMsg::Error {
             half: get_half(&mut r)?,
             psn: get_psn(&mut r)?,
-            code: NakCode::from_code(r.u8()?)?,
+            code: {
+                let c = r.u8().ok_or(Truncated("NAK code"))?;
+                NakCode::from_code(c).ok_or(MsgError::NakCode(c))?
+            },
         },
-        _ => return None,
+        k => return Err(MsgError::Kind(k)),
     };
     if !r.is_empty() {
-        return None;
+        return Err(MsgError::Trailing(r.remaining().len()));
     }
-    Some(msg)
+    Ok(msg)
 }
 
 fn put_addr(w: &mut Writer<'_>, a: &IpAddr) -> bool {
@@ -259,31 +291,43 @@ fn put_half(w: &mut Writer<'_>, h: &HalfKey) -> bool {
         && w.bytes(&h.responder_qpn.to_be_bytes())
 }
 
-fn get_addr(r: &mut Reader<'_>) -> Option<IpAddr> {
-    match r.u8()? {
+fn get_addr(r: &mut Reader<'_>, which: &'static str) -> Result<IpAddr, MsgError> {
+    let truncated = MsgError::Truncated(which);
+    match r.u8().ok_or(truncated)? {
         4 => {
-            let o: [u8; 4] = r.take(4)?.try_into().ok()?;
-            Some(IpAddr::V4(Ipv4Addr::from(o)))
+            let o: [u8; 4] = r
+                .take(4)
+                .ok_or(truncated)?
+                .try_into()
+                .map_err(|_| truncated)?;
+            Ok(IpAddr::V4(Ipv4Addr::from(o)))
         }
         6 => {
-            let o: [u8; 16] = r.take(16)?.try_into().ok()?;
-            Some(IpAddr::V6(Ipv6Addr::from(o)))
+            let o: [u8; 16] = r
+                .take(16)
+                .ok_or(truncated)?
+                .try_into()
+                .map_err(|_| truncated)?;
+            Ok(IpAddr::V6(Ipv6Addr::from(o)))
         }
-        _ => None,
+        f => Err(MsgError::AddressFamily(f)),
     }
 }
 
-fn get_half(r: &mut Reader<'_>) -> Option<HalfKey> {
-    Some(HalfKey {
-        requester: get_addr(r)?,
-        responder: get_addr(r)?,
-        responder_qpn: r.u32()?,
+fn get_half(r: &mut Reader<'_>) -> Result<HalfKey, MsgError> {
+    Ok(HalfKey {
+        requester: get_addr(r, "requester address")?,
+        responder: get_addr(r, "responder address")?,
+        responder_qpn: r.u32().ok_or(MsgError::Truncated("responder QPN"))?,
     })
 }
 
-fn get_psn(r: &mut Reader<'_>) -> Option<Psn> {
-    let v = r.u32()?;
-    (v <= Psn::MASK).then(|| Psn::new(v))
+fn get_psn(r: &mut Reader<'_>) -> Result<Psn, MsgError> {
+    let v = r.u32().ok_or(MsgError::Truncated("PSN"))?;
+    if v > Psn::MASK {
+        return Err(MsgError::Psn(v));
+    }
+    Ok(Psn::new(v))
 }
 
 #[cfg(test)]
@@ -344,7 +388,7 @@ mod tests {
         for m in msgs {
             let b = encode(&m);
             assert_eq!(b.len(), encoded_len(&m));
-            assert_eq!(decode(&b).as_ref(), Some(&m));
+            assert_eq!(decode(&b).as_ref(), Ok(&m));
             // The two-part encoding holds the same bytes, cut anywhere.
             let e = encode_owned(m);
             assert_eq!(e.len(), b.len());
@@ -364,18 +408,32 @@ mod tests {
             psn: Psn::new(5),
             code: NakCode::InvalidRequest,
         });
-        assert!(decode(&[]).is_none());
-        assert!(decode(&[2, K_RESPONSE]).is_none(), "version");
-        assert!(decode(&[1, 99]).is_none(), "kind");
-        assert!(decode(&[1, K_REQUEST, 2]).is_none(), "carry");
+        use MsgError as E;
+        assert_eq!(decode(&[]), Err(E::Truncated("codec version")));
+        assert_eq!(decode(&[2, K_RESPONSE]), Err(E::Version(2)), "version");
+        assert_eq!(decode(&[1, 99]), Err(E::Kind(99)), "kind");
+        assert_eq!(decode(&[1, K_REQUEST, 2]), Err(E::Carry(2)), "carry");
+        assert_eq!(decode(&[1, K_ERROR, 5]), Err(E::AddressFamily(5)));
         for n in 0..good.len() {
-            assert!(decode(&good[..n]).is_none(), "truncated at {n}");
+            assert!(
+                matches!(decode(&good[..n]), Err(E::Truncated(_))),
+                "truncated at {n}"
+            );
         }
+        assert_eq!(decode(&good[..3]), Err(E::Truncated("requester address")));
         let mut trailing = good.clone();
         trailing.push(0);
-        assert!(decode(&trailing).is_none());
+        assert_eq!(decode(&trailing), Err(E::Trailing(1)));
         let mut bad_code = good.clone();
         *bad_code.last_mut().unwrap() = 9;
-        assert!(decode(&bad_code).is_none());
+        assert_eq!(decode(&bad_code), Err(E::NakCode(9)));
+        let mut bad_psn = good.clone();
+        let at = bad_psn.len() - 5;
+        bad_psn[at] = 0x01;
+        assert_eq!(decode(&bad_psn), Err(E::Psn(0x0100_0005)));
+        assert_eq!(
+            E::Truncated("PSN").to_string(),
+            "message truncated at its PSN"
+        );
     }
 }

@@ -3,9 +3,12 @@
 //!
 //! Byte layouts are documented in `docs/wan-protocol.md`; keep the two in
 //! step. Everything here is pure parsing and emitting: no crypto, no state.
-//! Parsers return `None` on anything malformed instead of panicking, and never
-//! index a slice without checking its length first (all reads go through
-//! [`Reader`]).
+//! Parsers return a typed error on anything malformed ([`HeaderError`],
+//! [`HelloError`], [`FrameError`]: plain enums, nothing allocated) instead of
+//! panicking, and never index a slice without checking its length first (all
+//! reads go through [`Reader`]).
+
+use thiserror::Error;
 
 use super::cipher::CipherOffer;
 
@@ -37,6 +40,73 @@ const FLAG_KIND_MASK: u8 = 0b0000_0011;
 const FLAG_CLIENT: u8 = 0b0100_0000;
 const FLAG_INSECURE: u8 = 0b1000_0000;
 const FLAG_RESERVED: u8 = !(FLAG_KIND_MASK | FLAG_CLIENT | FLAG_INSECURE);
+
+/// Why a datagram's cleartext header was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum HeaderError {
+    #[error("datagram truncated at the header's {0} ({HEADER_LEN} bytes needed)")]
+    Truncated(&'static str),
+    #[error("protocol version {0}, not {VERSION}")]
+    Version(u8),
+    #[error("reserved flag bits set ({0:#04x})")]
+    ReservedFlags(u8),
+    #[error("unknown packet kind {0}")]
+    Kind(u8),
+    #[error("reserved byte is {0:#04x}, not 0")]
+    ReservedByte(u8),
+    #[error("packet number {0:#x} has its top two bits set")]
+    PacketNumber(u64),
+}
+
+/// Why a HELLO body was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum HelloError {
+    #[error("HELLO body of {0} bytes, not {HELLO_BODY_LEN}")]
+    Length(usize),
+    #[error("unknown HELLO flags {0:#06x}")]
+    Flags(u16),
+    #[error("HELLO nonce is 0")]
+    ZeroNonce,
+}
+
+/// Why a decrypted payload's frames were refused (the first fault found).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum FrameError {
+    #[error("unknown frame type {0:#04x}")]
+    UnknownType(u8),
+    #[error("{frame} frame truncated at its {field}")]
+    Truncated {
+        frame: &'static str,
+        field: &'static str,
+    },
+    #[error("{frame} frame: {field} {value} does not fit in 32 bits")]
+    TooLarge {
+        frame: &'static str,
+        field: &'static str,
+        value: u64,
+    },
+    #[error("{frame} frame says {len} bytes, {left} left in the packet")]
+    LyingLength {
+        frame: &'static str,
+        len: u64,
+        left: usize,
+    },
+    #[error("{frame} frame: fragment of {len} bytes at {frag_off} outside a message of {total}")]
+    Fragment {
+        frame: &'static str,
+        frag_off: u32,
+        len: u64,
+        total: u32,
+    },
+    #[error("CLOSE reason of {0} bytes (at most {MAX_REASON})")]
+    ReasonTooLong(u64),
+    #[error("ACK frame with {0} extra ranges (fewer than {MAX_ACK_RANGES} allowed)")]
+    TooManyRanges(u64),
+    #[error("ACK frame's largest packet number {0:#x} is past 2^62")]
+    AckLargest(u64),
+    #[error("ACK frame range {0} reaches below packet number 0")]
+    AckBelowZero(usize),
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PacketKind {
@@ -86,33 +156,36 @@ impl Header {
         out[16..24].copy_from_slice(&(self.pn & MAX_PN).to_be_bytes());
     }
 
-    /// Parses the header; `None` for a short datagram, another version,
+    /// Parses the header; refuses a short datagram, another version,
     /// reserved bits set or a packet number with its top bits set.
-    pub fn decode(b: &[u8]) -> Option<Header> {
+    pub fn decode(b: &[u8]) -> Result<Header, HeaderError> {
+        use HeaderError::Truncated;
         let mut r = Reader::new(b);
-        if r.u8()? != VERSION {
-            return None;
+        let version = r.u8().ok_or(Truncated("version"))?;
+        if version != VERSION {
+            return Err(HeaderError::Version(version));
         }
-        let flags = r.u8()?;
+        let flags = r.u8().ok_or(Truncated("flags"))?;
         if flags & FLAG_RESERVED != 0 {
-            return None;
+            return Err(HeaderError::ReservedFlags(flags & FLAG_RESERVED));
         }
         let kind = match flags & FLAG_KIND_MASK {
             0 => PacketKind::Protected,
             1 => PacketKind::Hello,
-            _ => return None,
+            k => return Err(HeaderError::Kind(k)),
         };
-        let path = r.u8()?;
-        if r.u8()? != 0 {
-            return None;
+        let path = r.u8().ok_or(Truncated("path"))?;
+        let reserved = r.u8().ok_or(Truncated("reserved byte"))?;
+        if reserved != 0 {
+            return Err(HeaderError::ReservedByte(reserved));
         }
-        let conn_id = r.u32()?;
-        let generation = r.u64()?;
-        let pn = r.u64()?;
+        let conn_id = r.u32().ok_or(Truncated("connection id"))?;
+        let generation = r.u64().ok_or(Truncated("generation"))?;
+        let pn = r.u64().ok_or(Truncated("packet number"))?;
         if pn > MAX_PN {
-            return None;
+            return Err(HeaderError::PacketNumber(pn));
         }
-        Some(Header {
+        Ok(Header {
             kind,
             insecure: flags & FLAG_INSECURE != 0,
             client: flags & FLAG_CLIENT != 0,
@@ -156,18 +229,24 @@ impl Hello {
         out[29] = self.offer.prefer;
     }
 
-    pub fn decode(b: &[u8]) -> Option<Hello> {
-        if b.len() != HELLO_BODY_LEN {
-            return None;
+    pub fn decode(b: &[u8]) -> Result<Hello, HelloError> {
+        let bytes: &[u8; HELLO_BODY_LEN] = b.try_into().map_err(|_| HelloError::Length(b.len()))?;
+        let u64_at = |i: usize| {
+            let mut v = [0u8; 8];
+            v.copy_from_slice(&bytes[i..i + 8]);
+            u64::from_be_bytes(v)
+        };
+        let (nonce, echo, flow_window) = (u64_at(0), u64_at(8), u64_at(16));
+        let max_datagram = u16::from_be_bytes([bytes[24], bytes[25]]);
+        let flags = u16::from_be_bytes([bytes[26], bytes[27]]);
+        let (accept, prefer) = (bytes[28], bytes[29]);
+        if flags > 1 {
+            return Err(HelloError::Flags(flags));
         }
-        let mut r = Reader::new(b);
-        let (nonce, echo, flow_window, max_datagram) = (r.u64()?, r.u64()?, r.u64()?, r.u16()?);
-        let flags = r.u16()?;
-        let (accept, prefer) = (r.u8()?, r.u8()?);
-        if flags > 1 || nonce == 0 {
-            return None;
+        if nonce == 0 {
+            return Err(HelloError::ZeroNonce);
         }
-        Some(Hello {
+        Ok(Hello {
             nonce,
             echo,
             flow_window,
@@ -420,13 +499,13 @@ impl Frame<'_> {
 /// state. Returns its frames (parsed again as they are taken: cheaper than
 /// collecting them into a vector for every packet) and whether any of them
 /// is ack-eliciting. PADDING bytes are skipped.
-pub fn check_frames(payload: &[u8]) -> Option<(Frames<'_>, bool)> {
+pub fn check_frames(payload: &[u8]) -> Result<(Frames<'_>, bool), FrameError> {
     let mut r = Reader::new(payload);
     let mut eliciting = false;
     while let Some(f) = next_frame(&mut r)? {
         eliciting |= f.ack_eliciting();
     }
-    Some((
+    Ok((
         Frames {
             r: Reader::new(payload),
         },
@@ -442,45 +521,98 @@ pub struct Frames<'a> {
 impl<'a> Iterator for Frames<'a> {
     type Item = Frame<'a>;
     fn next(&mut self) -> Option<Frame<'a>> {
-        next_frame(&mut self.r).flatten()
+        next_frame(&mut self.r).ok().flatten()
     }
 }
 
 /// [`check_frames`], collected (tests).
 #[cfg(test)]
-pub fn parse_frames(payload: &[u8]) -> Option<Vec<Frame<'_>>> {
-    Some(check_frames(payload)?.0.collect())
+pub fn parse_frames(payload: &[u8]) -> Result<Vec<Frame<'_>>, FrameError> {
+    Ok(check_frames(payload)?.0.collect())
 }
 
-/// The next frame: `Some(None)` at the end of the payload, `None` if
-/// malformed.
-fn next_frame<'a>(r: &mut Reader<'a>) -> Option<Option<Frame<'a>>> {
-    loop {
-        if r.is_empty() {
-            return Some(None);
+/// Reads the fields of one frame, each fault named after the frame and the
+/// field.
+struct FrameReader<'r, 'a> {
+    r: &'r mut Reader<'a>,
+    frame: &'static str,
+}
+
+impl<'a> FrameReader<'_, 'a> {
+    fn truncated(&self, field: &'static str) -> FrameError {
+        FrameError::Truncated {
+            frame: self.frame,
+            field,
         }
-        if r.peek() == Some(T_PADDING) {
-            r.u8();
+    }
+    fn u8(&mut self, field: &'static str) -> Result<u8, FrameError> {
+        self.r.u8().ok_or_else(|| self.truncated(field))
+    }
+    fn u64(&mut self, field: &'static str) -> Result<u64, FrameError> {
+        self.r.u64().ok_or_else(|| self.truncated(field))
+    }
+    fn varint(&mut self, field: &'static str) -> Result<u64, FrameError> {
+        self.r.varint().ok_or_else(|| self.truncated(field))
+    }
+    fn varint_u32(&mut self, field: &'static str) -> Result<u32, FrameError> {
+        let v = self.varint(field)?;
+        u32::try_from(v).map_err(|_| FrameError::TooLarge {
+            frame: self.frame,
+            field,
+            value: v,
+        })
+    }
+    /// A length, then that many bytes.
+    fn bytes(&mut self) -> Result<&'a [u8], FrameError> {
+        let len = self.varint("length")?;
+        let left = self.r.remaining().len();
+        usize::try_from(len)
+            .ok()
+            .and_then(|n| self.r.take(n))
+            .ok_or(FrameError::LyingLength {
+                frame: self.frame,
+                len,
+                left,
+            })
+    }
+    /// A fragment of `len` bytes at `frag_off` must lie inside a message of
+    /// `total` bytes; an empty fragment of a non-empty message is pointless
+    /// and refused.
+    fn fragment(&self, frag_off: u32, len: usize, total: u32) -> Result<(), FrameError> {
+        let end = u64::from(frag_off) + len as u64;
+        if end > u64::from(total) || (len == 0 && total != 0) {
+            return Err(FrameError::Fragment {
+                frame: self.frame,
+                frag_off,
+                len: len as u64,
+                total,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The next frame: `Ok(None)` at the end of the payload.
+fn next_frame<'a>(r: &mut Reader<'a>) -> Result<Option<Frame<'a>>, FrameError> {
+    loop {
+        let Some(t) = r.u8() else {
+            return Ok(None);
+        };
+        if t == T_PADDING {
             continue;
         }
-        let t = r.u8()?;
         let f = match t {
             T_PING => Frame::Ping,
             T_ACK => Frame::Ack(parse_ack(r)?),
             T_DATA => {
-                let flow = r.u64()?;
-                let seq = r.varint()?;
-                let offset = r.varint()?;
-                let total = u32::try_from(r.varint()?).ok()?;
-                let frag_off = u32::try_from(r.varint()?).ok()?;
-                let len = usize::try_from(r.varint()?).ok()?;
-                let bytes = r.take(len)?;
-                // The fragment must lie inside the message; an empty fragment
-                // of a non-empty message is pointless and refused.
-                let end = u64::from(frag_off) + len as u64;
-                if end > u64::from(total) || (len == 0 && total != 0) {
-                    return None;
-                }
+                let mut f = FrameReader { r, frame: "DATA" };
+                let flow = f.u64("flow id")?;
+                let seq = f.varint("sequence number")?;
+                let offset = f.varint("offset")?;
+                let total = f.varint_u32("total length")?;
+                let frag_off = f.varint_u32("fragment offset")?;
+                let bytes = f.bytes()?;
+                f.fragment(frag_off, bytes.len(), total)?;
                 Frame::Data(DataFrame {
                     flow,
                     seq,
@@ -490,20 +622,23 @@ fn next_frame<'a>(r: &mut Reader<'a>) -> Option<Option<Frame<'a>>> {
                     bytes,
                 })
             }
-            T_CREDIT => Frame::Credit {
-                flow: r.u64()?,
-                max_offset: r.varint()?,
-            },
-            T_DATAGRAM => {
-                let id = r.varint()?;
-                let total = u32::try_from(r.varint()?).ok()?;
-                let frag_off = u32::try_from(r.varint()?).ok()?;
-                let len = usize::try_from(r.varint()?).ok()?;
-                let bytes = r.take(len)?;
-                let end = u64::from(frag_off) + len as u64;
-                if end > u64::from(total) || (len == 0 && total != 0) {
-                    return None;
+            T_CREDIT => {
+                let mut f = FrameReader { r, frame: "CREDIT" };
+                Frame::Credit {
+                    flow: f.u64("flow id")?,
+                    max_offset: f.varint("max offset")?,
                 }
+            }
+            T_DATAGRAM => {
+                let mut f = FrameReader {
+                    r,
+                    frame: "DATAGRAM",
+                };
+                let id = f.varint("id")?;
+                let total = f.varint_u32("total length")?;
+                let frag_off = f.varint_u32("fragment offset")?;
+                let bytes = f.bytes()?;
+                f.fragment(frag_off, bytes.len(), total)?;
                 Frame::Datagram(DatagramFrame {
                     id,
                     total,
@@ -512,41 +647,56 @@ fn next_frame<'a>(r: &mut Reader<'a>) -> Option<Option<Frame<'a>>> {
                 })
             }
             T_CLOSE => {
-                let code = r.varint()?;
-                let len = usize::try_from(r.varint()?).ok()?;
-                if len > MAX_REASON {
-                    return None;
+                let mut f = FrameReader { r, frame: "CLOSE" };
+                let code = f.varint("code")?;
+                let len = f.varint("reason length")?;
+                if len > MAX_REASON as u64 {
+                    return Err(FrameError::ReasonTooLong(len));
                 }
-                Frame::Close {
-                    code,
-                    reason: r.take(len)?,
-                }
+                let left = f.r.remaining().len();
+                let reason = f.r.take(len as usize).ok_or(FrameError::LyingLength {
+                    frame: "CLOSE",
+                    len,
+                    left,
+                })?;
+                Frame::Close { code, reason }
             }
-            _ => return None,
+            t => return Err(FrameError::UnknownType(t)),
         };
-        return Some(Some(f));
+        return Ok(Some(f));
     }
 }
 
-fn parse_ack<'a>(r: &mut Reader<'a>) -> Option<AckFrame<'a>> {
-    let path = r.u8()?;
-    let largest = r.varint()?;
-    let delay_us = r.varint()?;
-    let extra = usize::try_from(r.varint()?).ok()?;
-    if extra >= MAX_ACK_RANGES || largest > MAX_PN {
-        return None;
+fn parse_ack<'a>(r: &mut Reader<'a>) -> Result<AckFrame<'a>, FrameError> {
+    let mut f = FrameReader { r, frame: "ACK" };
+    let path = f.u8("path")?;
+    let largest = f.varint("largest")?;
+    let delay_us = f.varint("delay")?;
+    let extra = f.varint("range count")?;
+    if extra >= MAX_ACK_RANGES as u64 {
+        return Err(FrameError::TooManyRanges(extra));
     }
-    let body = r.remaining();
+    if largest > MAX_PN {
+        return Err(FrameError::AckLargest(largest));
+    }
+    let extra = extra as usize;
+    let body = f.r.remaining();
     // Every range is decoded once here, so that iterating them later
     // cannot fail.
-    let mut lo = largest.checked_sub(r.varint()?)?;
-    for _ in 0..extra {
-        let gap = r.varint()?;
-        let len = r.varint()?;
-        let hi = lo.checked_sub(gap)?.checked_sub(2)?;
-        lo = hi.checked_sub(len)?;
+    let mut lo = largest
+        .checked_sub(f.varint("first range")?)
+        .ok_or(FrameError::AckBelowZero(0))?;
+    for i in 1..=extra {
+        let gap = f.varint("gap")?;
+        let len = f.varint("range length")?;
+        lo = lo
+            .checked_sub(gap)
+            .and_then(|hi| hi.checked_sub(2))
+            .and_then(|hi| hi.checked_sub(len))
+            .ok_or(FrameError::AckBelowZero(i))?;
     }
-    Some(AckFrame {
+    let r = f.r;
+    Ok(AckFrame {
         path,
         delay_us,
         largest,
@@ -632,6 +782,9 @@ impl<'a> Writer<'a> {
     }
     pub fn len(&self) -> usize {
         self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
     pub fn remaining(&self) -> usize {
         self.buf.len() - self.len
@@ -747,17 +900,38 @@ mod tests {
         };
         let mut b = [0u8; HEADER_LEN];
         h.encode(&mut b);
-        assert_eq!(Header::decode(&b), Some(h));
+        assert_eq!(Header::decode(&b), Ok(h));
         let mut bad = b;
         bad[0] = 1;
-        assert_eq!(Header::decode(&bad), None, "version 1 (no cipher offer)");
+        assert_eq!(
+            Header::decode(&bad),
+            Err(HeaderError::Version(1)),
+            "version 1 (no cipher offer)"
+        );
         let mut bad = b;
         bad[1] |= 0b0010_0000;
-        assert_eq!(Header::decode(&bad), None, "reserved flag");
+        assert_eq!(Header::decode(&bad), Err(HeaderError::ReservedFlags(0x20)));
+        let mut bad = b;
+        bad[1] |= 0b11;
+        assert_eq!(Header::decode(&bad), Err(HeaderError::Kind(3)));
+        let mut bad = b;
+        bad[3] = 9;
+        assert_eq!(Header::decode(&bad), Err(HeaderError::ReservedByte(9)));
         let mut bad = b;
         bad[16] |= 0x80;
-        assert_eq!(Header::decode(&bad), None, "pn top bits");
-        assert_eq!(Header::decode(&b[..HEADER_LEN - 1]), None, "short");
+        assert!(
+            matches!(Header::decode(&bad), Err(HeaderError::PacketNumber(_))),
+            "pn top bits"
+        );
+        assert_eq!(
+            Header::decode(&b[..HEADER_LEN - 1]),
+            Err(HeaderError::Truncated("packet number"))
+        );
+        assert_eq!(Header::decode(&[]), Err(HeaderError::Truncated("version")));
+        assert_eq!(
+            HeaderError::Truncated("generation").to_string(),
+            "datagram truncated at the header's generation (24 bytes needed)"
+        );
     }
 
     #[test]
@@ -776,29 +950,95 @@ mod tests {
         let mut b = [0u8; HELLO_BODY_LEN];
         h.encode(&mut b);
         assert_eq!(&b[28..], &[0b11, 2]);
-        assert_eq!(Hello::decode(&b), Some(h));
-        assert_eq!(Hello::decode(&b[..28]), None, "version 1 body");
+        assert_eq!(Hello::decode(&b), Ok(h));
+        assert_eq!(
+            Hello::decode(&b[..28]),
+            Err(HelloError::Length(28)),
+            "version 1 body"
+        );
         let mut bad = b;
         bad[27] = 2;
-        assert_eq!(Hello::decode(&bad), None, "unknown flag");
+        assert_eq!(Hello::decode(&bad), Err(HelloError::Flags(2)));
+        let mut bad = b;
+        bad[..8].fill(0);
+        assert_eq!(Hello::decode(&bad), Err(HelloError::ZeroNonce));
         assert_eq!(HELLO_LEN, 70);
     }
 
     #[test]
     fn malformed_frames_rejected() {
+        use FrameError::*;
         // Unknown type, truncated varint, fragment beyond the message, ACK
         // range below zero, too many ranges.
-        assert!(parse_frames(&[0x7f]).is_none());
-        assert!(parse_frames(&[T_DATA, 0, 0]).is_none());
+        assert_eq!(parse_frames(&[0x7f]), Err(UnknownType(0x7f)));
+        assert_eq!(
+            parse_frames(&[T_DATA, 0, 0]),
+            Err(Truncated {
+                frame: "DATA",
+                field: "flow id"
+            })
+        );
         let mut buf = [0u8; 64];
         let mut w = Writer::new(&mut buf);
         assert!(w.u8(T_DATA) && w.u64(1) && w.varint(0) && w.varint(0));
         assert!(w.varint(2) && w.varint(1) && w.varint(2) && w.bytes(b"xy"));
         let n = w.len();
-        assert!(parse_frames(&buf[..n]).is_none(), "fragment past total");
-        assert!(parse_frames(&[T_ACK, 0, 5, 0, 0, 6]).is_none());
-        assert!(parse_frames(&[T_ACK, 0, 5, 0, 40, 0]).is_none());
-        assert_eq!(parse_frames(&[0, 0, 0]), Some(vec![]), "padding only");
+        assert_eq!(
+            parse_frames(&buf[..n]),
+            Err(Fragment {
+                frame: "DATA",
+                frag_off: 1,
+                len: 2,
+                total: 2
+            }),
+            "fragment past total"
+        );
+        // A length that promises more than the packet holds.
+        let lying = &buf[..n - 1];
+        assert_eq!(
+            parse_frames(lying),
+            Err(LyingLength {
+                frame: "DATA",
+                len: 2,
+                left: 1
+            })
+        );
+        assert_eq!(parse_frames(&[T_ACK, 0, 5, 0, 0, 6]), Err(AckBelowZero(0)));
+        assert_eq!(
+            parse_frames(&[T_ACK, 0, 5, 0, 1, 1, 3, 0]),
+            Err(AckBelowZero(1))
+        );
+        assert_eq!(
+            parse_frames(&[T_ACK, 0, 5, 0, 40, 0]),
+            Err(TooManyRanges(40))
+        );
+        let mut close = vec![T_CLOSE, 0, 0x41, 0x01];
+        close.extend([b'x'; 257]);
+        assert_eq!(parse_frames(&close), Err(ReasonTooLong(257)));
+        // DATAGRAM total length past u32.
+        let mut buf = [0u8; 64];
+        let mut w = Writer::new(&mut buf);
+        assert!(w.u8(T_DATAGRAM) && w.varint(1) && w.varint(1 << 33));
+        let n = w.len();
+        assert_eq!(
+            parse_frames(&buf[..n]),
+            Err(TooLarge {
+                frame: "DATAGRAM",
+                field: "total length",
+                value: 1 << 33
+            })
+        );
+        assert_eq!(parse_frames(&[0, 0, 0]), Ok(vec![]), "padding only");
+        assert_eq!(UnknownType(0x7f).to_string(), "unknown frame type 0x7f");
+        assert_eq!(
+            LyingLength {
+                frame: "DATA",
+                len: 2,
+                left: 1
+            }
+            .to_string(),
+            "DATA frame says 2 bytes, 1 left in the packet"
+        );
     }
 
     #[test]
