@@ -781,7 +781,7 @@ impl Device {
         let dc_refused = self.dc.io_stats().map_or(0, |s| s.send_errors);
         let (lab_hosts, lab_host_conflicts) = match &self.dc {
             DcIo::Udp(u) => (self.dc.peers() as u64, u.peer_conflicts),
-            DcIo::Tun(_) => (0, 0),
+            DcIo::Tun(_) | DcIo::Xdp(_) => (0, 0),
         };
         let state = if state == "running" && self.draining.is_some() {
             "draining"
