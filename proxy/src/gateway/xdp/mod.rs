@@ -26,10 +26,13 @@
 //!   on the same queue share its fill and completion rings (the kernel
 //!   keeps one buffer pool per queue); those two rings and the free-chunk
 //!   list sit behind one mutex, taken once per batch. RX and TX rings are
-//!   per socket, lock-free. On a multi-queue NIC the same layout works for
-//!   queue 0 only; RSS spreading over other queues would bypass the
-//!   sockets, so set the NIC to one combined queue (or steer with ntuple
-//!   rules to queue 0) -- see docs/architecture.md.
+//!   per socket, lock-free. A redirect into a socket bound to another queue
+//!   than the packet's is dropped by the kernel, so the interface must have
+//!   one RX queue: startup refuses one with more (`ethtool -L IF combined
+//!   1`; a veth is made with `numrxqueues 1 numtxqueues 1` on both ends --
+//!   by default a veth has one queue per CPU and the sender's flow hash
+//!   picks the queue). One socket per (shard, queue) on a multi-queue NIC
+//!   is future work.
 //! - **4.2 KB frames.** The kernel takes UMEM chunks up to a page (4 KiB)
 //!   unless the memory is HugeTLB. We use 4 KiB chunks and multi-buffer
 //!   AF_XDP (`XDP_USE_SG`, Linux ≥ 6.6; the program is `xdp.frags`): a
@@ -174,6 +177,16 @@ fn kernel_version() -> Option<(u32, u32)> {
     Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
 }
 
+/// RX queues of interface `name` (sysfs); 1 when unknown.
+fn rx_queues(name: &str) -> usize {
+    std::fs::read_dir(format!("/sys/class/net/{name}/queues")).map_or(1, |d| {
+        d.filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+            .count()
+            .max(1)
+    })
+}
+
 fn ifindex(name: &str) -> Option<u32> {
     let c = std::ffi::CString::new(name).ok()?;
     // SAFETY: `c` is a valid NUL-terminated string for the call's duration.
@@ -196,6 +209,19 @@ pub fn open_shards(
             io::ErrorKind::NotFound,
         ));
     };
+    let queues = rx_queues(interface);
+    if queues > 1 {
+        return Err(failure(
+            interface,
+            format!(
+                "it has {queues} RX queues, and the AF_XDP sockets are bound to queue 0 only \
+                 (packets the NIC or the veth peer puts on another queue would be lost): give \
+                 it one (`ethtool -L {interface} combined 1`; a veth: create both ends with \
+                 `numrxqueues 1 numtxqueues 1`)"
+            ),
+            io::ErrorKind::InvalidInput,
+        ));
+    }
     match kernel_version() {
         Some(v) if v >= (6, 6) => {}
         Some((a, b)) => {
@@ -471,6 +497,16 @@ impl XdpDc {
         }
         if self.tx_free.len() < chunks || (self.tx.free() as usize) < chunks {
             self.stats.tx_full += 1;
+            if self.stats.tx_full.is_power_of_two() {
+                tracing::warn!(
+                    shard = self.shard,
+                    chunks_owned = self.tx_free.len(),
+                    ring_free = self.tx.free(),
+                    not_sent = self.tx.outstanding(),
+                    count = self.stats.tx_full,
+                    "xdp: a packet toward the DC dropped: no free TX chunk or ring slot"
+                );
+            }
             return Err(SendError::Full);
         }
         let area = &self.shared.area;

@@ -104,8 +104,8 @@ impl Neighbours {
                 tracing::debug!(error = %e, "xdp: reading the neighbour table failed");
             }
             self.read_at = Some(now);
-            if let Some(h) = self.headers.get(&dst) {
-                return Some(*h);
+            if let Some(h) = self.learn(dst) {
+                return Some(h);
             }
         }
         self.misses += 1;

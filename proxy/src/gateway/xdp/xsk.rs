@@ -182,10 +182,6 @@ impl<T: Copy> Ring<T> {
 
     /// Free slots we may fill.
     pub fn free(&mut self) -> u32 {
-        let free = self.cached.wrapping_add(self.size).wrapping_sub(self.local);
-        if free > 0 {
-            return free;
-        }
         self.cached = self.cons().load(Ordering::Acquire);
         self.cached.wrapping_add(self.size).wrapping_sub(self.local)
     }
