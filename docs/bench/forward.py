@@ -27,9 +27,10 @@ the fibre delay between the gateways (one more process on the same cores).
 with the `tun` backend (routes into soya0) or the `xdp` backend (AF_XDP on
 the gateway's veth toward its host; single-queue veths, TX checksum offload
 off at the hosts, see docs/architecture.md). Real RoCEv2 on UDP 4791 of the
-hosts' addresses; one host pair (--pairs is ignored). --strace wraps
-gateway A in `strace -c -f` and reports its system calls per DC packet
-(strace slows it: use a separate short run for that figure).
+hosts' addresses; one host pair (--pairs is ignored). --strace attaches
+`strace -c -f` to gateway A for half the run and reports its system calls
+per DC packet (received + sent toward the hosts) over that time (strace
+slows it: use a separate run for that figure).
 
 A gateway shards by host pair (`shard_of_pair`, computed here the same way),
 so the script picks host pairs 10.1.0.k <-> 10.2.0.k that spread evenly over
@@ -408,8 +409,6 @@ def run_once(args, bins, shards, key, tmp, tag):
                                    args.rate, rtt_us, key, sock, backend=args.backend,
                                    wan_ip=ips[0], twin_ip=ips[1]))
         cmd = [bins["soya"], "gateway", "--config", cfg]
-        if args.strace and side == "a":
-            cmd = ["strace", "-c", "-f", "-o", os.path.join(log, "strace-a.txt")] + cmd
         if netns:
             cmd = in_ns(ns["g" + side.upper()], cmd)
         p = spawn(f"gateway-{side}", cmd, log, env=env)
@@ -490,6 +489,19 @@ def run_once(args, bins, shards, key, tmp, tag):
             "--tx-depth", str(args.tx_depth), "--qps", str(args.qps), "--mtu", "4096",
             "--duration", str(args.duration)], log, stdout=out)
         out.close()
+    strace_pkts = None
+    if args.strace:
+        # Attach to gateway A for most of the window; SIGINT makes strace
+        # detach and write its summary.
+        time.sleep(min(1.0, args.duration / 4))
+        st0 = status(bins["soya"], gws["a"][1]) or {}
+        tr = subprocess.run(["timeout", "-s", "INT", str(max(1.0, args.duration / 2)), "strace",
+                             "-c", "-f", "-p", str(gws["a"][0].pid), "-o",
+                             os.path.join(log, "strace-a.txt")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        st1 = status(bins["soya"], gws["a"][1]) or {}
+        strace_pkts = sum(st1.get("dc", {}).get(k, 0) - st0.get("dc", {}).get(k, 0)
+                          for k in ("rx_packets", "tx_packets"))
     for s in sessions:
         s["client_cpu"] = reap(s["client"])
     for s in sessions:
@@ -582,8 +594,8 @@ def run_once(args, bins, shards, key, tmp, tag):
         dc_packets_a=(snaps.get("a") or {}).get("dc", {}).get("rx_packets", 0)
         + (snaps.get("a") or {}).get("dc", {}).get("tx_packets", 0),
         syscalls_a=syscalls,
-        syscalls_per_dc_packet_a=(syscalls / ((snaps.get("a") or {}).get("dc", {})
-                                              .get("rx_packets", 0) or 1)) if syscalls else None)
+        strace_dc_packets_a=strace_pkts,
+        syscalls_per_dc_packet_a=(syscalls / strace_pkts) if syscalls and strace_pkts else None)
 
 
 def print_run(r, cores):
