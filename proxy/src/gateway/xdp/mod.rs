@@ -242,7 +242,7 @@ pub fn open_shards(
     let area = Area::new(frames * CHUNK).map_err(|e| {
         failure(
             interface,
-            format!("UMEM of {} MiB: {e}", frames * CHUNK >> 20),
+            format!("UMEM of {} MiB: {e}", (frames * CHUNK) >> 20),
             io::ErrorKind::OutOfMemory,
         )
     })?;
@@ -265,8 +265,7 @@ pub fn open_shards(
         .map_err(sock_err)?;
     let (mut fill, comp) = xsk::umem_rings(first.as_raw_fd(), FILL).map_err(sock_err)?;
     fds.push(first);
-    for i in 1..shards {
-        let _ = i;
+    for _ in 1..shards {
         fds.push(xsk::socket().map_err(sock_err)?);
     }
     for fd in &fds {

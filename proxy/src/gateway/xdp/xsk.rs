@@ -63,7 +63,7 @@ impl Area {
         self.ptr.as_ptr()
     }
 
-    pub fn len(&self) -> usize {
+    pub fn size(&self) -> usize {
         self.len
     }
 
@@ -269,7 +269,7 @@ pub fn socket() -> io::Result<OwnedFd> {
 pub fn register_umem(fd: RawFd, area: &Area) -> io::Result<()> {
     let reg = libc::xdp_umem_reg {
         addr: area.base() as u64,
-        len: area.len() as u64,
+        len: area.size() as u64,
         chunk_size: CHUNK as u32,
         headroom: 0,
         flags: 0,
