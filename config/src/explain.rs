@@ -115,7 +115,7 @@ impl SiteConfig {
         let _ = writeln!(s, "\n[dc]");
         let backend = match &self.dc.backend {
             DcBackend::Tun { interface } => format!("tun device {interface}{}", d("dc.interface")),
-            DcBackend::AfPacket { interface } => format!("AF_PACKET on NIC {interface}"),
+            DcBackend::Xdp { interface } => format!("AF_XDP on NIC {interface}"),
             DcBackend::Udp { listen } => format!("udp lab mode, lab hosts talk to {listen}"),
         };
         let _ = writeln!(s, "  backend          {backend}{}", d("dc.backend"));

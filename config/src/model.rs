@@ -75,8 +75,9 @@ pub enum DcBackend {
     Tun { interface: String },
     /// Loopback lab mode: RoCEv2 in UDP, listening on `listen`.
     Udp { listen: SocketAddr },
-    /// AF_PACKET on a real NIC.
-    AfPacket { interface: String },
+    /// AF_XDP on a NIC or veth: an XDP program steers the local hosts'
+    /// packets for the remote prefixes into one AF_XDP socket per shard.
+    Xdp { interface: String },
 }
 
 impl DcBackend {
@@ -84,7 +85,7 @@ impl DcBackend {
         match self {
             DcBackend::Tun { .. } => BackendKind::Tun,
             DcBackend::Udp { .. } => BackendKind::Udp,
-            DcBackend::AfPacket { .. } => BackendKind::Afpacket,
+            DcBackend::Xdp { .. } => BackendKind::Xdp,
         }
     }
 }

@@ -9,7 +9,7 @@
 //! config bug.
 //!
 //! Enums (backend, policy, cipher, log format/level) are decoded by serde directly:
-//! its "unknown variant `tap`, expected one of `tun`, `udp`, `afpacket`"
+//! its "unknown variant `tap`, expected one of `tun`, `udp`, `xdp`"
 //! already names what is accepted.
 
 use serde::de::{self, Deserializer, Visitor};
@@ -25,8 +25,10 @@ pub enum BackendKind {
     Tun,
     /// Loopback lab mode: RoCEv2 packets carried in UDP on 127.0.0.x.
     Udp,
-    /// Raw frames on a NIC through AF_PACKET.
-    Afpacket,
+    /// Frames on a NIC (or veth) through AF_XDP sockets, one per shard,
+    /// steered by an XDP program. (`afpacket`, never implemented, is gone:
+    /// serde's "unknown variant" names `xdp` and `tun`.)
+    Xdp,
 }
 
 /// When the gateway may acknowledge RoCE traffic on the far side's behalf.
@@ -96,7 +98,7 @@ macro_rules! toml_spelling {
     };
 }
 
-toml_spelling!(BackendKind { Tun => "tun", Udp => "udp", Afpacket => "afpacket" });
+toml_spelling!(BackendKind { Tun => "tun", Udp => "udp", Xdp => "xdp" });
 toml_spelling!(AckPolicy { Edge => "edge", Strict => "strict", Off => "off" });
 toml_spelling!(WanCipher { Auto => "auto", Aes256Gcm => "aes-256-gcm", ChaCha20Poly1305 => "chacha20-poly1305" });
 toml_spelling!(LogFormat { Human => "human", Json => "json" });
@@ -233,7 +235,7 @@ pub(crate) const ACCEPTED: &[(&str, &str)] = &[
         "a site name of 1..=32 characters a-z, 0-9 and '-', like \"sapporo\"",
     ),
     ("dc", "a table [dc]"),
-    ("dc.backend", "one of \"tun\", \"udp\", \"afpacket\""),
+    ("dc.backend", "one of \"tun\", \"udp\", \"xdp\""),
     (
         "dc.interface",
         "a network interface name of 1..=15 characters, like \"soya0\"",

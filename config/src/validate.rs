@@ -197,7 +197,7 @@ fn resolve_dc(c: &mut Checker, dc: &RawDc) -> Option<DcConfig> {
             (None, None) => {
                 c.err(
                     "dc.interface",
-                    "missing; backend = \"afpacket\" needs the NIC name, \
+                    "missing; backend = \"xdp\" needs the NIC (or veth) name, \
                      e.g. interface = \"ens1f0\"",
                 );
                 return None;
@@ -226,9 +226,7 @@ fn resolve_dc(c: &mut Checker, dc: &RawDc) -> Option<DcConfig> {
         BackendKind::Tun => {
             interface(c, Some(DEFAULT_TUN)).map(|interface| DcBackend::Tun { interface })
         }
-        BackendKind::Afpacket => {
-            interface(c, None).map(|interface| DcBackend::AfPacket { interface })
-        }
+        BackendKind::Xdp => interface(c, None).map(|interface| DcBackend::Xdp { interface }),
         BackendKind::Udp => {
             if dc.interface.is_some() {
                 c.err(

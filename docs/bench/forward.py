@@ -4,6 +4,7 @@
     cargo build --release --workspace
     python3 docs/bench/forward.py                     # 1 and 2 shards, 10 s each
     python3 docs/bench/forward.py --shards 1 --duration 20 --json
+    sudo python3 docs/bench/forward.py --backend xdp --shards 1 --repeat 3 --json
 
 What runs (all on 127.0.0.1, `udp` DC backend, no tun, no root needed):
 
@@ -17,6 +18,19 @@ to its gateway's `dc.listen`, as `soya demo` does) running RDMA WRITEs of
 rate is set far above what loopback carries (--rate) so that the limiter
 does not bound the figure. With --distance-km a `soya-wanem udp` relay adds
 the fibre delay between the gateways (one more process on the same cores).
+
+--backend tun|xdp (root) runs the same between network namespaces instead:
+
+    hostA --veth-- gwA ==veth (WAN, 0 km)== gwB --veth-- hostB
+    10.1.0.1       soya gateway            soya gateway    10.2.0.1
+
+with the `tun` backend (routes into soya0) or the `xdp` backend (AF_XDP on
+the gateway's veth toward its host; single-queue veths, TX checksum offload
+off at the hosts, see docs/architecture.md). Real RoCEv2 on UDP 4791 of the
+hosts' addresses; one host pair (--pairs is ignored). --strace attaches
+`strace -c -f` to gateway A for half the run and reports its system calls
+per DC packet (received + sent toward the hosts) over that time (strace
+slows it: use a separate run for that figure).
 
 A gateway shards by host pair (`shard_of_pair`, computed here the same way),
 so the script picks host pairs 10.1.0.k <-> 10.2.0.k that spread evenly over
@@ -261,20 +275,23 @@ def free_ports(kind, count=1):
     sys.exit(f"forward.py: no {count} free {kind} ports in a row on {LO}")
 
 
-def gateway_config(site, dc, local, remote, wan, twin_wan, shards, rate, rtt_us, key, sock):
+def gateway_config(site, dc, local, remote, wan, twin_wan, shards, rate, rtt_us, key, sock,
+                   backend="udp", wan_ip=LO, twin_ip=LO):
     security = f'key_file = "{key}"' if key else "insecure = true"
+    dc_lines = {"udp": f'backend = "udp"\nlisten = "{LO}:{dc}"',
+                "tun": 'backend = "tun"\ninterface = "soya0"',
+                "xdp": 'backend = "xdp"\ninterface = "host"'}[backend]
     return f"""site = "{site}"
 [dc]
-backend = "udp"
-listen = "{LO}:{dc}"
+{dc_lines}
 local_prefixes = ["{local}"]
 remote_prefixes = ["{remote}"]
 [wan]
-bind = ["{LO}:{wan}"]
+bind = ["{wan_ip}:{wan}"]
 {security}
 [[wan.paths]]
 name = "p0"
-remote = "{LO}:{twin_wan}"
+remote = "{twin_ip}:{twin_wan}"
 bind = 0
 rate = "{rate}"
 rtt = "{max(1, round(rtt_us))}us"
@@ -294,6 +311,53 @@ shards = {shards}
 """
 
 
+def sh(*cmd):
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+def netns_lab(tag, backend):
+    """Four namespaces wired as in the docstring; returns their names."""
+    ns = {k: f"fwd-{os.getpid()}-{tag}-{k}" for k in ("hA", "gA", "gB", "hB")}
+    for n in ns.values():
+        sh("ip", "netns", "add", n)
+        _netns.append(n)
+        sh("ip", "-n", n, "link", "set", "lo", "up")
+        for k in ("all", "default"):
+            sh("ip", "netns", "exec", n, "sysctl", "-qw", f"net.ipv6.conf.{k}.disable_ipv6=1")
+            sh("ip", "netns", "exec", n, "sysctl", "-qw", f"net.ipv4.conf.{k}.rp_filter=0")
+    q = ["numtxqueues", "1", "numrxqueues", "1"]
+    for h, g, host, gwip in (("hA", "gA", "10.1.0.1", "10.1.0.254"),
+                             ("hB", "gB", "10.2.0.1", "10.2.0.254")):
+        sh("ip", "netns", "exec", ns[g], "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        sh("ip", "link", "add", "dc", "netns", ns[h], *q, "type", "veth", "peer", "name", "host",
+           "netns", ns[g], *q)
+        sh("ip", "-n", ns[h], "addr", "add", f"{host}/24", "dev", "dc")
+        sh("ip", "-n", ns[g], "addr", "add", f"{gwip}/24", "dev", "host")
+        sh("ip", "-n", ns[h], "link", "set", "dc", "up", "mtu", "9000")
+        sh("ip", "-n", ns[g], "link", "set", "host", "up", "mtu", "9000")
+        sh("ip", "-n", ns[h], "route", "add", "default", "via", gwip)
+        if backend == "xdp":
+            sh("ip", "netns", "exec", ns[h], "ethtool", "-K", "dc", "tx", "off")
+    sh("ip", "link", "add", "wan", "netns", ns["gA"], "type", "veth", "peer", "name", "wan",
+       "netns", ns["gB"])
+    for g, ip in (("gA", "169.254.10.1/30"), ("gB", "169.254.10.2/30")):
+        sh("ip", "-n", ns[g], "addr", "add", ip, "dev", "wan")
+        sh("ip", "-n", ns[g], "link", "set", "wan", "up", "mtu", "9000")
+    return ns
+
+
+_netns = []
+
+
+def netns_cleanup():
+    while _netns:
+        subprocess.run(["ip", "netns", "del", _netns.pop()], stderr=subprocess.DEVNULL)
+
+
+def in_ns(ns, cmd):
+    return ["ip", "netns", "exec", ns] + cmd
+
+
 def status(soya, sock):
     try:
         r = subprocess.run([soya, "status", "--socket", sock, "--json"],
@@ -309,10 +373,19 @@ def run_once(args, bins, shards, key, tmp, tag):
     log = os.path.join(tmp, tag)
     os.makedirs(log)
     rtt_us = 2 * args.distance_km * US_PER_KM
-    wa, wb = free_ports("udp", shards), free_ports("udp", shards)
-    dca, dcb = free_ports("udp"), free_ports("udp")
+    netns = args.backend != "udp"
+    if netns:
+        ns = netns_lab(tag, args.backend)
+        wa = wb = 7400
+        dca = dcb = None
+    else:
+        ns = None
+        wa, wb = free_ports("udp", shards), free_ports("udp", shards)
+        dca, dcb = free_ports("udp"), free_ports("udp")
     kids = []
-    if args.distance_km > 0:
+    if netns:
+        ra, rb = wb, wa
+    elif args.distance_km > 0:
         # Relay ports ra+i -> wb+i (A to B) and rb+i -> wa+i, one per shard.
         ra, rb = free_ports("udp", shards), free_ports("udp", shards)
         cmd = [bins["soya-wanem"], "udp", "--distance-km", str(args.distance_km),
@@ -329,10 +402,16 @@ def run_once(args, bins, shards, key, tmp, tag):
                                                ("b", dcb, "10.2.0.0/16", "10.1.0.0/16", wb, rb)):
         sock = os.path.join(log, f"{side}.sock")
         cfg = os.path.join(log, f"gateway-{side}.toml")
+        ips = (("169.254.10.1", "169.254.10.2") if side == "a" else
+               ("169.254.10.2", "169.254.10.1")) if netns else (LO, LO)
         with open(cfg, "w") as f:
             f.write(gateway_config(f"fwd-{side}", dc, local, remote, wan, twin, shards,
-                                   args.rate, rtt_us, key, sock))
-        p = spawn(f"gateway-{side}", [bins["soya"], "gateway", "--config", cfg], log, env=env)
+                                   args.rate, rtt_us, key, sock, backend=args.backend,
+                                   wan_ip=ips[0], twin_ip=ips[1]))
+        cmd = [bins["soya"], "gateway", "--config", cfg]
+        if netns:
+            cmd = in_ns(ns["g" + side.upper()], cmd)
+        p = spawn(f"gateway-{side}", cmd, log, env=env)
         gws[side] = (p, sock)
 
     def gw_dead():
@@ -355,11 +434,21 @@ def run_once(args, bins, shards, key, tmp, tag):
         if time.monotonic() > deadline:
             raise RuntimeError(f"gateways not connected after 20 s; logs in {log}")
         time.sleep(0.2)
+    if netns and args.backend == "tun":
+        for g, remote in (("gA", "10.2.0.0/16"), ("gB", "10.1.0.0/16")):
+            sh("ip", "-n", ns[g], "route", "replace", remote, "dev", "soya0")
 
     # Servers behind B (answer through B), one per pair.
-    pairs = host_pairs(args.pairs, shards)
+    pairs = host_pairs(args.pairs, shards) if not netns else \
+        [("10.1.0.1", "10.2.0.1", shard_of_pair("10.1.0.1", "10.2.0.1", shards))]
     sessions = []
     for i, (ha, hb, s) in enumerate(pairs):
+        if netns:
+            srv = spawn(f"server{i}", in_ns(ns["hB"], [
+                bins["soya-perf"], "server", "--once", "--json", "--quiet", "--bind-ip", hb,
+                "--accept-timeout", "20"]), log)
+            sessions.append(dict(pair=(ha, hb), shard=s, server=srv))
+            continue
         ctl, cport, sport = free_ports("tcp"), free_ports("udp"), free_ports("udp")
         srv = spawn(f"server{i}", [
             bins["soya-perf"], "server", "--once", "--json", "--quiet", "--bind-ip", LO,
@@ -383,6 +472,15 @@ def run_once(args, bins, shards, key, tmp, tag):
     t0 = time.monotonic()
     for i, s in enumerate(sessions):
         out = open(os.path.join(log, f"client{i}.json"), "wb")
+        if netns:
+            s["client"] = spawn(f"client{i}", in_ns(ns["hA"], [
+                bins["soya-perf"], "client", s["pair"][1], "--json", "--quiet",
+                "--bind-ip", s["pair"][0], "--connect-timeout", "10", "--op", "write",
+                "--size", str(args.size), "--tx-depth", str(args.tx_depth),
+                "--qps", str(args.qps), "--mtu", "4096", "--duration", str(args.duration)]),
+                log, stdout=out)
+            out.close()
+            continue
         s["client"] = spawn(f"client{i}", [
             bins["soya-perf"], "client", LO, "--json", "--quiet", "--bind-ip", LO,
             "--roce-port", str(s["cport"]), "--port", str(s["ctl"]),
@@ -391,6 +489,19 @@ def run_once(args, bins, shards, key, tmp, tag):
             "--tx-depth", str(args.tx_depth), "--qps", str(args.qps), "--mtu", "4096",
             "--duration", str(args.duration)], log, stdout=out)
         out.close()
+    strace_pkts = None
+    if args.strace:
+        # Attach to gateway A for most of the window; SIGINT makes strace
+        # detach and write its summary.
+        time.sleep(min(1.0, args.duration / 4))
+        st0 = status(bins["soya"], gws["a"][1]) or {}
+        tr = subprocess.run(["timeout", "-s", "INT", str(max(1.0, args.duration / 2)), "strace",
+                             "-c", "-f", "-p", str(gws["a"][0].pid), "-o",
+                             os.path.join(log, "strace-a.txt")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        st1 = status(bins["soya"], gws["a"][1]) or {}
+        strace_pkts = sum(st1.get("dc", {}).get(k, 0) - st0.get("dc", {}).get(k, 0)
+                          for k in ("rx_packets", "tx_packets"))
     for s in sessions:
         s["client_cpu"] = reap(s["client"])
     for s in sessions:
@@ -407,6 +518,17 @@ def run_once(args, bins, shards, key, tmp, tag):
         stop(p)
     for p, _ in gws.values():
         stop(p)
+    syscalls = None
+    if args.strace:
+        try:
+            with open(os.path.join(log, "strace-a.txt")) as f:
+                for line in f:
+                    parts = line.split()
+                    if parts and parts[-1] == "total":
+                        syscalls = int(parts[3])
+        except (OSError, ValueError, IndexError):
+            pass
+    netns_cleanup()
 
     window = t1 - t0
     errors, byts, perf_gbps, retx = [], 0, 0.0, 0
@@ -466,7 +588,14 @@ def run_once(args, bins, shards, key, tmp, tag):
         endpoints_cpu_s=round(sum(s["client_cpu"] + s["server_cpu"] for s in sessions), 2),
         wanem_cpu_s=round(relay_cpu, 2) if kids else None,
         machine_busy=(busy / total) if total else None,
-        gw_shards=shard_info, gw_wan=wan, errors=errors, logs=log)
+        gw_shards=shard_info, gw_wan=wan, errors=errors, logs=log,
+        backend=args.backend, gbps_per_gateway_core=(sum(vals) / len(vals)) if vals else None,
+        gw_backend={k: (v or {}).get("backend") for k, v in snaps.items()},
+        dc_packets_a=(snaps.get("a") or {}).get("dc", {}).get("rx_packets", 0)
+        + (snaps.get("a") or {}).get("dc", {}).get("tx_packets", 0),
+        syscalls_a=syscalls,
+        strace_dc_packets_a=strace_pkts,
+        syscalls_per_dc_packet_a=(syscalls / strace_pkts) if syscalls and strace_pkts else None)
 
 
 def print_run(r, cores):
@@ -547,6 +676,11 @@ def main():
     ap.add_argument("--json", action="store_true",
                     help="one JSON object on stdout instead of the table")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir with configs and logs")
+    ap.add_argument("--backend", choices=["udp", "tun", "xdp"], default="udp",
+                    help="DC backend: udp on loopback (default), or tun / xdp between "
+                         "network namespaces (root)")
+    ap.add_argument("--strace", action="store_true",
+                    help="run gateway A under strace -c -f; report syscalls per DC packet")
     args = ap.parse_args()
     if any(n < 1 or n > 16 for n in args.shards):
         ap.error("--shards: 1..=16")
@@ -569,7 +703,8 @@ def main():
         _libc = None
     tmp = tempfile.mkdtemp(prefix="soya-forward-")
     atexit.register(lambda: None if args.keep else shutil.rmtree(tmp, ignore_errors=True))
-    atexit.register(stop_all)  # runs before the rmtree (LIFO)
+    atexit.register(netns_cleanup)
+    atexit.register(stop_all)  # runs before the rmtree and the namespaces (LIFO)
 
     def on_signal(sig, _frame):
         raise SystemExit(128 + sig)
@@ -590,7 +725,8 @@ def main():
     log(f"forward.py: {cores} cores, load average before {' '.join(map(str, load_before))}; "
         f"WRITE {args.size} B, MTU 4096, tx-depth {args.tx_depth}, {args.qps} QP(s)/pair, "
         f"{args.pairs} pair(s), {args.duration:g} s, "
-        f"{'insecure' if args.insecure else 'keyed'} WAN, {args.distance_km:g} km")
+        f"{'insecure' if args.insecure else 'keyed'} WAN, {args.distance_km:g} km, "
+        f"{args.backend} DC backend")
     runs = []
     try:
         for rep in range(args.repeat):
@@ -616,7 +752,13 @@ def main():
     summary = {}
     for n in args.shards:
         rs = [r for r in runs if r["shards"] == n]
+        gp = [r["goodput_gbps"] for r in rs]
+        pc = [r["gbps_per_gw_core_mean"] for r in rs if r["gbps_per_gw_core_mean"]]
         summary[n] = dict(goodput_gbps=mean(r["goodput_gbps"] for r in rs),
+                          gbps_per_gateway_core=mean(pc),
+                          goodput_gbps_runs=gp, gbps_per_gateway_core_runs=pc,
+                          goodput_gbps_min_max=[min(gp), max(gp)] if gp else None,
+                          gbps_per_gateway_core_min_max=[min(pc), max(pc)] if pc else None,
                           gbps_per_gw_core=mean(r["gbps_per_gw_core_mean"] for r in rs),
                           gw_cores=mean((r["gw_cores"]["a"] + r["gw_cores"]["b"]) / 2 for r in rs))
     ratio = None
@@ -628,6 +770,7 @@ def main():
     if args.json:
         print(json.dumps(dict(
             cores=cores, load_before=load_before, load_after=load_after,
+            backend=args.backend,
             options=dict(shards=args.shards, pairs=args.pairs, duration_s=args.duration,
                          size=args.size, tx_depth=args.tx_depth, qps=args.qps, rate=args.rate,
                          distance_km=args.distance_km, keyed=not args.insecure),

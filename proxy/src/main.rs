@@ -207,13 +207,6 @@ fn gateway(path: &std::path::Path, check: bool) -> ExitCode {
         }
     };
     println!("{}", gateway::startup_summary(&cfg));
-    if let soya_config::DcBackend::AfPacket { interface } = &cfg.dc.backend {
-        eprintln!(
-            "soya gateway: dc.backend = \"afpacket\" (interface {interface}) is not implemented \
-             in this build; use \"tun\" or \"udp\""
-        );
-        return ExitCode::FAILURE;
-    }
     if check {
         if let Err(e) = gateway::wan_key(&cfg) {
             eprintln!("soya gateway: {e}");

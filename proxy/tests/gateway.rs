@@ -311,20 +311,39 @@ fn check_prints_the_startup_summary() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("role server"));
 }
 
+/// The removed afpacket backend is refused naming what exists; an xdp
+/// backend on an interface that does not exist fails startup naming the
+/// interface, the cause and the tun alternative (never a silent fallback).
 #[test]
-fn afpacket_is_refused_as_not_implemented() {
+fn afpacket_is_refused_and_xdp_on_a_missing_interface_fails_clearly() {
     let p = pair("afpacket");
     let (fa, _) = write_configs(&p, false);
-    let text = std::fs::read_to_string(&fa).unwrap().replace(
-        &format!("backend = \"udp\"\nlisten = \"{}\"", p.a.dc),
-        "backend = \"afpacket\"\ninterface = \"eth9\"",
-    );
-    std::fs::write(&fa, text).unwrap();
+    let udp = format!("backend = \"udp\"\nlisten = \"{}\"", p.a.dc);
+    let original = std::fs::read_to_string(&fa).unwrap();
+    std::fs::write(
+        &fa,
+        original.replace(&udp, "backend = \"afpacket\"\ninterface = \"eth9\""),
+    )
+    .unwrap();
     let out = soya().args(["gateway", "-c"]).arg(&fa).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("afpacket") && err.contains("not implemented"),
+        err.contains("afpacket") && err.contains("`xdp`") && err.contains("`tun`"),
+        "{err}"
+    );
+    std::fs::write(
+        &fa,
+        original.replace(&udp, "backend = \"xdp\"\ninterface = \"nosuch9\""),
+    )
+    .unwrap();
+    let out = soya().args(["gateway", "-c"]).arg(&fa).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nosuch9")
+            && err.contains("no such network interface")
+            && err.contains("dc.backend = \"tun\""),
         "{err}"
     );
 }

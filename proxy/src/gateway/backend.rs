@@ -15,7 +15,10 @@
 //!   [`TUN_TXQUEUELEN`] packets; routes are the operator's. What the
 //!   kernel drops because that queue was full is read from
 //!   `/proc/thread-self/net/dev` ([`DcIo::kernel_drops`]).
-//! - `afpacket`: not implemented; refused at startup.
+//! - `xdp`: AF_XDP sockets on a NIC or veth, one per shard, fed by an XDP
+//!   program that steers the local hosts' packets for the remote prefixes
+//!   by the shards' host-pair hash (everything else goes on to the kernel).
+//!   Every shard reads its own socket: no handoff. See [`super::xdp`].
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -24,10 +27,11 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
-use soya_config::DcBackend;
+use soya_config::{DcBackend, Prefix};
 
 use super::sys;
 use super::udpio::{IoMode, IoStats, TxDatagram, UdpIo};
+use super::xdp::{self, SendError, XdpDc};
 
 /// MTU set on the tun device (jumbo: RoCE packets of a 4096-byte path MTU
 /// are about 4.2 KB).
@@ -137,6 +141,7 @@ pub struct Tun {
 pub enum DcIo {
     Udp(Box<UdpLab>),
     Tun(Tun),
+    Xdp(Box<XdpDc>),
 }
 
 impl DcIo {
@@ -178,11 +183,11 @@ impl DcIo {
                 file: sys::open_tun(interface, TUN_MTU, TUN_TXQUEUELEN)?,
                 name: interface.clone(),
             })),
-            DcBackend::AfPacket { interface } => Err(io::Error::new(
+            DcBackend::Xdp { interface } => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 format!(
-                    "dc.backend = \"afpacket\" (interface {interface}) is not implemented in \
-                     this build; use \"tun\" (route the remote prefixes to it) or \"udp\" (lab)"
+                    "dc.backend = \"xdp\" (interface {interface}) opens through \
+                     DcIo::open_shards (its program needs the prefixes)"
                 ),
             )),
         }
@@ -192,12 +197,23 @@ impl DcIo {
     /// lab: one socket, read by shard 0 only (one reader keeps each QP's
     /// packets in order through the handoff queues); the other shards
     /// write through their own handle of it. tun: the same (one queue,
-    /// read by shard 0, written through duplicated descriptors).
+    /// read by shard 0, written through duplicated descriptors). xdp: one
+    /// AF_XDP socket per shard, each read by its shard (the XDP program
+    /// steers by the shards' hash), so every shard reads the DC side;
+    /// `local` and `remote` are the prefixes the program steers on.
     pub fn open_shards(
         backend: &DcBackend,
         mode: IoMode,
         shards: usize,
+        local: &[Prefix],
+        remote: &[Prefix],
     ) -> io::Result<Vec<(DcIo, bool)>> {
+        if let DcBackend::Xdp { interface } = backend {
+            return Ok(xdp::open_shards(interface, shards.max(1), local, remote)?
+                .into_iter()
+                .map(|x| (DcIo::Xdp(Box::new(x)), true))
+                .collect());
+        }
         if shards <= 1 {
             return Ok(vec![(DcIo::open(backend, mode)?, true)]);
         }
@@ -264,7 +280,7 @@ impl DcIo {
                 );
                 Ok(out)
             }
-            DcBackend::AfPacket { .. } => DcIo::open(backend, mode).map(|d| vec![(d, true)]),
+            DcBackend::Xdp { .. } => unreachable!("opened above"),
         }
     }
 
@@ -286,6 +302,7 @@ impl DcIo {
         match self {
             DcIo::Udp(u) => u.sock.as_raw_fd(),
             DcIo::Tun(t) => t.file.as_raw_fd(),
+            DcIo::Xdp(x) => x.fd(),
         }
     }
 
@@ -299,6 +316,24 @@ impl DcIo {
                     .map_or_else(|_| "?".into(), |a| a.to_string())
             ),
             DcIo::Tun(t) => format!("tun {}", t.name),
+            DcIo::Xdp(x) => x.describe(),
+        }
+    }
+
+    /// xdp: "zero-copy" or "copy" (how the AF_XDP socket moves packets);
+    /// `None` on the other backends. For the status and metrics.
+    pub fn xdp_mode(&self) -> Option<&'static str> {
+        match self {
+            DcIo::Xdp(x) => Some(x.mode()),
+            _ => None,
+        }
+    }
+
+    /// xdp: the socket's counters (packets, multi-buffer frames, drops).
+    pub fn xdp_stats(&self) -> Option<xdp::XdpStats> {
+        match self {
+            DcIo::Xdp(x) => Some(x.stats),
+            _ => None,
         }
     }
 
@@ -350,6 +385,9 @@ impl DcIo {
                 }
                 Ok((n, false))
             }
+            DcIo::Xdp(x) => Ok(x.recv_batch(buf, |pkt| {
+                f(pkt, None);
+            })),
         }
     }
 
@@ -357,13 +395,14 @@ impl DcIo {
     pub fn io_stats(&self) -> Option<IoStats> {
         match self {
             DcIo::Udp(u) => Some(u.io.stats),
-            DcIo::Tun(_) => None,
+            DcIo::Tun(_) | DcIo::Xdp(_) => None,
         }
     }
 
     /// Writes one IP packet toward local host `dst`: the lab backend stages
     /// it for the next [`flush`](Self::flush) (flushing first when the
-    /// stage is full); tun writes it at once.
+    /// stage is full); tun writes it at once; xdp puts it on the shard's
+    /// TX ring (kicked at the next flush, or when a batch is full).
     pub fn send(&mut self, packet: &[u8], dst: IpAddr) -> TxOutcome {
         match self {
             DcIo::Udp(u) => {
@@ -395,21 +434,31 @@ impl DcIo {
                     TxOutcome::Error
                 }
             },
+            DcIo::Xdp(x) => match x.send(packet, dst) {
+                Ok(()) => TxOutcome::Sent,
+                // The kernel has no neighbour entry yet (it was asked to
+                // resolve one): like an unlearned lab host.
+                Err(SendError::NoNeighbour) => TxOutcome::NoPeer,
+                Err(SendError::Full) => TxOutcome::Error,
+            },
         }
     }
 
     /// Sends what the lab backend staged (packets the kernel refuses are
     /// counted in [`io_stats`](Self::io_stats)).
     pub fn flush(&mut self) {
-        if let DcIo::Udp(u) = self {
-            u.flush();
+        match self {
+            DcIo::Udp(u) => u.flush(),
+            DcIo::Xdp(x) => x.flush(),
+            DcIo::Tun(_) => {}
         }
     }
 
     /// Packets for the gateway that the kernel dropped before it read them:
     /// the tun device's queue was full (its `tx_dropped`, from
     /// `/proc/thread-self/net/dev`), or the lab socket's receive buffer
-    /// (`SO_RXQ_OVFL`). Cumulative; 0 if unknown.
+    /// (`SO_RXQ_OVFL`), or the AF_XDP socket's RX ring / fill ring
+    /// (`XDP_STATISTICS`). Cumulative; 0 if unknown.
     pub fn kernel_drops(&self) -> u64 {
         match self {
             DcIo::Udp(u) => u.io.stats.kernel_drops,
@@ -417,6 +466,7 @@ impl DcIo {
                 .ok()
                 .and_then(|text| tun_tx_dropped(&text, &t.name))
                 .unwrap_or(0),
+            DcIo::Xdp(x) => x.kernel_drops(),
         }
     }
 
@@ -424,7 +474,7 @@ impl DcIo {
     pub fn peers(&self) -> usize {
         match self {
             DcIo::Udp(u) => u.peers.len(),
-            DcIo::Tun(_) => 0,
+            DcIo::Tun(_) | DcIo::Xdp(_) => 0,
         }
     }
 }

@@ -107,19 +107,12 @@ pub struct Device {
     next_check: Instant,
 }
 
-/// A fresh, never-zero 64-bit session nonce from the kernel's CSPRNG.
+/// A fresh session nonce for a [`Site`] ([`crate::rand::session_nonce`]);
+/// `None`, logged, if the kernel has none to give.
 pub fn session_nonce() -> Option<u64> {
-    loop {
-        let mut b = [0u8; 8];
-        if let Err(e) = getrandom::fill(&mut b) {
-            tracing::error!(error = %e, "cannot draw a session nonce from the kernel");
-            return None;
-        }
-        let n = u64::from_le_bytes(b);
-        if n != 0 {
-            return Some(n);
-        }
-    }
+    crate::rand::session_nonce()
+        .map_err(|e| tracing::error!(error = %e, "cannot draw a session nonce from the kernel"))
+        .ok()
 }
 
 fn path_state(s: PathState) -> &'static str {
@@ -609,7 +602,7 @@ impl Device {
         let dc_refused = self.dc.io_stats().map_or(0, |s| s.send_errors);
         let (lab_hosts, lab_host_conflicts) = match &self.dc {
             DcIo::Udp(u) => (self.dc.peers() as u64, u.peer_conflicts),
-            DcIo::Tun(_) => (0, 0),
+            DcIo::Tun(_) | DcIo::Xdp(_) => (0, 0),
         };
         let state = if state == "running" && site.is_draining() {
             "draining"

@@ -115,6 +115,7 @@ pub mod udpio;
 #[cfg(feature = "io-uring")]
 mod uring;
 pub mod wanio;
+pub mod xdp;
 
 use std::fmt;
 use std::fmt::Write as _;
@@ -449,9 +450,10 @@ pub fn startup_summary(cfg: &SiteConfig) -> String {
             "tun device {interface} (MTU {}; route the remote prefixes to it)",
             backend::TUN_MTU
         ),
-        DcBackend::AfPacket { interface } => {
-            format!("afpacket on {interface}: NOT IMPLEMENTED in this build")
-        }
+        DcBackend::Xdp { interface } => format!(
+            "xdp on {interface} (AF_XDP, one socket per shard; the XDP program steers \
+             local -> remote prefixes)"
+        ),
     };
     let list = |v: &[soya_config::Prefix]| {
         v.iter()
@@ -568,8 +570,14 @@ impl Gateway {
         }
         let io = io_mode()?;
         let shards = usize::from(cfg.gateway.shards.resolve_here());
-        let dcs = backend::DcIo::open_shards(&cfg.dc.backend, io, shards)
-            .map_err(GatewayError::Backend)?;
+        let dcs = backend::DcIo::open_shards(
+            &cfg.dc.backend,
+            io,
+            shards,
+            &cfg.dc.local_prefixes,
+            &cfg.dc.remote_prefixes,
+        )
+        .map_err(GatewayError::Backend)?;
         let mut sites = Vec::with_capacity(shards);
         for i in 0..shards {
             let scfg = shard::shard_site(cfg, i as u16, shards as u16);

@@ -1,0 +1,596 @@
+//! The `xdp` DC backend: AF_XDP sockets, one per shard, fed by an XDP
+//! steering program. L3 in, L3 out, like `tun`: Ethernet is stripped on
+//! receive and added on transmit.
+//!
+//! ```text
+//!             NIC / veth RX queue 0
+//!                     │ XDP program (proxy/xdp/steer.bpf.c)
+//!        ┌────────────┼─────────────────────────┐
+//!  src ∈ local_prefixes and dst ∈ remote_prefixes?   else XDP_PASS → kernel
+//!        │ yes: XSKMAP[shard_of_pair(src, dst) % shards]   (ARP, ND, ssh, ...)
+//!   ┌────┴────┬─────────┐
+//!  xsk 0     xsk 1 ... xsk n-1     one AF_XDP socket per shard, each with
+//!  (shard 0) (shard 1)             its own RX and TX ring, all bound to
+//!                                  (interface, queue 0) on one shared UMEM
+//! ```
+//!
+//! - **Steering.** The program reimplements `shard_of_pair` (the host-pair
+//!   hash both sites use); prefixes reach it through LPM-trie maps filled
+//!   at load. Each shard reads only its own socket, so there is no
+//!   shard-to-shard handoff with this backend (`reads_dc` for every shard).
+//! - **Several shards on one queue.** An AF_XDP socket receives only from
+//!   the (interface, queue) it is bound to, and a veth has one RX queue
+//!   (the queue a packet lands on is chosen by the sender, not by us).
+//!   So every shard's socket binds to queue 0: the first registers the
+//!   UMEM, the others bind with `XDP_SHARED_UMEM`. Sockets sharing a UMEM
+//!   on the same queue share its fill and completion rings (the kernel
+//!   keeps one buffer pool per queue); those two rings and the free-chunk
+//!   list sit behind one mutex, taken once per batch. RX and TX rings are
+//!   per socket, lock-free. A redirect into a socket bound to another queue
+//!   than the packet's is dropped by the kernel, so the interface must have
+//!   one RX queue: startup refuses one with more (`ethtool -L IF combined
+//!   1`; a veth is made with `numrxqueues 1 numtxqueues 1` on both ends --
+//!   by default a veth has one queue per CPU and the sender's flow hash
+//!   picks the queue). One socket per (shard, queue) on a multi-queue NIC
+//!   is future work.
+//! - **4.2 KB frames.** The kernel takes UMEM chunks up to a page (4 KiB)
+//!   unless the memory is HugeTLB. We use 4 KiB chunks and multi-buffer
+//!   AF_XDP (`XDP_USE_SG`, Linux ≥ 6.6; the program is `xdp.frags`): a
+//!   frame of a 4096-byte path MTU arrives as two descriptors, chained by
+//!   `XDP_PKT_CONTD`, and is gathered into the caller's buffer; single-chunk
+//!   frames are handed over in place. On TX a long frame is written over
+//!   two chunks the same way.
+//! - **L2 headers** come from the kernel's route and neighbour tables over
+//!   rtnetlink ([`neigh`]).
+//! - **Zero-copy** is asked for first; where the driver does not offer it
+//!   (veth, most virtual devices) the socket is bound in copy mode. The
+//!   program attaches in native (driver) mode, else generic. Both are in
+//!   [`XdpDc::describe`] and [`XdpDc::mode`].
+//! - **Failures** (no such interface, no privileges, old kernel, attach
+//!   refused) fail startup with the cause and the `tun` alternative.
+//!
+//! Every `unsafe` of this backend is in [`xsk`] (rings, UMEM, socket
+//! options) and [`program`] (BPF_PROG_TEST_RUN).
+
+pub mod neigh;
+pub mod program;
+pub mod xsk;
+
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use soya_config::Prefix;
+
+use neigh::Neighbours;
+use program::Steering;
+use xsk::{Area, Ring, CHUNK};
+
+/// Entries of each socket's RX and TX ring.
+const RING: u32 = 2048;
+/// Entries of the shared fill and completion rings.
+const FILL: u32 = 4096;
+/// Descriptors read per batch.
+const RX_BATCH: u32 = 64;
+/// TX descriptors staged before the kernel is kicked.
+const TX_KICK: u32 = 64;
+/// Chunks a shard takes from the shared free list at a time.
+const TX_TAKE: usize = 256;
+const ETH: usize = 14;
+
+/// What the shards share: the UMEM area and its fill/completion rings.
+struct Shared {
+    umem: Mutex<UmemRings>,
+    steering: Mutex<Steering>,
+    interface: String,
+    zero_copy: bool,
+    shards: usize,
+    /// Declared last: unmapped after everything that points into it.
+    area: Area,
+}
+
+struct UmemRings {
+    fill: Ring<u64>,
+    comp: Ring<u64>,
+    /// Chunks owned by nobody (completed TX, never used).
+    free: Vec<u64>,
+}
+
+impl UmemRings {
+    /// Moves completed TX chunks to the free list.
+    fn reap(&mut self) {
+        let n = self.comp.ready();
+        for k in 0..n {
+            self.free.push(chunk_of(self.comp.peek(k)));
+        }
+        if n > 0 {
+            self.comp.release(n);
+        }
+    }
+}
+
+fn chunk_of(addr: u64) -> u64 {
+    addr & !(CHUNK as u64 - 1)
+}
+
+/// Counters of one shard's socket.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct XdpStats {
+    pub rx_packets: u64,
+    pub rx_multi_buffer: u64,
+    /// Frames dropped: longer than the caller's buffer, or not IP.
+    pub rx_dropped: u64,
+    pub tx_packets: u64,
+    /// Packets not sent: no free chunk or TX ring slot.
+    pub tx_full: u64,
+    /// Packets not sent: no neighbour entry yet (the kernel was asked).
+    pub tx_no_neighbour: u64,
+}
+
+/// One shard's AF_XDP socket.
+pub struct XdpDc {
+    shard: usize,
+    rx: Ring<libc::xdp_desc>,
+    tx: Ring<libc::xdp_desc>,
+    fd: OwnedFd,
+    neigh: Neighbours,
+    /// Chunks this shard owns for TX.
+    tx_free: Vec<u64>,
+    /// Chunks read from RX, to give back to the fill ring.
+    rx_done: Vec<u64>,
+    tx_unkicked: u32,
+    pub stats: XdpStats,
+    /// Declared last: the sockets and rings above go first.
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for XdpDc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdpDc")
+            .field("shard", &self.shard)
+            .field("interface", &self.shared.interface)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Why the backend could not start, with the cause and the alternative.
+fn failure(interface: &str, what: impl std::fmt::Display, kind: io::ErrorKind) -> io::Error {
+    io::Error::new(
+        kind,
+        format!(
+            "dc.backend = \"xdp\" on {interface}: {what}; fix that, or use dc.backend = \"tun\""
+        ),
+    )
+}
+
+/// The running kernel's (major, minor) version.
+fn kernel_version() -> Option<(u32, u32)> {
+    let r = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let mut it = r.trim().split(|c: char| !c.is_ascii_digit());
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+/// RX queues of interface `name` (sysfs); 1 when unknown.
+fn rx_queues(name: &str) -> usize {
+    std::fs::read_dir(format!("/sys/class/net/{name}/queues")).map_or(1, |d| {
+        d.filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+            .count()
+            .max(1)
+    })
+}
+
+fn ifindex(name: &str) -> Option<u32> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: `c` is a valid NUL-terminated string for the call's duration.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    (i != 0).then_some(i)
+}
+
+/// Opens the backend: one socket per shard on `interface`, the steering
+/// program loaded, its maps filled and attached.
+pub fn open_shards(
+    interface: &str,
+    shards: usize,
+    local: &[Prefix],
+    remote: &[Prefix],
+) -> io::Result<Vec<XdpDc>> {
+    let Some(ifindex) = ifindex(interface) else {
+        return Err(failure(
+            interface,
+            "no such network interface",
+            io::ErrorKind::NotFound,
+        ));
+    };
+    let queues = rx_queues(interface);
+    if queues > 1 {
+        return Err(failure(
+            interface,
+            format!(
+                "it has {queues} RX queues, and the AF_XDP sockets are bound to queue 0 only \
+                 (packets the NIC or the veth peer puts on another queue would be lost): give \
+                 it one (`ethtool -L {interface} combined 1`; a veth: create both ends with \
+                 `numrxqueues 1 numtxqueues 1`)"
+            ),
+            io::ErrorKind::InvalidInput,
+        ));
+    }
+    match kernel_version() {
+        Some(v) if v >= (6, 6) => {}
+        Some((a, b)) => {
+            return Err(failure(
+                interface,
+                format!(
+                    "Linux {a}.{b} is too old: multi-buffer AF_XDP (XDP_USE_SG, for RoCE \
+                     frames above 4 KiB) needs Linux 6.6 or later"
+                ),
+                io::ErrorKind::Unsupported,
+            ))
+        }
+        None => {}
+    }
+    let mut steering = Steering::load(local, remote, shards)
+        .map_err(|e| failure(interface, e, io::ErrorKind::PermissionDenied))?;
+    let frames = FILL as usize + shards * RING as usize;
+    let area = Area::new(frames * CHUNK).map_err(|e| {
+        failure(
+            interface,
+            format!("UMEM of {} MiB: {e}", (frames * CHUNK) >> 20),
+            io::ErrorKind::OutOfMemory,
+        )
+    })?;
+    let sock_err = |e: io::Error| {
+        let why = match e.raw_os_error() {
+            Some(libc::EPERM | libc::EACCES) => {
+                "an AF_XDP socket needs root or CAP_NET_ADMIN (and CAP_BPF)".to_string()
+            }
+            Some(libc::EAFNOSUPPORT) => "this kernel has no AF_XDP (CONFIG_XDP_SOCKETS)".into(),
+            _ => format!("AF_XDP socket: {e}"),
+        };
+        failure(interface, why, io::ErrorKind::PermissionDenied)
+    };
+    let mut fds = Vec::with_capacity(shards);
+    let mut rings = Vec::with_capacity(shards);
+    let first = xsk::socket().map_err(sock_err)?;
+    xsk::register_umem(first.as_raw_fd(), &area).map_err(sock_err)?;
+    xsk::set_ring_size(first.as_raw_fd(), libc::XDP_UMEM_FILL_RING, FILL).map_err(sock_err)?;
+    xsk::set_ring_size(first.as_raw_fd(), libc::XDP_UMEM_COMPLETION_RING, FILL)
+        .map_err(sock_err)?;
+    let (mut fill, comp) = xsk::umem_rings(first.as_raw_fd(), FILL).map_err(sock_err)?;
+    fds.push(first);
+    for _ in 1..shards {
+        fds.push(xsk::socket().map_err(sock_err)?);
+    }
+    for fd in &fds {
+        xsk::set_ring_size(fd.as_raw_fd(), libc::XDP_RX_RING, RING).map_err(sock_err)?;
+        xsk::set_ring_size(fd.as_raw_fd(), libc::XDP_TX_RING, RING).map_err(sock_err)?;
+        rings.push(xsk::socket_rings(fd.as_raw_fd(), RING).map_err(sock_err)?);
+    }
+    // Zero-copy where the driver has it, copy mode otherwise.
+    let base = libc::XDP_USE_SG | libc::XDP_USE_NEED_WAKEUP;
+    let bound = xsk::bind(
+        fds[0].as_raw_fd(),
+        ifindex,
+        0,
+        base | libc::XDP_ZEROCOPY,
+        None,
+    );
+    let zero_copy = match bound {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::info!(interface, error = %e, "xdp: no zero-copy on this driver; copy mode");
+            xsk::bind(fds[0].as_raw_fd(), ifindex, 0, base | libc::XDP_COPY, None).map_err(
+                |e| {
+                    let why = match e.raw_os_error() {
+                        Some(libc::EINVAL) => format!(
+                            "binding the AF_XDP socket to queue 0 failed ({e}; a kernel without \
+                         multi-buffer AF_XDP, Linux < 6.6?)"
+                        ),
+                        Some(libc::EBUSY) => format!(
+                            "queue 0 already has an AF_XDP socket ({e}; another soya running?)"
+                        ),
+                        _ => format!("binding the AF_XDP socket to queue 0: {e}"),
+                    };
+                    failure(interface, why, io::ErrorKind::Other)
+                },
+            )?;
+            false
+        }
+    };
+    for fd in &fds[1..] {
+        xsk::bind(
+            fd.as_raw_fd(),
+            ifindex,
+            0,
+            libc::XDP_SHARED_UMEM,
+            Some(fds[0].as_raw_fd()),
+        )
+        .map_err(|e| {
+            failure(
+                interface,
+                format!("binding a shard's socket (shared UMEM): {e}"),
+                io::ErrorKind::Other,
+            )
+        })?;
+    }
+    // The fill ring gets the first FILL chunks; the rest are for TX.
+    let mut free: Vec<u64> = (0..frames as u64).map(|i| i * CHUNK as u64).collect();
+    let rx_chunks: Vec<u64> = free.drain(..FILL as usize).collect();
+    let n = fill.free();
+    debug_assert!(n >= FILL);
+    for c in rx_chunks {
+        fill.push(c);
+    }
+    fill.submit();
+    for (i, fd) in fds.iter().enumerate() {
+        steering
+            .set_socket(i, fd)
+            .map_err(|e| failure(interface, e, io::ErrorKind::Other))?;
+    }
+    steering
+        .attach(interface)
+        .map_err(|e| failure(interface, e, io::ErrorKind::Other))?;
+    tracing::info!(
+        interface,
+        shards,
+        attach = steering.attach_mode,
+        mode = if zero_copy { "zero-copy" } else { "copy" },
+        "xdp: steering program attached, AF_XDP sockets bound"
+    );
+    let shared = Arc::new(Shared {
+        umem: Mutex::new(UmemRings { fill, comp, free }),
+        steering: Mutex::new(steering),
+        interface: interface.to_string(),
+        zero_copy,
+        shards,
+        area,
+    });
+    let mut out = Vec::with_capacity(shards);
+    for (shard, (fd, (rx, tx))) in fds.into_iter().zip(rings).enumerate() {
+        out.push(XdpDc {
+            shard,
+            rx,
+            tx,
+            fd,
+            neigh: Neighbours::new(interface, ifindex)
+                .map_err(|e| failure(interface, format!("rtnetlink: {e}"), io::ErrorKind::Other))?,
+            tx_free: Vec::with_capacity(TX_TAKE * 2),
+            rx_done: Vec::with_capacity(RX_BATCH as usize * 3),
+            tx_unkicked: 0,
+            stats: XdpStats::default(),
+            shared: shared.clone(),
+        });
+    }
+    Ok(out)
+}
+
+impl XdpDc {
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// "zero-copy" or "copy": how the socket moves packets.
+    pub fn mode(&self) -> &'static str {
+        if self.shared.zero_copy {
+            "zero-copy"
+        } else {
+            "copy"
+        }
+    }
+
+    /// How the steering program is attached: "native" or "generic".
+    pub fn attach_mode(&self) -> &'static str {
+        lock(&self.shared.steering).attach_mode
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "xdp {} queue 0, socket {}/{}, {} mode, {} attach, {CHUNK}-byte chunks, multi-buffer",
+            self.shared.interface,
+            self.shard,
+            self.shared.shards,
+            self.mode(),
+            self.attach_mode(),
+        )
+    }
+
+    /// Packets the program steered to each shard (all shards' view).
+    pub fn steered(&self) -> Vec<u64> {
+        lock(&self.shared.steering).steered(self.shared.shards)
+    }
+
+    /// What the kernel dropped before this socket read it: RX ring full,
+    /// no fill buffer, invalid descriptors (XDP_STATISTICS).
+    pub fn kernel_drops(&self) -> u64 {
+        xsk::statistics(self.fd.as_raw_fd()).map_or(0, |s| {
+            s.rx_dropped + s.rx_ring_full + s.rx_fill_ring_empty_descs
+        })
+    }
+
+    /// Reads up to one batch of frames; calls `f` with each IP packet.
+    /// Returns the packets read and whether the RX ring was emptied.
+    pub fn recv_batch(&mut self, buf: &mut [u8], mut f: impl FnMut(&[u8])) -> (usize, bool) {
+        let ready = self.rx.ready();
+        let n = ready.min(RX_BATCH);
+        let mut k = 0;
+        let mut packets = 0;
+        let area = &self.shared.area;
+        while k < n {
+            let d = self.rx.peek(k);
+            if d.options & libc::XDP_PKT_CONTD == 0 {
+                // The whole frame in one chunk: hand it over in place.
+                k += 1;
+                self.rx_done.push(chunk_of(d.addr));
+                let frame = area.slice(d.addr, d.len as usize);
+                deliver(frame, &mut self.stats, &mut f);
+                packets += 1;
+                continue;
+            }
+            // A multi-buffer frame: its descriptors up to the one without
+            // XDP_PKT_CONTD. Only whole frames are consumed.
+            let mut end = k;
+            while end < n && self.rx.peek(end).options & libc::XDP_PKT_CONTD != 0 {
+                end += 1;
+            }
+            if end == n {
+                break;
+            }
+            let mut len = 0;
+            let mut fits = true;
+            for j in k..=end {
+                let d = self.rx.peek(j);
+                self.rx_done.push(chunk_of(d.addr));
+                let part = area.slice(d.addr, d.len as usize);
+                if fits && len + part.len() <= buf.len() {
+                    buf[len..len + part.len()].copy_from_slice(part);
+                    len += part.len();
+                } else {
+                    fits = false;
+                }
+            }
+            k = end + 1;
+            packets += 1;
+            self.stats.rx_multi_buffer += 1;
+            if fits {
+                deliver(&buf[..len], &mut self.stats, &mut f);
+            } else {
+                self.stats.rx_dropped += 1;
+            }
+        }
+        if k > 0 {
+            self.rx.release(k);
+            let mut u = lock(&self.shared.umem);
+            // The fill ring holds every RX chunk: there is always room.
+            let room = u.fill.free() as usize;
+            let give = self.rx_done.len().min(room);
+            for c in self.rx_done.drain(..give) {
+                u.fill.push(c);
+            }
+            u.fill.submit();
+            if u.fill.needs_wakeup() {
+                xsk::kick_rx(&self.fd);
+            }
+        }
+        (packets, k == ready)
+    }
+
+    /// Queues one IP packet toward local host `dst` (sent at the next
+    /// [`flush`](Self::flush), or now when a batch is full).
+    pub fn send(&mut self, packet: &[u8], dst: IpAddr) -> Result<(), SendError> {
+        let Some(eth) = self.neigh.header(dst, Instant::now()) else {
+            self.stats.tx_no_neighbour += 1;
+            return Err(SendError::NoNeighbour);
+        };
+        let len = ETH + packet.len();
+        let chunks = len.div_ceil(CHUNK);
+        if self.tx_free.len() < chunks {
+            self.flush();
+            self.take_chunks();
+        }
+        if self.tx_free.len() < chunks || (self.tx.free() as usize) < chunks {
+            self.stats.tx_full += 1;
+            if self.stats.tx_full.is_power_of_two() {
+                tracing::warn!(
+                    shard = self.shard,
+                    chunks_owned = self.tx_free.len(),
+                    ring_free = self.tx.free(),
+                    not_sent = self.tx.outstanding(),
+                    count = self.stats.tx_full,
+                    "xdp: a packet toward the DC dropped: no free TX chunk or ring slot"
+                );
+            }
+            return Err(SendError::Full);
+        }
+        let area = &self.shared.area;
+        let mut off = 0;
+        for i in 0..chunks {
+            let c = self.tx_free.pop().expect("checked above");
+            let part = (len - off).min(CHUNK);
+            let dst = area.slice_mut(c, part);
+            // Copy the slice of the frame [off, off + part) = header ++ packet.
+            let mut w = 0;
+            if off < ETH {
+                let h = &eth[off..ETH.min(off + part)];
+                dst[..h.len()].copy_from_slice(h);
+                w = h.len();
+            }
+            let p0 = (off + w) - ETH;
+            dst[w..].copy_from_slice(&packet[p0..p0 + (part - w)]);
+            off += part;
+            self.tx.push(libc::xdp_desc {
+                addr: c,
+                len: part as u32,
+                options: if i + 1 < chunks {
+                    libc::XDP_PKT_CONTD
+                } else {
+                    0
+                },
+            });
+        }
+        self.tx_unkicked += chunks as u32;
+        self.stats.tx_packets += 1;
+        if self.tx_unkicked >= TX_KICK {
+            self.flush();
+        }
+        Ok(())
+    }
+
+    fn take_chunks(&mut self) {
+        let mut u = lock(&self.shared.umem);
+        u.reap();
+        let n = u.free.len().min(TX_TAKE);
+        let at = u.free.len() - n;
+        self.tx_free.extend(u.free.drain(at..));
+    }
+
+    /// Publishes staged TX descriptors and kicks the kernel.
+    pub fn flush(&mut self) {
+        if self.tx_unkicked == 0 && self.tx.outstanding() == 0 {
+            return;
+        }
+        self.tx.submit();
+        self.tx_unkicked = 0;
+        if !self.shared.zero_copy || self.tx.needs_wakeup() {
+            // Copy mode sends a bounded number of descriptors per call.
+            for _ in 0..8 {
+                if let Err(e) = xsk::kick_tx(&self.fd) {
+                    tracing::debug!(error = %e, "xdp: TX kick failed");
+                    break;
+                }
+                if self.tx.outstanding() == 0 {
+                    break;
+                }
+            }
+        }
+        if self.tx_free.len() < TX_TAKE / 2 {
+            self.take_chunks();
+        }
+    }
+}
+
+fn deliver(frame: &[u8], stats: &mut XdpStats, f: &mut impl FnMut(&[u8])) {
+    // The program redirects untagged IPv4 / IPv6 only.
+    if frame.len() <= ETH || !matches!(&frame[12..14], [0x08, 0x00] | [0x86, 0xdd]) {
+        stats.rx_dropped += 1;
+        return;
+    }
+    stats.rx_packets += 1;
+    f(&frame[ETH..]);
+}
+
+/// Why a packet was not queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendError {
+    NoNeighbour,
+    Full,
+}
+
+#[cfg(test)]
+mod tests;
