@@ -272,7 +272,8 @@ panels.append(panel("Twin state (lost after wan.twin_timeout without a path)", [
 panels.append(panel("Twin losses and what they failed", [
     (f"increase(soya_twin_lost_total{I}[$__rate_interval])", "{{instance}} twin lost"),
     (f"increase(soya_flows_failed_twin_lost_total{I}[$__rate_interval])", "{{instance}} flows failed"),
-    (f"rate(soya_twin_lost_requests_refused_total{I}[$__rate_interval])", "{{instance}} requests refused")],
+    (f"rate(soya_twin_lost_requests_refused_total{I}[$__rate_interval])", "{{instance}} requests refused"),
+    (f"increase(soya_twin_failed_total{I}[$__rate_interval])", "{{instance}} failed {{what}}")],
     "none", 12, y))
 y += 8
 

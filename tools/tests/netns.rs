@@ -88,6 +88,8 @@ struct Wan {
     /// DC backend of both gateways: `xdp` on their veth ("host") instead
     /// of `tun`.
     xdp: bool,
+    /// `wan.twin_timeout` of both gateways (default when `None`).
+    twin_timeout: Option<&'static str>,
 }
 
 /// Two paths, 0.5 % loss per direction.
@@ -98,6 +100,7 @@ const LOSSY: Wan = Wan {
     rate: "1gbit",
     shards: 1,
     xdp: false,
+    twin_timeout: None,
 };
 /// Two paths, no loss.
 const CLEAN: Wan = Wan { loss: 0.0, ..LOSSY };
@@ -322,13 +325,17 @@ impl Lab {
                  [control]\nmetrics = \"\"\nsocket = \"{sock}\"\n\
                  [log]\nlevel = \"info\"\n\
                  [gateway]\nshards = {shards}\n\
-                 [wan]\nbind = [{binds}]\nkey_file = \"{key}\"\n",
+                 [wan]\nbind = [{binds}]\nkey_file = \"{key}\"\n{twin_timeout}",
                 site = if s == Site::A { "a" } else { "b" },
                 local = PREFIX[s.i()],
                 remote = PREFIX[s.other().i()],
                 sock = self.sock[s.i()].display(),
                 binds = binds.join(", "),
                 key = key.display(),
+                twin_timeout = self
+                    .wan
+                    .twin_timeout
+                    .map_or(String::new(), |t| format!("twin_timeout = \"{t}\"\n")),
                 shards = self.wan.shards,
                 backend = if self.wan.xdp {
                     "backend = \"xdp\"\ninterface = \"host\""
@@ -1333,4 +1340,65 @@ fn killing_the_near_gateway_stalls_the_requester_qp() {
     );
     assert_eq!(r.remote_data_errors, Some(0), "corrupt data at the server");
     assert!(b.wan.peer_restarts >= 1, "{:?}", b.wan);
+}
+
+/// `kill -9` of the far gateway, NOT restarted (its host died), while the
+/// requester at hostA has nothing outstanding: it only waits for the
+/// server's next SEND (issue 14: an `rping` hung until killed). gwA sees
+/// every path go down, declares the twin lost after `wan.twin_timeout`,
+/// and moves the client's QP to the error state through its responder role
+/// (a request its responder must refuse: `qp::poison`). The client must end
+/// with an error completion, never hang, and not before the timeout ran
+/// out (an outage shorter than it fails nothing).
+#[test]
+fn a_lost_twin_fails_a_requester_with_nothing_outstanding() {
+    let _turn = serial();
+    let test = "a_lost_twin_fails_a_requester_with_nothing_outstanding";
+    const TWIN_TIMEOUT: Duration = Duration::from_secs(2);
+    let wan = Wan {
+        twin_timeout: Some("2s"),
+        ..CLEAN
+    };
+    let Some(mut lab) = Lab::new(test, wan) else {
+        return;
+    };
+    // The server SENDs once at once (the gateways learn the flow from it),
+    // then again after 60 s: the client has nothing outstanding meanwhile.
+    let client = lab.spawn_client(&["--op", "wait-send", "--send-after", "60"]);
+    lab.wait_for(Site::A, "the server's first SEND re-injected at gwA", |s| {
+        s.flows.iter().any(|f| f.role == "egress" && f.packets > 0)
+    });
+    lab.wait_for(Site::A, "the client's ACK of it absorbed", |s| {
+        s.flows
+            .iter()
+            .any(|f| f.role == "egress" && f.buffered == 0 && f.packets > 0)
+    });
+    let killed = Instant::now();
+    lab.kill_gateway(Site::B);
+    let lost = lab.wait_for(Site::A, "twin lost", |s| s.twin_status.state == "lost");
+    let (r, status) = lab.finish_client(client, Duration::from_secs(60));
+    let after = killed.elapsed();
+    let a = lab.status(Site::A);
+    println!(
+        "{test}: client exit {status} {after:?} after the kill (twin_timeout {TWIN_TIMEOUT:?}); \
+         errors {:?}; gwA twin {:?}; engine {:?}",
+        r.errors, a.twin_status, a.engine
+    );
+    assert!(!r.ok && !status.success(), "the client must fail: {r:#?}");
+    assert!(
+        r.errors
+            .iter()
+            .any(|e| e.contains("error state") || e.contains("flush")),
+        "an error completion, not a timeout of its own: {:?}",
+        r.errors
+    );
+    assert!(
+        after >= TWIN_TIMEOUT,
+        "failed after {after:?}, before wan.twin_timeout ran out"
+    );
+    assert_eq!(lost.twin_status.state, "lost");
+    assert!(!lost.connected, "never 'connected' with the twin gone");
+    assert!(a.twin.twin_lost >= 1, "{:?}", a.twin);
+    assert!(a.engine.qps_poisoned >= 1, "{:?}", a.engine);
+    assert_eq!(r.remote_data_errors.unwrap_or(0), 0);
 }

@@ -641,6 +641,12 @@ impl Device {
                 flows_learned_traffic: es.flows_learned_traffic,
                 cnps_absorbed: es.cnps_absorbed,
                 unmatched_responses: es.unmatched_responses,
+                halves_failed_twin_lost: es.halves_failed_twin_lost,
+                qps_poisoned: es.qps_poisoned,
+                poison_unattributable: es.poison_unattributable,
+                egress_halves_dropped: es.egress_halves_dropped,
+                requests_refused_unreachable: es.requests_refused_unreachable
+                    + es.requests_dropped_unreachable,
             },
             buffer: BufferSnap {
                 slots_used: occ.slots_used as u64,

@@ -409,6 +409,18 @@ pub fn render(s: &Snapshot) -> String {
         "Halves failed toward their requesters because the twin restarted mid-stream.",
         t.flows_failed_on_restart,
     );
+    o.by(
+        "soya_twin_failed_total",
+        "counter",
+        "What lost or restarted twins failed: ingress halves, local QPs moved to error through their responder role (poisoned), QPs that could not be (expected PSN unknown), egress halves dropped.",
+        "what",
+        &[
+            ("halves", e.halves_failed_twin_lost),
+            ("qps_poisoned", e.qps_poisoned),
+            ("unattributable", e.poison_unattributable),
+            ("egress_halves", e.egress_halves_dropped),
+        ],
+    );
     o.one(
         "soya_twin_lost_total",
         "counter",
@@ -424,8 +436,8 @@ pub fn render(s: &Snapshot) -> String {
     o.one(
         "soya_twin_lost_requests_refused_total",
         "counter",
-        "Requests from the DC side refused with an error while the twin was lost.",
-        t.rx_refused_twin_lost,
+        "Requests from the DC side refused (error NAK, or dropped when their QP is unknown) while the twin was lost.",
+        t.rx_refused_twin_lost.max(e.requests_refused_unreachable),
     );
     o.by(
         "soya_wan_datagrams_total",

@@ -95,6 +95,20 @@ pub struct EngineCounters {
     pub flows_learned_traffic: u64,
     pub cnps_absorbed: u64,
     pub unmatched_responses: u64,
+    /// What a lost or restarted twin failed (`QpEngine::fail_all`): halves
+    /// failed, QPs moved to error through their responder role, QPs that
+    /// could not be (their expected PSN unknown), egress halves dropped;
+    /// and requests refused while the twin was lost.
+    #[serde(default)]
+    pub halves_failed_twin_lost: u64,
+    #[serde(default)]
+    pub qps_poisoned: u64,
+    #[serde(default)]
+    pub poison_unattributable: u64,
+    #[serde(default)]
+    pub egress_halves_dropped: u64,
+    #[serde(default)]
+    pub requests_refused_unreachable: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
