@@ -730,6 +730,7 @@ impl Device {
                 handoff_dropped: dcc.handoff_dropped,
                 slots_used: occ.slots_used as u64,
                 alarm: self.alarm.clone(),
+                dc_mode: self.dc.xdp_mode().unwrap_or_default().into(),
             }],
         }
     }

@@ -224,6 +224,21 @@ pub fn render(s: &Snapshot) -> String {
             u8::from(sh.connected),
         );
     }
+    if s.shards.iter().any(|sh| !sh.dc_mode.is_empty()) {
+        o.family(
+            "soya_dc_xdp_mode",
+            "gauge",
+            "xdp backend: 1 for the mode each shard's AF_XDP socket runs in (zero-copy where the driver offers it, copy otherwise).",
+        );
+        for sh in s.shards.iter().filter(|sh| !sh.dc_mode.is_empty()) {
+            let i = sh.index.to_string();
+            o.sample(
+                "soya_dc_xdp_mode",
+                &[("shard", &i), ("mode", &sh.dc_mode)],
+                1,
+            );
+        }
+    }
     type ShardDir = (
         &'static str,
         &'static str,

@@ -79,6 +79,9 @@ pub struct ShardSnap {
     pub slots_used: u64,
     /// Why it thinks it has no session (empty when fine).
     pub alarm: String,
+    /// xdp backend: `zero-copy` or `copy` (empty for the other backends).
+    #[serde(default)]
+    pub dc_mode: String,
 }
 
 /// `QpEngine::stats`.

@@ -252,7 +252,8 @@ pub fn run_client(cfg: &ClientConfig) -> Result<PerfReport, PerfError> {
     };
     let qps = ep.end_session();
     let mut lat = run.lat;
-    Ok(report(
+    let failed_at = run.failed_at;
+    let mut r = report(
         cfg,
         &ep,
         &qps,
@@ -262,7 +263,11 @@ pub fn run_client(cfg: &ClientConfig) -> Result<PerfReport, PerfError> {
         server,
         &mut lat,
         SocketAddr::new(peer_ip, peer_port),
-    ))
+    );
+    r.failed_at_unix_s = failed_at
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_secs_f64());
+    Ok(r)
 }
 
 /// SENDs a `wait-send` client waits for per QP: the server's first (which
@@ -290,6 +295,7 @@ fn wait_for_sends(cfg: &ClientConfig, ep: &mut Endpoint) -> Run {
         })
         .collect();
     let mut errors = Vec::new();
+    let mut failed_at = None;
     cfg.progress.line(&format!(
         "waiting for {WAIT_SENDS} SENDs per QP from the server (nothing outstanding here), at most {limit:?}"
     ));
@@ -310,6 +316,7 @@ fn wait_for_sends(cfg: &ClientConfig, ep: &mut Endpoint) -> Run {
                     ));
                 } else {
                     d.failed += 1;
+                    failed_at.get_or_insert_with(std::time::SystemTime::now);
                     if d.failed == 1 {
                         errors.push(format!(
                             "QP {i} (QPN {:#x}): receive completed with {}: the QP went to the error state",
@@ -321,6 +328,7 @@ fn wait_for_sends(cfg: &ClientConfig, ep: &mut Endpoint) -> Run {
             }
             if qp.is_error() && d.failed == 0 {
                 d.failed += 1;
+                failed_at.get_or_insert_with(std::time::SystemTime::now);
                 errors.push(format!(
                     "QP {i} (QPN {:#x}) entered the error state",
                     qp.local().qpn
@@ -353,6 +361,7 @@ fn wait_for_sends(cfg: &ClientConfig, ep: &mut Endpoint) -> Run {
         lat: Vec::new(),
         start,
         errors,
+        failed_at,
     }
 }
 
@@ -361,6 +370,8 @@ struct Run {
     lat: Vec<u64>,
     start: Time,
     errors: Vec<String>,
+    /// Wall-clock time of the first failure (wait-send).
+    failed_at: Option<std::time::SystemTime>,
 }
 
 fn drive(cfg: &ClientConfig, ep: &mut Endpoint, layout: Layout, theirs: &[QpInfo]) -> Run {
@@ -449,6 +460,7 @@ fn drive(cfg: &ClientConfig, ep: &mut Endpoint, layout: Layout, theirs: &[QpInfo
         lat,
         start,
         errors,
+        failed_at: None,
     }
 }
 

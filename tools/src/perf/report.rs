@@ -162,6 +162,13 @@ pub struct PerfReport {
     /// The first of `errors` when the run was not clean (absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// `--op wait-send`: when the first receive completed in error (or the
+    /// QP was seen in the error state), in seconds since the Unix epoch, so
+    /// that a test can tell how long after an event the application learned
+    /// of it, whatever the client did afterwards (its summary exchange with
+    /// the server may wait much longer when the path is gone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_at_unix_s: Option<f64>,
     /// No data errors, no failed or missing completions, no errors.
     pub ok: bool,
     /// The server's own report (client only).
