@@ -181,14 +181,23 @@ fn qp_config(s: &Scenario, mem_size: usize) -> QpConfig {
     // "forever" for both counts; with both directions in use, the QP that
     // failed stops answering as a responder too, and its peer would time
     // out forever with retry_cnt 7.)
-    let starved = s.recv_credits.is_some() && s.recv_refill.is_none();
+    let starved = (s.recv_credits.is_some() && s.recv_refill.is_none()) || s.stall_qp0;
+    // A twin that restarts before a requester's QPN was ever seen (no ACK
+    // came back yet, no RDMA-CM) leaves the gateway no way to address it
+    // (docs/semantics.md): that requester recovers through its own retry
+    // count, finite as on hardware (rxe takes 7 as "forever").
+    let unreachable_requester = s.twin_restart.is_some();
     QpConfig {
         mtu: s.mtu,
         mem_base: MEM_BASE,
         mem_size,
         rkey: Some(RKEY),
         rnr_retry: if starved { 3 } else { 7 },
-        retry_cnt: if starved { 6 } else { 7 },
+        retry_cnt: if starved || unreachable_requester {
+            6
+        } else {
+            7
+        },
         ..QpConfig::default()
     }
 }

@@ -150,6 +150,10 @@ pub fn random_scenario(seed: u64) -> Scenario {
     if accelerated && s.qps >= 2 && r.random_bool(0.05) {
         // Nothing else that slows the others down: the verdict compares
         // their landing with the stalled QP's failure (RNR budget, > 0.6 s).
+        // The gateway owns the stall (pseudo-ACKs, its own RNR waits): the
+        // requester of the stalled QP only learns of it when the gateway
+        // gives up.
+        s.policy = AckPolicy::Edge;
         s.op = Op::Send;
         s.stall_qp0 = true;
         s.recv_credits = None;
