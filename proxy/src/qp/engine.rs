@@ -521,7 +521,10 @@ impl QpEngine {
     ///   pseudo-ACKed, or idle) but belongs to a flow with the twin is
     ///   moved to the error state through its responder role, with a
     ///   request that can never place data (`qp::poison`); its posted
-    ///   receives then complete with a flush error.
+    ///   receives then complete with a flush error. When its expected PSN
+    ///   is not known (no reverse traffic, no RDMA-CM) but both QPNs are,
+    ///   the engine learns it by probing and poisons it when the answer
+    ///   comes (timers: [`Self::poll_timeout`]; `TwinLostSummary::probing`).
     /// - Every egress half (requests received from the lost twin) is
     ///   dropped and its buffer slots are freed.
     ///
