@@ -723,9 +723,7 @@ impl QpEngine {
                 None => true,
                 // A NAK-seq is exact; a re-ACK only ever moves the estimate
                 // forward (a lagging re-ACK after a READ).
-                Some((at, was_exact)) => {
-                    at != epsn && (exact || (!was_exact && epsn.after(at)))
-                }
+                Some((at, was_exact)) => at != epsn && (exact || (!was_exact && epsn.after(at))),
             };
             if better && probe.rounds < poison::PROBE_ROUNDS {
                 probe.rounds += 1;

@@ -592,7 +592,12 @@ fn probed_engine() -> (QpEngine, TwinLostSummary, Vec<Output>) {
 /// `check_op_seq`) expecting `epsn` answers to a probe/poison at `psn`:
 /// (PSN, syndrome), or nothing. `sent_nak`: rxe's `sent_psn_nak`;
 /// `error`: the QP is in the error state (drops everything).
-fn rxe_answer(epsn: u32, sent_nak: &mut bool, error: &mut bool, psn: u32) -> Option<(u32, Syndrome)> {
+fn rxe_answer(
+    epsn: u32,
+    sent_nak: &mut bool,
+    error: &mut bool,
+    psn: u32,
+) -> Option<(u32, Syndrome)> {
     if *error {
         return None;
     }
@@ -626,7 +631,10 @@ fn no_twin_output(out: &[Output]) {
 #[test]
 fn a_qp_with_no_known_epsn_is_probed_half_the_psn_space_apart() {
     let (e, sum, out) = probed_engine();
-    assert_eq!((sum.probing, sum.unattributable, sum.qps_poisoned), (1, 0, 0));
+    assert_eq!(
+        (sum.probing, sum.unattributable, sum.qps_poisoned),
+        (1, 0, 0)
+    );
     assert!(acks(&out).is_empty());
     // From the far host to the local QP, its learned QPN, no payload, no
     // RETH (checked by dc_requests), with the far QP's UDP port.
@@ -634,7 +642,14 @@ fn a_qp_with_no_known_epsn_is_probed_half_the_psn_space_apart() {
         dc_requests(&out),
         vec![
             (RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_MIDDLE, 0, 0),
-            (RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_MIDDLE, 1 << 23, 0),
+            (
+                RESPONDER,
+                REQUESTER,
+                RQ_QPN,
+                Opcode::RC_SEND_MIDDLE,
+                1 << 23,
+                0
+            ),
         ]
     );
     let Output::Dc(v) = &out[0] else { panic!() };
@@ -656,7 +671,14 @@ fn a_probe_behind_the_epsn_is_re_acked_and_the_poison_lands_at_the_exact_epsn() 
     no_twin_output(&out);
     assert_eq!(
         dc_requests(&out),
-        vec![(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_MIDDLE, 5000, 0)],
+        vec![(
+            RESPONDER,
+            REQUESTER,
+            RQ_QPN,
+            Opcode::RC_SEND_MIDDLE,
+            5000,
+            0
+        )],
         "the poison, at ePSN = re-ACK + 1"
     );
     // The QP refuses it fatally: in error; the NAK is absorbed.
@@ -685,7 +707,14 @@ fn a_probe_ahead_of_the_epsn_gets_a_nak_seq_and_the_poison_goes_there() {
     no_twin_output(&out);
     assert_eq!(
         dc_requests(&out),
-        vec![(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_MIDDLE, epsn, 0)]
+        vec![(
+            RESPONDER,
+            REQUESTER,
+            RQ_QPN,
+            Opcode::RC_SEND_MIDDLE,
+            epsn,
+            0
+        )]
     );
     // The re-ACK arriving late (epsn - 1 + 1 = epsn) changes nothing.
     e.handle_dc(t, &answer(epsn - 1, Syndrome::ACK_UNLIMITED));
@@ -715,7 +744,15 @@ fn probing_ends_with_the_poison_at_the_epsn_wherever_the_epsn_is() {
     // wrap), with or without a NAK-seq already sent: the QP ends in error
     // through a packet at its exact ePSN, nothing ever reaches the twin,
     // and it takes at most the two probes and one poison.
-    for epsn in [0, 1, 5000, (1 << 23) - 1, 1 << 23, (1 << 23) + 1, (1 << 24) - 1] {
+    for epsn in [
+        0,
+        1,
+        5000,
+        (1 << 23) - 1,
+        1 << 23,
+        (1 << 23) + 1,
+        (1 << 24) - 1,
+    ] {
         for already_nacked in [false, true] {
             let (mut e, _, mut out) = probed_engine();
             let (mut sent_nak, mut error) = (already_nacked, false);
@@ -771,7 +808,11 @@ fn an_unanswered_probe_is_retried_a_few_times_then_counted_unattributable() {
     assert_eq!(e.poll_timeout(), None, "never a loop");
     assert_eq!(e.probes_pending(), 0);
     assert_eq!(
-        (e.stats.probes_sent, e.stats.probes_unanswered, e.stats.poison_unattributable),
+        (
+            e.stats.probes_sent,
+            e.stats.probes_unanswered,
+            e.stats.poison_unattributable
+        ),
         (2 * u64::from(poison::PROBE_ATTEMPTS), 1, 1)
     );
     // A very late answer is absorbed, not carried to the twin.
@@ -806,7 +847,13 @@ fn answers_of_other_qps_are_not_taken_for_probe_answers() {
     let (mut e, _, _) = probed_engine();
     let t = Time::from_micros(2);
     // The same hosts, another far QP: not ours to absorb.
-    let other = ack_to(REQUESTER, RESPONDER, RS_QPN + 1, 4999, Syndrome::ACK_UNLIMITED);
+    let other = ack_to(
+        REQUESTER,
+        RESPONDER,
+        RS_QPN + 1,
+        4999,
+        Syndrome::ACK_UNLIMITED,
+    );
     e.handle_dc(t, &other);
     let out = drain(&mut e);
     assert!(dc_requests(&out).is_empty(), "no poison from it");
@@ -831,7 +878,10 @@ fn a_tunnel_phase_toward_the_qp_gives_the_first_probe_its_psn() {
             },
         );
     }
-    e.handle_dc(t, &ack_to(REQUESTER, RESPONDER, RS_QPN, 10, Syndrome::ACK_UNLIMITED));
+    e.handle_dc(
+        t,
+        &ack_to(REQUESTER, RESPONDER, RS_QPN, 10, Syndrome::ACK_UNLIMITED),
+    );
     drain(&mut e);
     let sum = e.fail_all(t, LOST);
     assert_eq!((sum.probing, sum.unattributable), (1, 0));
