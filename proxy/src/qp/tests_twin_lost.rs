@@ -771,7 +771,7 @@ fn probing_ends_with_the_poison_at_the_epsn_wherever_the_epsn_is() {
                         assert_eq!(psn, epsn, "the error comes from the exact ePSN");
                     }
                 }
-                t = t + std::time::Duration::from_micros(5);
+                t += std::time::Duration::from_micros(5);
                 for (psn, syn) in answers {
                     e.handle_dc(t, &answer(psn, syn));
                 }
