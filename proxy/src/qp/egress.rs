@@ -301,6 +301,14 @@ impl Reinjector {
         self.failed
     }
 
+    /// The responder's most likely expected PSN when [`Self::poison_plan`]
+    /// cannot tell it: the PSN after the last tunnel-phase packet seen
+    /// (where a responder that executed all of them expects the next).
+    /// The engine's first ePSN probe goes there (`qp::poison`, probing).
+    pub fn probe_hint(&self) -> Option<Psn> {
+        self.raw_high.map(Psn::next)
+    }
+
     /// Where the responder's expected PSN (ePSN) can be, each with the
     /// message it then has in progress, in increasing PSN order; `None`
     /// when it cannot be known (see `qp::poison`).

@@ -17,7 +17,9 @@ use crate::buffer::{DeepBuffer, Occupancy, PacketPool, PoolStats};
 use crate::roce::builders::ReplyTo;
 use crate::roce::cm::{self, CmMessage, CmReq};
 use crate::roce::ip::rxe_udp_sport;
-use crate::roce::{is_roce, IpHeader, NakCode, OpKind, Psn, RocePacket, RoceRepr, WireError};
+use crate::roce::{
+    is_roce, IpHeader, NakCode, OpKind, Psn, RocePacket, RoceRepr, Syndrome, WireError,
+};
 use crate::time::Time;
 
 use super::egress::{EgressTuning, Reinjector};
@@ -197,6 +199,19 @@ pub struct EngineStats {
     /// addressed).
     pub requests_refused_unreachable: u64,
     pub requests_dropped_unreachable: u64,
+    /// Local QPs whose ePSN `fail_all` set out to learn by probing
+    /// (`qp::poison`, probing): nothing outstanding, QPNs known, ePSN not.
+    pub qps_probed: u64,
+    /// Probe packets sent (first sends and retries).
+    pub probes_sent: u64,
+    /// Answers of probed QPs (re-ACKs, NAK-seq, the fatal NAK) recognised
+    /// and absorbed: never carried to the twin.
+    pub probe_answers: u64,
+    /// Probed QPs whose poison was answered with a fatal NAK: in error.
+    pub qps_poisoned_after_probe: u64,
+    /// Probed QPs given up after the bounded retries (also counted in
+    /// `poison_unattributable`).
+    pub probes_unanswered: u64,
 }
 
 /// What one [`QpEngine::fail_all`] did (for the daemon's log line; the
@@ -212,9 +227,29 @@ pub struct TwinLostSummary {
     pub poison_packets: u64,
     /// Local QPs with nothing outstanding that could not be poisoned.
     pub unattributable: u64,
+    /// Local QPs whose ePSN is being learned by probing: each ends
+    /// poisoned (`EngineStats::qps_poisoned_after_probe`) or unattributable
+    /// (`EngineStats::probes_unanswered`) within a few milliseconds.
+    pub probing: u64,
     pub egress_halves_dropped: u64,
     /// Buffer slots (or heap copies) freed from those egress halves.
     pub egress_packets_dropped: u64,
+}
+
+/// A local QP whose expected PSN is being learned by probing
+/// (`qp::poison`, probing).
+struct Probe {
+    target: Target,
+    /// The probes' PSNs, while no answer has told the ePSN.
+    psns: [Psn; 2],
+    /// The ePSN the poison was last sent at, and whether a NAK-seq told it
+    /// (exact) rather than a re-ACK.
+    poison_at: Option<(Psn, bool)>,
+    /// Poison PSNs tried.
+    rounds: u32,
+    /// Sends of the current step.
+    attempts: u32,
+    deadline: Time,
 }
 
 /// A CM REQ seen, waiting for its REP.
@@ -245,6 +280,9 @@ pub struct QpEngine {
     /// was poisoned, with the far requester's QPN when known: their
     /// answers are absorbed.
     poisoned: KeyedMap<HalfKey, Option<u32>>,
+    /// Local QPs being probed, by the (far requester → local responder)
+    /// half toward them.
+    probes: BTreeMap<HalfKey, Probe>,
     out: Outbox,
     pub stats: EngineStats,
 }
@@ -261,6 +299,7 @@ impl QpEngine {
             cm_start: KeyedMap::with_hasher(cfg.hash_key),
             twin_reachable: true,
             poisoned: KeyedMap::with_hasher(cfg.hash_key),
+            probes: BTreeMap::new(),
             out: Outbox::default(),
             stats: EngineStats::default(),
         }
@@ -291,7 +330,8 @@ impl QpEngine {
     pub fn poll_timeout(&self) -> Option<Time> {
         let i = self.ingress.values().filter_map(PseudoAcker::poll_timeout);
         let e = self.egress.values().filter_map(Reinjector::poll_timeout);
-        i.chain(e).min()
+        let p = self.probes.values().map(|p| p.deadline);
+        i.chain(e).chain(p).min()
     }
 
     pub fn handle_timeout(&mut self, now: Time) {
@@ -304,6 +344,9 @@ impl QpEngine {
             if r.poll_timeout().is_some_and(|t| t <= now) {
                 r.on_timeout(now, &mut self.buffer, &mut self.out);
             }
+        }
+        if self.probes.values().any(|p| p.deadline <= now) {
+            self.probe_timeouts(now);
         }
     }
 
@@ -385,6 +428,12 @@ impl QpEngine {
 
     /// A response from a local responder, to a requester at the far site.
     fn dc_response(&mut self, now: Time, p: &RocePacket<'_>) {
+        if p.info.kind == OpKind::Ack && !self.probes.is_empty() {
+            if let Some(k) = self.probe_of(p) {
+                self.on_probe_answer(now, k, p);
+                return;
+            }
+        }
         let id = (p.ip.dst(), p.bth.dest_qp, p.ip.src());
         let key = self.by_requester.get(&id).copied().or_else(|| {
             // Unknown requester QPN: the half between these addresses that
@@ -478,12 +527,15 @@ impl QpEngine {
     ///   pseudo-ACKed, or idle) but belongs to a flow with the twin is
     ///   moved to the error state through its responder role, with a
     ///   request that can never place data (`qp::poison`); its posted
-    ///   receives then complete with a flush error.
+    ///   receives then complete with a flush error. When its expected PSN
+    ///   is not known (no reverse traffic, no RDMA-CM) but both QPNs are,
+    ///   the engine learns it by probing and poisons it when the answer
+    ///   comes (timers: [`Self::poll_timeout`]; `TwinLostSummary::probing`).
     /// - Every egress half (requests received from the lost twin) is
     ///   dropped and its buffer slots are freed.
     ///
     /// It does not change reachability: see [`Self::set_twin_reachable`].
-    pub fn fail_all(&mut self, _now: Time, code: NakCode) -> TwinLostSummary {
+    pub fn fail_all(&mut self, now: Time, code: NakCode) -> TwinLostSummary {
         let mut sum = TwinLostSummary::default();
         // Local QPs, named by the egress half toward them (far requester →
         // local responder QP), that a NAK reached, and those to poison.
@@ -534,15 +586,25 @@ impl QpEngine {
                     .get(&k)
                     .map(|&psn| vec![(psn, InProgress::Nothing)]),
             };
-            let Some(plan) = plan else {
-                sum.unattributable += 1;
-                continue;
-            };
             let target = Target {
                 far: k.requester,
                 far_qpn,
                 local: k.responder,
                 local_qpn: k.responder_qpn,
+            };
+            let Some(plan) = plan else {
+                // The ePSN is not known: learn it by probing, which needs
+                // the far QPN (the answers are addressed to it).
+                if self.probes.contains_key(&k) {
+                    continue; // already being probed (an earlier fail_all)
+                }
+                let hint = self.egress.get(&k).and_then(Reinjector::probe_hint);
+                if far_qpn.is_some() && self.start_probe(now, k, target, hint) {
+                    sum.probing += 1;
+                } else {
+                    sum.unattributable += 1;
+                }
+                continue;
             };
             let mut sent = 0;
             for (psn, state) in plan {
@@ -574,7 +636,139 @@ impl QpEngine {
         st.poison_unattributable += sum.unattributable;
         st.egress_halves_dropped += sum.egress_halves_dropped;
         st.egress_packets_dropped += sum.egress_packets_dropped;
+        st.qps_probed += sum.probing;
         sum
+    }
+
+    /// Starts probing the ePSN of the local QP of `k` (see `qp::poison`):
+    /// two probes half the PSN space apart around `hint` (or 0). False if
+    /// no packet can be built.
+    fn start_probe(&mut self, now: Time, k: HalfKey, target: Target, hint: Option<Psn>) -> bool {
+        let psns = poison::probe_psns(hint.unwrap_or(Psn::new(0)));
+        let mut probe = Probe {
+            target,
+            psns,
+            poison_at: None,
+            rounds: 0,
+            attempts: 0,
+            deadline: now,
+        };
+        if !self.send_probe_step(now, &mut probe) {
+            return false;
+        }
+        self.probes.insert(k, probe);
+        true
+    }
+
+    /// Sends the current step of `probe` (the two probes, or the poison at
+    /// the ePSN an answer told) and arms its timer.
+    fn send_probe_step(&mut self, now: Time, probe: &mut Probe) -> bool {
+        let mut sent = 0;
+        match probe.poison_at {
+            None => {
+                for psn in probe.psns {
+                    if let Some(repr) = poison::packet(&probe.target, psn, InProgress::Nothing) {
+                        self.out.dc_repr(&repr);
+                        sent += 1;
+                    }
+                }
+                self.stats.probes_sent += sent;
+            }
+            Some((psn, _)) => {
+                if let Some(repr) = poison::packet(&probe.target, psn, InProgress::Nothing) {
+                    self.out.dc_repr(&repr);
+                    sent += 1;
+                }
+                self.stats.poison_packets += sent;
+            }
+        }
+        probe.attempts += 1;
+        probe.deadline = now + poison::PROBE_TIMEOUT;
+        sent > 0
+    }
+
+    /// The probed QP an ACK/NAK from the DC side comes from: sent by the
+    /// local QP to the far host's QP, exactly as the targets name them.
+    fn probe_of(&self, p: &RocePacket<'_>) -> Option<HalfKey> {
+        self.probes
+            .iter()
+            .find(|(_, pr)| {
+                pr.target.local == p.ip.src()
+                    && pr.target.far == p.ip.dst()
+                    && pr.target.far_qpn == Some(p.bth.dest_qp)
+            })
+            .map(|(k, _)| *k)
+    }
+
+    /// An answer of a probed QP: learn its ePSN, poison it there, or note
+    /// that it is in error. Absorbed in every case.
+    fn on_probe_answer(&mut self, now: Time, k: HalfKey, p: &RocePacket<'_>) {
+        self.stats.probe_answers += 1;
+        let Some(aeth) = p.ext.aeth else { return };
+        let Some(mut probe) = self.probes.remove(&k) else {
+            return;
+        };
+        // (ePSN, exact) this answer tells, if any.
+        let told = match aeth.syndrome {
+            // A duplicate: re-ACKed with the last executed PSN.
+            Syndrome::Ack { .. } => Some((p.psn().next(), false)),
+            Syndrome::Nak(NakCode::PsnSequenceError) => Some((p.psn(), true)),
+            Syndrome::Nak(_) => {
+                // A fatal NAK (Invalid Request: the probe or the poison
+                // was at the ePSN): the QP is in the error state. Its
+                // later answers are absorbed as a poisoned QP's.
+                self.stats.qps_poisoned_after_probe += 1;
+                self.poisoned.insert(k, probe.target.far_qpn);
+                return;
+            }
+            // An RNR NAK cannot answer a Middle opcode; nothing to learn.
+            _ => None,
+        };
+        if let Some((epsn, exact)) = told {
+            let better = match probe.poison_at {
+                None => true,
+                // A NAK-seq is exact; a re-ACK only ever moves the estimate
+                // forward (a lagging re-ACK after a READ).
+                Some((at, was_exact)) => at != epsn && (exact || (!was_exact && epsn.after(at))),
+            };
+            if better && probe.rounds < poison::PROBE_ROUNDS {
+                probe.rounds += 1;
+                probe.poison_at = Some((epsn, exact));
+                probe.attempts = 0;
+                self.send_probe_step(now, &mut probe);
+            }
+        }
+        self.probes.insert(k, probe);
+    }
+
+    /// Probes whose answer did not come in time: sent again, or given up
+    /// (unattributable) after [`poison::PROBE_ATTEMPTS`] sends.
+    fn probe_timeouts(&mut self, now: Time) {
+        let due: Vec<HalfKey> = self
+            .probes
+            .iter()
+            .filter(|(_, p)| p.deadline <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in due {
+            let Some(mut probe) = self.probes.remove(&k) else {
+                continue;
+            };
+            if probe.attempts < poison::PROBE_ATTEMPTS {
+                self.send_probe_step(now, &mut probe);
+                self.probes.insert(k, probe);
+            } else {
+                self.stats.probes_unanswered += 1;
+                self.stats.poison_unattributable += 1;
+                // Its late answers are still not the twin's business.
+                self.poisoned.insert(k, probe.target.far_qpn);
+            }
+        }
+    }
+
+    /// Local QPs whose ePSN is still being probed.
+    pub fn probes_pending(&self) -> usize {
+        self.probes.len()
     }
 
     /// A message from the twin. A packet it carries is copied where it is

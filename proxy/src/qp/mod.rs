@@ -15,7 +15,8 @@
 //! learns flows from RDMA-CM or from traffic, and talks to the twin with
 //! [`twin::TwinMsg`]. When the twin is lost for good,
 //! [`engine::QpEngine::fail_all`] fails every half and moves every local QP
-//! with nothing outstanding to the error state ([`poison`]), and
+//! with nothing outstanding to the error state ([`poison`], probing its
+//! expected PSN first when nothing else tells it), and
 //! [`engine::QpEngine::set_twin_reachable`] refuses new requests meanwhile.
 //! Nothing here reads a clock or touches a socket.
 

@@ -56,9 +56,44 @@
 //! and the ones after it reach a QP already in error and are dropped
 //! (`get_req` in the error state drains the queue). With no egress half
 //! yet (the far side never sent), the ePSN is the far side's starting PSN
-//! from RDMA-CM. Anything else (a raw tunnel phase whose responder ACKs are
-//! not all seen, a flow learned from traffic with no reverse traffic) is
-//! *unattributable*: nothing is sent, and it is counted.
+//! from RDMA-CM.
+//!
+//! # Learning the ePSN by probing
+//!
+//! Anything else (a flow learned from traffic with no reverse traffic, a
+//! raw tunnel phase whose responder ACKs are not all seen; NCCL-style
+//! applications exchange QPNs out of band, and the simulator has no
+//! RDMA-CM) is *probed*, provided the far QPN is known (the answers are
+//! addressed to it, and that is how the engine recognises them). A probe is
+//! the very same packet as the poison (no payload, no RETH, a Middle
+//! opcode, AckReq set) at a PSN P, so it can never place data, and the
+//! responder's answer tells its ePSN whatever P is (rxe_resp.c):
+//!
+//! | P against the ePSN (`psn_compare`, 24-bit signed) | rxe | ePSN |
+//! | --- | --- | --- |
+//! | behind (`check_psn` → `duplicate_request`) | SEND/WRITE mask: `send_ack(AETH_ACK_UNLIMITED, resp.ack_psn − 1)` (C9-105), with the current `resp.msn`; older kernels only when AckReq is set (it is) | ACK PSN + 1 |
+//! | ahead (`check_psn`) | NAK PSN sequence error carrying `resp.psn`, once: `sent_psn_nak` silences later ones until a packet at the ePSN arrives | the NAK's PSN |
+//! | equal | `check_op_seq` (or, a SEND in progress, `check_length`: a Middle must carry one MTU): class C, NAK Invalid Request, QP to error | reached: the probe was the poison |
+//!
+//! Two probes go out, at P and P + 2^23: whatever the ePSN, one of them is
+//! behind it or at it (a distance of exactly 2^23 compares as behind), so
+//! it is answered even when a sequence NAK was already sent. P is the PSN
+//! after the last tunnel-phase packet seen toward that QP when there is
+//! one (its likeliest ePSN: the probe may well be the poison itself), 0
+//! otherwise: with two probes half the space apart any P works, and
+//! nothing better is known (both ends draw their first PSN at random).
+//!
+//! The first answer (matched by addresses and QPNs, and never forwarded to
+//! the twin) gives the ePSN and the poison is sent there, with the opcode
+//! for "nothing in progress" (a QP whose far side never sent through this
+//! gateway has no message in progress, and the SEND Middle fails on length
+//! if it had). A NAK-seq is exact and overrides an estimate from a re-ACK
+//! (rxe's `ack_psn` is not advanced by a READ, so a re-ACK can lag behind);
+//! a NAK Invalid Request (or any fatal NAK) ends it: the QP is in error.
+//! Everything is bounded: [`PROBE_TIMEOUT`] per step, [`PROBE_ATTEMPTS`]
+//! sends of a step, [`PROBE_ROUNDS`] poison PSNs per QP; a QP that does
+//! not end in error by then is counted unattributable. Without the far QPN
+//! nothing is sent at all, and it is counted too.
 //!
 //! The packet goes only to a QP the engine knows belongs to a flow with the
 //! lost twin: destination IP and QPN from the half (the requester QPN
@@ -68,6 +103,7 @@
 //! [`crate::roce::builders`]. A QPN is never guessed.
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use crate::roce::builders;
 use crate::roce::ip::rxe_udp_sport;
@@ -138,4 +174,22 @@ pub fn packet(target: &Target, psn: Psn, state: InProgress) -> Option<RoceRepr> 
         repr.src_port = rxe_udp_sport(f, target.local_qpn);
     }
     Some(repr)
+}
+
+/// How long the engine waits for the answer to a probe (or to the poison
+/// it sent after one) before sending it again: a local round trip is a few
+/// microseconds; this leaves room for a busy host.
+pub const PROBE_TIMEOUT: Duration = Duration::from_millis(2);
+/// Sends of one probing step (the first and the retries) before the QP is
+/// given up as unattributable.
+pub const PROBE_ATTEMPTS: u32 = 3;
+/// Poison PSNs tried per QP after answers (a re-ACK's estimate, then a
+/// NAK-seq's exact one...).
+pub const PROBE_ROUNDS: u32 = 3;
+/// Half the PSN space: the distance between the two probes.
+pub const HALF_PSN_SPACE: u32 = 1 << 23;
+
+/// The two probes' PSNs around a first guess `p` (see the module docs).
+pub fn probe_psns(p: Psn) -> [Psn; 2] {
+    [p, p.add(HALF_PSN_SPACE)]
 }

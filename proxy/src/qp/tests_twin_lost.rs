@@ -8,6 +8,7 @@ use std::net::Ipv4Addr;
 use soya_config::AckPolicy;
 
 use super::engine::{Output, QpEngine, TwinLostSummary};
+use super::poison;
 use super::tests::{
     acks, cfg, drain, forwarded, ingress_engine, injected, key, request, response, REQUESTER,
     RESPONDER, RQ_QPN, RS_QPN,
@@ -395,6 +396,7 @@ fn a_pseudo_acked_requester_is_poisoned_through_its_responder_role() {
             qps_poisoned: 1,
             poison_packets: 1,
             unattributable: 0,
+            probing: 0,
             egress_halves_dropped: 1,
             egress_packets_dropped: 0,
         }
@@ -566,4 +568,327 @@ fn while_the_twin_is_unreachable_new_requests_are_refused_at_once() {
     );
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 101, true, 8, 0));
     assert_eq!(acks(&drain(&mut e)), vec![(100, Syndrome::Nak(LOST), 0)]);
+}
+
+// --- Learning the ePSN by probing (`qp::poison`, probing) -----------------
+
+/// REQUESTER's QP RQ_QPN (learned from the far responder's ACK) wrote
+/// through us and was pseudo-ACKed: nothing outstanding, and the far host
+/// never sent it anything (no egress half, no RDMA-CM). The twin is lost.
+fn probed_engine() -> (QpEngine, TwinLostSummary, Vec<Output>) {
+    let mut e = ingress_engine(AckPolicy::Edge);
+    let t = Time::from_micros(1);
+    e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 100, true, 64, 0));
+    assert_eq!(
+        acks(&drain(&mut e)),
+        vec![(100, Syndrome::ACK_UNLIMITED, 1)]
+    );
+    let sum = e.fail_all(t, LOST);
+    let out = drain(&mut e);
+    (e, sum, out)
+}
+
+/// What an rxe responder (rxe_resp.c `check_psn`, `duplicate_request`,
+/// `check_op_seq`) expecting `epsn` answers to a probe/poison at `psn`:
+/// (PSN, syndrome), or nothing. `sent_nak`: rxe's `sent_psn_nak`;
+/// `error`: the QP is in the error state (drops everything).
+fn rxe_answer(
+    epsn: u32,
+    sent_nak: &mut bool,
+    error: &mut bool,
+    psn: u32,
+) -> Option<(u32, Syndrome)> {
+    if *error {
+        return None;
+    }
+    let d = Psn::new(psn).diff(Psn::new(epsn));
+    if d > 0 {
+        if *sent_nak {
+            return None;
+        }
+        *sent_nak = true;
+        return Some((epsn, Syndrome::Nak(NakCode::PsnSequenceError)));
+    }
+    if d < 0 {
+        return Some((Psn::new(epsn).sub(1).value(), Syndrome::ACK_UNLIMITED));
+    }
+    *error = true;
+    Some((psn, Syndrome::Nak(NakCode::InvalidRequest)))
+}
+
+/// The local QP's answer, from REQUESTER to the far QP RS_QPN.
+fn answer(psn: u32, syndrome: Syndrome) -> Vec<u8> {
+    ack_to(REQUESTER, RESPONDER, RS_QPN, psn, syndrome)
+}
+
+fn no_twin_output(out: &[Output]) {
+    assert!(
+        out.iter().all(|o| !matches!(o, Output::Twin(_))),
+        "nothing to the twin: {out:?}"
+    );
+}
+
+#[test]
+fn a_qp_with_no_known_epsn_is_probed_half_the_psn_space_apart() {
+    let (e, sum, out) = probed_engine();
+    assert_eq!(
+        (sum.probing, sum.unattributable, sum.qps_poisoned),
+        (1, 0, 0)
+    );
+    assert!(acks(&out).is_empty());
+    // From the far host to the local QP, its learned QPN, no payload, no
+    // RETH (checked by dc_requests), with the far QP's UDP port.
+    assert_eq!(
+        dc_requests(&out),
+        vec![
+            (RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_MIDDLE, 0, 0),
+            (
+                RESPONDER,
+                REQUESTER,
+                RQ_QPN,
+                Opcode::RC_SEND_MIDDLE,
+                1 << 23,
+                0
+            ),
+        ]
+    );
+    let Output::Dc(v) = &out[0] else { panic!() };
+    let p = RocePacket::parse_verified(v).unwrap();
+    assert_eq!(p.udp.src_port, rxe_udp_sport(RS_QPN, RQ_QPN));
+    assert_eq!((e.stats.qps_probed, e.stats.probes_sent), (1, 2));
+    assert_eq!(e.probes_pending(), 1);
+    assert!(e.poll_timeout().is_some(), "bounded by a timer");
+}
+
+#[test]
+fn a_probe_behind_the_epsn_is_re_acked_and_the_poison_lands_at_the_exact_epsn() {
+    let (mut e, _, _) = probed_engine();
+    let t = Time::from_micros(2);
+    // ePSN 5000: the probe at 0 is a duplicate, re-ACKed with 4999 (C9-105);
+    // the NAK-seq of the probe at 2^23 was already sent earlier (silent).
+    e.handle_dc(t, &answer(4999, Syndrome::ACK_UNLIMITED));
+    let out = drain(&mut e);
+    no_twin_output(&out);
+    assert_eq!(
+        dc_requests(&out),
+        vec![(
+            RESPONDER,
+            REQUESTER,
+            RQ_QPN,
+            Opcode::RC_SEND_MIDDLE,
+            5000,
+            0
+        )],
+        "the poison, at ePSN = re-ACK + 1"
+    );
+    // The QP refuses it fatally: in error; the NAK is absorbed.
+    e.handle_dc(t, &answer(5000, Syndrome::Nak(NakCode::InvalidRequest)));
+    assert!(drain(&mut e).is_empty());
+    assert_eq!(e.stats.qps_poisoned_after_probe, 1);
+    assert_eq!(e.stats.probe_answers, 2);
+    assert_eq!(e.stats.poison_packets, 1);
+    assert_eq!(e.stats.unmatched_responses, 0);
+    assert_eq!(e.probes_pending(), 0);
+    assert_eq!(e.poll_timeout(), None, "done: no timer left");
+    // A late answer (to the other probe) is still absorbed.
+    e.handle_dc(t, &answer(4999, Syndrome::ACK_UNLIMITED));
+    assert!(drain(&mut e).is_empty());
+}
+
+#[test]
+fn a_probe_ahead_of_the_epsn_gets_a_nak_seq_and_the_poison_goes_there() {
+    let (mut e, _, _) = probed_engine();
+    let t = Time::from_micros(2);
+    // ePSN 2^23 + 7: the probe at 0 is ahead (NAK-seq carrying the ePSN),
+    // and the re-ACK of the one at 2^23 was lost.
+    let epsn = (1 << 23) + 7;
+    e.handle_dc(t, &answer(epsn, Syndrome::Nak(NakCode::PsnSequenceError)));
+    let out = drain(&mut e);
+    no_twin_output(&out);
+    assert_eq!(
+        dc_requests(&out),
+        vec![(
+            RESPONDER,
+            REQUESTER,
+            RQ_QPN,
+            Opcode::RC_SEND_MIDDLE,
+            epsn,
+            0
+        )]
+    );
+    // The re-ACK arriving late (epsn - 1 + 1 = epsn) changes nothing.
+    e.handle_dc(t, &answer(epsn - 1, Syndrome::ACK_UNLIMITED));
+    assert!(dc_requests(&drain(&mut e)).is_empty());
+    e.handle_dc(t, &answer(epsn, Syndrome::Nak(NakCode::InvalidRequest)));
+    assert!(drain(&mut e).is_empty());
+    assert_eq!(e.stats.qps_poisoned_after_probe, 1);
+}
+
+#[test]
+fn a_nak_seq_corrects_an_estimate_from_a_lagging_re_ack() {
+    // rxe's re-ACK uses resp.ack_psn, which a READ does not advance: the
+    // re-ACK can say 899 when the ePSN is 903. The NAK-seq is exact.
+    let (mut e, _, _) = probed_engine();
+    let t = Time::from_micros(2);
+    e.handle_dc(t, &answer(899, Syndrome::ACK_UNLIMITED));
+    assert_eq!(dc_requests(&drain(&mut e))[0].4, 900);
+    e.handle_dc(t, &answer(903, Syndrome::Nak(NakCode::PsnSequenceError)));
+    let v = dc_requests(&drain(&mut e));
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].4, 903);
+}
+
+#[test]
+fn probing_ends_with_the_poison_at_the_epsn_wherever_the_epsn_is() {
+    // Against a model of rxe's responder, every ePSN (around 0, 2^23, the
+    // wrap), with or without a NAK-seq already sent: the QP ends in error
+    // through a packet at its exact ePSN, nothing ever reaches the twin,
+    // and it takes at most the two probes and one poison.
+    for epsn in [
+        0,
+        1,
+        5000,
+        (1 << 23) - 1,
+        1 << 23,
+        (1 << 23) + 1,
+        (1 << 24) - 1,
+    ] {
+        for already_nacked in [false, true] {
+            let (mut e, _, mut out) = probed_engine();
+            let (mut sent_nak, mut error) = (already_nacked, false);
+            let mut t = Time::from_micros(2);
+            let mut packets = 0;
+            while !out.is_empty() {
+                no_twin_output(&out);
+                let mut answers = vec![];
+                for (.., psn, _) in dc_requests(&out) {
+                    packets += 1;
+                    let was = error;
+                    if let Some(a) = rxe_answer(epsn, &mut sent_nak, &mut error, psn) {
+                        answers.push(a);
+                    }
+                    if error && !was {
+                        assert_eq!(psn, epsn, "the error comes from the exact ePSN");
+                    }
+                }
+                t += std::time::Duration::from_micros(5);
+                for (psn, syn) in answers {
+                    e.handle_dc(t, &answer(psn, syn));
+                }
+                out = drain(&mut e);
+            }
+            assert!(error, "ePSN {epsn} nacked {already_nacked}: in error");
+            assert!(packets <= 3, "ePSN {epsn}: {packets} packets");
+            assert_eq!(e.stats.qps_poisoned_after_probe, 1);
+            assert_eq!(e.poll_timeout(), None);
+        }
+    }
+}
+
+#[test]
+fn an_unanswered_probe_is_retried_a_few_times_then_counted_unattributable() {
+    let (mut e, _, _) = probed_engine();
+    let mut sends = 1;
+    let mut last = Time::from_micros(1);
+    while let Some(t) = e.poll_timeout() {
+        assert!(t > last, "the timer moves forward");
+        let gap = t - last;
+        assert!(gap >= poison::PROBE_TIMEOUT && gap < std::time::Duration::from_millis(10));
+        last = t;
+        e.handle_timeout(t);
+        let v = dc_requests(&drain(&mut e));
+        if v.is_empty() {
+            break;
+        }
+        assert_eq!(v.len(), 2, "both probes again");
+        sends += 1;
+        assert!(sends <= poison::PROBE_ATTEMPTS, "bounded");
+    }
+    assert_eq!(sends, poison::PROBE_ATTEMPTS);
+    assert_eq!(e.poll_timeout(), None, "never a loop");
+    assert_eq!(e.probes_pending(), 0);
+    assert_eq!(
+        (
+            e.stats.probes_sent,
+            e.stats.probes_unanswered,
+            e.stats.poison_unattributable
+        ),
+        (2 * u64::from(poison::PROBE_ATTEMPTS), 1, 1)
+    );
+    // A very late answer is absorbed, not carried to the twin.
+    e.handle_dc(last, &answer(41, Syndrome::ACK_UNLIMITED));
+    no_twin_output(&drain(&mut e));
+}
+
+#[test]
+fn a_poison_that_gets_no_fatal_answer_is_retried_then_given_up() {
+    // The re-ACK said 899 and the poison at 900 gets the same re-ACK again
+    // (the ePSN is further, no NAK-seq comes): bounded, then unattributable.
+    let (mut e, _, _) = probed_engine();
+    let t = Time::from_micros(2);
+    e.handle_dc(t, &answer(899, Syndrome::ACK_UNLIMITED));
+    drain(&mut e);
+    let mut n = 0;
+    while let Some(t) = e.poll_timeout() {
+        e.handle_dc(t, &answer(899, Syndrome::ACK_UNLIMITED));
+        e.handle_timeout(t);
+        let out = drain(&mut e);
+        no_twin_output(&out);
+        n += dc_requests(&out).len();
+        assert!(n < 10);
+    }
+    assert_eq!(n as u32, poison::PROBE_ATTEMPTS - 1, "the poison's retries");
+    assert_eq!(e.stats.probes_unanswered, 1);
+    assert_eq!(e.stats.qps_poisoned_after_probe, 0);
+}
+
+#[test]
+fn answers_of_other_qps_are_not_taken_for_probe_answers() {
+    let (mut e, _, _) = probed_engine();
+    let t = Time::from_micros(2);
+    // The same hosts, another far QP: not ours to absorb.
+    let other = ack_to(
+        REQUESTER,
+        RESPONDER,
+        RS_QPN + 1,
+        4999,
+        Syndrome::ACK_UNLIMITED,
+    );
+    e.handle_dc(t, &other);
+    let out = drain(&mut e);
+    assert!(dc_requests(&out).is_empty(), "no poison from it");
+    assert!(matches!(&out[..], [Output::Twin(TwinMsg::Response { .. })]));
+    assert_eq!(e.stats.probe_answers, 0);
+}
+
+#[test]
+fn a_tunnel_phase_toward_the_qp_gives_the_first_probe_its_psn() {
+    // The far requester's raw packets 10..=12 were injected, their ACK not
+    // seen; the far QPN is known from RDMA-CM-less traffic: the local QP
+    // answered with dest QP RS_QPN... here the engine learns it from the
+    // local QP's own ACK of 10.
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    for psn in 10..13 {
+        e.handle_twin(
+            t,
+            TwinMsg::Request {
+                carry: Carry::Raw,
+                packet: request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, psn, 8),
+            },
+        );
+    }
+    e.handle_dc(
+        t,
+        &ack_to(REQUESTER, RESPONDER, RS_QPN, 10, Syndrome::ACK_UNLIMITED),
+    );
+    drain(&mut e);
+    let sum = e.fail_all(t, LOST);
+    assert_eq!((sum.probing, sum.unattributable), (1, 0));
+    let v = dc_requests(&drain(&mut e));
+    assert_eq!(
+        v.iter().map(|r| r.4).collect::<Vec<_>>(),
+        vec![13, 13 + (1 << 23)],
+        "the likeliest ePSN first"
+    );
 }

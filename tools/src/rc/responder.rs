@@ -90,6 +90,13 @@ pub(super) struct Responder {
     msn: u32,
     /// One NAK-seq per gap (rxe `resp.sent_psn_nak`).
     sent_psn_nak: bool,
+    /// The PSN after the last SEND/WRITE/atomic executed (rxe
+    /// `resp.ack_psn`): a duplicate SEND/WRITE is re-ACKed with the one
+    /// before it. rxe sets it in `execute` and `atomic_reply`, not in
+    /// `read_reply` (after a READ it lags behind the ePSN), nor when the
+    /// QP's receive PSN is set (`rxe_qp_from_attr`): 0 until then, so a QP
+    /// that never executed one re-ACKs with 0xffffff.
+    ack_psn: Psn,
     cur: Option<InMsg>,
     recv_posted: u64,
     /// A receive WQE is taken by the SEND in progress (rxe `resp.wqe`).
@@ -110,6 +117,7 @@ impl Responder {
             psn: recv_psn,
             msn: 0,
             sent_psn_nak: false,
+            ack_psn: Psn::new(0),
             cur: None,
             recv_posted: 0,
             recv_held: false,
@@ -347,6 +355,7 @@ impl Responder {
                 let msn = self.msn;
                 self.queue(Answer::AtomicAck { psn, msn, orig }, sh);
                 self.psn = psn.next();
+                self.ack_psn = self.psn;
             }
             _ => return self.class_c(psn, NakCode::InvalidRequest),
         }
@@ -432,6 +441,7 @@ impl Responder {
             self.cur = Some(m);
         }
         self.psn = pkt.psn().next();
+        self.ack_psn = self.psn;
         // acknowledge(): only when asked.
         if pkt.bth.ack_req {
             self.ack(pkt.psn(), Syndrome::ACK_UNLIMITED, sh);
@@ -477,8 +487,11 @@ impl Responder {
         let psn = pkt.psn();
         let msn = self.msn;
         match pkt.info.kind {
-            // C9-105: re-ACK the last executed PSN, AckReq or not.
-            OpKind::Send | OpKind::Write => self.ack(self.psn.sub(1), Syndrome::ACK_UNLIMITED, sh),
+            // C9-105: re-ACK, AckReq or not, with rxe's `ack_psn - 1`: the
+            // last SEND/WRITE/atomic executed (not a READ).
+            OpKind::Send | OpKind::Write => {
+                self.ack(self.ack_psn.sub(1), Syndrome::ACK_UNLIMITED, sh)
+            }
             OpKind::ReadRequest => {
                 let reth = pkt.ext.reth;
                 let found = self.res.iter_mut().find_map(|r| match r {

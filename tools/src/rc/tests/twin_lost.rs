@@ -349,3 +349,247 @@ fn the_engines_poison_sweep_errors_an_endpoint_whose_acks_it_never_saw() {
         "nothing placed by the poison"
     );
 }
+
+/// B's gateway, end to end, when B is only a *requester* toward A: its
+/// WRITEs are pseudo-ACKed (nothing outstanding), A never sends it
+/// anything, there is no RDMA-CM (the simulator, NCCL-style out-of-band
+/// QPN exchange): the engine knows B's QPN (from A's ACK of the tunnel
+/// phase) but not B's responder's ePSN, `b_epsn`. The twin is lost; the
+/// engine probes, B answers as rxe does, the engine poisons. Returns B,
+/// the engine and the twin messages the engine produced after fail_all.
+fn pseudo_acked_writer_then_twin_lost(b_epsn: u32) -> (RcQp, soya::qp::QpEngine, usize) {
+    use soya::qp::twin::Carry;
+    use soya::qp::{EngineConfig, Output, QpEngine, TwinMsg};
+    use soya::roce::builders::{self, ReplyTo};
+    use soya::roce::{IpHeader, RocePacket};
+    use soya::time::Time;
+
+    let mut b = RcQp::new(
+        cfg(),
+        QpAddr {
+            ip: B_IP.into(),
+            qpn: B_QPN,
+        },
+        QpAddr {
+            ip: A_IP.into(),
+            qpn: A_QPN,
+        },
+        Psn::new(B_PSN),
+        Psn::new(b_epsn),
+    )
+    .unwrap();
+    b.post_recv(2);
+    let mut e = QpEngine::new(EngineConfig::default());
+    let mut now = Time::from_micros(1);
+    let mut buf = vec![0u8; b.max_packet_len()];
+    let mut twin_after = 0usize;
+    let mut failed = false;
+    let a_ack = |psn: Psn| {
+        let to = ReplyTo {
+            ip: IpHeader::v4(A_IP, B_IP),
+            src_port: 0xc000,
+            dest_qp: B_QPN,
+        };
+        builders::ack(&to, psn, 1).to_vec(&[]).unwrap()
+    };
+    let mut step =
+        |e: &mut QpEngine, b: &mut RcQp, now: Time, failed: bool, twin_after: &mut usize| -> bool {
+            let mut moved = false;
+            while let Some(n) = b.poll_transmit(now, &mut buf) {
+                moved = true;
+                e.handle_dc(now, &buf[..n]);
+            }
+            while let Some(o) = e.poll_output() {
+                moved = true;
+                match o {
+                    Output::Dc(v) => b.handle_packet(now, &v),
+                    Output::Twin(m) => {
+                        if failed {
+                            *twin_after += 1;
+                        }
+                        // The far gateway and A: the tunnel phase is answered
+                        // (the engine learns B's QPN from it); reliable
+                        // requests are taken, never reported delivered.
+                        if let TwinMsg::Request {
+                            carry: Carry::Raw,
+                            packet,
+                        } = m
+                        {
+                            let psn = RocePacket::parse(&packet).unwrap().psn();
+                            e.handle_twin(now, TwinMsg::Response { packet: a_ack(psn) });
+                        }
+                    }
+                }
+            }
+            moved
+        };
+    let write = WorkRequest::Write {
+        remote_va: 0x10_0000,
+        rkey: 7,
+        len: 512,
+        imm: None,
+    };
+    b.post_send(write).unwrap();
+    while step(&mut e, &mut b, now, failed, &mut twin_after) {}
+    for _ in 0..4 {
+        b.post_send(write).unwrap();
+    }
+    while step(&mut e, &mut b, now, failed, &mut twin_after) {}
+    assert_eq!(b.outstanding(), 0, "everything (pseudo-)ACKed");
+    let c: Vec<_> = std::iter::from_fn(|| b.poll_completion())
+        .map(|c| c.status)
+        .collect();
+    assert_eq!(
+        c,
+        vec![CompletionStatus::Success; 5],
+        "the application was told"
+    );
+    assert_eq!(
+        b.expected_psn(),
+        Psn::new(b_epsn),
+        "A never sent B anything"
+    );
+
+    let sum = e.fail_all(now, NakCode::RemoteOperationalError);
+    assert_eq!((sum.probing, sum.unattributable), (1, 0));
+    failed = true;
+    for _ in 0..10_000 {
+        if step(&mut e, &mut b, now, failed, &mut twin_after) {
+            continue;
+        }
+        let next = [e.poll_timeout(), b.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min();
+        let Some(t) = next else { break };
+        now = now.max(t);
+        if e.poll_timeout().is_some_and(|t| t <= now) {
+            e.handle_timeout(now);
+        }
+        if b.poll_timeout().is_some_and(|t| t <= now) {
+            b.handle_timeout(now);
+        }
+    }
+    (b, e, twin_after)
+}
+
+fn check_probed_and_poisoned(b_epsn: u32) -> (RcQp, soya::qp::QpEngine) {
+    let (mut b, e, twin_after) = pseudo_acked_writer_then_twin_lost(b_epsn);
+    assert!(b.is_error(), "ePSN {b_epsn:#x}: B is in the error state");
+    assert_eq!(twin_after, 0, "no answer travels to the lost twin");
+    assert_eq!(e.stats.qps_poisoned_after_probe, 1);
+    assert_eq!(e.stats.probes_unanswered, 0);
+    assert_eq!(e.probes_pending(), 0);
+    assert_eq!(b.stats().error_naks_sent, 1, "one fatal NAK: the poison's");
+    let r: Vec<_> = std::iter::from_fn(|| b.poll_recv_completion())
+        .map(|c| c.status)
+        .collect();
+    assert_eq!(
+        r,
+        vec![CompletionStatus::Flushed; 2],
+        "its posted receives are flushed: the application wakes up"
+    );
+    let m = b.memory().stats();
+    assert_eq!(
+        (m.bytes_placed, m.send_bytes_received),
+        (0, 0),
+        "nothing placed"
+    );
+    (b, e)
+}
+
+#[test]
+fn a_pseudo_acked_qp_with_no_reverse_traffic_is_probed_and_ends_in_error() {
+    // ePSN A_PSN (0x100): the probe at 0 is a duplicate (re-ACK 0xff), the
+    // one at 2^23 is ahead (NAK-seq 0x100).
+    // B never executed anything, so (as rxe: `ack_psn` is still 0) its
+    // re-ACK says 0xffffff: the engine's estimate (0) is one more
+    // duplicate, and the NAK-seq's exact ePSN wins.
+    let (b, e) = check_probed_and_poisoned(A_PSN);
+    assert_eq!(b.stats().duplicate_requests, 2);
+    assert_eq!(e.stats.probes_sent, 2);
+    assert_eq!(
+        e.stats.poison_packets, 2,
+        "the estimate, then the exact ePSN"
+    );
+    // ePSN 0xf0_0000: the probe at 0 is ahead, the one at 2^23 behind.
+    check_probed_and_poisoned(0xf0_0000);
+    // ePSN 0: the first probe is the poison itself.
+    let (_, e) = check_probed_and_poisoned(0);
+    assert_eq!(e.stats.poison_packets, 0, "the probe at 0 was the poison");
+    // ePSN 2^23: the probe at 0 is a duplicate (exactly half the space
+    // behind compares as behind), the one at 2^23 the poison.
+    check_probed_and_poisoned(1 << 23);
+}
+
+/// The answers the ePSN probe relies on, as rxe_resp.c gives them.
+#[test]
+fn duplicates_and_out_of_sequence_requests_are_answered_as_rxe_does() {
+    let mut h = Harness::new(cfg());
+    h.b.post_recv(4);
+    let probe = |h: &mut Harness, psn: Psn| {
+        let before = b_naks(h).len();
+        h.inject(Side::B, &poison_to_b(psn, InProgress::Nothing));
+        h.run();
+        b_naks(h)[before..].to_vec()
+    };
+    let e0 = h.b.expected_psn();
+    // Nothing executed yet: rxe's resp.ack_psn is 0 (the receive PSN is
+    // set in resp.psn only), so a duplicate is re-ACKed with 0xffffff.
+    assert_eq!(
+        probe(&mut h, e0.sub(5)),
+        vec![(Psn::new(0xff_ffff), Syndrome::ACK_UNLIMITED)]
+    );
+    // Ahead: one NAK-seq with the ePSN, then silence (sent_psn_nak), while
+    // duplicates are still re-ACKed.
+    assert_eq!(
+        probe(&mut h, e0.add(3)),
+        vec![(e0, Syndrome::Nak(NakCode::PsnSequenceError))]
+    );
+    assert_eq!(probe(&mut h, e0.add(1 << 20)), vec![]);
+    assert_eq!(probe(&mut h, e0.sub(1)).len(), 1);
+    // Exactly half the PSN space away compares as behind (psn_compare).
+    assert_eq!(
+        probe(&mut h, e0.add(1 << 23)),
+        vec![(Psn::new(0xff_ffff), Syndrome::ACK_UNLIMITED)]
+    );
+    assert!(!h.b.is_error());
+    // A SEND executed: re-ACKs say ePSN - 1; the sequence recovered, so a
+    // packet ahead gets a NAK-seq again.
+    h.a.post_send(WorkRequest::Send { len: 64, imm: None })
+        .unwrap();
+    h.run();
+    let e1 = h.b.expected_psn();
+    assert_eq!(e1, e0.next());
+    assert_eq!(
+        probe(&mut h, e1.sub(100)),
+        vec![(e1.sub(1), Syndrome::ACK_UNLIMITED)]
+    );
+    assert_eq!(
+        probe(&mut h, e1.add(9)),
+        vec![(e1, Syndrome::Nak(NakCode::PsnSequenceError))]
+    );
+    // A READ executed: the ePSN moves, rxe's ack_psn does not (read_reply
+    // never sets it): the re-ACK lags, the NAK-seq is exact.
+    let (va, rkey) = (h.b.memory().base(), h.b.memory().rkey());
+    h.a.post_send(WorkRequest::Read {
+        remote_va: va,
+        rkey,
+        len: 64,
+    })
+    .unwrap();
+    h.run();
+    let e2 = h.b.expected_psn();
+    assert_eq!(e2, e1.next());
+    assert_eq!(
+        probe(&mut h, e2.sub(50)),
+        vec![(e1.sub(1), Syndrome::ACK_UNLIMITED)],
+        "the re-ACK still names the SEND"
+    );
+    assert_eq!(
+        probe(&mut h, e2.add(1)),
+        vec![(e2, Syndrome::Nak(NakCode::PsnSequenceError))]
+    );
+    assert!(!h.b.is_error());
+    assert_eq!(h.recv_completions(Side::B).len(), 1, "only the SEND");
+}
