@@ -22,7 +22,7 @@ use crate::time::Time;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TwinState {
     /// No path has been up yet since `since` (start, or a new session
-    /// after a loss) and the timeout has not run out.
+    /// after a CLOSE): never declared lost, nothing went through it.
     Connecting { since: Time },
     /// At least one path is up.
     Connected,
@@ -84,13 +84,15 @@ impl TwinWatch {
         self.timeout
     }
 
-    /// When the twin will be declared lost if nothing changes.
+    /// When the twin will be declared lost if nothing changes. A twin that
+    /// never answered is not: nothing went through it, so there is nothing
+    /// to fail (and two gateways started minutes apart must not log a loss
+    /// at start-up); new flows toward it stay tunnels that the requesters'
+    /// own retries bound.
     pub fn deadline(&self) -> Option<Time> {
         match self.state {
-            TwinState::Connecting { since } | TwinState::Unreachable { since } => {
-                Some(since + self.timeout)
-            }
-            TwinState::Connected | TwinState::Lost { .. } => None,
+            TwinState::Unreachable { since } => Some(since + self.timeout),
+            TwinState::Connecting { .. } | TwinState::Connected | TwinState::Lost { .. } => None,
         }
     }
 
@@ -125,9 +127,8 @@ impl TwinWatch {
         if !due {
             return None;
         }
-        let since = match self.state {
-            TwinState::Connecting { since } | TwinState::Unreachable { since } => since,
-            _ => return None,
+        let TwinState::Unreachable { since } = self.state else {
+            return None;
         };
         self.state = TwinState::Lost {
             since,
@@ -192,12 +193,20 @@ mod tests {
     }
 
     #[test]
-    fn a_twin_that_never_answers_is_lost_after_the_timeout_from_start() {
+    fn a_twin_that_never_answered_is_not_declared_lost() {
         let mut w = TwinWatch::new(1, Duration::from_secs(3), t(500));
-        assert_eq!(w.deadline(), Some(t(3_500)));
-        assert_eq!(w.poll(t(3_500)), Some(TwinChange::Lost { since: t(500) }));
+        assert_eq!(w.deadline(), None);
+        assert_eq!(w.poll(t(60_000)), None);
+        assert_eq!(w.state(), TwinState::Connecting { since: t(500) });
+        // Once it answered and went silent, it is.
+        w.path(t(61_000), 0, true);
+        w.path(t(62_000), 0, false);
+        assert_eq!(
+            w.poll(t(65_000)),
+            Some(TwinChange::Lost { since: t(62_000) })
+        );
         // Rebuilding the session keeps it lost until a path is up.
-        w.restart_paths(t(3_500));
+        w.restart_paths(t(65_000));
         assert!(w.state().is_lost());
         assert_eq!(w.deadline(), None);
     }

@@ -447,6 +447,9 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
                         pr.failed = true;
                     }
                 }
+                if qp.is_error() {
+                    pr.failed = true;
+                }
                 while !pr.failed
                     && !qp.is_error()
                     && pr.posted < u64::from(s.iters)
@@ -702,7 +705,14 @@ fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
     // With a failure injected, the documented path (an error NAK on a later
     // work request, or on the next one posted) may leave completed WRITEs
     // unplaced; docs/semantics.md. Without one, never.
-    if completed_write_bytes > placed_bytes && errors_injected == 0 {
+    let poisoned = w
+        .host_a
+        .qps
+        .iter()
+        .chain(w.host_b.qps.iter())
+        .filter(|q| q.is_error())
+        .count();
+    if completed_write_bytes > placed_bytes && errors_injected == 0 && poisoned == 0 {
         out.bytes_lost = completed_write_bytes - placed_bytes;
         out.violations.push(format!(
             "applications were told {completed_write_bytes} bytes landed; {placed_bytes} did"
