@@ -11,8 +11,8 @@
 # client/server logs, the surviving gateway's `soya status` (text and
 # --json) before the kill, after the twin timeout and at the end, rxe
 # counters (`rdma statistic`, hw_counters), QP states (`rdma resource show
-# qp`), and a capture on the site-A DC link (dcA, RoCE only) from just before
-# the kill (decode: soya-decode).
+# qp`), and a full-size capture on the surviving gateway's DC link (dcA for
+# far, dcB for near; RoCE only) from just before the kill (decode: soya-decode).
 TW_SIZE=${TW_SIZE:-8192}      # several 1 KiB RoCE packets per message
 TW_COUNT=${TW_COUNT:-1000000} # far more than a run can do: it must end by error
 TW_TRAFFIC=${TW_TRAFFIC:-20}  # rdma_sends at hostA before the kill
@@ -73,13 +73,16 @@ twin_case() {  # tool victim
     printf '%s\t%s\t%s\t%s\t-\t-\tFAIL\t%s\t-\t-\n' "$c" "$tool" "$victim" "$n" "$note" >> "$OUT/twin.tsv"
   else
     tw_snap "$c" before
-    ip netns exec gwA tcpdump -U -ni dcA -s 256 -c 3000 -w "$OUT/twin/$c.dcA.pcap" udp port 4791 > /dev/null 2>&1 &
+    # on the surviving gateway's DC link: what it sends to its host after the loss
+    local sn_ns=gwA sn_if=dcA
+    [ "$victim" = near ] && sn_ns=gwB sn_if=dcB
+    ip netns exec $sn_ns tcpdump -U -ni $sn_if -s 0 -c 3000 -w "$OUT/twin/$c.$sn_if.pcap" udp port 4791 > /dev/null 2>&1 &
     local cap=$!
     sleep 1
     if [ "$victim" = far ]; then vpid=$GWPID_gwB; GWPID_gwB=; else vpid=$GWPID_gwA; GWPID_gwA=; fi
     n=$(( $(tw_sends) - s0 ))
     tk=$(now); kill -9 "$vpid"
-    log "$c: kill -9 $victim gateway (pid $vpid) after rdma_sends +$n"
+    log "$c: kill -9 $victim gateway (pid $vpid) at $tk after rdma_sends +$n"
     # the twin timeout plus a little: the survivor should say LOST by then
     (sleep $(( ${GW_TWIN_TIMEOUT%s} + 2 )); tw_snap "$c" lost) > /dev/null 2>&1 &
     local sn=$!
