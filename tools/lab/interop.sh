@@ -21,7 +21,10 @@
 #   --twin-lost     RTT 30, loss 0, through Sōya only: rping -V and ibv_rc_pingpong (client at site A,
 #                   server at site B); once traffic flows, kill -9 the far gateway (gwB), or in the
 #                   *_near cases the near one (gwA), never restarted; measures kill -> client exit.
-#                   Tests twin_{rping,pingpong}_{far,near}. Writes OUT/twin.tsv and OUT/twin/
+#                   Tests twin_{rping,pingpong}_{far,near}; twin_rpingdreq_far (not in the default
+#                   list): rping plus an RDMA-CM DREQ sent to hostA as if from hostB after the
+#                   twin timeout (guest/dreq.py, the experiment for a gateway-side fix).
+#                   Writes OUT/twin.tsv and OUT/twin/
 #                   (logs, status before/after, rxe counters, QP states, a dcA capture).
 #                   Exit 0 when every *_far client exited with an error (no hang).
 # Options:

@@ -3,7 +3,13 @@
 # kill -9 one gateway mid-run, do not restart it, and see whether the
 # application at site A ends with an error, and how long after the kill.
 #
-#   twin_case TOOL VICTIM     TOOL: rping | pingpong   VICTIM: far (gwB) | near (gwA)
+#   twin_case TOOL VICTIM     TOOL: rping | pingpong | rpingdreq   VICTIM: far (gwB) | near (gwA)
+#
+# rpingdreq: rping, plus an experiment for the fix of a hanging rping (the
+# gateway's poison moves its QP to error, but rping ignores flushes): the
+# connection set-up is captured on dcA, and wan.twin_timeout + 2 s after the
+# kill dreq.py sends hostA an RDMA-CM DREQ as if from hostB (what a gateway
+# could send on fail_all), from gwA's namespace.
 #
 # Client at hostA (site A), server at hostB (site B), through both gateways,
 # netem RTT $RTT. Every step is bounded: a hang ends as "HANG" in
@@ -46,7 +52,11 @@ twin_case() {  # tool victim
   rm -f /tmp/tw.done /tmp/tw.cpid /tmp/tw.spid
   s0=$(tw_sends)
   case $tool in
-    rping)
+    rping|rpingdreq)
+      if [ "$tool" = rpingdreq ]; then
+        ip netns exec gwA tcpdump -U -ni dcA -s 0 -c 12 -w "$OUT/twin/$c.cm.pcap" udp port 4791 > /dev/null 2>&1 &
+        sleep 1
+      fi
       ( timeout 300 rping -s -a $B_IP -V -C $TW_COUNT -S $TW_SIZE > "$OUT/twin/$c.server.log" 2>&1 & echo $! > /tmp/tw.spid; wait $! ) &
       sleep 2
       ( timeout 300 rping -c -a $B_IP -V -C $TW_COUNT -S $TW_SIZE > /tmp/tw.client.log 2>&1 &
@@ -86,6 +96,11 @@ twin_case() {  # tool victim
     # the twin timeout plus a little: the survivor should say LOST by then
     (sleep $(( ${GW_TWIN_TIMEOUT%s} + 2 )); tw_snap "$c" lost) > /dev/null 2>&1 &
     local sn=$!
+    if [ "$tool" = rpingdreq ]; then
+      (sleep $(( ${GW_TWIN_TIMEOUT%s} + 2 )); echo "at +$(since "$tk") s after the kill"
+       ip netns exec gwA python3 "$LAB/guest/dreq.py" "$OUT/twin/$c.cm.pcap" dcA "$(cat /sys/class/net/vethA/address)") \
+        > "$OUT/twin/$c.dreq.txt" 2>&1 &
+    fi
     while [ ! -f /tmp/tw.done ]; do
       sleep 0.2
       [ "$(since "$tk" | cut -d. -f1)" -ge "$TW_WAIT" ] && break
