@@ -5,9 +5,13 @@ packet a gateway could send on fail_all for a connection it learned from
 RDMA-CM.
 
   dreq.py --check PCAP                verify this script's ICRC on captured RoCEv2 frames
-  dreq.py PCAP IFACE DST_MAC          read REQ/REP from PCAP (capture of the connection
+  dreq.py PCAP IFACE DST_MAC [WHEN_FILE DELAY]
+                                      read REQ/REP from PCAP (capture of the connection
                                       set-up on the site-A DC link), send a DREQ from the
-                                      REP's sender to the REQ's sender out of IFACE
+                                      REP's sender to the REQ's sender out of IFACE; with
+                                      WHEN_FILE, wait for it (it holds an epoch time, the
+                                      kill) and send at that time + DELAY seconds (python
+                                      starts slowly under TCG: start it early)
 
 Ethernet pcaps only; IPv4 RoCEv2 only. Lab use only (no guessing: every
 field comes from the captured REQ/REP).
@@ -141,9 +145,19 @@ def main():
     eth = bytes.fromhex(dst_mac.replace(":", "")) + bytes.fromhex(src_mac.replace(":", "")) + b"\x08\x00"
     sk = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
     sk.bind((iface, 0))
+    if len(sys.argv) > 5:
+        import os
+        import time
+        when_file, delay = sys.argv[4], float(sys.argv[5])
+        while not os.path.exists(when_file):
+            time.sleep(0.05)
+        time.sleep(0.05)
+        t = float(open(when_file).read().strip()) + delay
+        time.sleep(max(0.0, t - time.time()))
     sk.send(eth + pkt)
     qpn = int.from_bytes(a_qpn, "big")
-    print(f"DREQ sent: {socket.inet_ntoa(b_ip)} -> {socket.inet_ntoa(a_ip)} local_comm_id {int.from_bytes(b_comm, 'big')}"
+    import time as _t
+    print(f"DREQ sent at {_t.time():.3f}: {socket.inet_ntoa(b_ip)} -> {socket.inet_ntoa(a_ip)} local_comm_id {int.from_bytes(b_comm, 'big')}"
           f" remote_comm_id {int.from_bytes(a_comm, 'big')} remote_qpn {qpn}")
     return 0
 

@@ -82,6 +82,14 @@ twin_case() {  # tool victim
     log "$c: $note"
     printf '%s\t%s\t%s\t%s\t-\t-\tFAIL\t%s\t-\t-\n' "$c" "$tool" "$victim" "$n" "$note" >> "$OUT/twin.tsv"
   else
+    if [ "$tool" = rpingdreq ]; then
+      # started before the kill (python's start-up over 9p takes seconds under
+      # TCG); sends at kill + twin timeout + 1 s
+      rm -f /tmp/tw.kill
+      ip netns exec gwA python3 "$LAB/guest/dreq.py" "$OUT/twin/$c.cm.pcap" dcA "$(cat /sys/class/net/vethA/address)" \
+        /tmp/tw.kill $(( ${GW_TWIN_TIMEOUT%s} + 1 )) > "$OUT/twin/$c.dreq.txt" 2>&1 &
+      sleep 15
+    fi
     tw_snap "$c" before
     # on the surviving gateway's DC link: what it sends to its host after the loss
     local sn_ns=gwA sn_if=dcA
@@ -91,16 +99,11 @@ twin_case() {  # tool victim
     sleep 1
     if [ "$victim" = far ]; then vpid=$GWPID_gwB; GWPID_gwB=; else vpid=$GWPID_gwA; GWPID_gwA=; fi
     n=$(( $(tw_sends) - s0 ))
-    tk=$(now); kill -9 "$vpid"
+    tk=$(now); kill -9 "$vpid"; echo "$tk" > /tmp/tw.kill
     log "$c: kill -9 $victim gateway (pid $vpid) at $tk after rdma_sends +$n"
     # the twin timeout plus a little: the survivor should say LOST by then
     (sleep $(( ${GW_TWIN_TIMEOUT%s} + 2 )); tw_snap "$c" lost) > /dev/null 2>&1 &
     local sn=$!
-    if [ "$tool" = rpingdreq ]; then
-      (sleep $(( ${GW_TWIN_TIMEOUT%s} + 2 )); echo "at +$(since "$tk") s after the kill"
-       ip netns exec gwA python3 "$LAB/guest/dreq.py" "$OUT/twin/$c.cm.pcap" dcA "$(cat /sys/class/net/vethA/address)") \
-        > "$OUT/twin/$c.dreq.txt" 2>&1 &
-    fi
     while [ ! -f /tmp/tw.done ]; do
       sleep 0.2
       [ "$(since "$tk" | cut -d. -f1)" -ge "$TW_WAIT" ] && break
