@@ -18,10 +18,20 @@
 #                   rping write4k write64k write1m write64k_t16 send64k read64k qperf pingpong
 #   --quick         RTT 0,30 x loss 0,0.1 x direct,soya; rping write64k send64k read64k qperf pingpong
 #   --reduced       RTT 30, loss 0: rping write64k, direct and through Sōya (the CI case, tools/lab/ci-reduced.sh)
+#   --twin-lost     RTT 30, loss 0, through Sōya only: rping -V and ibv_rc_pingpong (client at site A,
+#                   server at site B); once traffic flows, kill -9 the far gateway (gwB), or in the
+#                   *_near cases the near one (gwA), never restarted; measures kill -> client exit.
+#                   Tests twin_{rping,pingpong}_{far,near}; twin_rpingdreq_far (not in the default
+#                   list): rping plus an RDMA-CM DREQ sent to hostA as if from hostB after the
+#                   twin timeout (guest/dreq.py, the experiment for a gateway-side fix).
+#                   Writes OUT/twin.tsv and OUT/twin/
+#                   (logs, status before/after, rxe counters, QP states, a dcA capture).
+#                   Exit 0 when every *_far client (rpingdreq aside) exited with an error (no hang).
 # Options:
 #   --out DIR       output directory (default target/interop/<matrix>)
 #   --rtts L --losses L --modes L --tests L --dur S   override the matrix
 #   --policy P      pseudo_ack.policy of the gateways (edge, strict, off)
+#   --twin-timeout D  wan.twin_timeout of the gateways (default with --twin-lost: 3s; else the config default)
 #   --qp-timeout N  perftest -u N (QP ACK timeout 4.096 us x 2^N; perftest's default 14 = 67 ms
 #                   is shorter than RTTs above ~60 ms: use 18 = 1.07 s there)
 #   --insecure      plaintext WAN between the gateways (wan.insecure = true; default: a PSK)
@@ -34,11 +44,13 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-RT=10 INSECURE=0 CAPTURE=0 MATRIX=full RTTS='' LOSSES='' MODES='' TESTS='' DUR='' POLICY=edge OUT='' PUBLISH=0 INSTALL=1 BUILD=1 QPT=0
+TWIN_TIMEOUT='' RT=10 INSECURE=0 CAPTURE=0 MATRIX=full RTTS='' LOSSES='' MODES='' TESTS='' DUR='' POLICY=edge OUT='' PUBLISH=0 INSTALL=1 BUILD=1 QPT=0
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) MATRIX=quick ;;
     --reduced) MATRIX=reduced ;;
+    --twin-lost) MATRIX=twin ;;
+    --twin-timeout) TWIN_TIMEOUT=$2; shift ;;
     --full) MATRIX=full ;;
     --out) OUT=$2; shift ;;
     --rtts) RTTS=$2; shift ;;
@@ -65,6 +77,9 @@ case $MATRIX in
   quick)   d_rtts=0,30; d_losses=0,0.1; d_modes=direct,soya
            d_tests=rping,write64k,send64k,read64k,qperf,pingpong ;;
   reduced) d_rtts=30; d_losses=0; d_modes=direct,soya; d_tests=rping,write64k ;;
+  twin)    d_rtts=30; d_losses=0; d_modes=soya
+           d_tests=twin_rping_far,twin_pingpong_far,twin_rping_near,twin_pingpong_near
+           TWIN_TIMEOUT=${TWIN_TIMEOUT:-3s} ;;
 esac
 RTTS=${RTTS:-$d_rtts}; LOSSES=${LOSSES:-$d_losses}; MODES=${MODES:-$d_modes}
 TESTS=${TESTS:-$d_tests}; DUR=${DUR:-5}
@@ -109,11 +124,20 @@ stamp "initramfs built; booting (matrix $MATRIX: modes $MODES, RTT $RTTS ms, los
 n=$(( $(echo "$MODES" | tr , '\n' | wc -l) * $(echo "$RTTS" | tr , '\n' | wc -l) \
       * $(echo "$LOSSES" | tr , '\n' | wc -l) * $(echo "$TESTS" | tr , '\n' | wc -l) ))
 LIMIT=${TIMEOUT:-$(( 300 + n * (DUR + 150) ))}
-EXTRA_APPEND="soya.lab=$HERE soya.bin=$SOYA_BIN soya.rtts=$RTTS soya.losses=$LOSSES soya.modes=$MODES soya.tests=$TESTS soya.dur=$DUR soya.policy=$POLICY soya.capture=$CAPTURE soya.insecure=$INSECURE soya.rt=$RT soya.qpt=$QPT" \
+EXTRA_APPEND="soya.lab=$HERE soya.bin=$SOYA_BIN soya.rtts=$RTTS soya.losses=$LOSSES soya.modes=$MODES soya.tests=$TESTS soya.dur=$DUR soya.policy=$POLICY soya.capture=$CAPTURE soya.insecure=$INSECURE soya.rt=$RT soya.qpt=$QPT${TWIN_TIMEOUT:+ soya.twin_timeout=$TWIN_TIMEOUT}" \
   timeout "$LIMIT" "$HERE/vm/boot-vm.sh" "$HERE/guest/job.sh" "$OUT" > "$OUT/serial.log" 2>&1
 rc=$?
 grep -q GUEST-DONE "$OUT/serial.log" || { echo "interop.sh: the VM did not finish (qemu rc=$rc, limit ${LIMIT}s); see $OUT/serial.log" >&2; tail -20 "$OUT/serial.log" >&2; }
 stamp "VM finished (qemu rc=$rc)"
+if [ $MATRIX = twin ]; then
+  [ -s "$OUT/twin.tsv" ] || { echo "interop.sh: no twin.tsv" >&2; exit 1; }
+  column -t -s "$(printf '\t')" "$OUT/twin.tsv" 2>/dev/null || cat "$OUT/twin.tsv"
+  # every far-kill case must end with an error exit of the client, not a hang
+  vrc=0
+  awk -F'\t' 'NR>1 && $3=="far" && $2!="rpingdreq" && $7!="ERROR-EXIT" {bad=1} END{exit bad}' "$OUT/twin.tsv" || vrc=1
+  stamp "done: $OUT (twin-lost verdict rc=$vrc)"
+  exit $vrc
+fi
 [ -s "$OUT/results.tsv" ] || { echo "interop.sh: no results" >&2; exit 1; }
 
 args=(--out "$OUT")

@@ -8,7 +8,7 @@
 #   soya.tests=LIST  (see run_test)  soya.dur=5
 # Results: $OUT/results.tsv, $OUT/perf/*.log, $OUT/gw/*, $OUT/dmesg.txt
 arg() { sed -n "s/.*soya\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
-LAB=$(arg lab); . "$LAB/guest/lib.sh"
+LAB=$(arg lab); . "$LAB/guest/lib.sh"; . "$LAB/guest/twin.sh"
 BIN=$(arg bin); SOYA=$BIN/soya
 RTTS=$(arg rtts); RTTS=${RTTS:-0,3,30}
 LOSSES=$(arg losses); LOSSES=${LOSSES:-0,0.1}
@@ -20,7 +20,8 @@ GW_POLICY=$(arg policy); GW_POLICY=${GW_POLICY:-edge}
 GW_INSECURE=$(arg insecure)
 GW_RT=$(arg rt); [ "$GW_RT" = 0 ] && GW_RT=
 QPT=$(arg qpt)   # >0: perftest -u QPT (QP ACK timeout) for every perftest run
-export GW_POLICY GW_INSECURE GW_RT
+GW_TWIN_TIMEOUT=$(arg twin_timeout)   # wan.twin_timeout of the gateways (empty: the default)
+export GW_POLICY GW_INSECURE GW_RT GW_TWIN_TIMEOUT
 mkdir -p "$OUT/perf" "$OUT/gw"
 RES=$OUT/results.tsv
 printf 'mode\trtt_ms\tloss_pct\ttest\tparams\trc\tgbps\twire_gbps\tlat_us\tnote\trxe_ctrs_A/B\n' > "$RES"
@@ -158,6 +159,13 @@ log "topology"; topo 1
   $SOYA --version; } > "$OUT/info.txt" 2>&1
 log "ready: A_GID=$A_GID B_GID=$B_GID soya=$($SOYA --version 2>&1)"
 
+case $TESTS in
+  twin_*)  # interop.sh --twin-lost: a gateway is killed in each case (twin.sh)
+    MODE=soya RTT=${RTTS%%,*} LOSS=${LOSSES%%,*}
+    wan "$RTT" "$LOSS"
+    twin_run "$TESTS"
+    MODES= ;;
+esac
 for MODE in ${MODES//,/ }; do
   for RTT in ${RTTS//,/ }; do
     for LOSS in ${LOSSES//,/ }; do

@@ -137,6 +137,7 @@ local_prefixes = ["$2"]
 remote_prefixes = ["$3"]
 [wan]
 bind = ["$4:7400"]
+${GW_TWIN_TIMEOUT:+twin_timeout = \"$GW_TWIN_TIMEOUT\"}
 $(if [ "${GW_INSECURE:-0}" = 1 ]; then echo 'insecure = true'; else printf 'insecure = false\nkey_file = "psk.key"'; fi)
 [[wan.paths]]
 name = "lab-wan"
