@@ -1,5 +1,7 @@
 //! The `soya` command: gateway daemon and its status, config checker, planner and demo.
 
+#![deny(unsafe_code)]
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -149,17 +151,7 @@ fn demo(a: &DemoArgs) -> ExitCode {
         cmd.arg("--netns");
     }
     cmd.args(["--rate", &a.rate]);
-    {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: prctl is async-signal-safe; nothing else runs between
-        // fork and exec. The demo (and its children) end with this process.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                Ok(())
-            });
-        }
-    }
+    soya::sys::die_with_parent(&mut cmd);
     match cmd.status() {
         Ok(st) => match st.code() {
             Some(0) => ExitCode::SUCCESS,

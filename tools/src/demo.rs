@@ -129,7 +129,7 @@ struct Children(Vec<(String, Child)>);
 
 impl Children {
     fn spawn(&mut self, name: &str, cmd: &mut Command) -> Result<(), String> {
-        let c = die_with_parent(cmd)
+        let c = soya::sys::die_with_parent(cmd)
             .spawn()
             .map_err(|e| format!("cannot start {name}: {e}"))?;
         self.0.push((name.to_string(), c));
@@ -158,20 +158,6 @@ impl Children {
 impl Drop for Children {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-/// The child gets SIGTERM when this process dies, however it dies (Ctrl-C
-/// reaches the whole process group anyway; this covers `kill PID`).
-fn die_with_parent(cmd: &mut Command) -> &mut Command {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork
-    // and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            Ok(())
-        })
     }
 }
 
@@ -311,7 +297,7 @@ impl Ctx<'_> {
         } else {
             cli.stderr(Stdio::inherit());
         }
-        let out = die_with_parent(&mut cli)
+        let out = soya::sys::die_with_parent(&mut cli)
             .stdout(Stdio::piped())
             .output()
             .map_err(|e| format!("cannot run soya-perf client: {e}"))?;
