@@ -7,6 +7,7 @@
 
 pub mod capture;
 pub mod demo;
+mod demo_common;
 mod demo_netns;
 pub mod netns;
 pub mod perf;

@@ -33,6 +33,7 @@ pub mod packet;
 mod path;
 mod recovery;
 mod replay;
+mod rtt;
 mod scheduler;
 mod session;
 
