@@ -36,6 +36,7 @@ mod replay;
 mod rtt;
 mod scheduler;
 mod session;
+pub mod testing;
 
 #[cfg(test)]
 mod tests;
