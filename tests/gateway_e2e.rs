@@ -10,6 +10,8 @@
 //! like `config/examples/lab-udp-{a,b}.toml` with free loopback ports.
 //! Every test is bounded in time.
 
+#![deny(unsafe_code)]
+
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -280,24 +282,11 @@ impl Host {
 
 /// Large socket buffers: SO_RCVBUFFORCE as root, else up to rmem_max.
 fn set_buffers(s: &UdpSocket, bytes: libc::c_int) {
-    const SO_SNDBUFFORCE: libc::c_int = 32;
-    const SO_RCVBUFFORCE: libc::c_int = 33;
-    for opt in [
-        SO_RCVBUFFORCE,
-        SO_SNDBUFFORCE,
-        libc::SO_RCVBUF,
-        libc::SO_SNDBUF,
-    ] {
-        // SAFETY: setsockopt with a pointer to a live c_int and its size.
-        unsafe {
-            libc::setsockopt(
-                s.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&bytes as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
+    let fd = s.as_raw_fd();
+    if soya::sys::force_buffers(fd, bytes as usize).is_err() {
+        for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+            let _ = soya::sys::setsockopt_int(fd, libc::SOL_SOCKET, opt, bytes);
+        }
     }
 }
 
@@ -328,14 +317,9 @@ fn drive(
         if !active {
             let mut fds: Vec<libc::pollfd> = hosts
                 .iter()
-                .map(|h| libc::pollfd {
-                    fd: h.sock.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                })
+                .map(|h| soya::sys::pollfd(h.sock.as_raw_fd(), libc::POLLIN))
                 .collect();
-            // SAFETY: poll(2) on a live array of pollfd.
-            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1) };
+            let _ = soya::sys::ppoll(&mut fds, Some(Duration::from_millis(1)));
         }
     }
 }

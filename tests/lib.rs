@@ -1,5 +1,7 @@
 //! Helpers shared by the integration tests.
 
+#![deny(unsafe_code)]
+
 use std::path::PathBuf;
 
 /// The `shared/` folder that sits beside the checkout (protocol vectors and

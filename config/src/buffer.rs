@@ -16,10 +16,10 @@
 
 use std::time::Duration;
 
+use crate::check::Checker;
 use crate::model::{BufferConfig, BufferSizing, WanPath};
 use crate::schema::{RawBuffer, StrOrInt};
 use crate::units;
-use crate::validate::Checker;
 
 pub const DEFAULT_SLOT_BYTES: u32 = 4608;
 pub const DEFAULT_SAFETY_FACTOR: f64 = 2.0;

@@ -19,6 +19,7 @@
 //! `sapporo.toml:14:8: wan.paths[1].dscp = 70: DSCP must be an integer 0..=63`.
 
 mod buffer;
+mod check;
 pub mod error;
 mod explain;
 mod keyfile;
@@ -38,8 +39,8 @@ pub use model::*;
 pub use prefix::Prefix;
 pub use validate::{DEFAULT_TUN, DEFAULT_WAN_PORT, MAX_PATHS};
 
+use check::Problem;
 use locate::SpanIndex;
-use validate::Problem;
 
 /// Reads, parses and validates a site config file, then checks the WAN key
 /// file (exists, not world-readable, ≥ 32 bytes of key material). A relative

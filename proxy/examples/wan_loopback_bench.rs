@@ -36,8 +36,8 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use soya::gateway::udpio::{IoMode, TxDatagram, UdpIo};
 use soya::qp::TwinMsg;
+use soya::sys::udpio::{IoMode, TxDatagram, UdpIo};
 use soya::time::Time;
 use soya::wan::{CcKind, Cipher, CipherPolicy, Event, PathConfig, WanConfig, WanConnection};
 

@@ -1,5 +1,7 @@
 //! The `soya` command: gateway daemon and its status, config checker, planner and demo.
 
+#![deny(unsafe_code)]
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,7 +42,7 @@ enum Command {
     /// workload direct at 0 km, direct over the emulated WAN and through
     /// Sōya. Needs soya-perf and soya-wanem next to this binary
     /// (`cargo build --release --workspace`).
-    Demo(DemoArgs),
+    Demo(soya::demo_args::DemoArgs),
     /// Run the gateway daemon of one site (SIGTERM/SIGINT drain and exit,
     /// SIGHUP re-reads the configuration).
     Gateway {
@@ -72,43 +74,9 @@ enum Command {
     },
 }
 
-#[derive(clap::Args)]
-struct DemoArgs {
-    /// Fibre length between the two sites (4.9 µs one way per km).
-    #[arg(long, default_value_t = 300.0)]
-    distance_km: f64,
-    /// Random loss probability on each WAN direction (0 to 1).
-    #[arg(long, default_value_t = 0.0)]
-    loss: f64,
-    /// WAN paths between the gateways.
-    #[arg(long, default_value_t = 1)]
-    paths: u32,
-    /// Seconds of each throughput run.
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
-    /// RDMA WRITE size in bytes (K/M suffixes accepted).
-    #[arg(long, default_value = "65536")]
-    size: String,
-    /// One JSON object on stdout instead of the table.
-    #[arg(long)]
-    json: bool,
-    /// Run between network namespaces instead of on loopback: real RoCEv2
-    /// on UDP 4791, the gateways' tun backend, soya-wanem tun paths, kernel
-    /// routing for the direct runs (needs root, /dev/net/tun, iproute2).
-    #[arg(long)]
-    netns: bool,
-    /// Rate of each emulated WAN path, a provisioned circuit: the gateways'
-    /// paths are configured with it, and the 0 km run crosses a relay of the
-    /// same rate, so only the distance differs. "unlimited": no bottleneck,
-    /// and every run measures this machine's CPU instead (through Sōya five
-    /// processes share it); see docs/benchmarks.md.
-    #[arg(long, default_value = "2gbit")]
-    rate: String,
-}
-
 /// `soya demo`: runs the orchestration in `soya-perf demo` (the lab tools
 /// live in their own crate), found next to this executable.
-fn demo(a: &DemoArgs) -> ExitCode {
+fn demo(a: &soya::demo_args::DemoArgs) -> ExitCode {
     let me = match std::env::current_exe() {
         Ok(p) => p,
         Err(e) => {
@@ -134,32 +102,8 @@ fn demo(a: &DemoArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let mut cmd = std::process::Command::new(dir.join("soya-perf"));
-    cmd.arg("demo")
-        .arg("--soya-bin")
-        .arg(&me)
-        .args(["--distance-km", &a.distance_km.to_string()])
-        .args(["--loss", &a.loss.to_string()])
-        .args(["--paths", &a.paths.to_string()])
-        .args(["--duration", &a.duration.to_string()])
-        .args(["--size", &a.size]);
-    if a.json {
-        cmd.arg("--json");
-    }
-    if a.netns {
-        cmd.arg("--netns");
-    }
-    cmd.args(["--rate", &a.rate]);
-    {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: prctl is async-signal-safe; nothing else runs between
-        // fork and exec. The demo (and its children) end with this process.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                Ok(())
-            });
-        }
-    }
+    cmd.arg("demo").arg("--soya-bin").arg(&me).args(a.to_args());
+    soya::sys::die_with_parent(&mut cmd);
     match cmd.status() {
         Ok(st) => match st.code() {
             Some(0) => ExitCode::SUCCESS,

@@ -41,87 +41,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-/// What `soya demo` was asked to do.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DemoOptions {
-    /// Fibre length between the sites (one-way delay 4.9 µs per km).
-    pub distance_km: f64,
-    /// Random loss probability per WAN direction (0..1).
-    pub loss: f64,
-    /// WAN paths between the gateways (one relay each).
-    pub paths: u32,
-    /// Seconds of each throughput run.
-    pub duration: f64,
-    /// Message size, bytes.
-    pub size: u32,
-    /// One JSON object on stdout instead of the table.
-    pub json: bool,
-    /// Between network namespaces with the tun backend (root).
-    pub netns: bool,
-    /// Bottleneck rate of each emulated WAN path, bits per second (`None`:
-    /// unlimited). With a rate, the 0 km run crosses a relay of the same
-    /// rate too, so the three runs differ only in distance and in Sōya.
-    pub rate_bps: Option<u64>,
-}
+use crate::demo_common::{demo_gateway_env, flow_quota, path_rate, RELAY_SLACK_US, US_PER_KM};
+pub use crate::demo_common::{Binaries, DemoOptions, DEFAULT_RATE_BPS};
 
-/// The demo's WAN circuit unless told otherwise: above what a 128 x 4 KiB
-/// window carries over 300 km (1.4 Gb/s), so the distance shows, and within
-/// what two gateways, a relay and two endpoints carry on two cores.
-pub const DEFAULT_RATE_BPS: u64 = 2_000_000_000;
-
-impl Default for DemoOptions {
-    fn default() -> DemoOptions {
-        DemoOptions {
-            distance_km: 300.0,
-            loss: 0.0,
-            paths: 1,
-            duration: 10.0,
-            size: 65_536,
-            json: false,
-            netns: false,
-            rate_bps: Some(DEFAULT_RATE_BPS),
-        }
-    }
-}
-
-/// One-way fibre delay per km.
-pub(crate) const US_PER_KM: f64 = 4.9;
 const HOST_A: &str = "10.1.0.1";
 const HOST_B: &str = "10.2.0.1";
 const LO: &str = "127.0.0.1";
-
-/// The three sibling binaries.
-#[derive(Clone, Debug)]
-pub struct Binaries {
-    pub soya: PathBuf,
-    pub perf: PathBuf,
-    pub wanem: PathBuf,
-}
-
-impl Binaries {
-    /// The binaries next to `soya` (normally `std::env::current_exe()`).
-    pub fn beside(soya: &Path) -> Result<Binaries, String> {
-        let dir = soya
-            .parent()
-            .ok_or_else(|| format!("{} has no directory", soya.display()))?;
-        let b = Binaries {
-            soya: soya.to_path_buf(),
-            perf: dir.join("soya-perf"),
-            wanem: dir.join("soya-wanem"),
-        };
-        for p in [&b.perf, &b.wanem] {
-            if !p.is_file() {
-                return Err(format!(
-                    "{} not found: the demo runs soya-perf and soya-wanem from the directory of \
-                     the soya binary; build the whole workspace first: \
-                     cargo build --release --workspace",
-                    p.display()
-                ));
-            }
-        }
-        Ok(b)
-    }
-}
 
 /// Child processes, killed (and reaped) when dropped.
 #[derive(Default)]
@@ -129,7 +54,7 @@ struct Children(Vec<(String, Child)>);
 
 impl Children {
     fn spawn(&mut self, name: &str, cmd: &mut Command) -> Result<(), String> {
-        let c = die_with_parent(cmd)
+        let c = soya::sys::die_with_parent(cmd)
             .spawn()
             .map_err(|e| format!("cannot start {name}: {e}"))?;
         self.0.push((name.to_string(), c));
@@ -158,20 +83,6 @@ impl Children {
 impl Drop for Children {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-/// The child gets SIGTERM when this process dies, however it dies (Ctrl-C
-/// reaches the whole process group anyway; this covers `kill PID`).
-fn die_with_parent(cmd: &mut Command) -> &mut Command {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork
-    // and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            Ok(())
-        })
     }
 }
 
@@ -311,7 +222,7 @@ impl Ctx<'_> {
         } else {
             cli.stderr(Stdio::inherit());
         }
-        let out = die_with_parent(&mut cli)
+        let out = soya::sys::die_with_parent(&mut cli)
             .stdout(Stdio::piped())
             .output()
             .map_err(|e| format!("cannot run soya-perf client: {e}"))?;
@@ -574,45 +485,6 @@ fn rate_text(r: Option<u64>) -> String {
     r.map_or("unlimited rate".into(), |r| {
         format!("{} Gb/s", r as f64 / 1e9)
     })
-}
-
-/// Behind a rate the relays let packets leave up to this early in batches
-/// (`soya-wanem --slack-us`), and do not spin before a release
-/// (`--spin-us 0`): one 4 KiB packet is due every 16 µs at 2 Gb/s, and
-/// releasing each on time cost the relay a core of a 2-core machine
-/// (measured at 1 Gb/s: 1.0 core with slack alone, 0.59 without the spin).
-pub(crate) const RELAY_SLACK_US: u32 = 100;
-
-/// The gateways' `rate` of each WAN path: the emulated bottleneck when
-/// there is one (as an operator configures a leased circuit's rate), else
-/// 10 Gb/s.
-pub(crate) fn path_rate(o: &DemoOptions) -> String {
-    o.rate_bps.map_or("10gbit".into(), |r| format!("{r}bit"))
-}
-
-/// A flow's share of the deep buffer: 64 MiB, or with a rate four times
-/// the paths' bandwidth-delay product (at least 8 MiB). The buffer is a
-/// standing queue whenever the requester outruns the link, and the end-to-
-/// end figure includes draining it: 64 MiB behind a 0.2 Gb/s link is 2.7 s.
-pub(crate) fn flow_quota(o: &DemoOptions) -> String {
-    match o.rate_bps {
-        None => "64MiB".into(),
-        Some(r) => {
-            let rtt_s = 2.0 * o.distance_km * US_PER_KM * 1e-6;
-            let bdp = r as f64 / 8.0 * rtt_s * f64::from(o.paths);
-            let mib = (4.0 * bdp / f64::from(1 << 20)).ceil().clamp(8.0, 64.0);
-            format!("{mib}MiB")
-        }
-    }
-}
-
-/// Gateways in the demo run at normal priority: by default a gateway raises
-/// its device threads to nice -10, right for an appliance with cores of its
-/// own but not when it shares two cores with the RoCE endpoints, whose
-/// responder it would starve (measured: 1.05 Gb/s at 300 km instead of 2.2,
-/// the responder's queue 10-40 ms deep).
-pub(crate) fn demo_gateway_env(c: &mut Command) {
-    c.env(soya::gateway::device::NORMAL_PRIORITY_ENV, "1");
 }
 
 fn settle(kids: &mut Children) -> Result<(), String> {

@@ -21,7 +21,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::demo::{Binaries, DemoOptions, US_PER_KM};
+use crate::demo_common::{
+    demo_gateway_env, flow_quota, path_rate, Binaries, DemoOptions, RELAY_SLACK_US, US_PER_KM,
+};
 use crate::netns::{net_sysctl, netns_missing, try_ip_in, Netns, Proc};
 
 pub const HOST: [&str; 2] = ["10.1.0.1", "10.2.0.1"];
@@ -86,8 +88,8 @@ impl Sites {
             gateways: Vec::new(),
             paths: o.paths,
             zero_dev: ["zero".into(), "zero".into()],
-            path_rate: crate::demo::path_rate(o),
-            flow_quota: crate::demo::flow_quota(o),
+            path_rate: path_rate(o),
+            flow_quota: flow_quota(o),
         };
         for i in 0..2 {
             s.wire_site(i)?;
@@ -175,10 +177,7 @@ impl Sites {
             l.one_way_ms, l.loss, l.seed
         );
         if let Some(r) = l.rate_bps {
-            args += &format!(
-                " --rate {r}bit --slack-us {} --spin-us 0",
-                crate::demo::RELAY_SLACK_US
-            );
+            args += &format!(" --rate {r}bit --slack-us {} --spin-us 0", RELAY_SLACK_US);
         }
         let args: Vec<&str> = args.split_whitespace().collect();
         let p = self.procs.spawn(wan, &bins.wanem, &args, |c| {
@@ -257,7 +256,7 @@ impl Sites {
             &bins.soya,
             &["gateway", "-c", &cfg],
             |c| {
-                crate::demo::demo_gateway_env(c);
+                demo_gateway_env(c);
                 c.stdout(std::process::Stdio::null()).stderr(log);
             },
         )?;

@@ -3,8 +3,11 @@
 //! - [`capture`]: read pcap files of RoCEv2 traffic into parsed packets
 //!   (used by `soya-decode` and by the capture tests).
 
+#![deny(unsafe_code)]
+
 pub mod capture;
 pub mod demo;
+mod demo_common;
 mod demo_netns;
 pub mod netns;
 pub mod perf;

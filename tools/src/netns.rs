@@ -4,7 +4,7 @@
 //! command, never a panic: the demo is a user-facing command.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
+
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -56,8 +56,7 @@ pub fn try_ip_in(ns: &str, words: &str) -> Result<(), String> {
 /// else what is missing.
 pub fn netns_missing(commands: &[&str]) -> Option<String> {
     let mut missing = Vec::new();
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !soya::sys::is_root() {
         missing.push("root".to_string());
     }
     if !Path::new("/dev/net/tun").exists() {
@@ -128,8 +127,8 @@ impl Netns {
     /// Sends `sig` to a process still running.
     pub fn signal(&self, p: Proc, sig: i32) {
         if let Some(c) = &self.children[p.0] {
-            // SAFETY: kill(2) on our own, not yet reaped, child.
-            unsafe { libc::kill(c.id() as libc::pid_t, sig) };
+            // Our own, not yet reaped, child: the pid is still its.
+            let _ = soya::sys::kill(c.id(), sig);
         }
     }
 
@@ -187,11 +186,7 @@ pub fn try_in_netns<T: Send + 'static>(
     let path = format!("/var/run/netns/{ns}");
     std::thread::spawn(move || {
         let fd = File::open(&path).map_err(|e| format!("{path}: {e}"))?;
-        // SAFETY: setns on this throwaway thread with a namespace fd.
-        let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
-        if r != 0 {
-            return Err(format!("setns {path}: {}", std::io::Error::last_os_error()));
-        }
+        soya::sys::enter_netns(&fd).map_err(|e| format!("setns {path}: {e}"))?;
         Ok(f())
     })
     .join()

@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 
 use soya_config::{DcBackend, Prefix};
 
-use super::sys;
-use super::udpio::{IoMode, IoStats, TxDatagram, UdpIo};
 use super::xdp::{self, SendError, XdpDc};
+use crate::sys;
+use crate::sys::udpio::{IoMode, IoStats, TxDatagram, UdpIo};
 
 /// MTU set on the tun device (jumbo: RoCE packets of a 4096-byte path MTU
 /// are about 4.2 KB).

@@ -32,7 +32,8 @@ use super::snapshot::{
 };
 use super::turn::{Route, Turn};
 use super::wanio::WanSockets;
-use super::{sys, Command, RunOutcome, RunSummary, Shared};
+use super::{Command, RunOutcome, RunSummary, Shared};
+use crate::sys;
 
 /// Longest wait without a timer (the eventfd wakes us for commands).
 const IDLE_WAIT: Duration = Duration::from_millis(250);

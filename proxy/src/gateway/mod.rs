@@ -29,7 +29,7 @@
 //! [`backend`] (DC side: udp lab, tun), [`wanio`] (WAN sockets),
 //! [`turn`] (one turn of a device loop), [`device`], [`snapshot`],
 //! [`metrics`], [`control`], [`reload`] (SIGHUP diff), [`logging`],
-//! [`signals`], `sys` (the unsafe system calls).
+//! [`signals`], [`crate::sys`] (the system calls).
 //!
 //! # Metrics (`/metrics`, Prometheus text format)
 //!
@@ -109,12 +109,10 @@ pub mod reload;
 pub mod shard;
 pub mod signals;
 pub mod snapshot;
-mod sys;
 pub mod turn;
-pub mod udpio;
-#[cfg(feature = "io-uring")]
-mod uring;
+pub use crate::sys::udpio;
 pub mod wanio;
+#[allow(unsafe_code)]
 pub mod xdp;
 
 use std::fmt;
@@ -151,7 +149,7 @@ pub struct Shared {
     command: AtomicU8,
     /// Per shard: the eventfd its loop polls (commands, snapshot requests,
     /// packets handed over by another shard).
-    wakes: Vec<sys::EventFd>,
+    wakes: Vec<crate::sys::EventFd>,
     snap_req: AtomicU64,
     /// Per shard: the last request served and its snapshot.
     snap: Mutex<Vec<(u64, Option<Snapshot>)>>,
@@ -167,7 +165,7 @@ impl Shared {
         Ok(Shared {
             command: AtomicU8::new(0),
             wakes: (0..shards)
-                .map(|_| sys::EventFd::new())
+                .map(|_| crate::sys::EventFd::new())
                 .collect::<Result<_, _>>()?,
             snap_req: AtomicU64::new(0),
             snap: Mutex::new(vec![(0, None); shards]),

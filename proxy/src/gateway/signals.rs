@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use super::sys;
+use crate::sys;
 
 static PIPE_WR: AtomicI32 = AtomicI32::new(-1);
 

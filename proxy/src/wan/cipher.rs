@@ -27,7 +27,9 @@ use std::fmt;
 
 use ring::aead;
 
-use super::packet::TAG_LEN;
+/// AEAD tag (AES-256-GCM or ChaCha20-Poly1305: both 16 bytes), or CRC32 +
+/// zeroes in insecure lab mode; it ends every datagram ([`super::packet`]).
+pub const TAG_LEN: usize = 16;
 
 /// A packet AEAD. The discriminants are the wire ids (HELLO offer, HKDF
 /// info): never renumber them.

@@ -33,8 +33,10 @@ pub mod packet;
 mod path;
 mod recovery;
 mod replay;
+mod rtt;
 mod scheduler;
 mod session;
+pub mod testing;
 
 #[cfg(test)]
 mod tests;

@@ -16,9 +16,7 @@ use super::cipher::CipherOffer;
 pub const VERSION: u8 = 2;
 /// Cleartext header (authenticated as AEAD associated data).
 pub const HEADER_LEN: usize = 24;
-/// AEAD tag (AES-256-GCM or ChaCha20-Poly1305: both 16 bytes), or CRC32 +
-/// zeroes in insecure lab mode.
-pub const TAG_LEN: usize = 16;
+pub use super::cipher::TAG_LEN;
 /// Fixed part of a HELLO body.
 pub const HELLO_BODY_LEN: usize = 30;
 /// A whole HELLO datagram.

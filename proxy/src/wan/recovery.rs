@@ -16,7 +16,7 @@ use std::time::Duration;
 use crate::time::Time;
 
 use super::packet::AckFrame;
-use super::path::RttEstimator;
+use super::rtt::RttEstimator;
 
 /// RFC 9002 kPacketThreshold (the starting value: see [`Recovery`]).
 pub const PACKET_THRESHOLD: u64 = 3;

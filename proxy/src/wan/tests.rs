@@ -26,17 +26,11 @@ use super::{
     WanConnection,
 };
 
+use super::testing::GilbertElliott;
+
 const KEY: [u8; 32] = [0x42; 32];
 
 // ---------------------------------------------------------------- links --
-
-#[derive(Clone, Debug)]
-struct GilbertElliott {
-    /// Per packet: good → bad, bad → good.
-    p_gb: f64,
-    p_bg: f64,
-    loss_bad: f64,
-}
 
 #[derive(Clone, Debug)]
 struct LinkCfg {
@@ -111,12 +105,7 @@ impl Link {
         self.busy_until = start + super::path::tx_time(len as u64, c.rate_bps);
         let mut lose = c.loss > 0.0 && rng.random_bool(c.loss);
         if let Some(ge) = &c.ge {
-            self.ge_bad = if self.ge_bad {
-                !rng.random_bool(ge.p_bg)
-            } else {
-                rng.random_bool(ge.p_gb)
-            };
-            lose |= self.ge_bad && rng.random_bool(ge.loss_bad);
+            lose |= ge.lose(&mut self.ge_bad, || rng.random::<f64>());
         }
         if lose {
             self.dropped += 1;
@@ -684,11 +673,11 @@ fn random_loss_levels() {
 #[test]
 fn burst_loss() {
     let ge = GilbertElliott {
-        p_gb: 0.01,
-        p_bg: 0.25,
-        loss_bad: 0.9,
+        p_enter_bad: 0.01,
+        p_leave_bad: 0.25,
+        loss_in_bad: 0.9,
     };
-    let mut sim = one_path(CcKind::FixedRate, 20, |l| l.ge = Some(ge.clone()));
+    let mut sim = one_path(CcKind::FixedRate, 20, |l| l.ge = Some(ge));
     transfer("burst loss", &mut sim);
     assert!(sim.ends[0].stats().packets_lost > 0);
 }

@@ -1,6 +1,8 @@
 //! `soya-decode`: print the RoCEv2 packets of a capture as Sōya parses them,
 //! with ICRC verification and RDMA-CM decoding.
 
+#![deny(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -2,6 +2,8 @@
 //! Linux rxe), driven like perftest. See `soya_tools::perf::cli` for the
 //! synopsis.
 
+#![deny(unsafe_code)]
+
 fn main() {
     std::process::exit(soya_tools::perf::cli::main_with_args(
         std::env::args().collect(),

@@ -1,6 +1,8 @@
 //! `soya-sim`: drive the real gateway state machines through a simulated
 //! 300 km WAN in virtual time.
 
+#![deny(unsafe_code)]
+
 use std::process::ExitCode;
 use std::time::Instant;
 

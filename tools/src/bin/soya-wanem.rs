@@ -2,6 +2,8 @@
 //! self-test that measures its accuracy and capacity. See
 //! `soya_tools::wanem::cli` for the synopsis.
 
+#![deny(unsafe_code)]
+
 fn main() {
     std::process::exit(soya_tools::wanem::cli::main_with_args(
         std::env::args().collect(),

@@ -66,22 +66,8 @@ struct DemoArgs {
     /// The `soya` binary (soya-perf and soya-wanem are looked up beside it).
     #[arg(long)]
     soya_bin: std::path::PathBuf,
-    #[arg(long, default_value_t = 300.0)]
-    distance_km: f64,
-    #[arg(long, default_value_t = 0.0)]
-    loss: f64,
-    #[arg(long, default_value_t = 1)]
-    paths: u32,
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
-    #[arg(long, default_value = "65536", value_parser = parse_size)]
-    size: u32,
-    #[arg(long)]
-    json: bool,
-    #[arg(long)]
-    netns: bool,
-    #[arg(long, value_parser = parse_demo_rate, default_value = "2gbit")]
-    rate: u64,
+    #[command(flatten)]
+    demo: soya::demo_args::DemoArgs,
 }
 
 /// A bottleneck rate ("2gbit", "800mbit"); "unlimited", "none" or 0: none.
@@ -93,6 +79,18 @@ fn parse_demo_rate(s: &str) -> Result<u64, String> {
 }
 
 fn demo(a: DemoArgs) -> i32 {
+    let d = a.demo;
+    let (size, rate) = match (parse_size(&d.size), parse_demo_rate(&d.rate)) {
+        (Ok(s), Ok(r)) => (s, r),
+        (Err(e), _) => {
+            eprintln!("soya demo: --size {}: {e}", d.size);
+            return 2;
+        }
+        (_, Err(e)) => {
+            eprintln!("soya demo: --rate {}: {e}", d.rate);
+            return 2;
+        }
+    };
     let bins = match crate::demo::Binaries::beside(&a.soya_bin) {
         Ok(b) => b,
         Err(e) => {
@@ -102,14 +100,14 @@ fn demo(a: DemoArgs) -> i32 {
     };
     crate::demo::run(
         &crate::demo::DemoOptions {
-            distance_km: a.distance_km,
-            loss: a.loss,
-            paths: a.paths,
-            duration: a.duration,
-            size: a.size,
-            json: a.json,
-            netns: a.netns,
-            rate_bps: (a.rate > 0).then_some(a.rate),
+            distance_km: d.distance_km,
+            loss: d.loss,
+            paths: d.paths,
+            duration: d.duration,
+            size,
+            json: d.json,
+            netns: d.netns,
+            rate_bps: (rate > 0).then_some(rate),
         },
         &bins,
     )

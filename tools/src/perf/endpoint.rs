@@ -1,6 +1,6 @@
 //! One RoCEv2 endpoint address: a nonblocking UDP socket bound to
 //! `ip:4791`, the session's [`RcQp`]s (found by BTH destination QP), batched
-//! receive and send (`recvmmsg` / `sendmmsg` via [`crate::wanem::sys`]), and
+//! receive and send (`recvmmsg` / `sendmmsg` via [`soya::sys::batch`]), and
 //! a monotonic clock mapped onto [`Time`].
 //!
 //! The caller runs the loop, one turn at a time:
@@ -25,7 +25,8 @@ use soya::time::Time;
 use super::report::IoCounters;
 use super::wire::{announce_packet, dest_qp, ip_dest_qp, to_udp_payload, Rebuild, HEADROOM};
 use crate::rc::RcQp;
-use crate::wanem::sys::{self, RawAddr, RecvBatch, RxMeta, SendBatch};
+use soya::sys::batch::{RecvBatch, RxMeta, SendBatch};
+use soya::sys::{self, RawAddr};
 
 /// Datagrams per `recvmmsg` / `sendmmsg`.
 const BATCH: usize = 64;
@@ -86,13 +87,6 @@ pub struct Endpoint {
     /// The socket's drop counter when the session started.
     drops_before: u64,
 }
-
-// SAFETY: the only non-Send parts are the raw pointers inside the
-// recvmmsg/sendmmsg state (`RecvBatch`, `SendBatch`). They point into heap
-// buffers owned by this same Endpoint (or are rewritten before every system
-// call), are used only during `&mut self` calls, and are never shared, so
-// moving the whole Endpoint to another thread is sound.
-unsafe impl Send for Endpoint {}
 
 impl Endpoint {
     /// Binds `local` (an address on this host, normally port 4791).
@@ -212,17 +206,15 @@ impl Endpoint {
     pub fn receive(&mut self, now: Time) -> usize {
         let mut total = 0;
         for _ in 0..RX_ROUNDS {
-            let ptrs: [*mut u8; BATCH] =
-                std::array::from_fn(|i| self.rx_bufs[i][HEADROOM..].as_mut_ptr());
-            // SAFETY: each pointer is valid for PKT_BUF bytes of its buffer,
-            // which nothing else borrows during the call.
+            let mut rx = self.rx_bufs.iter_mut();
+            let mut bufs: [&mut [u8]; BATCH] =
+                std::array::from_fn(|_| &mut rx.next().expect("BATCH buffers")[HEADROOM..]);
             // Errors other than "nothing waiting" (none expected on a bound
             // UDP socket) read as an empty batch.
-            let got = unsafe {
-                self.rx
-                    .recv(self.sock.as_raw_fd(), &ptrs, PKT_BUF, &mut self.rx_meta)
-            }
-            .unwrap_or_default();
+            let got = self
+                .rx
+                .recv_into(self.sock.as_raw_fd(), &mut bufs, &mut self.rx_meta)
+                .unwrap_or_default();
             for i in 0..got {
                 self.deliver(i, now);
             }
@@ -360,17 +352,16 @@ impl Endpoint {
             if k == 0 {
                 break;
             }
-            let pkts: [(*const u8, usize); BATCH] = std::array::from_fn(|j| {
+            let pkts: [&[u8]; BATCH] = std::array::from_fn(|j| {
                 if j < k {
-                    let r = &self.tx_ranges[j];
-                    (self.tx_bufs[j][r.start..].as_ptr(), r.len())
+                    &self.tx_bufs[j][self.tx_ranges[j].clone()]
                 } else {
-                    (std::ptr::null(), 0)
+                    &[]
                 }
             });
-            // SAFETY: the first k entries point into tx_bufs, unchanged
-            // until the call returns.
-            let out = unsafe { self.tx.send(self.sock.as_raw_fd(), &pkts[..k], Some(&dest)) };
+            let out = self
+                .tx
+                .send_slices(self.sock.as_raw_fd(), &pkts[..k], Some(&dest));
             self.io.datagrams_sent += out.sent as u64;
             self.io.send_failures += out.failed as u64;
             total += k;
@@ -426,40 +417,11 @@ fn never_fragment(sock: &UdpSocket, v4: bool) -> io::Result<()> {
             libc::IPV6_PMTUDISC_DO,
         )
     };
-    // SAFETY: a c_int option value of the size given.
-    let r = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            level,
-            opt,
-            &val as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    sys::setsockopt_int(sock.as_raw_fd(), level, opt, val)
 }
 
 /// The receive buffer the kernel granted.
 fn rcvbuf(sock: &UdpSocket) -> u64 {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: a c_int out value of the size given.
-    let r = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            &mut v as *mut libc::c_int as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    if r == 0 {
-        v.max(0) as u64
-    } else {
-        0
-    }
+    sys::getsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF)
+        .map_or(0, |v| v.max(0) as u64)
 }

@@ -7,17 +7,8 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use soya::time::Time;
 
-/// Gilbert-Elliott burst loss: a two-state chain; losses happen mostly in
-/// the bad state.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct GilbertElliott {
-    /// Probability per packet of going good → bad.
-    pub p_enter_bad: f64,
-    /// Probability per packet of going bad → good.
-    pub p_leave_bad: f64,
-    /// Loss probability while bad.
-    pub loss_in_bad: f64,
-}
+/// Gilbert–Elliott burst loss, the model the WAN transport's tests use too.
+pub use soya::wan::testing::GilbertElliott;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct LinkProfile {
@@ -126,15 +117,7 @@ impl Link {
             return Vec::new();
         }
         if let Some(ge) = self.profile.burst {
-            let flip = if self.bad {
-                ge.p_leave_bad
-            } else {
-                ge.p_enter_bad
-            };
-            if rng.random::<f64>() < flip {
-                self.bad = !self.bad;
-            }
-            if self.bad && rng.random::<f64>() < ge.loss_in_bad {
+            if ge.lose(&mut self.bad, || rng.random::<f64>()) {
                 self.stats.lost += 1;
                 return Vec::new();
             }

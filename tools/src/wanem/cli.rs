@@ -26,7 +26,8 @@ use super::config::{self, CliInput, RunConfig};
 use super::engine::{Emulator, Snapshot};
 use super::profile::{ProfileSpec, Quantity};
 use super::stats::DirStats;
-use super::{selftest, sys, tun, udp};
+use super::{selftest, tun, udp};
+use soya::sys;
 
 /// (flag without prefix, value name, help).
 const PROFILE_FLAGS: &[(&str, &str, &str)] = &[

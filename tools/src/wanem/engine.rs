@@ -39,8 +39,9 @@ use soya::time::Time;
 use super::impair::Impairer;
 use super::profile::describe;
 use super::stats::{DirCounters, DirStats};
-use super::sys::{self, RxMeta, SendOutcome};
 use crate::sim::link::LinkProfile;
+use soya::sys;
+use soya::sys::batch::{RxMeta, SendOutcome};
 
 /// Engine settings shared by every direction.
 #[derive(Clone, Debug)]
@@ -224,7 +225,7 @@ pub fn run<I: PacketIo>(
     counters: &DirCounters,
     stop: &AtomicBool,
 ) {
-    sys::set_timer_slack_1ns();
+    sys::set_timer_slack(1);
     // Releases are only as punctual as the thread's wake-ups: ask for
     // priority over ordinary work (see `EngineOptions::realtime`).
     sys::set_normal_priority();

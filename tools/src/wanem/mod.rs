@@ -17,15 +17,19 @@
 //! - [`stats`]: live counters.
 //! - [`selftest`]: measures delay accuracy, loss accuracy and capacity.
 //! - [`cli`]: the `soya-wanem` command line.
-//! - [`sys`]: the Linux system calls (all of the `unsafe`).
+//! - The Linux system calls: [`soya::sys`] (shared with the gateway).
 
 pub mod cli;
 pub mod config;
+// The packet pool hands raw slots to `PacketIo` (see engine.rs).
+#[allow(unsafe_code)]
 pub mod engine;
 pub mod impair;
 pub mod profile;
 pub mod selftest;
 pub mod stats;
-pub mod sys;
+// `PacketIo` implementations over raw pool slots.
+#[allow(unsafe_code)]
 pub mod tun;
+#[allow(unsafe_code)]
 pub mod udp;

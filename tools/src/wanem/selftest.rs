@@ -27,9 +27,10 @@ use serde::Serialize;
 
 use super::engine::EngineOptions;
 use super::profile::ProfileSpec;
-use super::sys::{self, RecvBatch, RxMeta, SendBatch};
 use super::udp::{self, PathSpec};
 use crate::sim::link::LinkProfile;
+use soya::sys;
+use soya::sys::batch::{RecvBatch, RxMeta, SendBatch};
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -331,10 +332,10 @@ fn receive(
     let idle = 300_000_000u64;
     let mut last_seen = sys::mono_ns();
     loop {
-        let base = bufs.as_mut_ptr();
-        let ptrs: Vec<*mut u8> = (0..B).map(|i| base.wrapping_add(i * slot)).collect();
-        // SAFETY: B distinct buffers of `slot` bytes.
-        let got = unsafe { rb.recv(sock.as_raw_fd(), &ptrs, slot, &mut meta) }.unwrap_or(0);
+        let mut slots: Vec<&mut [u8]> = bufs.chunks_mut(slot).collect();
+        let got = rb
+            .recv_into(sock.as_raw_fd(), &mut slots, &mut meta)
+            .unwrap_or(0);
         let now = sys::mono_ns();
         if got > 0 {
             if n == 0 {
@@ -375,7 +376,7 @@ fn send_probes(
     interval: Duration,
     realtime: bool,
 ) -> std::io::Result<()> {
-    sys::set_timer_slack_1ns();
+    sys::set_timer_slack(1);
     if realtime {
         let _ = sys::set_realtime(super::engine::REALTIME_PRIORITY);
     }
@@ -549,10 +550,10 @@ pub fn blast(
     let s = UdpSocket::bind("127.0.0.1:0")?;
     s.connect(to)?;
     sys::tune_udp_socket(s.as_raw_fd(), 32 << 20);
-    sys::set_timer_slack_1ns();
+    sys::set_timer_slack(1);
     const B: usize = 60;
     let buf = vec![0x5au8; size];
-    let pkts: Vec<(*const u8, usize)> = (0..B).map(|_| (buf.as_ptr(), size)).collect();
+    let pkts: Vec<&[u8]> = (0..B).map(|_| &buf[..]).collect();
     let mut sb = SendBatch::new(B, gso);
     let t0 = sys::mono_ns();
     let end = t0 + time.as_nanos() as u64;
@@ -565,8 +566,7 @@ pub fn blast(
             sleep_until(t0 + k * b);
             k += 1;
         }
-        // SAFETY: every pointer is `buf`, valid for `size` bytes.
-        n += unsafe { sb.send(s.as_raw_fd(), &pkts, None) }.sent as u64;
+        n += sb.send_slices(s.as_raw_fd(), &pkts, None).sent as u64;
     }
     done.store(true, Ordering::Relaxed);
     let (_, got, bytes, first, last, receiver_drops) = h.join().expect("receiver");

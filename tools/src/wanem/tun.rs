@@ -25,8 +25,9 @@ use std::sync::Arc;
 
 use super::engine::{self, DirectionFn, Emulator, EngineOptions, PacketIo};
 use super::stats::DirCounters;
-use super::sys::{self, RxMeta, SendOutcome};
 use crate::sim::link::LinkProfile;
+use soya::sys;
+use soya::sys::batch::{RxMeta, SendOutcome};
 
 struct TunIo {
     rx: Arc<OwnedFd>,
@@ -107,8 +108,8 @@ pub fn start(
             "--a-dev and --b-dev must be two different devices",
         ));
     }
-    let a = Arc::new(sys::open_tun(a_dev, tap)?);
-    let b = Arc::new(sys::open_tun(b_dev, tap)?);
+    let a = Arc::new(sys::open_tun_fd(a_dev, tap)?);
+    let b = Arc::new(sys::open_tun_fd(b_dev, tap)?);
     let mut emu = Emulator::new();
     emu.add_path(
         if tap { "tap" } else { "tun" },

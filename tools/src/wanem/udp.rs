@@ -19,8 +19,9 @@ use std::sync::{Arc, Mutex};
 
 use super::engine::{self, DirectionFn, Emulator, EngineOptions, PacketIo};
 use super::stats::DirCounters;
-use super::sys::{self, RawAddr, RecvBatch, RxMeta, SendBatch, SendOutcome};
 use crate::sim::link::LinkProfile;
+use soya::sys::batch::{RecvBatch, RxMeta, SendBatch, SendOutcome};
+use soya::sys::{self, RawAddr};
 
 /// One listen/forward pair and its two profiles.
 #[derive(Clone, Debug)]
@@ -181,7 +182,8 @@ pub fn start(paths: Vec<PathSpec>, opts: &EngineOptions) -> io::Result<Emulator>
         let batch = opts.batch;
         let gso = opts.offload;
         let landing = if opts.offload {
-            sys::MAX_UDP_PAYLOAD.saturating_sub(opts.max_datagram.min(sys::MAX_UDP_PAYLOAD))
+            soya::sys::batch::MAX_UDP_PAYLOAD
+                .saturating_sub(opts.max_datagram.min(soya::sys::batch::MAX_UDP_PAYLOAD))
         } else {
             0
         };

@@ -25,7 +25,7 @@
 //! gives the segment size (every segment that size, the last possibly
 //! shorter). The caller sees one callback per original datagram.
 //!
-//! With the `io-uring` cargo feature, [`crate::gateway::uring`] offers the
+//! With the `io-uring` cargo feature, [`super::uring`] offers the
 //! same send and receive through an io_uring instead.
 //!
 //! Errors never stop the loop: a datagram the kernel refuses (full socket
@@ -34,15 +34,11 @@
 
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::SocketAddr;
 use std::os::fd::RawFd;
 
-/// `UDP_SEGMENT` / `UDP_GRO` (linux/udp.h).
-const UDP_SEGMENT: libc::c_int = 103;
-const UDP_GRO: libc::c_int = 104;
-/// `SO_RXQ_OVFL` (asm-generic/socket.h): the socket's drop counter as a
-/// control message on every received message.
-const SO_RXQ_OVFL: libc::c_int = 40;
+pub use super::{enable_gro, enable_rxq_ovfl, probe_gso};
+use super::{storage_to_std as to_std, RawAddr, SO_RXQ_OVFL, UDP_GRO, UDP_SEGMENT};
 
 /// Most datagrams per GSO message (the kernel's `UDP_MAX_SEGMENTS`).
 pub const GSO_MAX_SEGMENTS: usize = 64;
@@ -118,116 +114,6 @@ pub struct IoStats {
     /// Datagrams the kernel dropped on this socket for want of buffer
     /// (`SO_RXQ_OVFL`; cumulative, as last reported).
     pub kernel_drops: u64,
-}
-
-/// A socket address in the kernel's form.
-#[derive(Clone, Copy)]
-struct RawAddr {
-    storage: libc::sockaddr_storage,
-    len: libc::socklen_t,
-}
-
-impl RawAddr {
-    fn from_std(a: SocketAddr) -> RawAddr {
-        // SAFETY: all-zero is a valid sockaddr_storage.
-        let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
-        let len = match a {
-            SocketAddr::V4(v4) => {
-                let sin = libc::sockaddr_in {
-                    sin_family: libc::AF_INET as libc::sa_family_t,
-                    sin_port: v4.port().to_be(),
-                    sin_addr: libc::in_addr {
-                        s_addr: u32::from_ne_bytes(v4.ip().octets()),
-                    },
-                    sin_zero: [0; 8],
-                };
-                // SAFETY: sockaddr_storage is larger than and aligned for
-                // sockaddr_in.
-                unsafe {
-                    std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin)
-                };
-                size_of::<libc::sockaddr_in>()
-            }
-            SocketAddr::V6(v6) => {
-                let sin6 = libc::sockaddr_in6 {
-                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                    sin6_port: v6.port().to_be(),
-                    sin6_flowinfo: v6.flowinfo(),
-                    sin6_addr: libc::in6_addr {
-                        s6_addr: v6.ip().octets(),
-                    },
-                    sin6_scope_id: v6.scope_id(),
-                };
-                // SAFETY: as above, for sockaddr_in6.
-                unsafe {
-                    std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6)
-                };
-                size_of::<libc::sockaddr_in6>()
-            }
-        };
-        RawAddr {
-            storage,
-            len: len as libc::socklen_t,
-        }
-    }
-}
-
-/// The address the kernel wrote into `s`.
-fn to_std(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    match s.ss_family as libc::c_int {
-        libc::AF_INET => {
-            // SAFETY: the family says it holds a sockaddr_in.
-            let sin: libc::sockaddr_in =
-                unsafe { std::ptr::read((s as *const libc::sockaddr_storage).cast()) };
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                sin.sin_addr.s_addr.to_ne_bytes().into(),
-                u16::from_be(sin.sin_port),
-            )))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says it holds a sockaddr_in6.
-            let s6: libc::sockaddr_in6 =
-                unsafe { std::ptr::read((s as *const libc::sockaddr_storage).cast()) };
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                s6.sin6_addr.s6_addr.into(),
-                u16::from_be(s6.sin6_port),
-                s6.sin6_flowinfo,
-                s6.sin6_scope_id,
-            )))
-        }
-        _ => None,
-    }
-}
-
-fn setsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> bool {
-    // SAFETY: a pointer to a live c_int and its exact size.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            opt,
-            (&v as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        ) == 0
-    }
-}
-
-/// Whether the kernel knows `UDP_SEGMENT` on this socket (Linux ≥ 4.18).
-/// Setting a socket-wide segment size of 0 is a no-op that fails only where
-/// the option does not exist. Whether the *device* can do it shows at the
-/// first send (see the module docs).
-pub fn probe_gso(fd: RawFd) -> bool {
-    setsockopt_int(fd, libc::SOL_UDP, UDP_SEGMENT, 0)
-}
-
-/// Asks for coalesced receives (`UDP_GRO`, Linux ≥ 5.0).
-pub fn enable_gro(fd: RawFd) -> bool {
-    setsockopt_int(fd, libc::SOL_UDP, UDP_GRO, 1)
-}
-
-/// Asks for the socket's drop counter with every received message.
-pub fn enable_rxq_ovfl(fd: RawFd) -> bool {
-    setsockopt_int(fd, libc::SOL_SOCKET, SO_RXQ_OVFL, 1)
 }
 
 /// A group of a send run: datagrams `first..first + count` of the run, all
@@ -872,8 +758,7 @@ mod tests {
     #[test]
     fn gso_refused_by_the_kernel_falls_back_to_sendmmsg() {
         let r = std::thread::spawn(|| {
-            // SAFETY: unshare affects only this thread's network namespace.
-            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            if crate::sys::unshare_netns().is_err() {
                 eprintln!("skipped: no CAP_SYS_ADMIN for a network namespace");
                 return None;
             }

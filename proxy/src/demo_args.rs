@@ -1,0 +1,94 @@
+//! The two-site demo's arguments, declared once: `soya demo` parses them
+//! and hands them on to `soya-perf demo` (the demo lives with the lab tools,
+//! in their own crate), which parses the same struct.
+
+#[derive(clap::Args, Clone, Debug, PartialEq)]
+pub struct DemoArgs {
+    /// Fibre length between the two sites (4.9 µs one way per km).
+    #[arg(long, default_value_t = 300.0)]
+    pub distance_km: f64,
+    /// Random loss probability on each WAN direction (0 to 1).
+    #[arg(long, default_value_t = 0.0)]
+    pub loss: f64,
+    /// WAN paths between the gateways.
+    #[arg(long, default_value_t = 1)]
+    pub paths: u32,
+    /// Seconds of each throughput run.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// RDMA WRITE size in bytes (K/M suffixes accepted).
+    #[arg(long, default_value = "65536")]
+    pub size: String,
+    /// One JSON object on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Run between network namespaces instead of on loopback: real RoCEv2
+    /// on UDP 4791, the gateways' tun backend, soya-wanem tun paths, kernel
+    /// routing for the direct runs (needs root, /dev/net/tun, iproute2).
+    #[arg(long)]
+    pub netns: bool,
+    /// Rate of each emulated WAN path, a provisioned circuit: the gateways'
+    /// paths are configured with it, and the 0 km run crosses a relay of the
+    /// same rate, so only the distance differs. "unlimited": no bottleneck,
+    /// and every run measures this machine's CPU instead (through Sōya five
+    /// processes share it); see docs/benchmarks.md.
+    #[arg(long, default_value = "2gbit")]
+    pub rate: String,
+}
+
+impl DemoArgs {
+    /// The command line that parses back into these arguments.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut v = vec![
+            "--distance-km".to_string(),
+            self.distance_km.to_string(),
+            "--loss".into(),
+            self.loss.to_string(),
+            "--paths".into(),
+            self.paths.to_string(),
+            "--duration".into(),
+            self.duration.to_string(),
+            "--size".into(),
+            self.size.clone(),
+            "--rate".into(),
+            self.rate.clone(),
+        ];
+        if self.json {
+            v.push("--json".into());
+        }
+        if self.netns {
+            v.push("--netns".into());
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DemoArgs;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        demo: DemoArgs,
+    }
+
+    #[test]
+    fn to_args_parses_back() {
+        let a = Cli::parse_from([
+            "x",
+            "--distance-km",
+            "120.5",
+            "--loss",
+            "0.01",
+            "--netns",
+            "--rate",
+            "1gbit",
+        ])
+        .demo;
+        let mut argv = vec!["x".to_string()];
+        argv.extend(a.to_args());
+        assert_eq!(Cli::parse_from(argv).demo, a);
+    }
+}

@@ -1,0 +1,633 @@
+//! The Linux system calls std and socket2 do not wrap, for the gateway and
+//! the lab tools alike (`soya::sys`): ppoll, eventfd, the tun device, socket
+//! options beyond socket2, scheduling and timer slack, signals, network
+//! namespaces; batched UDP I/O with GSO / GRO ([`udpio`] for the gateway,
+//! [`batch`] for the WAN emulator and the software RoCE endpoint) and its
+//! io_uring variant. Every `unsafe` of the workspace but AF_XDP's
+//! (`gateway::xdp`) lives under this module.
+
+pub mod batch;
+pub mod udpio;
+#[cfg(feature = "io-uring")]
+pub mod uring;
+
+use std::fs::File;
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// `SO_SNDBUFFORCE` / `SO_RCVBUFFORCE` (asm-generic/socket.h; the same on
+/// x86, arm and riscv): set the buffer beyond `net.core.*mem_max` with
+/// CAP_NET_ADMIN.
+const SO_SNDBUFFORCE: libc::c_int = 32;
+const SO_RCVBUFFORCE: libc::c_int = 33;
+/// `SO_TIMESTAMPNS` / its control message (asm-generic/socket.h).
+const SO_TIMESTAMPNS: libc::c_int = 35;
+/// `SO_RXQ_OVFL` (asm-generic/socket.h): the socket's drop counter as a
+/// control message on every received message.
+const SO_RXQ_OVFL: libc::c_int = 40;
+/// `UDP_SEGMENT` / `UDP_GRO` (linux/udp.h).
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// A wake-up handle for the device loop: other threads `wake()` it, the
+/// loop polls its fd and `clear()`s it.
+#[derive(Debug)]
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: plain syscall; the returned fd is owned by us from here on.
+        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        // SAFETY: fd is a fresh, valid descriptor nobody else owns.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    pub fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64. Errors (counter overflow:
+        // already woken) need no handling.
+        unsafe {
+            libc::write(
+                self.0.as_raw_fd(),
+                (&one as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+    }
+
+    pub fn clear(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a valid u64.
+        unsafe {
+            libc::read(
+                self.0.as_raw_fd(),
+                (&mut v as *mut u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// Waits until one of `fds` is ready or `timeout` passes (nanosecond
+/// resolution, unlike poll(2)). Returns the number of ready descriptors;
+/// EINTR counts as 0.
+pub fn ppoll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<usize> {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `fds` is a valid slice of pollfd; `tsp` is null or points to a
+    // timespec that outlives the call; no signal mask is passed.
+    let r = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            tsp,
+            std::ptr::null(),
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(r as usize)
+}
+
+pub fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
+/// Waits until `fd` is readable or `timeout` passes (nanosecond timer).
+pub fn wait_readable(fd: RawFd, timeout: Duration) {
+    let _ = ppoll(&mut [pollfd(fd, libc::POLLIN)], Some(timeout));
+}
+
+/// Waits until `fd` is writable or `timeout` passes.
+pub fn wait_writable(fd: RawFd, timeout: Duration) {
+    let _ = ppoll(&mut [pollfd(fd, libc::POLLOUT)], Some(timeout));
+}
+
+/// Sleeps `d` on a nanosecond timer (`ppoll` without descriptors).
+pub fn sleep_precise(d: Duration) {
+    let _ = ppoll(&mut [], Some(d));
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (the same clock as `std::time::Instant`).
+pub fn mono_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// CLOCK_REALTIME in nanoseconds (the clock of kernel socket timestamps).
+pub fn real_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid clock id and a valid out pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Lets this thread's timed waits end within `ns` of their deadline (the
+/// default slack is 50 µs, longer than the WAN's pacing granularity).
+pub fn set_timer_slack(ns: u64) {
+    // SAFETY: prctl with an integer argument; affects only this thread.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
+}
+
+/// Keeps freed heap memory in the process instead of handing it back to the
+/// kernel at every dip (glibc trims the top of a heap past 128 KiB by
+/// default): packets are allocated and freed at line rate, and every trim
+/// was paid again as page faults when the heap grew back (a quarter of the
+/// egress gateway's CPU time in a profile). The gateway holds its deep
+/// buffer anyway.
+pub fn keep_heap() {
+    // glibc's mallopt parameters (malloc.h).
+    const M_TRIM_THRESHOLD: libc::c_int = -1;
+    const M_TOP_PAD: libc::c_int = -2;
+    // SAFETY: mallopt only changes allocator parameters.
+    unsafe {
+        libc::mallopt(M_TRIM_THRESHOLD, 1 << 30);
+        libc::mallopt(M_TOP_PAD, 16 << 20);
+    }
+}
+
+/// Raises the calling thread's priority: nice −10 and, on kernels with
+/// EEVDF custom slices (6.12+), a 100 µs slice so that it preempts ordinary
+/// work as soon as a packet wakes it. Returns false when refused (not
+/// root): the loop then runs at normal priority.
+pub fn raise_thread_priority() -> bool {
+    set_short_slice(-10, Duration::from_micros(100)) || set_thread_nice(-10)
+}
+
+/// Raises the calling thread's CFS priority to `nice` (e.g. -20) if
+/// permitted; it still shares the CPU, but wakes up ahead of ordinary work.
+pub fn set_thread_nice(nice: i32) -> bool {
+    // SAFETY: plain system calls on the calling thread.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0
+    }
+}
+
+#[repr(C)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+    util_min: u32,
+    util_max: u32,
+}
+
+/// Asks the (EEVDF, Linux 6.12+) scheduler for a short time slice for the
+/// calling thread, at `nice`: a thread with a short slice preempts others
+/// as soon as it wakes up instead of waiting for their slice to end.
+/// Returns false if refused (older kernel, or not permitted).
+pub fn set_short_slice(nice: i32, slice: Duration) -> bool {
+    let attr = SchedAttr {
+        size: size_of::<SchedAttr>() as u32,
+        policy: libc::SCHED_OTHER as u32,
+        flags: 0,
+        nice,
+        priority: 0,
+        runtime: slice.as_nanos() as u64,
+        deadline: 0,
+        period: 0,
+        util_min: 0,
+        util_max: 0,
+    };
+    // SAFETY: sched_setattr on the calling thread (pid 0) with a valid,
+    // fully initialised sched_attr of the size it declares.
+    unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) == 0 }
+}
+
+/// Puts the calling thread back on CFS, at nice −20 with a 100 µs slice
+/// where the kernel allows it (at plain nice −20, or unchanged, otherwise).
+pub fn set_normal_priority() {
+    let p = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; a valid sched_param.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &p) };
+    if !set_short_slice(-20, Duration::from_micros(100)) {
+        set_thread_nice(-20);
+    }
+}
+
+/// Makes the calling thread SCHED_FIFO at `priority`.
+pub fn set_realtime(priority: i32) -> io::Result<()> {
+    let p = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: pid 0 is the calling thread; a valid sched_param.
+    cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) }).map(|_| ())
+}
+
+/// setsockopt(2) with an int value.
+pub fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: passes a pointer to a live c_int and its exact size.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
+}
+
+/// getsockopt(2) of an int value.
+pub fn getsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int) -> io::Result<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a c_int out value of the size given.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            opt,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(v)
+}
+
+/// SO_RCVBUFFORCE / SO_SNDBUFFORCE (needs CAP_NET_ADMIN).
+pub fn force_buffers(fd: RawFd, bytes: usize) -> io::Result<()> {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    setsockopt_int(fd, libc::SOL_SOCKET, SO_RCVBUFFORCE, v)?;
+    setsockopt_int(fd, libc::SOL_SOCKET, SO_SNDBUFFORCE, v)
+}
+
+/// Large socket buffers (forced beyond `rmem_max` when we are root),
+/// kernel receive timestamps and the kernel's drop counter.
+pub fn tune_udp_socket(fd: RawFd, buf_bytes: usize) {
+    let b = buf_bytes.min(i32::MAX as usize) as libc::c_int;
+    if setsockopt_int(fd, libc::SOL_SOCKET, SO_RCVBUFFORCE, b).is_err() {
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, b);
+    }
+    if setsockopt_int(fd, libc::SOL_SOCKET, SO_SNDBUFFORCE, b).is_err() {
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, b);
+    }
+    let _ = setsockopt_int(fd, libc::SOL_SOCKET, SO_TIMESTAMPNS, 1);
+    let _ = enable_rxq_ovfl(fd);
+}
+
+/// Whether the kernel knows `UDP_SEGMENT` on this socket (Linux ≥ 4.18).
+/// Setting a socket-wide segment size of 0 is a no-op that fails only where
+/// the option does not exist. Whether the *device* can do it shows at the
+/// first send.
+pub fn probe_gso(fd: RawFd) -> bool {
+    setsockopt_int(fd, libc::SOL_UDP, UDP_SEGMENT, 0).is_ok()
+}
+
+/// Asks for coalesced receives (`UDP_GRO`, Linux ≥ 5.0): a sender using
+/// GSO hands over up to 64 KiB per system call instead of one datagram.
+pub fn enable_gro(fd: RawFd) -> bool {
+    setsockopt_int(fd, libc::SOL_UDP, UDP_GRO, 1).is_ok()
+}
+
+/// Asks for the socket's drop counter with every received message.
+pub fn enable_rxq_ovfl(fd: RawFd) -> bool {
+    setsockopt_int(fd, libc::SOL_SOCKET, SO_RXQ_OVFL, 1).is_ok()
+}
+
+/// IPv6 traffic class (socket2 covers IPv4 TOS only).
+pub fn set_tclass_v6(fd: RawFd, tclass: u8) -> io::Result<()> {
+    setsockopt_int(
+        fd,
+        libc::IPPROTO_IPV6,
+        libc::IPV6_TCLASS,
+        libc::c_int::from(tclass),
+    )
+}
+
+fn ifreq_named(name: &str) -> io::Result<libc::ifreq> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains(['/', ' ', '\0']) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "\"{name}\" is not a valid interface name (1 to 15 characters, no '/' or spaces)"
+            ),
+        ));
+    }
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    Ok(ifr)
+}
+
+/// Creates (or attaches to) the TUN device `name` (`tap`: an Ethernet TAP
+/// device instead, for L2 traffic such as rxe's), non-blocking, without
+/// packet-information headers.
+pub fn open_tun_fd(name: &str, tap: bool) -> io::Result<OwnedFd> {
+    let mut ifr = ifreq_named(name)?;
+    // SAFETY: a C string path and flags.
+    let fd = unsafe {
+        libc::open(
+            c"/dev/net/tun".as_ptr(),
+            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("/dev/net/tun: {e}")));
+    }
+    // SAFETY: a freshly opened descriptor we own (closed on error paths).
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    ifr.ifr_ifru.ifru_flags =
+        ((if tap { libc::IFF_TAP } else { libc::IFF_TUN }) | libc::IFF_NO_PI) as libc::c_short;
+    // SAFETY: TUNSETIFF reads and writes an ifreq we own.
+    if unsafe { libc::ioctl(owned.as_raw_fd(), libc::TUNSETIFF as _, &mut ifr) } < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("TUNSETIFF {name}: {e}")));
+    }
+    Ok(owned)
+}
+
+/// Opens (or creates) tun device `name` in IFF_TUN | IFF_NO_PI mode,
+/// non-blocking, sets its MTU and queue length (packets the kernel holds
+/// for us to read) and brings it up. Routes are the operator's.
+pub fn open_tun(name: &str, mtu: u32, txqueuelen: u32) -> io::Result<File> {
+    let file = File::from(open_tun_fd(name, false)?);
+
+    // Interface configuration goes through any socket.
+    // SAFETY: plain syscall; the fd is owned right below.
+    let s = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: fresh descriptor.
+    let sock = unsafe { OwnedFd::from_raw_fd(s) };
+    let mut req = ifreq_named(name)?;
+    req.ifr_ifru.ifru_mtu = mtu.min(65_535) as libc::c_int;
+    // SAFETY: SIOCSIFMTU reads an ifreq we own.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFMTU as _, &mut req) })?;
+    let mut req = ifreq_named(name)?;
+    // ifr_qlen is the same int member of the union as ifr_mtu.
+    req.ifr_ifru.ifru_mtu = txqueuelen.min(i32::MAX as u32) as libc::c_int;
+    // SAFETY: SIOCSIFTXQLEN reads an ifreq we own.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFTXQLEN as _, &mut req) })?;
+    let mut req = ifreq_named(name)?;
+    // SAFETY: SIOCGIFFLAGS fills the ifreq we own.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut req) })?;
+    // SAFETY: the kernel just wrote the flags member of the union.
+    let flags = unsafe { req.ifr_ifru.ifru_flags };
+    req.ifr_ifru.ifru_flags = flags | (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    // SAFETY: SIOCSIFFLAGS reads an ifreq we own.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as _, &mut req) })?;
+    Ok(file)
+}
+
+/// Reads one packet; `Ok(None)` when none is waiting.
+pub fn read_packet(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    // SAFETY: a valid buffer of the given length.
+    let r = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    if r >= 0 {
+        return Ok(Some(r as usize));
+    }
+    let e = io::Error::last_os_error();
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+        _ => Err(e),
+    }
+}
+
+fn write_once(fd: RawFd, buf: &[u8]) -> io::Result<()> {
+    // SAFETY: a valid buffer of the given length.
+    let r = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+    if r >= 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Writes one packet (one retry after 1 ms when the device is full).
+pub fn write_packet(fd: RawFd, buf: &[u8]) -> io::Result<()> {
+    loop {
+        match write_once(fd, buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                wait_writable(fd, Duration::from_millis(1));
+                // One retry, then give up on the packet.
+                return write_once(fd, buf);
+            }
+            r => return r,
+        }
+    }
+}
+
+/// A socket address in the kernel's form.
+#[derive(Clone, Copy)]
+pub struct RawAddr {
+    pub storage: libc::sockaddr_storage,
+    pub len: libc::socklen_t,
+}
+
+impl RawAddr {
+    pub fn from_std(a: SocketAddr) -> RawAddr {
+        // SAFETY: all-zero is a valid sockaddr_storage.
+        let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
+        let len = match a {
+            SocketAddr::V4(v4) => {
+                let sin = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: v4.port().to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                    },
+                    sin_zero: [0; 8],
+                };
+                // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+                unsafe { *(&mut storage as *mut _ as *mut libc::sockaddr_in) = sin };
+                size_of::<libc::sockaddr_in>()
+            }
+            SocketAddr::V6(v6) => {
+                let sin6 = libc::sockaddr_in6 {
+                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                    sin6_port: v6.port().to_be(),
+                    sin6_flowinfo: v6.flowinfo(),
+                    sin6_addr: libc::in6_addr {
+                        s6_addr: v6.ip().octets(),
+                    },
+                    sin6_scope_id: v6.scope_id(),
+                };
+                // SAFETY: as above, for sockaddr_in6.
+                unsafe { *(&mut storage as *mut _ as *mut libc::sockaddr_in6) = sin6 };
+                size_of::<libc::sockaddr_in6>()
+            }
+        };
+        RawAddr {
+            storage,
+            len: len as libc::socklen_t,
+        }
+    }
+
+    pub fn to_std(&self) -> Option<SocketAddr> {
+        storage_to_std(&self.storage)
+    }
+
+    /// Same address (compares only the bytes that matter).
+    pub fn same(&self, other: &RawAddr) -> bool {
+        self.len == other.len && self.to_std() == other.to_std()
+    }
+}
+
+/// The address the kernel wrote into `s`.
+pub fn storage_to_std(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    {
+        match s.ss_family as libc::c_int {
+            libc::AF_INET => {
+                // SAFETY: the family says it holds a sockaddr_in.
+                let sin = unsafe { *(s as *const _ as *const libc::sockaddr_in) };
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    sin.sin_addr.s_addr.to_ne_bytes().into(),
+                    u16::from_be(sin.sin_port),
+                )))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the family says it holds a sockaddr_in6.
+                let s = unsafe { *(s as *const _ as *const libc::sockaddr_in6) };
+                Some(SocketAddr::V6(SocketAddrV6::new(
+                    s.sin6_addr.s6_addr.into(),
+                    u16::from_be(s.sin6_port),
+                    s.sin6_flowinfo,
+                    s.sin6_scope_id,
+                )))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A pipe whose write end a signal handler may use (write(2) is
+/// async-signal-safe).
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: fds has room for the two descriptors.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: both are fresh descriptors owned from here on.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Installs `handler` for `signals` (SA_RESTART).
+pub fn install_signal_handler(
+    signals: &[libc::c_int],
+    handler: extern "C" fn(libc::c_int),
+) -> io::Result<()> {
+    for &sig in signals {
+        // SAFETY: a zeroed sigaction with our handler and an empty mask is
+        // valid; the handler only does async-signal-safe work.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = handler as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            cvt(libc::sigaction(sig, &sa, std::ptr::null_mut()))?;
+        }
+    }
+    Ok(())
+}
+
+static STOP_SIGNAL: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP_SIGNAL.store(true, Ordering::SeqCst);
+}
+
+/// Routes SIGINT and SIGTERM to a flag read by [`stop_requested`].
+pub fn install_stop_signals() {
+    let _ = install_signal_handler(&[libc::SIGINT, libc::SIGTERM], on_stop_signal);
+}
+
+/// Whether SIGINT or SIGTERM arrived (after [`install_stop_signals`]).
+pub fn stop_requested() -> bool {
+    STOP_SIGNAL.load(Ordering::SeqCst)
+}
+
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// kill(2): sends `sig` to process `pid`.
+pub fn kill(pid: u32, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill(2) has no memory preconditions.
+    cvt(unsafe { libc::kill(pid as libc::pid_t, sig) }).map(|_| ())
+}
+
+/// Moves the calling thread into the network namespace `ns` (an open
+/// `/var/run/netns/NAME` or `/proc/PID/ns/net`).
+pub fn enter_netns(ns: &File) -> io::Result<()> {
+    // SAFETY: setns on the calling thread with a namespace descriptor.
+    cvt(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) }).map(|_| ())
+}
+
+/// Moves the calling thread into a new network namespace of its own.
+pub fn unshare_netns() -> io::Result<()> {
+    // SAFETY: unshare affects only this thread's network namespace.
+    cvt(unsafe { libc::unshare(libc::CLONE_NEWNET) }).map(|_| ())
+}
+
+/// The child gets SIGTERM when this process dies, however it dies (Ctrl-C
+/// reaches the whole process group anyway; this covers `kill PID`).
+pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork
+    // and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        })
+    }
+}
+
+/// write(2) of one byte, for signal handlers.
+pub fn write_byte(fd: RawFd, b: u8) {
+    // SAFETY: writes one byte from a live stack value; async-signal-safe.
+    unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
+}
