@@ -18,7 +18,8 @@ use crate::roce::builders::ReplyTo;
 use crate::roce::cm::{self, CmMessage, CmReq};
 use crate::roce::ip::rxe_udp_sport;
 use crate::roce::{
-    is_roce, IpHeader, NakCode, OpKind, Psn, RocePacket, RoceRepr, Syndrome, WireError,
+    is_roce, Bth, Deth, ExtHeaders, Headers, IpHeader, NakCode, OpKind, Opcode, Psn, RocePacket,
+    RoceRepr, Syndrome, WireError,
 };
 use crate::time::Time;
 
@@ -194,6 +195,8 @@ pub struct EngineStats {
     /// and the packets they held.
     pub egress_halves_dropped: u64,
     pub egress_packets_dropped: u64,
+    /// DREQs sent in a lost twin's name to local RDMA-CM connections.
+    pub dreqs_sent: u64,
     /// Requests from the DC side while the twin is unreachable: refused
     /// with a NAK, or dropped (requester QPN unknown: no NAK can be
     /// addressed).
@@ -234,6 +237,8 @@ pub struct TwinLostSummary {
     pub egress_halves_dropped: u64,
     /// Buffer slots (or heap copies) freed from those egress halves.
     pub egress_packets_dropped: u64,
+    /// DREQs sent in a lost twin's name to local RDMA-CM connections.
+    pub dreqs_sent: u64,
 }
 
 /// A local QP whose expected PSN is being learned by probing
@@ -252,6 +257,19 @@ struct Probe {
     deadline: Time,
 }
 
+/// An RDMA-CM connection with one end here and one at the twin's site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CmConn {
+    local: IpAddr,
+    far: IpAddr,
+    local_comm_id: u32,
+    far_comm_id: u32,
+    local_qpn: u32,
+}
+
+/// At most this many RDMA-CM connections are remembered (the oldest go).
+const MAX_CM_CONNS: usize = 65_536;
+
 /// A CM REQ seen, waiting for its REP.
 struct PendingReq {
     req: CmReq,
@@ -269,6 +287,10 @@ pub struct QpEngine {
     /// (requester address, requester QPN, responder address) → half.
     by_requester: KeyedMap<(IpAddr, u32, IpAddr), HalfKey>,
     pending_req: KeyedMap<u32, PendingReq>,
+    /// RDMA-CM connections between a local and a far host, learned from
+    /// REQ/REP: what a DREQ in the far host's name needs when the twin is
+    /// lost (bounded; forgotten on DREQ, DREP or REJ).
+    cm_conns: Vec<CmConn>,
     /// From RDMA-CM: the first PSN the far requester of an egress half
     /// sends with (its responder's first expected PSN), for halves that
     /// may not have seen a packet yet.
@@ -296,6 +318,7 @@ impl QpEngine {
             egress: KeyedMap::with_hasher(cfg.hash_key),
             by_requester: KeyedMap::with_hasher(cfg.hash_key),
             pending_req: KeyedMap::with_hasher(cfg.hash_key),
+            cm_conns: Vec::new(),
             cm_start: KeyedMap::with_hasher(cfg.hash_key),
             twin_reachable: true,
             poisoned: KeyedMap::with_hasher(cfg.hash_key),
@@ -627,7 +650,9 @@ impl QpEngine {
             r.release_all(&mut self.buffer);
         }
         self.cm_start.clear();
+        sum.dreqs_sent = self.send_dreqs();
         let st = &mut self.stats;
+        st.dreqs_sent += sum.dreqs_sent;
         st.twin_lost += 1;
         st.halves_failed_twin_lost += sum.halves_failed;
         st.halves_nacked_twin_lost += sum.halves_nacked;
@@ -913,9 +938,92 @@ impl QpEngine {
                 }
                 self.cm_start.insert(eg, eg_psn);
                 self.stats.flows_learned_cm += 1;
+                let conn = if pr.active_local {
+                    CmConn {
+                        local: pr.active,
+                        far: pr.passive,
+                        local_comm_id: pr.req.local_comm_id,
+                        far_comm_id: rep.local_comm_id,
+                        local_qpn: qa,
+                    }
+                } else {
+                    CmConn {
+                        local: pr.passive,
+                        far: pr.active,
+                        local_comm_id: rep.local_comm_id,
+                        far_comm_id: pr.req.local_comm_id,
+                        local_qpn: qp,
+                    }
+                };
+                if self.cm_conns.len() >= MAX_CM_CONNS {
+                    self.cm_conns.remove(0);
+                }
+                self.cm_conns.push(conn);
+            }
+            // A connection torn down (or refused) normally: no DREQ for
+            // it later.
+            CmMessage::Dreq {
+                local_comm_id,
+                remote_comm_id,
+                ..
+            }
+            | CmMessage::Drep {
+                local_comm_id,
+                remote_comm_id,
+            }
+            | CmMessage::Rej {
+                local_comm_id,
+                remote_comm_id,
+                ..
+            } => {
+                self.cm_conns.retain(|c| {
+                    let ids = [c.local_comm_id, c.far_comm_id];
+                    !(ids.contains(&local_comm_id) && ids.contains(&remote_comm_id))
+                });
             }
             _ => {}
         }
+    }
+
+    /// A DREQ in the lost twin's hosts' name to every local end of an
+    /// RDMA-CM connection through it (rping and other librdmacm users wait
+    /// for the DISCONNECTED event, and rping ignores flushed completions:
+    /// the lab showed it hanging with its QP already in the error state,
+    /// and exiting 0.75 s after such a DREQ). A UD SEND Only to QP1 with
+    /// the GSI Q_Key, as the far host's CM would send it; the local CM
+    /// answers with a DREP (absorbed: the twin is gone).
+    fn send_dreqs(&mut self) -> u64 {
+        let mut sent = 0;
+        for (i, c) in std::mem::take(&mut self.cm_conns).into_iter().enumerate() {
+            let Some(ip) = IpHeader::between(c.far, c.local) else {
+                continue;
+            };
+            let mad = cm::dreq_mad(
+                c.far_comm_id,
+                c.local_comm_id,
+                c.local_qpn,
+                0x50A7_0000_0000_0000 | i as u64,
+            );
+            let op = Opcode::UD_SEND_ONLY;
+            let repr = RoceRepr {
+                ip,
+                src_port: 0xc000,
+                bth: Bth::new(op, 1, Psn::new(0)),
+                ext: ExtHeaders {
+                    present: op.info().map_or(Headers::NONE, |i| i.headers),
+                    deth: Deth {
+                        qkey: cm::GSI_QKEY,
+                        src_qp: 1,
+                    },
+                    ..Default::default()
+                },
+            };
+            if let Ok(v) = repr.to_vec(&mad) {
+                self.out.dc(&v);
+                sent += 1;
+            }
+        }
+        sent
     }
 
     fn learn_cm(&mut self, key: HalfKey, requester_qpn: u32, first_psn: Psn, pmtu: u16) {

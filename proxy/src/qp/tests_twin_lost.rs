@@ -399,6 +399,7 @@ fn a_pseudo_acked_requester_is_poisoned_through_its_responder_role() {
             probing: 0,
             egress_halves_dropped: 1,
             egress_packets_dropped: 0,
+            dreqs_sent: 0,
         }
     );
     assert_eq!(e.occupancy().slots_used, 0);
@@ -891,4 +892,68 @@ fn a_tunnel_phase_toward_the_qp_gives_the_first_probe_its_psn() {
         vec![13, 13 + (1 << 23)],
         "the likeliest ePSN first"
     );
+}
+
+/// The DREQs the engine sent toward the DC side: (source, destination,
+/// local comm ID, remote comm ID, remote QPN), ICRC checked.
+fn dreqs(out: &[Output]) -> Vec<(std::net::IpAddr, std::net::IpAddr, u32, u32, u32)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Dc(v) => {
+                let p = RocePacket::parse_verified(v).expect("valid packet");
+                match crate::roce::cm::parse_packet(&p) {
+                    Ok(crate::roce::cm::CmMessage::Dreq {
+                        local_comm_id,
+                        remote_comm_id,
+                        remote_qpn,
+                    }) => Some((
+                        p.ip.src(),
+                        p.ip.dst(),
+                        local_comm_id,
+                        remote_comm_id,
+                        remote_qpn,
+                    )),
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn fail_all_disconnects_rdma_cm_connections_in_the_far_hosts_name() {
+    // rping and other librdmacm users wait for DISCONNECTED (rping even
+    // ignores flushed completions): a DREQ as the far host's CM would send
+    // it, for the connection REQ/REP set up (comm IDs 0x1234 here, 0x5678
+    // there), naming the local QP.
+    let mut e = cm_engine(700, 5000);
+    let sum = e.fail_all(Time::from_micros(1), LOST);
+    let out = drain(&mut e);
+    assert_eq!(sum.dreqs_sent, 1);
+    assert_eq!(
+        dreqs(&out),
+        vec![(RESPONDER.into(), REQUESTER.into(), 0x5678, 0x1234, RQ_QPN)]
+    );
+    assert_eq!(e.stats.dreqs_sent, 1);
+    // Once: a second failure finds no connection left.
+    e.fail_all(Time::from_micros(2), LOST);
+    assert!(dreqs(&drain(&mut e)).is_empty());
+}
+
+#[test]
+fn a_connection_already_disconnected_gets_no_dreq() {
+    let mut e = cm_engine(700, 5000);
+    // The application disconnected normally (its DREQ crossed).
+    let dreq = cm_packet(
+        REQUESTER,
+        RESPONDER,
+        0x15,
+        &[(24, 0x1234, 4), (28, 0x5678, 4), (32, RS_QPN, 3)],
+    );
+    e.handle_dc(Time::from_micros(1), &dreq);
+    drain(&mut e);
+    let sum = e.fail_all(Time::from_micros(2), LOST);
+    assert_eq!(sum.dreqs_sent, 0);
+    assert!(dreqs(&drain(&mut e)).is_empty());
 }

@@ -228,3 +228,24 @@ pub fn parse_mad(m: &[u8]) -> Result<CmMessage> {
         other => CmMessage::Other { attr_id: other },
     })
 }
+
+/// A DREQ (disconnect request) MAD as `sender` would send it for the
+/// connection it knows as `local_comm_id`, toward its peer, which knows it
+/// as `remote_comm_id` and whose QP is `remote_qpn` (IBA 12.6.9, DREQ
+/// layout: local comm ID, remote comm ID, remote QPN, private data). The
+/// gateway sends it in the name of a lost twin's host: RDMA-CM
+/// applications (rping, librdmacm, NVMe-oF) watch for the DISCONNECTED
+/// event, and some (rping) ignore flushed completions.
+pub fn dreq_mad(local_comm_id: u32, remote_comm_id: u32, remote_qpn: u32, tid: u64) -> [u8; 256] {
+    let mut m = [0u8; 256];
+    m[0] = 1; // base version
+    m[1] = MGMT_CLASS_CM;
+    m[2] = 2; // class version
+    m[3] = 0x03; // method: Send
+    m[8..16].copy_from_slice(&tid.to_be_bytes());
+    m[16..18].copy_from_slice(&attr::DREQ.to_be_bytes());
+    m[24..28].copy_from_slice(&local_comm_id.to_be_bytes());
+    m[28..32].copy_from_slice(&remote_comm_id.to_be_bytes());
+    m[32..35].copy_from_slice(&remote_qpn.to_be_bytes()[1..]);
+    m
+}
