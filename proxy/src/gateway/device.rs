@@ -646,6 +646,7 @@ impl Device {
                 qps_poisoned: es.qps_poisoned,
                 poison_unattributable: es.poison_unattributable,
                 egress_halves_dropped: es.egress_halves_dropped,
+                dreqs_sent: es.dreqs_sent,
                 requests_refused_unreachable: es.requests_refused_unreachable
                     + es.requests_dropped_unreachable,
             },

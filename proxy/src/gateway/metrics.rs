@@ -427,13 +427,14 @@ pub fn render(s: &Snapshot) -> String {
     o.by(
         "soya_twin_failed_total",
         "counter",
-        "What lost or restarted twins failed: ingress halves, local QPs moved to error through their responder role (poisoned), QPs that could not be (expected PSN unknown), egress halves dropped.",
+        "What lost or restarted twins failed: ingress halves, local QPs moved to error through their responder role (poisoned), QPs that could not be (expected PSN unknown), egress halves dropped, RDMA-CM connections disconnected (DREQ in the far host's name).",
         "what",
         &[
             ("halves", e.halves_failed_twin_lost),
             ("qps_poisoned", e.qps_poisoned),
             ("unattributable", e.poison_unattributable),
             ("egress_halves", e.egress_halves_dropped),
+            ("rdma_cm_dreqs", e.dreqs_sent),
         ],
     );
     o.one(

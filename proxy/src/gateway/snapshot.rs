@@ -110,6 +110,9 @@ pub struct EngineCounters {
     pub poison_unattributable: u64,
     #[serde(default)]
     pub egress_halves_dropped: u64,
+    /// DREQs sent in a lost twin's host's name (RDMA-CM connections).
+    #[serde(default)]
+    pub dreqs_sent: u64,
     #[serde(default)]
     pub requests_refused_unreachable: u64,
 }
