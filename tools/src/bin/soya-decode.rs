@@ -1,5 +1,7 @@
 //! `soya-decode`: print the RoCEv2 packets of a capture as Sōya parses them,
-//! with ICRC verification and RDMA-CM decoding.
+//! with ICRC verification and RDMA-CM decoding. Captures taken with a snap
+//! length (`tcpdump -s 128`) are decoded as far as their bytes go: frames
+//! the snap length cut are marked `cut`, their ICRC is not checked.
 
 #![deny(unsafe_code)]
 
@@ -8,11 +10,16 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use soya::roce::{cm, is_roce, RocePacket};
-use soya_tools::capture::{read_frames, Decoded};
+use soya_tools::capture::{decode, read_frames, Decoded, RoceFrame};
 
 /// Decode RoCEv2 packets in a pcap file and verify every ICRC.
+///
+/// A capture taken with a snap length (tcpdump -s N) is fine: a frame it cut
+/// has its headers decoded, is marked "cut" (payload kept/length), and its
+/// ICRC is not checked (the bytes it covers are gone). Exit status 1 when a
+/// whole frame is malformed or fails its ICRC.
 #[derive(Parser)]
-#[command(name = "soya-decode", version, about)]
+#[command(name = "soya-decode", version, about, long_about)]
 struct Args {
     /// Capture file (pcap; Ethernet or raw IP).
     file: PathBuf,
@@ -30,24 +37,34 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (mut roce, mut bad) = (0, 0);
+    let (mut roce, mut bad, mut truncated, mut headers_cut) = (0, 0, 0, 0);
     for f in &frames {
-        let Ok(ip) = &f.ip else { continue };
-        if !is_roce(ip) {
+        let Some(ip) = f.restored() else { continue };
+        if !is_roce(&ip) {
             continue;
         }
         roce += 1;
-        match RocePacket::parse(ip) {
-            Ok(p) => {
-                let d = Decoded::of(f.number, &p);
-                if !d.icrc_ok {
+        match decode(&ip, f.cut) {
+            RoceFrame::Decoded {
+                packet: p,
+                truncated: cut,
+                kept_payload,
+            } => {
+                let d = Decoded::cut(f.number, &p, cut, kept_payload);
+                if cut {
+                    truncated += 1;
+                }
+                if d.icrc_ok == Some(false) {
                     bad += 1;
                 }
                 if args.json {
                     println!("{}", serde_json::to_string(&d).expect("serializable"));
                     continue;
                 }
-                let cm = cm::parse_packet(&p)
+                // A cut MAD would decode its zero fill: only whole payloads.
+                let cm = (!cut)
+                    .then(|| cm::parse_packet(&p).ok())
+                    .flatten()
                     .map(|m| format!(" CM {m:?}"))
                     .unwrap_or_default();
                 println!(
@@ -60,20 +77,48 @@ fn main() -> ExitCode {
                     d.psn,
                     if d.ack_req { "A " } else { "" },
                     d.reth_len.map(|l| format!("len={l} ")).unwrap_or_default(),
-                    if d.icrc_ok { "icrc=ok" } else { "icrc=BAD" },
+                    match d.icrc_ok {
+                        Some(true) => "icrc=ok".to_string(),
+                        Some(false) => "icrc=BAD".to_string(),
+                        None => format!(
+                            "cut payload={}/{} icrc=unchecked",
+                            d.captured_payload_len, d.payload_len
+                        ),
+                    },
                     cm
                 );
             }
-            Err(e) => {
+            RoceFrame::HeadersCut { kept, needed } => {
+                headers_cut += 1;
+                if args.json {
+                    let v = serde_json::json!({
+                        "frame": f.number, "truncated": true,
+                        "headers_cut": {"kept": kept, "needed": needed},
+                    });
+                    println!("{v}");
+                } else {
+                    println!(
+                        "{:5} headers cut by the snap length: {kept} of {needed} header bytes kept",
+                        f.number
+                    );
+                }
+            }
+            RoceFrame::Malformed(e) => {
                 bad += 1;
                 println!("{:5} malformed: {e}", f.number);
             }
         }
     }
     eprintln!(
-        "{}: {} frames, {roce} RoCEv2, {bad} malformed or bad ICRC",
+        "{}: {} frames, {roce} RoCEv2, {bad} malformed or bad ICRC, \
+         {truncated} cut by the snap length (ICRC not checked){}",
         args.file.display(),
-        frames.len()
+        frames.len(),
+        if headers_cut > 0 {
+            format!(", {headers_cut} cut inside their headers (not decoded)")
+        } else {
+            String::new()
+        }
     );
     if bad == 0 {
         ExitCode::SUCCESS
