@@ -8,13 +8,14 @@
 #   soya.tests=LIST  (see run_test)  soya.dur=5
 # Results: $OUT/results.tsv, $OUT/perf/*.log, $OUT/gw/*, $OUT/dmesg.txt
 arg() { sed -n "s/.*soya\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
-LAB=$(arg lab); . "$LAB/guest/lib.sh"; . "$LAB/guest/twin.sh"
+LAB=$(arg lab); . "$LAB/guest/lib.sh"; . "$LAB/guest/twin.sh"; . "$LAB/guest/nvme.sh"
 BIN=$(arg bin); SOYA=$BIN/soya
 RTTS=$(arg rtts); RTTS=${RTTS:-0,3,30}
 LOSSES=$(arg losses); LOSSES=${LOSSES:-0,0.1}
 MODES=$(arg modes); MODES=${MODES:-direct,soya}
 TESTS=$(arg tests); TESTS=${TESTS:-rping,write4k,write64k,write1m,write64k_t16,send64k,read64k,qperf,pingpong}
 DUR=$(arg dur); DUR=${DUR:-5}
+RPING_SIZE=$(arg rping_size); RPING_SIZE=${RPING_SIZE:-1024}   # rping -S: > MTU (1024) spans several packets
 CAPTURE=$(arg capture)   # >0: tcpdump that many RoCE frames on dcA and dcB per test (soya mode)
 GW_POLICY=$(arg policy); GW_POLICY=${GW_POLICY:-edge}
 GW_INSECURE=$(arg insecure)
@@ -42,11 +43,11 @@ cap_start() {  # tag
   CAP_PIDS=
   [ "${CAPTURE:-0}" -gt 0 ] && [ "$MODE" = soya ] || return 0
   mkdir -p "$OUT/pcap"
-  ip netns exec gwA tcpdump -U -ni dcA -s 256 -c "$CAPTURE" -w "$OUT/pcap/$1.dcA.pcap" udp port 4791 2>/dev/null &
+  ip netns exec gwA tcpdump -U -ni dcA -s 128 -c "$CAPTURE" -w "$OUT/pcap/$1.dcA.pcap" udp port 4791 2>/dev/null &
   CAP_PIDS="$!"
-  ip netns exec gwB tcpdump -U -ni dcB -s 256 -c "$CAPTURE" -w "$OUT/pcap/$1.dcB.pcap" udp port 4791 2>/dev/null &
+  ip netns exec gwB tcpdump -U -ni dcB -s 128 -c "$CAPTURE" -w "$OUT/pcap/$1.dcB.pcap" udp port 4791 2>/dev/null &
   CAP_PIDS="$CAP_PIDS $!"
-  ip netns exec gwA tcpdump -U -ni soya0 -s 256 -c "$CAPTURE" -w "$OUT/pcap/$1.tunA.pcap" udp port 4791 2>/dev/null &
+  ip netns exec gwA tcpdump -U -ni soya0 -s 128 -c "$CAPTURE" -w "$OUT/pcap/$1.tunA.pcap" udp port 4791 2>/dev/null &
   CAP_PIDS="$CAP_PIDS $!"
   sleep 1
 }
@@ -63,7 +64,7 @@ perf_test() {  # tool size [extra...]  (client on hostA, server on hostB)
   [ "$tool" = ib_read_bw ] && dir=rx_bytes
   cap_start "$tag"
   snap_ctrs > /tmp/c0
-  timeout $((DUR+60)) $tool -d $B_DEV -x $B_GID -F --report_gbits -s "$size" -D "$DUR" "$@" \
+  timeout -k 5 $((DUR+60)) $tool -d $B_DEV -x $B_GID -F --report_gbits -s "$size" -D "$DUR" "$@" \
     > "$OUT/perf/$tag.server.log" 2>&1 &
   sp=$!
   sleep 2
@@ -71,7 +72,7 @@ perf_test() {  # tool size [extra...]  (client on hostA, server on hostB)
   wp=$!
   # who has the guest's CPUs in the middle of the run
   (sleep $((DUR/2+2)); top -b -n 1 -w 160 | head -25 > "$OUT/perf/$tag.top.txt" 2>&1) &
-  timeout $((DUR+50)) $tool -d $A_DEV -x $A_GID -F --report_gbits -s "$size" -D "$DUR" "$@" $B_IP \
+  timeout -k 5 $((DUR+50)) $tool -d $A_DEV -x $A_GID -F --report_gbits -s "$size" -D "$DUR" "$@" $B_IP \
     > "$OUT/perf/$tag.client.log" 2>&1
   rc=$?
   wait $sp; local src=$?; wait $wp
@@ -86,25 +87,25 @@ perf_test() {  # tool size [extra...]  (client on hostA, server on hostB)
 rping_test() {
   local tag="$TAG.rping" rc n
   snap_ctrs > /tmp/c0
-  timeout 120 rping -s -a $B_IP -V -C 50 -S 1024 > "$OUT/perf/$tag.server.log" 2>&1 &
+  timeout -k 5 120 rping -s -a $B_IP -V -C 50 -S $RPING_SIZE > "$OUT/perf/$tag.server.log" 2>&1 &
   local sp=$!
   sleep 2
-  timeout 110 rping -c -a $B_IP -V -v -C 50 -S 1024 > "$OUT/perf/$tag.client.log" 2>&1
+  timeout -k 5 110 rping -c -a $B_IP -V -v -C 50 -S $RPING_SIZE > "$OUT/perf/$tag.client.log" 2>&1
   rc=$?
   wait $sp; local src=$?
   [ $rc = 0 ] && rc=$src
   snap_ctrs > /tmp/c1
   n=$(grep -c 'ping data' "$OUT/perf/$tag.client.log")
-  row rping "-C 50 -S 1024 -V" "$rc" - - - "$n/50 pings verified$(grep -qiE 'mismatch|error' "$OUT/perf/$tag."*.log && echo ', ERRORS in log')"
+  row rping "-C 50 -S $RPING_SIZE -V" "$rc" - - - "$n/50 pings verified$(grep -qiE 'mismatch|error' "$OUT/perf/$tag."*.log && echo ', ERRORS in log')"
 }
 
 pingpong_test() {  # ibv_rc_pingpong with buffer validation (SEND/RECV, 4 KiB)
   local tag="$TAG.pingpong" rc n=200 lat
   snap_ctrs > /tmp/c0
-  timeout 120 ibv_rc_pingpong -d $B_DEV -g $B_GID -s 4096 -n $n -c > "$OUT/perf/$tag.server.log" 2>&1 &
+  timeout -k 5 120 ibv_rc_pingpong -d $B_DEV -g $B_GID -s 4096 -n $n -c > "$OUT/perf/$tag.server.log" 2>&1 &
   local sp=$!
   sleep 2
-  timeout 110 ibv_rc_pingpong -d $A_DEV -g $A_GID -s 4096 -n $n -c $B_IP > "$OUT/perf/$tag.client.log" 2>&1
+  timeout -k 5 110 ibv_rc_pingpong -d $A_DEV -g $A_GID -s 4096 -n $n -c $B_IP > "$OUT/perf/$tag.client.log" 2>&1
   rc=$?
   wait $sp; local src=$?
   [ $rc = 0 ] && rc=$src
@@ -119,13 +120,13 @@ qperf_test() {
   qs=$!
   sleep 2
   snap_ctrs > /tmp/c0
-  timeout $((DUR+80)) qperf -cm1 -t "$DUR" -m 65536 $B_IP rc_bw > "$OUT/perf/$tag.rc_bw.log" 2>&1
+  timeout -k 5 $((DUR+80)) qperf -cm1 -t "$DUR" -m 65536 $B_IP rc_bw > "$OUT/perf/$tag.rc_bw.log" 2>&1
   rc=$?
   snap_ctrs > /tmp/c1
   bw=$(awk '/bw *=/ {v=$3; u=$4; if (u=="GB/sec") v*=8; else if (u=="MB/sec") v*=8/1000; else if (u=="KB/sec") v*=8/1e6; printf "%.4f", v}' "$OUT/perf/$tag.rc_bw.log")
   row qperf_rc_bw "-cm1 -m 65536" "$rc" "${bw:-FAIL}" - - "$(awk '/bw *=/{print $3, $4}' "$OUT/perf/$tag.rc_bw.log")"
   snap_ctrs > /tmp/c0
-  timeout $((DUR+80)) qperf -cm1 -t "$DUR" $B_IP rc_lat > "$OUT/perf/$tag.rc_lat.log" 2>&1
+  timeout -k 5 $((DUR+80)) qperf -cm1 -t "$DUR" $B_IP rc_lat > "$OUT/perf/$tag.rc_lat.log" 2>&1
   rc=$?
   snap_ctrs > /tmp/c1
   lat=$(awk '/latency *=/ {v=$3; u=$4; if (u=="ms") v*=1000; else if (u=="sec") v*=1e6; else if (u=="ns") v/=1000; printf "%.1f", v}' "$OUT/perf/$tag.rc_lat.log")
@@ -147,6 +148,7 @@ run_test() {
     read64k) perf_test ib_read_bw 65536 ;;
     qperf) qperf_test ;;
     pingpong) pingpong_test ;;
+    nvme) nvme_test ;;
     *) log "unknown test $1" ;;
   esac
   sleep 1

@@ -21,7 +21,19 @@ if [ -n "$JOB" ] && [ -f "$JOB" ]; then
   # run a private copy: the host / is shared live over 9p, and editing the
   # script on the host mid-run must not shift bash's read offset
   cp "$JOB" /run/job.sh
-  bash /run/job.sh 2>&1 | tee "$OUT/guest-console.log"
+  # bounded (soya.job_limit seconds): a hung step ends the job, not the VM's
+  # watchdog on the host, and the guest still powers off with its results.
+  # The job writes to a file that tail copies to the console: a pipe would
+  # keep the console writer waiting for any background process the job
+  # left behind.
+  LIMIT=$(sed -n 's/.*soya\.job_limit=\([0-9]*\).*/\1/p' /proc/cmdline)
+  : > "$OUT/guest-console.log"
+  tail -f "$OUT/guest-console.log" &
+  TAIL=$!
+  timeout -k 10 "${LIMIT:-86400}" bash /run/job.sh >> "$OUT/guest-console.log" 2>&1
+  rc=$?
+  sleep 1; kill $TAIL 2>/dev/null
+  case $rc in 124|137) echo "GUEST-JOB-TIMEOUT after ${LIMIT}s (a step hung)" ;; esac
 else
   echo "no job ($JOB)"
 fi
