@@ -82,10 +82,11 @@ def rping_verified(note):
 # against the direct path's in the same VM at the same RTT and loss:
 #  - fatal errors (a QP gave up or broke): none;
 HARD = ["retry_exceeded_err", "rnr_nak_retry_err", "retry_rnr_exceeded_err", "send_err", "link_downed"]
-#  - sequence errors (rxe saw a gap: a lost or reordered packet): no more
-#    than direct. Direct, every WAN loss is a gap; through Sōya the WAN
-#    transport repairs losses and the gateways deliver in order, so any gap
-#    is the gateways' doing (in practice 0);
+#  - sequence errors (rxe saw a gap: a lost or reordered packet): none.
+#    Direct, every WAN loss shows up as one (11-23 per 4 s bandwidth run at
+#    0.1 %); through Sōya the WAN transport repairs losses and the gateways
+#    re-inject in order, so a single gap is the gateways' doing (0 in every
+#    run through Sōya measured, docs/interop.md);
 SEQ = ["rcvd_seq_err", "out_of_seq_request"]
 #  - retransmission episodes (a requester timeout or RNR retry): no more
 #    than direct's episodes (direct: one per lost packet, by a sequence NAK
@@ -97,9 +98,12 @@ SEQ = ["rcvd_seq_err", "out_of_seq_request"]
 #    and an occasional READ;
 RETRY = ["completer_retry_err", "rcvd_rnr_err"]
 TUNNEL_EPISODES = 3
-#  - duplicates at the responder: only as many as the episodes can explain,
-#    each resending at most rxe's window (128 unacked PSNs) + 1.
-DUP_PER_EPISODE = 129
+#  - duplicates at the responder: only as many as the episodes can explain.
+#    rxe starts a new WQE while fewer than 128 PSNs are unacked
+#    (RXE_MAX_UNACKED_PSNS) and then sends all its packets, so a go-back
+#    after a timeout resends at most 127 + the packets of one message: 64
+#    for the 64 KiB messages at MTU 1024 here (138 seen after one timeout).
+DUP_PER_EPISODE = 128 + 64
 
 
 def total(r, names):
@@ -113,8 +117,8 @@ def retry_bound(s, d):
     ep = total(s, RETRY)
     dep = total(d, RETRY) + total(d, ["rcvd_seq_err"])
     dup, ddup = total(s, ["duplicate_request"]), total(d, ["duplicate_request"])
-    ok = hard == 0 and seq <= dseq and ep <= dep + TUNNEL_EPISODES and dup <= ddup + DUP_PER_EPISODE * ep
-    return ok, (f"fatal {hard} = 0, seq errors {seq} <= direct {dseq}, "
+    ok = hard == 0 and seq == 0 and ep <= dep + TUNNEL_EPISODES and dup <= ddup + DUP_PER_EPISODE * ep
+    return ok, (f"fatal {hard} = 0, seq errors {seq} = 0 (direct {dseq}), "
                 f"retry episodes {ep} <= direct {dep} + {TUNNEL_EPISODES}, "
                 f"duplicates {dup} <= direct {ddup} + {DUP_PER_EPISODE} x {ep}")
 

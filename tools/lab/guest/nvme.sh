@@ -40,12 +40,16 @@ nvme_target() {  # once: brd RAM disk exported on 10.0.2.1:4420 over rdma
   ln -s $NVME_CFG/subsystems/$NVME_NQN $NVME_CFG/ports/1/subsystems/$NVME_NQN || return 1
 }
 
-nvme_dev() {  # the block device of our controller, if connected
-  local c
-  for c in /sys/class/nvme/nvme*; do
-    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = $NVME_NQN ] || continue
-    ls -d "$c"/nvme*n1 2>/dev/null | head -1 | xargs -r basename
-    return
+nvme_dev() {  # the block device of our subsystem, if connected
+  # With native NVMe multipath (Debian's kernels) the block device hangs off
+  # the subsystem (nvme-subsys0/nvme0n1); the controller only has the hidden
+  # path device (nvme0c0n1), which has no /dev node.
+  local s
+  for s in /sys/class/nvme-subsystem/nvme-subsys* /sys/class/nvme/nvme*; do
+    [ "$(cat "$s/subsysnqn" 2>/dev/null)" = $NVME_NQN ] || continue
+    for d in "$s"/nvme*n1; do
+      [ -b "/dev/$(basename "$d")" ] && { basename "$d"; return; }
+    done
   done
 }
 
@@ -95,7 +99,9 @@ nvme_test() {
   while [ -z "$DEV" ] && [ $t -lt 40 ]; do DEV=$(nvme_dev); [ -n "$DEV" ] || { sleep 0.5; t=$((t+1)); }; done
   if [ $rc != 0 ] || [ -z "$DEV" ] || [ ! -b /dev/$DEV ]; then
     snap_ctrs > /tmp/c1; cap_stop
-    row nvme_connect "-t rdma -Q 32 -i 2" "${rc/#0/1}" FAIL - - "connect failed: $(tail -1 "$OUT/perf/$tag.connect.log" | cut -c1-60)"
+    ls -l /sys/class/nvme* /sys/class/nvme*/* >> "$OUT/perf/$tag.connect.log" 2>&1
+    timeout -k 5 60 nvme disconnect -n $NVME_NQN >> "$OUT/perf/$tag.connect.log" 2>&1
+    row nvme_connect "-t rdma -Q 32 -i 2" "$([ $rc = 0 ] && echo 1 || echo $rc)" FAIL - - "connect rc=$rc, block device ${DEV:-not found}: $(head -1 "$OUT/perf/$tag.connect.log" | cut -c1-60)"
     return
   fi
   snap_ctrs > /tmp/c1
