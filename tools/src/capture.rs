@@ -16,7 +16,7 @@ use serde::Serialize;
 use soya::roce::bth::BTH_LEN;
 use soya::roce::icrc::ICRC_LEN;
 use soya::roce::ip::UDP_LEN;
-use soya::roce::{ethernet_payload, is_roce, RocePacket, WireError};
+use soya::roce::{ethernet_payload, RocePacket, WireError};
 
 /// One frame of a capture: its number (1-based, as tshark counts) and IP bytes.
 pub struct Frame {
