@@ -106,8 +106,11 @@ T0=$(date +%s)
 stamp() { echo "[interop $(( $(date +%s) - T0 ))s] $*"; }
 
 if [ $INSTALL = 1 ]; then
-  PKGS="qemu-system-x86 linux-image-amd64 rdma-core ibverbs-utils rdmacm-utils perftest qperf
-        busybox-static iproute2 ethtool tcpdump iputils-ping cpio python3 python3-matplotlib"
+  PKGS="qemu-system-x86 linux-image-amd64 rdma-core ibverbs-utils rdmacm-utils perftest
+        busybox-static iproute2 ethtool tcpdump iputils-ping cpio python3"
+  # the CI case needs neither qperf nor the plot (matplotlib is large)
+  [ $MATRIX = reduced ] || PKGS="$PKGS qperf python3-matplotlib"
+  case ",$TESTS," in *,nvme,*) PKGS="$PKGS fio nvme-cli" ;; esac
   missing=$(for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
   if [ -n "$missing" ]; then
     stamp "apt-get install:" $missing
