@@ -6,13 +6,11 @@
 //! gets `{"error": …}`.
 
 use std::fmt::Write as _;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::path::Path;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::snapshot::Snapshot;
@@ -43,54 +41,75 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
     Ok(l)
 }
 
-/// Answers `status` requests until the gateway stops, then removes the
-/// socket file.
-pub fn serve(
-    listener: UnixListener,
-    path: PathBuf,
-    shared: Arc<Shared>,
-) -> io::Result<JoinHandle<()>> {
-    listener.set_nonblocking(true)?;
-    std::thread::Builder::new()
-        .name("soya-control".into())
-        .spawn(move || {
-            loop {
-                if shared.stopping.load(Ordering::Acquire) {
-                    break;
-                }
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        let _ = handle(stream, &shared);
+/// How long a client may take to send its request line, and to take the
+/// answer.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Answers `status` requests until the task is dropped (the control plane
+/// stops; it then removes the socket file).
+pub async fn serve(listener: UnixListener, shared: Arc<Shared>) {
+    let listener = match listener
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::UnixListener::from_std(listener))
+    {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("control socket: {e}");
+            return;
+        }
+    };
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = handle(stream, shared).await {
+                        tracing::debug!("control client: {e}");
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                }
+                });
             }
-            let _ = std::fs::remove_file(&path);
-        })
+            Err(e) => {
+                // EMFILE and the like: back off instead of spinning.
+                tracing::warn!("control socket: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
 }
 
-fn handle(stream: UnixStream, shared: &Shared) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+async fn handle(stream: tokio::net::UnixStream, shared: Arc<Shared>) -> io::Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let timed_out = |_| io::Error::new(io::ErrorKind::TimedOut, "client too slow");
+    let (rd, mut w) = stream.into_split();
     let mut line = String::new();
-    BufReader::new(stream.try_clone()?)
-        .take(1024)
-        .read_line(&mut line)?;
-    let mut w = stream;
+    tokio::time::timeout(
+        CLIENT_TIMEOUT,
+        tokio::io::BufReader::new(rd.take(1024)).read_line(&mut line),
+    )
+    .await
+    .map_err(timed_out)??;
     let body = match line.trim() {
-        "status" => match shared.snapshot(Duration::from_secs(2)) {
-            Some(s) => serde_json::to_string(&s).map_err(io::Error::other)?,
-            None => r#"{"error":"no snapshot"}"#.to_string(),
-        },
+        "status" => {
+            // The snapshot waits on the device loops (a condition
+            // variable): off the runtime's thread.
+            let snap = tokio::task::spawn_blocking(move || shared.snapshot(CLIENT_TIMEOUT))
+                .await
+                .ok()
+                .flatten();
+            match snap {
+                Some(s) => serde_json::to_string(&s).map_err(io::Error::other)?,
+                None => r#"{"error":"no snapshot"}"#.to_string(),
+            }
+        }
         other => serde_json::json!({ "error": format!("unknown request {other:?}") }).to_string(),
     };
-    w.write_all(body.as_bytes())?;
-    w.write_all(b"\n")?;
-    w.flush()
+    tokio::time::timeout(CLIENT_TIMEOUT, async {
+        w.write_all(body.as_bytes()).await?;
+        w.write_all(b"\n").await?;
+        w.shutdown().await
+    })
+    .await
+    .map_err(timed_out)?
 }
 
 /// Asks the gateway behind `path` for its snapshot.

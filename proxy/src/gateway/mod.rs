@@ -101,6 +101,7 @@
 
 pub mod backend;
 pub mod control;
+pub mod control_plane;
 pub mod device;
 pub mod logging;
 pub mod metrics;
@@ -158,6 +159,8 @@ pub struct Shared {
     running: AtomicUsize,
     /// Every device loop has ended; servers stop.
     pub(crate) stopping: AtomicBool,
+    /// The same, for the control plane's tasks.
+    stopped_tx: tokio::sync::watch::Sender<bool>,
 }
 
 impl Shared {
@@ -172,6 +175,7 @@ impl Shared {
             cv: Condvar::new(),
             running: AtomicUsize::new(shards),
             stopping: AtomicBool::new(false),
+            stopped_tx: tokio::sync::watch::Sender::new(false),
         })
     }
 
@@ -230,7 +234,13 @@ impl Shared {
 
     fn stopped(&self) {
         self.stopping.store(true, Ordering::Release);
+        self.stopped_tx.send_replace(true);
         self.cv.notify_all();
+    }
+
+    /// Turns true when every device loop has ended.
+    pub(crate) fn stopped_watch(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stopped_tx.subscribe()
     }
 
     /// A fresh snapshot of every shard, merged (the last ones once they
@@ -559,6 +569,17 @@ impl Gateway {
     /// Opens every socket and device, then starts the threads. Errors name
     /// what could not be opened.
     pub fn start(cfg: &SiteConfig) -> Result<Gateway, GatewayError> {
+        Gateway::start_with(cfg, None)
+    }
+
+    /// [`Self::start`], and with `reload` the daemon's signals: SIGTERM or
+    /// SIGINT drains (a second one aborts), SIGHUP runs `reload`. The
+    /// handlers are installed before the control socket exists (whoever
+    /// sees it may signal us).
+    pub fn start_with(
+        cfg: &SiteConfig,
+        reload: Option<signals::Reload>,
+    ) -> Result<Gateway, GatewayError> {
         let key = wan_key(cfg)?;
         if key.is_none() {
             tracing::warn!("WAN is INSECURE (wan.insecure = true): plaintext and unauthenticated; lab use only");
@@ -588,6 +609,7 @@ impl Gateway {
             }
             sites.push((scfg, params, socks));
         }
+        let control_plane = control_plane::ControlPlane::new(reload)?;
         let mut metrics_listener = None;
         let mut metrics_addr = None;
         if let Some(addr) = cfg.control.metrics {
@@ -648,15 +670,14 @@ impl Gateway {
                 ctx,
             ));
         }
-        let mut servers = Vec::new();
-        if let Some(l) = metrics_listener {
-            servers.push(metrics::serve(l, shared.clone())?);
-        }
-        servers.push(control::serve(
-            control_listener,
-            cfg.control.socket.clone(),
+        let servers = vec![control_plane.start(
+            control_plane::Listeners {
+                metrics: metrics_listener,
+                control: control_listener,
+                control_path: cfg.control.socket.clone(),
+            },
             shared.clone(),
-        )?);
+        )?];
         if shards > 1 {
             tracing::info!(
                 shards,
@@ -681,6 +702,7 @@ impl Gateway {
                     for h in devices {
                         let _ = h.join();
                     }
+                    shared.stopped();
                     return Err(e.into());
                 }
             }
