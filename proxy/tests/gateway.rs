@@ -441,7 +441,8 @@ fn datagrams_cross_and_acl_counts(keyed: bool) {
     );
     assert!(om.starts_with("HTTP/1.1 200 OK\r\n"), "{om}");
     assert!(
-        om.to_ascii_lowercase().contains("content-type: application/openmetrics-text; version=1.0.0"),
+        om.to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text; version=1.0.0"),
         "{om}"
     );
     assert!(om.ends_with("# EOF\n"), "{om}");
@@ -451,8 +452,14 @@ fn datagrams_cross_and_acl_counts(keyed: bool) {
     );
     let answers: Vec<&str> = two.split("HTTP/1.1 200 OK\r\n").skip(1).collect();
     assert_eq!(answers.len(), 2, "HEAD then GET on one connection:\n{two}");
-    assert!(answers[0].to_ascii_lowercase().contains("content-length: "), "{two}");
-    assert!(!answers[0].contains("# HELP"), "HEAD answered with a body:\n{two}");
+    assert!(
+        answers[0].to_ascii_lowercase().contains("content-length: "),
+        "{two}"
+    );
+    assert!(
+        !answers[0].contains("# HELP"),
+        "HEAD answered with a body:\n{two}"
+    );
     assert!(answers[1].contains("soya_wan_connected 1\n"), "{two}");
 
     let snap = control::query(&p.a.socket).unwrap();

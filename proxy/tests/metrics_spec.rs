@@ -8,7 +8,9 @@ use std::process::Command;
 use soya::gateway::metrics::{spec_json, METRICS};
 
 fn packaging(file: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../packaging").join(file)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../packaging")
+        .join(file)
 }
 
 fn read(file: &str) -> String {

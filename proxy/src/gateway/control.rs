@@ -185,64 +185,74 @@ pub fn render_status(s: &Snapshot) -> String {
         peer
     );
     let _ = writeln!(o, "  dc: {}", s.backend);
-    let d = &s.dc;
+    // Destructured so that each line reads as its format string.
+    let super::snapshot::DcCounters {
+        rx_packets,
+        rx_accepted,
+        rx_malformed,
+        rx_acl_source,
+        rx_acl_destination,
+        rx_draining,
+        rx_backpressure,
+        rx_kernel_drops,
+        tx_packets,
+        tx_no_peer,
+        tx_acl,
+        tx_errors,
+        ..
+    } = s.dc;
+    let (rx_bytes, tx_bytes) = (bytes(s.dc.rx_bytes), bytes(s.dc.tx_bytes));
     let _ = writeln!(
         o,
-        "    rx {} pkts ({}): accepted {}, malformed {}, acl src {}, acl dst {}, draining {}, backpressure {}, kernel drops {}",
-        d.rx_packets,
-        bytes(d.rx_bytes),
-        d.rx_accepted,
-        d.rx_malformed,
-        d.rx_acl_source,
-        d.rx_acl_destination,
-        d.rx_draining,
-        d.rx_backpressure,
-        d.rx_kernel_drops
+        "    rx {rx_packets} pkts ({rx_bytes}): accepted {rx_accepted}, malformed {rx_malformed}, acl src {rx_acl_source}, acl dst {rx_acl_destination}, draining {rx_draining}, backpressure {rx_backpressure}, kernel drops {rx_kernel_drops}"
     );
     let _ = writeln!(
         o,
-        "    tx {} pkts ({}): no peer {}, acl {}, errors {}",
-        d.tx_packets,
-        bytes(d.tx_bytes),
-        d.tx_no_peer,
-        d.tx_acl,
-        d.tx_errors
+        "    tx {tx_packets} pkts ({tx_bytes}): no peer {tx_no_peer}, acl {tx_acl}, errors {tx_errors}"
     );
-    let b = &s.buffer;
+    let super::snapshot::BufferSnap {
+        slots_used,
+        slots_total,
+        high_water,
+        slot_bytes,
+    } = s.buffer;
+    let (used_pct, slot_bytes) = (
+        100.0 * slots_used as f64 / slots_total.max(1) as f64,
+        bytes(slot_bytes),
+    );
     let _ = writeln!(
         o,
-        "  buffer: {}/{} slots ({:.1}%), high water {} slots, {} per slot",
-        b.slots_used,
-        b.slots_total,
-        100.0 * b.slots_used as f64 / b.slots_total.max(1) as f64,
-        b.high_water,
-        bytes(b.slot_bytes)
+        "  buffer: {slots_used}/{slots_total} slots ({used_pct:.1}%), high water {high_water} slots, {slot_bytes} per slot"
     );
-    let t = &s.twin;
+    let super::snapshot::TwinCounters {
+        msgs_out,
+        msgs_in,
+        pending_messages,
+        pending_overflow,
+        datagrams_out,
+        datagrams_in,
+        datagram_acl_drops,
+        ..
+    } = s.twin;
+    let pending = bytes(s.twin.pending_bytes);
     let _ = writeln!(
         o,
-        "  twin msgs: out {}, in {}; waiting {} ({}), overflow {}; datagrams out {}, in {}, acl drops {}",
-        t.msgs_out,
-        t.msgs_in,
-        t.pending_messages,
-        bytes(t.pending_bytes),
-        t.pending_overflow,
-        t.datagrams_out,
-        t.datagrams_in,
-        t.datagram_acl_drops
+        "  twin msgs: out {msgs_out}, in {msgs_in}; waiting {pending_messages} ({pending}), overflow {pending_overflow}; datagrams out {datagrams_out}, in {datagrams_in}, acl drops {datagram_acl_drops}"
     );
-    let w = &s.wan;
+    let super::snapshot::WanCounters {
+        packets_sent,
+        packets_received,
+        packets_lost,
+        packets_retransmitted,
+        auth_failures,
+        replays_dropped,
+        malformed,
+        peer_restarts,
+        ..
+    } = s.wan;
     let _ = writeln!(
         o,
-        "  wan: sent {} pkts, received {}, lost {}, retransmitted {}; auth failures {}, replays {}, malformed {}, peer restarts {}",
-        w.packets_sent,
-        w.packets_received,
-        w.packets_lost,
-        w.packets_retransmitted,
-        w.auth_failures,
-        w.replays_dropped,
-        w.malformed,
-        w.peer_restarts
+        "  wan: sent {packets_sent} pkts, received {packets_received}, lost {packets_lost}, retransmitted {packets_retransmitted}; auth failures {auth_failures}, replays {replays_dropped}, malformed {malformed}, peer restarts {peer_restarts}"
     );
     if s.shards.len() > 1 {
         let _ = writeln!(
