@@ -723,18 +723,5 @@ impl Device {
 
 /// The shutdown line of one packet socket's system-call counters.
 fn log_io_stats(side: &str, socket: &str, how: &str, st: &crate::sys::udpio::IoStats) {
-    tracing::info!(
-        side,
-        socket,
-        how,
-        send_calls = st.send_calls,
-        sent = st.datagrams_sent,
-        gso_messages = st.gso_messages,
-        send_errors = st.send_errors,
-        recv_calls = st.recv_calls,
-        received = st.datagrams_received,
-        gro_messages = st.gro_messages,
-        kernel_drops = st.kernel_drops,
-        "socket i/o"
-    );
+    tracing::info!(side, socket, how, stats = ?st, "socket i/o");
 }
