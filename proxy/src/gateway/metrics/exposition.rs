@@ -100,15 +100,20 @@ mod tests {
 
     #[test]
     fn exposition_has_the_table_and_the_library_format() {
-        let mut s = Snapshot::default();
-        s.connected = true;
-        s.dc.rx_acl_source = 3;
-        s.paths = vec![PathSnap {
-            name: "p\"0\\\n".into(),
-            state: "up".into(),
-            srtt_us: 1500,
+        let s = Snapshot {
+            connected: true,
+            dc: crate::gateway::snapshot::DcCounters {
+                rx_acl_source: 3,
+                ..Default::default()
+            },
+            paths: vec![PathSnap {
+                name: "p\"0\\\n".into(),
+                state: "up".into(),
+                srtt_us: 1500,
+                ..Default::default()
+            }],
             ..Default::default()
-        }];
+        };
         let text = render(&s);
         for want in [
             "# TYPE soya_dc_rx_packets counter\n",

@@ -893,21 +893,23 @@ mod tests {
 
     #[test]
     fn samples_carry_only_declared_labels() {
-        let mut s = Snapshot::default();
-        s.shards = vec![
-            ShardSnap::default(),
-            ShardSnap {
-                index: 1,
-                dc_mode: "copy".into(),
+        let s = Snapshot {
+            shards: vec![
+                ShardSnap::default(),
+                ShardSnap {
+                    index: 1,
+                    dc_mode: "copy".into(),
+                    ..Default::default()
+                },
+            ],
+            paths: vec![PathSnap {
+                name: "p0".into(),
+                state: "up".into(),
                 ..Default::default()
-            },
-        ];
-        s.paths = vec![PathSnap {
-            name: "p0".into(),
-            state: "up".into(),
+            }],
+            flows: vec![FlowSnap::default()],
             ..Default::default()
-        }];
-        s.flows = vec![FlowSnap::default()];
+        };
         for m in METRICS {
             let samples = (m.samples)(&s);
             assert!(!samples.is_empty(), "{} has no sample", m.name);
