@@ -49,7 +49,9 @@ impl ControlPlane {
         let signals = match reload {
             Some(r) => {
                 let _in = rt.enter();
-                Some(Signals::install(r)?)
+                Some(Signals::install(r).map_err(|e| {
+                    io::Error::new(e.kind(), format!("cannot install signal handlers: {e}"))
+                })?)
             }
             None => None,
         };
