@@ -1,13 +1,46 @@
 #!/usr/bin/env python3
 # Generates packaging/grafana/soya-dashboard.json (Grafana 10+, Prometheus data
 # source):  python3 packaging/gen-grafana-dashboard.py > packaging/grafana/soya-dashboard.json
-# Metric names must exist in proxy/src/gateway/metrics.rs (packaging/test-deb.sh checks).
-import json
+#
+# The metrics come from one table, the gateway's (proxy/src/gateway/metrics/table.rs),
+# through packaging/metrics-spec.json (`soya metrics-spec --json`): every metric
+# and label a panel uses must be in it (this script fails otherwise), and each
+# panel's description ends with the table's help text of the metrics it shows.
+# proxy/tests/metrics_spec.rs checks that the spec and this dashboard are up to date.
+import json, os, re, sys
+HERE = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(HERE, "metrics-spec.json")) as f:
+    SPEC = {m["name"]: m for m in json.load(f)}
+# Labels Prometheus adds, and PromQL's own words inside label lists.
+SCRAPE_LABELS = {"instance", "job"}
+PROMQL_WORDS = {"by", "ignoring", "group_left", "on", "without", "sum", "min", "max", "topk", "rate", "increase"}
+
+def metrics_of(targets):
+    """The spec entries a panel's expressions use, in order; fails on a name or
+    label that is not in the table."""
+    used = []
+    for expr, legend in targets:
+        names = re.findall(r"soya_[a-z0-9_]+", expr)
+        for n in names:
+            if n not in SPEC:
+                sys.exit(f"gen-grafana-dashboard: {n} is not a metric (packaging/metrics-spec.json)")
+            if n not in used:
+                used.append(n)
+        declared = set(SCRAPE_LABELS).union(*(SPEC[n]["labels"] for n in names))
+        selectors = re.findall(r"([a-z_]+)=~?\"", expr)
+        groupings = [l.strip() for g in re.findall(r"(?:by|ignoring|on) \(([^)]*)\)", expr) for l in g.split(",")]
+        for label in selectors + groupings + re.findall(r"\{\{(\w+)\}\}", legend):
+            if label and label not in declared and label not in PROMQL_WORDS:
+                sys.exit(f"gen-grafana-dashboard: label {label} is not one of {names}'s labels")
+    return used
+
 ds = {"type": "prometheus", "uid": "${datasource}"}
 panels = []
 pid = [0]
 def panel(title, targets, unit, x, y, w=12, h=8, desc="", kind="timeseries", stack=False, minv=None, maxv=None):
     pid[0] += 1
+    helps = "\n".join(f"- {n} ({SPEC[n]['type']}): {SPEC[n]['help']}" for n in metrics_of(targets))
+    desc = (desc + "\n\n" if desc else "") + helps
     p = {
         "id": pid[0], "type": kind, "title": title, "description": desc,
         "datasource": ds,
@@ -280,7 +313,7 @@ y += 8
 dash = {
     "title": "Sōya gateways",
     "uid": "soya-gateways",
-    "description": "Sōya RoCEv2 WAN gateways: paths, shards, flows, deep buffer, pseudo-ACKs. Metrics: proxy/src/gateway/metrics.rs, docs/operations.md.",
+    "description": "Sōya RoCEv2 WAN gateways: paths, shards, flows, deep buffer, pseudo-ACKs. Metrics: `soya metrics-spec --json` (proxy/src/gateway/metrics/table.rs), docs/operations.md.",
     "tags": ["soya", "rdma", "roce"],
     "timezone": "browser",
     "schemaVersion": 39,

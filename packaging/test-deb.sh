@@ -5,7 +5,7 @@
 #   2. control (dpkg-deb -I/-e): fields, conffiles, maintainer scripts;
 #   3. the systemd unit (systemd-analyze verify, when systemd-analyze exists);
 #   4. the Prometheus and Grafana examples use only metric names the gateway
-#      exports (proxy/src/gateway/metrics.rs);
+#      exports (packaging/metrics-spec.json, from proxy/src/gateway/metrics/table.rs);
 #   5. installs it into a throwaway root (dpkg -x: no maintainer scripts, no
 #      dpkg database) and runs soya --version and soya check-config on the
 #      installed /etc/soya/*.toml from there: refused without a key, refused
@@ -105,7 +105,9 @@ else
 fi
 
 # 4. Metric names in the examples.
-exported=$(grep -o '"soya_[a-z0-9_]*"' proxy/src/gateway/metrics.rs | tr -d '"' | sort -u)
+# packaging/metrics-spec.json is the gateway's metric table
+# (`soya metrics-spec --json`; proxy/tests/metrics_spec.rs keeps it current).
+exported=$(grep -o '"name": "soya_[a-z0-9_]*"' packaging/metrics-spec.json | cut -d'"' -f4 | sort -u)
 used=$(cat "$root/usr/share/soya/grafana/soya-dashboard.json" \
   "$root/usr/share/soya/prometheus/soya-alerts.yml" | grep -o 'soya_[a-z0-9_]*' | sort -u)
 n=0

@@ -72,6 +72,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print every metric the gateway exports (name, type, help, labels):
+    /// the table packaging/metrics-spec.json is generated from, which the
+    /// Grafana dashboard generator and the alert rules are checked against.
+    MetricsSpec {
+        /// Print JSON (the only format; kept explicit for scripts).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `soya demo`: runs the orchestration in `soya-perf demo` (the lab tools
@@ -138,11 +146,17 @@ fn main() -> ExitCode {
             config,
             json,
         } => status(socket, config, json),
+        Command::MetricsSpec { json: _ } => {
+            let _ = std::io::stdout()
+                .lock()
+                .write_all(soya::gateway::metrics::spec_json().as_bytes());
+            ExitCode::SUCCESS
+        }
     }
 }
 
 fn gateway(path: &std::path::Path, check: bool) -> ExitCode {
-    use soya::gateway::{self, logging, reload, signals};
+    use soya::gateway::{self, logging, signals};
     let cfg = match soya_config::load(path) {
         Ok(c) => c,
         Err(e) => {
@@ -160,67 +174,45 @@ fn gateway(path: &std::path::Path, check: bool) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     logging::init(cfg.log.format, cfg.log.level);
-    // Before the control socket exists: whoever sees it may signal us.
-    let mut sigs = match signals::Signals::install() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("soya gateway: cannot install signal handlers: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let gw = match gateway::Gateway::start(&cfg) {
+    // SIGHUP runs `reload` on the control plane (gateway::signals).
+    let path = path.to_path_buf();
+    let mut running = cfg.clone();
+    let on_sighup: signals::Reload = Box::new(move || reload(&path, &mut running));
+    let gw = match gateway::Gateway::start_with(&cfg, Some(on_sighup)) {
         Ok(g) => g,
         Err(e) => {
             eprintln!("soya gateway: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let ctl = gw.control();
-    let path = path.to_path_buf();
-    let mut running = cfg;
-    // Detached: it ends with the process.
-    let _ = std::thread::Builder::new()
-        .name("soya-signals".into())
-        .spawn(move || {
-            let mut stops = 0;
-            while let Some(sig) = sigs.wait() {
-                match sig {
-                    signals::Signal::Stop => {
-                        stops += 1;
-                        if stops == 1 {
-                            tracing::info!("stop signal: draining (again to abort)");
-                            ctl.drain();
-                        } else {
-                            tracing::warn!("second stop signal: aborting without drain");
-                            ctl.abort();
-                        }
-                    }
-                    signals::Signal::Reload => match soya_config::load(&path) {
-                        Ok(new) => {
-                            let r = reload::diff(&running, &new);
-                            if r.applied.iter().any(|k| k == "log.level") {
-                                logging::set_level(new.log.level);
-                                running.log.level = new.log.level;
-                            }
-                            if r.is_empty() {
-                                tracing::info!("SIGHUP: configuration unchanged");
-                            } else {
-                                tracing::info!(applied = ?r.applied, "SIGHUP: configuration re-read");
-                            }
-                            if !r.need_restart.is_empty() {
-                                tracing::warn!(keys = ?r.need_restart, "SIGHUP: these changes need a restart to take effect");
-                            }
-                        }
-                        Err(e) => tracing::error!("SIGHUP: configuration not reloaded: {e}"),
-                    },
-                }
-            }
-        });
     let summary = gw.wait();
     println!("{summary}");
     match summary.outcome {
         gateway::RunOutcome::Failed(_) => ExitCode::FAILURE,
         _ => ExitCode::SUCCESS,
+    }
+}
+
+/// SIGHUP: re-reads the configuration file and applies what it can live.
+fn reload(path: &std::path::Path, running: &mut soya_config::SiteConfig) {
+    use soya::gateway::{logging, reload};
+    match soya_config::load(path) {
+        Ok(new) => {
+            let r = reload::diff(running, &new);
+            if r.applied.iter().any(|k| k == "log.level") {
+                logging::set_level(new.log.level);
+                running.log.level = new.log.level;
+            }
+            if r.is_empty() {
+                tracing::info!("SIGHUP: configuration unchanged");
+            } else {
+                tracing::info!(applied = ?r.applied, "SIGHUP: configuration re-read");
+            }
+            if !r.need_restart.is_empty() {
+                tracing::warn!(keys = ?r.need_restart, "SIGHUP: these changes need a restart to take effect");
+            }
+        }
+        Err(e) => tracing::error!("SIGHUP: configuration not reloaded: {e}"),
     }
 }
 

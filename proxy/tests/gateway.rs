@@ -212,9 +212,15 @@ fn recv_ip(s: &UdpSocket, want: &[u8], within: Duration) -> bool {
 }
 
 fn http_get(addr: SocketAddr, path: &str) -> String {
+    http(addr, &format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n"))
+}
+
+/// Sends `requests` (several may be pipelined on the one connection) and
+/// reads until the server closes.
+fn http(addr: SocketAddr, requests: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    s.write_all(requests.as_bytes()).unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
@@ -320,32 +326,30 @@ fn afpacket_is_refused_and_xdp_on_a_missing_interface_fails_clearly() {
     let (fa, _) = write_configs(&p, false);
     let udp = format!("backend = \"udp\"\nlisten = \"{}\"", p.a.dc);
     let original = std::fs::read_to_string(&fa).unwrap();
-    std::fs::write(
-        &fa,
-        original.replace(&udp, "backend = \"afpacket\"\ninterface = \"eth9\""),
-    )
-    .unwrap();
-    let out = soya().args(["gateway", "-c"]).arg(&fa).output().unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("afpacket") && err.contains("`xdp`") && err.contains("`tun`"),
-        "{err}"
-    );
-    std::fs::write(
-        &fa,
-        original.replace(&udp, "backend = \"xdp\"\ninterface = \"nosuch9\""),
-    )
-    .unwrap();
-    let out = soya().args(["gateway", "-c"]).arg(&fa).output().unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("nosuch9")
-            && err.contains("no such network interface")
-            && err.contains("dc.backend = \"tun\""),
-        "{err}"
-    );
+    // Each backend line, and what its refusal must say.
+    let cases: [(&str, &[&str]); 2] = [
+        (
+            "backend = \"afpacket\"\ninterface = \"eth9\"",
+            &["afpacket", "`xdp`", "`tun`"],
+        ),
+        (
+            "backend = \"xdp\"\ninterface = \"nosuch9\"",
+            &[
+                "nosuch9",
+                "no such network interface",
+                "dc.backend = \"tun\"",
+            ],
+        ),
+    ];
+    for (backend, wants) in cases {
+        std::fs::write(&fa, original.replace(&udp, backend)).unwrap();
+        let out = soya().args(["gateway", "-c"]).arg(&fa).output().unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        for want in wants {
+            assert!(err.contains(want), "{want:?} missing: {err}");
+        }
+    }
 }
 
 fn datagrams_cross_and_acl_counts(keyed: bool) {
@@ -426,6 +430,35 @@ fn datagrams_cross_and_acl_counts(keyed: bool) {
         assert!(m.contains(want), "{want:?} missing from /metrics:\n{m}");
     }
     assert!(http_get(p.a.metrics, "/nope").starts_with("HTTP/1.0 404"));
+    // What the HTTP stack brings: content negotiation (OpenMetrics for
+    // Prometheus' Accept), HEAD without a body, and keep-alive (a HEAD and
+    // a GET pipelined on one HTTP/1.1 connection).
+    let om = http(
+        p.a.metrics,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3\r\nConnection: close\r\n\r\n",
+    );
+    assert!(om.starts_with("HTTP/1.1 200 OK\r\n"), "{om}");
+    assert!(
+        om.to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text; version=1.0.0"),
+        "{om}"
+    );
+    assert!(om.ends_with("# EOF\n"), "{om}");
+    let two = http(
+        p.a.metrics,
+        "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    let answers: Vec<&str> = two.split("HTTP/1.1 200 OK\r\n").skip(1).collect();
+    assert_eq!(answers.len(), 2, "HEAD then GET on one connection:\n{two}");
+    assert!(
+        answers[0].to_ascii_lowercase().contains("content-length: "),
+        "{two}"
+    );
+    assert!(
+        !answers[0].contains("# HELP"),
+        "HEAD answered with a body:\n{two}"
+    );
+    assert!(answers[1].contains("soya_wan_connected 1\n"), "{two}");
 
     let snap = control::query(&p.a.socket).unwrap();
     assert_eq!(snap.site, "lab-a");

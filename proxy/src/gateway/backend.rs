@@ -131,6 +131,20 @@ pub struct UdpLab {
     pub peers_learned: u64,
 }
 
+impl UdpLab {
+    fn new(sock: UdpSocket, io: UdpIo) -> UdpLab {
+        UdpLab {
+            sock,
+            io,
+            stage: vec![0; DC_STAGE_BYTES],
+            staged: Vec::with_capacity(DC_IO_BATCH),
+            peers: HashMap::new(),
+            peer_conflicts: 0,
+            peers_learned: 0,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Tun {
     file: File,
@@ -169,15 +183,7 @@ impl DcIo {
                 // (plain recv_from, no GRO) stall into egress timeouts and
                 // fatal NAKs (cause not found yet; sendmmsg works).
                 io.disable_gso();
-                Ok(DcIo::Udp(Box::new(UdpLab {
-                    sock: s.into(),
-                    io,
-                    stage: vec![0; DC_STAGE_BYTES],
-                    staged: Vec::with_capacity(DC_IO_BATCH),
-                    peers: HashMap::new(),
-                    peer_conflicts: 0,
-                    peers_learned: 0,
-                })))
+                Ok(DcIo::Udp(Box::new(UdpLab::new(s.into(), io))))
             }
             DcBackend::Tun { interface } => Ok(DcIo::Tun(Tun {
                 file: sys::open_tun(interface, TUN_MTU, TUN_TXQUEUELEN)?,
@@ -234,18 +240,7 @@ impl DcIo {
                         &format!("dc {listen} (shard {i})"),
                     );
                     io.disable_gso();
-                    out.push((
-                        DcIo::Udp(Box::new(UdpLab {
-                            sock,
-                            io,
-                            stage: vec![0; DC_STAGE_BYTES],
-                            staged: Vec::with_capacity(DC_IO_BATCH),
-                            peers: HashMap::new(),
-                            peer_conflicts: 0,
-                            peers_learned: 0,
-                        })),
-                        false,
-                    ));
+                    out.push((DcIo::Udp(Box::new(UdpLab::new(sock, io))), false));
                 }
                 out.insert(0, (first, true));
                 Ok(out)

@@ -6,13 +6,11 @@
 //! gets `{"error": …}`.
 
 use std::fmt::Write as _;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::path::Path;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::snapshot::Snapshot;
@@ -43,54 +41,75 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
     Ok(l)
 }
 
-/// Answers `status` requests until the gateway stops, then removes the
-/// socket file.
-pub fn serve(
-    listener: UnixListener,
-    path: PathBuf,
-    shared: Arc<Shared>,
-) -> io::Result<JoinHandle<()>> {
-    listener.set_nonblocking(true)?;
-    std::thread::Builder::new()
-        .name("soya-control".into())
-        .spawn(move || {
-            loop {
-                if shared.stopping.load(Ordering::Acquire) {
-                    break;
-                }
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        let _ = handle(stream, &shared);
+/// How long a client may take to send its request line, and to take the
+/// answer.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Answers `status` requests until the task is dropped (the control plane
+/// stops; it then removes the socket file).
+pub async fn serve(listener: UnixListener, shared: Arc<Shared>) {
+    let listener = match listener
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::UnixListener::from_std(listener))
+    {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("control socket: {e}");
+            return;
+        }
+    };
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = handle(stream, shared).await {
+                        tracing::debug!("control client: {e}");
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                }
+                });
             }
-            let _ = std::fs::remove_file(&path);
-        })
+            Err(e) => {
+                // EMFILE and the like: back off instead of spinning.
+                tracing::warn!("control socket: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
 }
 
-fn handle(stream: UnixStream, shared: &Shared) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+async fn handle(stream: tokio::net::UnixStream, shared: Arc<Shared>) -> io::Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let timed_out = |_| io::Error::new(io::ErrorKind::TimedOut, "client too slow");
+    let (rd, mut w) = stream.into_split();
     let mut line = String::new();
-    BufReader::new(stream.try_clone()?)
-        .take(1024)
-        .read_line(&mut line)?;
-    let mut w = stream;
+    tokio::time::timeout(
+        CLIENT_TIMEOUT,
+        tokio::io::BufReader::new(rd.take(1024)).read_line(&mut line),
+    )
+    .await
+    .map_err(timed_out)??;
     let body = match line.trim() {
-        "status" => match shared.snapshot(Duration::from_secs(2)) {
-            Some(s) => serde_json::to_string(&s).map_err(io::Error::other)?,
-            None => r#"{"error":"no snapshot"}"#.to_string(),
-        },
+        "status" => {
+            // The snapshot waits on the device loops (a condition
+            // variable): off the runtime's thread.
+            let snap = tokio::task::spawn_blocking(move || shared.snapshot(CLIENT_TIMEOUT))
+                .await
+                .ok()
+                .flatten();
+            match snap {
+                Some(s) => serde_json::to_string(&s).map_err(io::Error::other)?,
+                None => r#"{"error":"no snapshot"}"#.to_string(),
+            }
+        }
         other => serde_json::json!({ "error": format!("unknown request {other:?}") }).to_string(),
     };
-    w.write_all(body.as_bytes())?;
-    w.write_all(b"\n")?;
-    w.flush()
+    tokio::time::timeout(CLIENT_TIMEOUT, async {
+        w.write_all(body.as_bytes()).await?;
+        w.write_all(b"\n").await?;
+        w.shutdown().await
+    })
+    .await
+    .map_err(timed_out)?
 }
 
 /// Asks the gateway behind `path` for its snapshot.
@@ -166,64 +185,74 @@ pub fn render_status(s: &Snapshot) -> String {
         peer
     );
     let _ = writeln!(o, "  dc: {}", s.backend);
-    let d = &s.dc;
+    // Destructured so that each line reads as its format string.
+    let super::snapshot::DcCounters {
+        rx_packets,
+        rx_accepted,
+        rx_malformed,
+        rx_acl_source,
+        rx_acl_destination,
+        rx_draining,
+        rx_backpressure,
+        rx_kernel_drops,
+        tx_packets,
+        tx_no_peer,
+        tx_acl,
+        tx_errors,
+        ..
+    } = s.dc;
+    let (rx_bytes, tx_bytes) = (bytes(s.dc.rx_bytes), bytes(s.dc.tx_bytes));
     let _ = writeln!(
         o,
-        "    rx {} pkts ({}): accepted {}, malformed {}, acl src {}, acl dst {}, draining {}, backpressure {}, kernel drops {}",
-        d.rx_packets,
-        bytes(d.rx_bytes),
-        d.rx_accepted,
-        d.rx_malformed,
-        d.rx_acl_source,
-        d.rx_acl_destination,
-        d.rx_draining,
-        d.rx_backpressure,
-        d.rx_kernel_drops
+        "    rx {rx_packets} pkts ({rx_bytes}): accepted {rx_accepted}, malformed {rx_malformed}, acl src {rx_acl_source}, acl dst {rx_acl_destination}, draining {rx_draining}, backpressure {rx_backpressure}, kernel drops {rx_kernel_drops}"
     );
     let _ = writeln!(
         o,
-        "    tx {} pkts ({}): no peer {}, acl {}, errors {}",
-        d.tx_packets,
-        bytes(d.tx_bytes),
-        d.tx_no_peer,
-        d.tx_acl,
-        d.tx_errors
+        "    tx {tx_packets} pkts ({tx_bytes}): no peer {tx_no_peer}, acl {tx_acl}, errors {tx_errors}"
     );
-    let b = &s.buffer;
+    let super::snapshot::BufferSnap {
+        slots_used,
+        slots_total,
+        high_water,
+        slot_bytes,
+    } = s.buffer;
+    let (used_pct, slot_bytes) = (
+        100.0 * slots_used as f64 / slots_total.max(1) as f64,
+        bytes(slot_bytes),
+    );
     let _ = writeln!(
         o,
-        "  buffer: {}/{} slots ({:.1}%), high water {} slots, {} per slot",
-        b.slots_used,
-        b.slots_total,
-        100.0 * b.slots_used as f64 / b.slots_total.max(1) as f64,
-        b.high_water,
-        bytes(b.slot_bytes)
+        "  buffer: {slots_used}/{slots_total} slots ({used_pct:.1}%), high water {high_water} slots, {slot_bytes} per slot"
     );
-    let t = &s.twin;
+    let super::snapshot::TwinCounters {
+        msgs_out,
+        msgs_in,
+        pending_messages,
+        pending_overflow,
+        datagrams_out,
+        datagrams_in,
+        datagram_acl_drops,
+        ..
+    } = s.twin;
+    let pending = bytes(s.twin.pending_bytes);
     let _ = writeln!(
         o,
-        "  twin msgs: out {}, in {}; waiting {} ({}), overflow {}; datagrams out {}, in {}, acl drops {}",
-        t.msgs_out,
-        t.msgs_in,
-        t.pending_messages,
-        bytes(t.pending_bytes),
-        t.pending_overflow,
-        t.datagrams_out,
-        t.datagrams_in,
-        t.datagram_acl_drops
+        "  twin msgs: out {msgs_out}, in {msgs_in}; waiting {pending_messages} ({pending}), overflow {pending_overflow}; datagrams out {datagrams_out}, in {datagrams_in}, acl drops {datagram_acl_drops}"
     );
-    let w = &s.wan;
+    let super::snapshot::WanCounters {
+        packets_sent,
+        packets_received,
+        packets_lost,
+        packets_retransmitted,
+        auth_failures,
+        replays_dropped,
+        malformed,
+        peer_restarts,
+        ..
+    } = s.wan;
     let _ = writeln!(
         o,
-        "  wan: sent {} pkts, received {}, lost {}, retransmitted {}; auth failures {}, replays {}, malformed {}, peer restarts {}",
-        w.packets_sent,
-        w.packets_received,
-        w.packets_lost,
-        w.packets_retransmitted,
-        w.auth_failures,
-        w.replays_dropped,
-        w.malformed,
-        w.peer_restarts
+        "  wan: sent {packets_sent} pkts, received {packets_received}, lost {packets_lost}, retransmitted {packets_retransmitted}; auth failures {auth_failures}, replays {replays_dropped}, malformed {malformed}, peer restarts {peer_restarts}"
     );
     if s.shards.len() > 1 {
         let _ = writeln!(

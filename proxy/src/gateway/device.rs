@@ -501,34 +501,17 @@ impl Device {
             }
         }
         for s in 0..self.socks.len() {
-            let st = self.socks.io_stats(s);
             let (mode, gso, gro) = self.socks.io_describe(s);
-            tracing::info!(
-                socket = %self.socks.binds[s],
-                mode = mode.name(),
-                gso,
-                gro,
-                send_calls = st.send_calls,
-                sent = st.datagrams_sent,
-                gso_messages = st.gso_messages,
-                recv_calls = st.recv_calls,
-                received = st.datagrams_received,
-                gro_messages = st.gro_messages,
-                kernel_drops = st.kernel_drops,
-                "wan socket i/o"
+            let how = format!("{} (gso {gso}, gro {gro})", mode.name());
+            log_io_stats(
+                "wan",
+                &self.socks.binds[s].to_string(),
+                &how,
+                &self.socks.io_stats(s),
             );
         }
         if let Some(st) = self.dc.io_stats() {
-            tracing::info!(
-                send_calls = st.send_calls,
-                sent = st.datagrams_sent,
-                gso_messages = st.gso_messages,
-                send_errors = st.send_errors,
-                recv_calls = st.recv_calls,
-                received = st.datagrams_received,
-                kernel_drops = st.kernel_drops,
-                "dc socket i/o"
-            );
+            log_io_stats("dc", "lab", "udp", &st);
         }
         let (ep, wp) = (
             self.site.engine().pool_stats(),
@@ -736,4 +719,9 @@ impl Device {
             }],
         }
     }
+}
+
+/// The shutdown line of one packet socket's system-call counters.
+fn log_io_stats(side: &str, socket: &str, how: &str, st: &crate::sys::udpio::IoStats) {
+    tracing::info!(side, socket, how, stats = ?st, "socket i/o");
 }

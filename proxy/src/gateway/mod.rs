@@ -14,83 +14,34 @@
 //!   an eventfd, with the earliest engine / transport / pacing deadline as
 //!   timeout. Host pairs are hashed to shards; a DC packet read by another
 //!   shard is handed over through a bounded SPSC ring.
-//! - **metrics** (`soya-metrics`, [`metrics`]): HTTP/1.0 `GET /metrics` on
-//!   `control.metrics`.
-//! - **control** (`soya-control`, [`control`]): the Unix socket
-//!   `control.socket` that `soya status` reads.
+//! - **control plane** (`soya-control`, [`control_plane`]): one thread
+//!   driving a current-thread tokio runtime, off the data path. Its tasks:
+//!   `/metrics` on `control.metrics` ([`metrics`]: prometheus-client over
+//!   hyper), the Unix socket `control.socket` that `soya status` reads
+//!   ([`control`]) and, in the daemon, the signals ([`signals`]: SIGTERM /
+//!   SIGINT drain, SIGHUP runs the reload).
 //!
-//! The two servers never read the state machines: they ask the device loop
-//! for a [`Snapshot`] (a counter bump and an eventfd write; the loop answers
-//! between two turns) and wait for it on a condition variable.
+//! The control plane never reads the state machines: it asks the device
+//! loops for a [`Snapshot`] (a counter bump and an eventfd write; the loops
+//! answer between two turns) and waits for it on a blocking-pool thread.
 //!
 //! # Modules
 //!
 //! [`ports`] (the I/O traits a shard's turn is written against),
 //! [`backend`] (DC side: udp lab, tun), [`wanio`] (WAN sockets),
 //! [`turn`] (one turn of a device loop), [`device`], [`snapshot`],
-//! [`metrics`], [`control`], [`reload`] (SIGHUP diff), [`logging`],
+//! [`metrics`], [`control`], [`control_plane`], [`reload`] (SIGHUP diff), [`logging`],
 //! [`signals`], [`crate::sys`] (the system calls).
 //!
-//! # Metrics (`/metrics`, Prometheus text format)
+//! # Metrics (`/metrics`, OpenMetrics / Prometheus text)
 //!
-//! Gateway: `soya_info{site,version,backend,policy,generation,insecure}`,
-//! `soya_uptime_seconds`, `soya_draining`, `soya_wan_connected`.
-//!
-//! DC side: `soya_dc_rx_packets_total{result=accepted|malformed|acl_source|acl_destination|draining|backpressure}`,
-//! `soya_dc_rx_kernel_drops_total` (tun queue or lab socket full),
-//! `soya_dc_rx_bytes_total`, `soya_dc_tx_packets_total{result=sent|no_peer|acl|error}`,
-//! `soya_dc_tx_bytes_total`, `soya_dc_lab_hosts`, `soya_dc_lab_host_conflicts_total`,
-//! `soya_dc_handoff_packets_total{result=out|dropped|in}`.
-//!
-//! Shards: `soya_shards`, `soya_shard_connected{shard}`,
-//! `soya_shard_dc_packets_total{shard,dir=rx|tx}`,
-//! `soya_shard_twin_messages_total{shard,dir=out|in}`,
-//! `soya_shard_wan_packets_total{shard,dir=sent|received}`,
-//! `soya_shard_handoff_packets_total{shard,result=out|dropped|in}`. Other
-//! counters are sums over the shards; with several shards the per-path
-//! series also carry the label `shard`.
-//!
-//! Engine: `soya_engine_dc_packets_total{kind=all|malformed|bad_icrc|not_roce}`,
-//! `soya_engine_twin_messages_total{kind=all|malformed}`,
-//! `soya_engine_cm_messages_total`, `soya_engine_flows_learned_total{how=cm|traffic}`,
-//! `soya_engine_cnps_absorbed_total`, `soya_engine_unmatched_responses_total`.
-//!
-//! Deep buffer: `soya_buffer_slots_used`, `soya_buffer_slots_total`,
-//! `soya_buffer_high_water_slots`, `soya_buffer_slot_bytes`.
-//!
-//! Engine ↔ transport: `soya_twin_messages_total{dir=out|in}`,
-//! `soya_twin_pending_messages`, `soya_twin_pending_bytes`,
-//! `soya_twin_pending_high_water_bytes`, `soya_twin_pending_overflow_total`
-//! (must stay 0), `soya_twin_blocked_total`, `soya_twin_send_errors_total`,
-//! `soya_twin_discarded_on_restart_total`, `soya_flows_failed_on_restart_total`,
-//! `soya_wan_datagrams_total{dir=out|in}`, `soya_wan_datagram_acl_drops_total`.
-//!
-//! WAN transport: `soya_wan_packets_total{dir=sent|received}`,
-//! `soya_wan_packets_lost_total`, `soya_wan_packets_retransmitted_total`,
-//! `soya_wan_auth_failures_total`, `soya_wan_replays_dropped_total`,
-//! `soya_wan_malformed_total`, `soya_wan_stale_generation_total`,
-//! `soya_wan_no_session_total`, `soya_wan_role_conflicts_total`,
-//! `soya_wan_protocol_violations_total`, `soya_wan_peer_restarts_total`,
-//! `soya_wan_events_dropped_total`, `soya_wan_messages_discarded_total`,
-//! `soya_wan_unknown_source_total`, `soya_wan_foreign_source_total`,
-//! `soya_wan_socket_errors_total{op=send|recv}`,
-//! `soya_wan_transport_datagrams_total{result=sent|received|dropped}`,
-//! `soya_wan_buffered_bytes{dir=send|recv}`.
-//!
-//! Per path (label `path`): `soya_path_state{state=probing|up|down}` (1 for
-//! the current one), `soya_path_rtt_seconds`, `soya_path_min_rtt_seconds`,
-//! `soya_path_loss_ratio`, `soya_path_pacing_rate_bits_per_second`,
-//! `soya_path_cwnd_bytes`, `soya_path_bytes_in_flight`, `soya_path_weight`,
-//! `soya_path_packets_total{dir}`, `soya_path_bytes_total{dir}`,
-//! `soya_path_packets_lost_total`, `soya_path_packets_retransmitted_total`,
-//! `soya_path_auth_failures_total`, `soya_path_malformed_total`,
-//! `soya_path_down_total`.
-//!
-//! Per flow (labels `half="10.1.0.1->10.2.0.1/qp0x22"`, `role=ingress|egress`;
-//! the [`snapshot::MAX_FLOWS`] busiest only): `soya_flow_packets_total`,
-//! `soya_flow_bytes_total`, `soya_flow_pseudo_acks_total`,
-//! `soya_flow_naks_total`, `soya_flow_retransmissions_total`,
-//! `soya_flow_buffered_packets`; and `soya_flows` (halves known).
+//! Every metric (name, type, help, labels, and how it is read from the
+//! snapshot) is declared once, in [`metrics::table::METRICS`];
+//! `soya metrics-spec --json` prints it (packaging/metrics-spec.json), and
+//! docs/operations.md explains them for operators. Counters are sums over
+//! the shards; with several shards the per-path series also carry the label
+//! `shard`. Per flow (labels `half`, `role`), only the
+//! [`snapshot::MAX_FLOWS`] busiest halves are exported.
 //!
 //! # Restarts and loss of the twin
 //!
@@ -101,6 +52,7 @@
 
 pub mod backend;
 pub mod control;
+pub mod control_plane;
 pub mod device;
 pub mod logging;
 pub mod metrics;
@@ -158,6 +110,8 @@ pub struct Shared {
     running: AtomicUsize,
     /// Every device loop has ended; servers stop.
     pub(crate) stopping: AtomicBool,
+    /// The same, for the control plane's tasks.
+    stopped_tx: tokio::sync::watch::Sender<bool>,
 }
 
 impl Shared {
@@ -172,6 +126,7 @@ impl Shared {
             cv: Condvar::new(),
             running: AtomicUsize::new(shards),
             stopping: AtomicBool::new(false),
+            stopped_tx: tokio::sync::watch::Sender::new(false),
         })
     }
 
@@ -230,7 +185,13 @@ impl Shared {
 
     fn stopped(&self) {
         self.stopping.store(true, Ordering::Release);
+        self.stopped_tx.send_replace(true);
         self.cv.notify_all();
+    }
+
+    /// Turns true when every device loop has ended.
+    pub(crate) fn stopped_watch(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stopped_tx.subscribe()
     }
 
     /// A fresh snapshot of every shard, merged (the last ones once they
@@ -559,6 +520,17 @@ impl Gateway {
     /// Opens every socket and device, then starts the threads. Errors name
     /// what could not be opened.
     pub fn start(cfg: &SiteConfig) -> Result<Gateway, GatewayError> {
+        Gateway::start_with(cfg, None)
+    }
+
+    /// [`Self::start`], and with `reload` the daemon's signals: SIGTERM or
+    /// SIGINT drains (a second one aborts), SIGHUP runs `reload`. The
+    /// handlers are installed before the control socket exists (whoever
+    /// sees it may signal us).
+    pub fn start_with(
+        cfg: &SiteConfig,
+        reload: Option<signals::Reload>,
+    ) -> Result<Gateway, GatewayError> {
         let key = wan_key(cfg)?;
         if key.is_none() {
             tracing::warn!("WAN is INSECURE (wan.insecure = true): plaintext and unauthenticated; lab use only");
@@ -588,6 +560,7 @@ impl Gateway {
             }
             sites.push((scfg, params, socks));
         }
+        let control_plane = control_plane::ControlPlane::new(reload)?;
         let mut metrics_listener = None;
         let mut metrics_addr = None;
         if let Some(addr) = cfg.control.metrics {
@@ -648,15 +621,14 @@ impl Gateway {
                 ctx,
             ));
         }
-        let mut servers = Vec::new();
-        if let Some(l) = metrics_listener {
-            servers.push(metrics::serve(l, shared.clone())?);
-        }
-        servers.push(control::serve(
-            control_listener,
-            cfg.control.socket.clone(),
+        let servers = vec![control_plane.start(
+            control_plane::Listeners {
+                metrics: metrics_listener,
+                control: control_listener,
+                control_path: cfg.control.socket.clone(),
+            },
             shared.clone(),
-        )?);
+        )?];
         if shards > 1 {
             tracing::info!(
                 shards,
@@ -681,6 +653,7 @@ impl Gateway {
                     for h in devices {
                         let _ = h.join();
                     }
+                    shared.stopped();
                     return Err(e.into());
                 }
             }

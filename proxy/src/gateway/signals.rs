@@ -1,60 +1,69 @@
-//! SIGTERM, SIGINT and SIGHUP for the daemon: the handler writes the signal
-//! number into a pipe (async-signal-safe); [`Signals::wait`] reads it on an
-//! ordinary thread.
+//! SIGTERM, SIGINT and SIGHUP for the daemon, on the control plane's tokio
+//! runtime (tokio's signal driver does the async-signal-safe part).
+//!
+//! First SIGTERM/SIGINT: drain; a second: abort. SIGHUP: the daemon's
+//! reload function (the `soya` binary's `reload`), run off the runtime's
+//! thread.
 
-use std::fs::File;
-use std::io::{self, Read};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::io;
+use std::sync::{Arc, Mutex};
 
-use crate::sys;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
-static PIPE_WR: AtomicI32 = AtomicI32::new(-1);
+use super::Control;
 
-extern "C" fn on_signal(sig: libc::c_int) {
-    let fd = PIPE_WR.load(Ordering::Relaxed);
-    if fd >= 0 {
-        sys::write_byte(fd, sig as u8);
-    }
-}
+/// What SIGHUP runs: re-read the configuration and apply what it can.
+pub type Reload = Box<dyn FnMut() + Send>;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Signal {
-    /// SIGTERM or SIGINT: drain and exit.
-    Stop,
-    /// SIGHUP: re-read the configuration.
-    Reload,
-}
-
+/// The handlers, installed (the process's dispositions changed) but not
+/// yet serving.
 pub struct Signals {
-    rd: File,
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+    reload: Arc<Mutex<Reload>>,
 }
 
 impl Signals {
-    /// Installs the handlers (once per process).
-    pub fn install() -> io::Result<Signals> {
-        let (rd, wr) = sys::pipe()?;
-        use std::os::fd::IntoRawFd;
-        // The write end lives as long as the process.
-        PIPE_WR.store(wr.into_raw_fd(), Ordering::Relaxed);
-        sys::install_signal_handler(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP], on_signal)?;
-        Ok(Signals { rd: File::from(rd) })
+    /// Installs the handlers. Must run inside the runtime (its signal
+    /// driver); from then on SIGTERM no longer kills the process at once.
+    pub fn install(reload: Reload) -> io::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+            reload: Arc::new(Mutex::new(reload)),
+        })
     }
 
-    /// Blocks until the next signal.
-    pub fn wait(&mut self) -> Option<Signal> {
-        let mut b = [0u8; 1];
+    /// Acts on signals until the task is dropped.
+    pub async fn serve(mut self, ctl: Control) {
+        let mut stops = 0;
         loop {
-            match self.rd.read(&mut b) {
-                Ok(1) => {
-                    return Some(if i32::from(b[0]) == libc::SIGHUP {
-                        Signal::Reload
-                    } else {
-                        Signal::Stop
-                    })
+            tokio::select! {
+                Some(()) = self.term.recv() => {}
+                Some(()) = self.int.recv() => {}
+                Some(()) = self.hup.recv() => {
+                    let reload = self.reload.clone();
+                    let done = tokio::task::spawn_blocking(move || {
+                        if let Ok(mut f) = reload.lock() {
+                            f();
+                        }
+                    });
+                    if done.await.is_err() {
+                        tracing::error!("SIGHUP: the reload panicked");
+                    }
+                    continue;
                 }
-                Ok(_) => return None,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => return None,
+                else => return,
+            }
+            stops += 1;
+            if stops == 1 {
+                tracing::info!("stop signal: draining (again to abort)");
+                ctl.drain();
+            } else {
+                tracing::warn!("second stop signal: aborting without drain");
+                ctl.abort();
             }
         }
     }
