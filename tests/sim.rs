@@ -14,6 +14,7 @@ fn randomized_scenarios_keep_every_invariant() {
         progress: false,
         verbose: false,
         dc_loss: true,
+        endpoint: Default::default(),
     });
     assert_eq!(t.violations, 0, "{}", t.summary());
     assert_eq!(

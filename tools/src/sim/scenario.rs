@@ -16,6 +16,7 @@ use soya_config::AckPolicy;
 
 use super::link::{GilbertElliott, Link, LinkProfile};
 use super::world::{Node, World};
+use crate::rc::hw::{hw_config, EndpointModel};
 use crate::rc::{CompletionStatus, QpAddr, QpConfig, RcQp, WorkRequest};
 
 pub const HOST_A: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
@@ -108,6 +109,11 @@ pub struct Scenario {
     /// deployed appliances: the handshake is not part of the measured
     /// transfer. `false`: gateways and workload start together.
     pub warm_start: bool,
+    /// The endpoints: rxe-like, or hardware (ConnectX-class).
+    pub endpoint: EndpointModel,
+    /// Hardware endpoints: connected by RDMA-CM (min_rnr_timer 0, i.e.
+    /// 655 ms RNR waits) rather than QPNs exchanged out of band (NCCL).
+    pub rdma_cm: bool,
 }
 
 impl Default for Scenario {
@@ -143,6 +149,8 @@ impl Default for Scenario {
             paths: 1,
             cut_path: None,
             warm_start: true,
+            endpoint: EndpointModel::Rxe,
+            rdma_cm: true,
         }
     }
 }
@@ -176,6 +184,23 @@ const MEM_BASE: u64 = 0x10_0000;
 const RKEY: u32 = 0x1234;
 
 fn qp_config(s: &Scenario, mem_size: usize) -> QpConfig {
+    let base = rxe_qp_config(s, mem_size);
+    match s.endpoint {
+        EndpointModel::Rxe => base,
+        EndpointModel::Hw => hw_config(base, host_line_gbps(s) * 1e9, s.rdma_cm),
+    }
+}
+
+/// A host's port rate: its DC link, or (direct) the WAN it sits on.
+pub fn host_line_gbps(s: &Scenario) -> f64 {
+    if s.accelerated {
+        s.dc_gbps
+    } else {
+        s.wan_gbps
+    }
+}
+
+fn rxe_qp_config(s: &Scenario, mem_size: usize) -> QpConfig {
     // A receiver that never posts enough receives must end in an RNR retry
     // error, not an endless wait: finite retry counts then. (rxe treats 7 as
     // "forever" for both counts; with both directions in use, the QP that
@@ -255,9 +280,16 @@ fn build(s: &Scenario) -> Result<World, String> {
         w.links
             .insert((Node::HostB, Node::HostA), Link::new(direct));
     }
+    let hw = s.endpoint == EndpointModel::Hw;
+    w.host_a.port_scheduled = hw;
+    w.host_b.port_scheduled = hw;
     for i in 0..s.qps {
-        let qa = 0x100 + i;
-        let qb = 0x200 + i;
+        // (The first 256 keep the QPNs earlier runs had.)
+        let (qa, qb) = if i < 0x100 {
+            (0x100 + i, 0x200 + i)
+        } else {
+            (0x10_0000 + i, 0x20_0000 + i)
+        };
         let psn_a = Psn::new(rng.random());
         let psn_b = Psn::new(rng.random());
         let a_addr = QpAddr {

@@ -21,6 +21,8 @@ pub struct SweepConfig {
     pub verbose: bool,
     /// Include scenarios with packet loss inside the requester's DC.
     pub dc_loss: bool,
+    /// The endpoints every scenario runs.
+    pub endpoint: crate::rc::hw::EndpointModel,
 }
 
 /// Totals over a sweep (the keys scripts rely on are fixed).
@@ -175,6 +177,7 @@ pub fn sweep(cfg: &SweepConfig) -> SweepTotals {
         if !cfg.dc_loss {
             s.dc_loss = 0.0;
         }
+        s.endpoint = cfg.endpoint;
         if cfg.verbose {
             eprintln!("seed {seed}: {s:?}");
         }
