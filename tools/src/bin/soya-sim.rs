@@ -295,13 +295,29 @@ fn run(a: RunArgs) -> ExitCode {
             rtt_ms
         );
         println!(
-            "{:<16} {:>10} {:>10} {:>12} {:>8}",
-            "", "Gbit/s", "messages", "retransmits", "events"
+            "{:<16} {:>10} {:>10} {:>12} {:>9} {:>9} {:>8} {:>7} {:>11}",
+            "",
+            "Gbit/s",
+            "messages",
+            "retransmits",
+            "timeouts",
+            "after ack",
+            "withheld",
+            "CNPs",
+            "events/s"
         );
         for ((name, _), o) in cases.iter().zip(&results) {
             println!(
-                "{:<16} {:>10.3} {:>10} {:>12} {:>8}",
-                name, o.goodput_gbps, o.messages_ok, o.requester_retransmissions, o.events
+                "{:<16} {:>10.3} {:>10} {:>12} {:>9} {:>9} {:>8} {:>7} {:>11.0}",
+                name,
+                o.goodput_gbps,
+                o.messages_ok,
+                o.requester_retransmissions,
+                o.requester_timeouts,
+                o.requester_timeouts_after_ack,
+                o.pseudo_acks_withheld,
+                o.cnps_sent,
+                o.events_per_wall_s
             );
         }
         println!(

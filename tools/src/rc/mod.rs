@@ -342,6 +342,9 @@ pub struct QpStats {
     pub atomic_acks_received: u64,
     /// Retransmit timer expiries with something outstanding.
     pub timeouts: u64,
+    /// Of those, the ones after the first positive ACK of the connection
+    /// (the start-up one of a hardware timer shorter than the RTT is not).
+    pub timeouts_after_ack: u64,
     /// Responses past a READ/atomic still waiting for its data, and positive
     /// ACKs at its last PSN: each starts a go-back-N (if none is under way).
     pub implied_naks: u64,

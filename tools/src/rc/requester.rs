@@ -14,7 +14,7 @@ use soya::roce::ext::RNR_TIMER_US;
 use soya::roce::{AtomicEth, ExtHeaders, NakCode, OpKind, Opcode, Psn, Reth, RocePacket, Syndrome};
 use soya::time::Time;
 
-use super::hw::{Dcqcn, RetransmitTimer};
+use super::hw::{Dcqcn, RetransmitTimer, TimerMode};
 use super::memory::pattern_check_mixed;
 use super::{
     Completion, CompletionStatus, Flow, OutPacket, OutPayload, QpConfig, Shared, WorkRequest,
@@ -446,8 +446,13 @@ impl Requester {
         if pkt.info.kind == OpKind::Ack && !matches!(syndrome, Some(Syndrome::Ack { .. })) {
             st.naks_received += 1;
         }
+        let before = (self.comp_psn, self.sq.len());
         let flow = self.complete(now, pkt, cfg, sh);
-        if flow == Flow::Continue {
+        // rxe restarts the timer on every response. Hardware (IBTA: the
+        // timer restarts when a response acknowledges outstanding
+        // requests) only on progress: a repeated ACK does not hold it off.
+        let progress = before != (self.comp_psn, self.sq.len());
+        if flow == Flow::Continue && (progress || cfg.timer == TimerMode::Configured) {
             self.rearm(now, cfg);
         }
         flow
@@ -818,6 +823,9 @@ impl Requester {
         if self.retrans_at.is_some_and(|t| t <= now) {
             self.retrans_at = None;
             sh.stats.timeouts += 1;
+            if sh.stats.acks_received > 0 {
+                sh.stats.timeouts_after_ack += 1;
+            }
             self.timer.expired();
             if self.error_retry(true, sh, now) == Flow::Fatal {
                 return Flow::Fatal;

@@ -172,11 +172,25 @@ pub struct Outcome {
     pub data_errors: u64,
     pub requester_retransmissions: u64,
     pub requester_timeouts: u64,
+    /// Timer expiries after the connection's first ACK: with pseudo-ACKs,
+    /// any of these is the gateway's doing (withheld ACKs).
+    pub requester_timeouts_after_ack: u64,
     pub implied_naks: u64,
     pub pseudo_acks: u64,
+    /// Times a gateway withheld a pseudo-ACK for backpressure, repeated
+    /// its last one while withholding, dropped a request for want of
+    /// buffer, and sent a CNP.
+    pub pseudo_acks_withheld: u64,
+    pub hold_acks: u64,
+    pub backpressure_drops: u64,
+    pub cnps_sent: u64,
     pub gw_buffer_high_water: usize,
     pub gw_buffer_left: usize,
     pub events: u64,
+    /// Wall-clock seconds the run took, and events (packet deliveries) per
+    /// wall second: the simulator's speed, not a property of the system.
+    pub wall_s: f64,
+    pub events_per_wall_s: f64,
     pub violations: Vec<String>,
 }
 
@@ -421,6 +435,7 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
 /// the world records everything gateway A was given and sent
 /// (`World::trace_a`, `World::emitted_a`).
 pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World), String> {
+    let wall = std::time::Instant::now();
     let mut w = build(s)?;
     if trace_gateway_a {
         w.trace_a = Some(Vec::new());
@@ -613,6 +628,8 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
         check_no_head_of_line(others_landed_at, stall_failed_at, &mut out);
     }
     finish(s, &w, start, end, &mut out);
+    out.wall_s = wall.elapsed().as_secs_f64();
+    out.events_per_wall_s = out.events as f64 / out.wall_s.max(1e-9);
     Ok((out, w))
 }
 
@@ -712,6 +729,7 @@ fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
             let st = qa.stats();
             out.requester_retransmissions += st.retransmitted_packets;
             out.requester_timeouts += st.timeouts;
+            out.requester_timeouts_after_ack += st.timeouts_after_ack;
             out.implied_naks += st.implied_naks;
             out.data_errors += st.data_errors;
             let mem = qb.memory().stats();
@@ -815,10 +833,13 @@ fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
         let occ = gw.occupancy();
         out.gw_buffer_high_water = out.gw_buffer_high_water.max(occ.high_water);
         out.gw_buffer_left += occ.slots_used;
-        out.pseudo_acks += gw
-            .ingress_halves()
-            .map(|h| h.stats.pseudo_acks)
-            .sum::<u64>();
+        for h in gw.ingress_halves() {
+            out.pseudo_acks += h.stats.pseudo_acks;
+            out.pseudo_acks_withheld += h.stats.withheld_acks;
+            out.hold_acks += h.stats.hold_acks;
+            out.backpressure_drops += h.stats.backpressure_drops;
+            out.cnps_sent += h.stats.cnps_sent;
+        }
     }
     if out.gw_buffer_left > 0 {
         out.violations.push(format!(
