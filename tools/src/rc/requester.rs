@@ -450,7 +450,8 @@ impl Requester {
         let flow = self.complete(now, pkt, cfg, sh);
         // rxe restarts the timer on every response. Hardware (IBTA: the
         // timer restarts when a response acknowledges outstanding
-        // requests) only on progress: a repeated ACK does not hold it off.
+        // requests, as we read it) only on progress: a repeated ACK does
+        // not hold it off.
         let progress = before != (self.comp_psn, self.sq.len());
         if flow == Flow::Continue && (progress || cfg.timer == TimerMode::Configured) {
             self.rearm(now, cfg);
