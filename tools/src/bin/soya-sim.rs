@@ -9,6 +9,7 @@ use std::time::Instant;
 use clap::{Parser, Subcommand};
 use serde_json::json;
 use soya_config::AckPolicy;
+use soya_tools::rc::hw::EndpointModel;
 use soya_tools::sim::scenario::{self, Op, Scenario};
 use soya_tools::sim::sweep::{self, SweepConfig};
 
@@ -46,8 +47,21 @@ struct RunArgs {
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=4096))]
     tx_depth: u32,
     /// Parallel QPs.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
     qps: u32,
+    /// RC endpoints: `rxe` (Linux Soft-RoCE: 128-PSN window) or `hw`
+    /// (ConnectX-class: send-queue windows, adaptive retransmission timer,
+    /// DCQCN, line-rate port; docs/roce-notes.md).
+    #[arg(long, default_value = "rxe")]
+    endpoint: EndpointModel,
+    /// Hardware endpoints connect without RDMA-CM (QPNs exchanged out of
+    /// band, as NCCL does): min_rnr_timer 12 instead of RDMA-CM's 0 (655 ms).
+    #[arg(long)]
+    no_rdma_cm: bool,
+    /// Host NIC / datacenter link rate in Gbit/s (default: the larger of
+    /// 100 and the sum of the WAN paths).
+    #[arg(long, value_parser = parse_gbps)]
+    dc_gbps: Option<f64>,
     /// Messages per QP (default: enough for 256 MiB per QP).
     #[arg(long)]
     iters: Option<u32>,
@@ -104,6 +118,9 @@ struct SweepArgs {
     /// a WAN-side failure from a DC-side one).
     #[arg(long)]
     no_dc_loss: bool,
+    /// RC endpoints: rxe or hw.
+    #[arg(long, default_value = "rxe")]
+    endpoint: EndpointModel,
 }
 
 fn parse_km(s: &str) -> Result<f64, String> {
@@ -156,7 +173,17 @@ fn run(a: RunArgs) -> ExitCode {
     // the direct one, which rxe's 128-packet window bounds to
     // 128 × MTU per RTT (a 1 GiB transfer at 3,000 km takes ~60 s).
     let rtt_s = (2.0 * a.distance_km * 4.9e-6).max(1e-4);
-    let window_bps = 128.0 * a.mtu as f64 * 8.0 / rtt_s;
+    let window_bytes = match a.endpoint {
+        EndpointModel::Rxe => 128.0 * a.mtu as f64,
+        EndpointModel::Hw => f64::from(a.tx_depth) * f64::from(a.size),
+    };
+    // READs: at most max_rd_atomic (16) outstanding, whatever the model.
+    let window_bytes = if a.op == Op::Read {
+        window_bytes.min(16.0 * f64::from(a.size))
+    } else {
+        window_bytes
+    };
+    let window_bps = window_bytes * 8.0 / rtt_s;
     let bytes = f64::from(iters) * f64::from(a.size) * f64::from(a.qps.max(1));
     let slowest_s = bytes * 8.0 / window_bps.min(a.path_gbps * 1e9).max(1.0);
     let time_limit = std::time::Duration::from_secs_f64((4.0 * slowest_s + 10.0).max(20.0));
@@ -174,6 +201,11 @@ fn run(a: RunArgs) -> ExitCode {
         wan_loss: a.loss,
         policy: a.policy,
         paths: a.paths,
+        endpoint: a.endpoint,
+        rdma_cm: !a.no_rdma_cm,
+        dc_gbps: a
+            .dc_gbps
+            .unwrap_or((a.path_gbps * f64::from(a.paths)).max(100.0)),
         twin_restart: a
             .twin_restart_at
             .map(|t| std::time::Duration::from_secs_f64(t.max(0.0))),
@@ -237,6 +269,7 @@ fn run(a: RunArgs) -> ExitCode {
                 "size": a.size,
                 "tx_depth": a.tx_depth,
                 "qps": a.qps,
+                "endpoint": a.endpoint,
                 "direct_0km_gbps": zero.goodput_gbps,
                 "direct_gbps": direct.goodput_gbps,
                 "accelerated_gbps": accel.goodput_gbps,
@@ -262,13 +295,29 @@ fn run(a: RunArgs) -> ExitCode {
             rtt_ms
         );
         println!(
-            "{:<16} {:>10} {:>10} {:>12} {:>8}",
-            "", "Gbit/s", "messages", "retransmits", "events"
+            "{:<16} {:>10} {:>10} {:>12} {:>9} {:>9} {:>8} {:>7} {:>11}",
+            "",
+            "Gbit/s",
+            "messages",
+            "retransmits",
+            "timeouts",
+            "after ack",
+            "withheld",
+            "CNPs",
+            "events/s"
         );
         for ((name, _), o) in cases.iter().zip(&results) {
             println!(
-                "{:<16} {:>10.3} {:>10} {:>12} {:>8}",
-                name, o.goodput_gbps, o.messages_ok, o.requester_retransmissions, o.events
+                "{:<16} {:>10.3} {:>10} {:>12} {:>9} {:>9} {:>8} {:>7} {:>11.0}",
+                name,
+                o.goodput_gbps,
+                o.messages_ok,
+                o.requester_retransmissions,
+                o.requester_timeouts,
+                o.requester_timeouts_after_ack,
+                o.pseudo_acks_withheld,
+                o.cnps_sent,
+                o.events_per_wall_s
             );
         }
         println!(
@@ -299,6 +348,7 @@ fn sweep_cmd(a: SweepArgs) -> ExitCode {
         progress: !a.json,
         verbose: a.verbose,
         dc_loss: !a.no_dc_loss,
+        endpoint: a.endpoint,
     };
     let t = sweep::sweep(&cfg);
     if a.json {

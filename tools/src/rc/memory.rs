@@ -10,7 +10,7 @@
 //!
 //! ```text
 //! bytes 0..4   msg_seq XOR h(va)            (little-endian)
-//! bytes 4..64  keystream(va, msg_seq)       (splitmix64 words)
+//! bytes 4..64  keystream(va, msg_seq)       (words from a splitmix64 seed)
 //! ```
 //!
 //! A checker recovers `msg_seq` from the first four bytes and regenerates the
@@ -50,8 +50,15 @@ const fn mix64(mut z: u64) -> u64 {
 fn block_bytes(va: u64, seq: u32) -> [u8; BLOCK] {
     let seed = mix64(va ^ mix64(u64::from(seq) ^ 0x005e_ed0f_507a)); // distinct stream per (va, seq)
     let mut b = [0u8; BLOCK];
-    for (j, w) in b.chunks_exact_mut(8).enumerate() {
-        let word = mix64(seed.wrapping_add((j as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+    // Words from the fully mixed seed with one multiply each (a splitmix
+    // step with half the finaliser): every block is filled when sent and
+    // regenerated when checked, and at 400 Gb/s in the simulator this was
+    // the largest cost; the seed carries the (va, seq) dependence.
+    let mut x = seed;
+    for w in b.chunks_exact_mut(8) {
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut word = (x ^ (x >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        word ^= word >> 29;
         w.copy_from_slice(&word.to_le_bytes());
     }
     b[..SEQ_BYTES].copy_from_slice(&(seq ^ seq_mask(va)).to_le_bytes());
@@ -121,6 +128,9 @@ fn check_block(block: &[u8], va: u64, known: Option<u32>) -> Result<u32, Pattern
         return Err(PatternError::TooShort { len: block.len() });
     };
     let want = block_bytes(va, seq);
+    if block == &want[..block.len()] {
+        return Ok(seq);
+    }
     match block.iter().zip(want.iter()).position(|(a, b)| a != b) {
         None => Ok(seq),
         Some(i) => Err(PatternError::Corrupt { va: va + i as u64 }),

@@ -39,6 +39,7 @@
 //! QP posts carries `msg_seq` n, and the peer's [`Memory`] counts every
 //! payload byte it verified and every mismatch.
 
+pub mod hw;
 pub mod memory;
 mod requester;
 mod responder;
@@ -67,8 +68,9 @@ pub const MAX_MSG_SIZE: u32 = 1 << 31;
 /// Default bound on posted, not yet completed send WQEs.
 pub const DEFAULT_MAX_SEND_WQES: usize = 4096;
 
-/// QP attributes. `Default` gives the rxe / perftest defaults.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// QP attributes. `Default` gives the rxe / perftest defaults;
+/// [`hw::hw_config`] a hardware endpoint's.
+#[derive(Clone, Debug, PartialEq)]
 pub struct QpConfig {
     /// Path MTU: 1024, 2048 or 4096.
     pub mtu: usize,
@@ -100,6 +102,11 @@ pub struct QpConfig {
     /// Fill outgoing payloads with the pattern and check incoming ones. Off,
     /// payloads are zeros and nothing is checked (for raw speed).
     pub verify_data: bool,
+    /// The retransmission timer: the configured timeout, or a hardware's
+    /// adaptive steps first.
+    pub timer: hw::TimerMode,
+    /// DCQCN rate control on CNPs (hardware); `None`: CNPs are counted only.
+    pub dcqcn: Option<hw::DcqcnParams>,
 }
 
 impl Default for QpConfig {
@@ -119,6 +126,8 @@ impl Default for QpConfig {
             mem_size: 64 << 20,
             rkey: None,
             verify_data: true,
+            timer: hw::TimerMode::Configured,
+            dcqcn: None,
         }
     }
 }
@@ -333,6 +342,9 @@ pub struct QpStats {
     pub atomic_acks_received: u64,
     /// Retransmit timer expiries with something outstanding.
     pub timeouts: u64,
+    /// Of those, the ones after the first positive ACK of the connection
+    /// (the start-up one of a hardware timer shorter than the RTT is not).
+    pub timeouts_after_ack: u64,
     /// Responses past a READ/atomic still waiting for its data, and positive
     /// ACKs at its last PSN: each starts a go-back-N (if none is under way).
     pub implied_naks: u64,
@@ -551,6 +563,7 @@ impl RcQp {
         }
         if pkt.info.kind == OpKind::Cnp {
             self.sh.stats.cnps_received += 1;
+            self.req.on_cnp(now);
             return;
         }
         if !pkt.info.is_rc() || pkt.bth.pkey != DEFAULT_PKEY {

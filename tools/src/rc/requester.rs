@@ -14,6 +14,7 @@ use soya::roce::ext::RNR_TIMER_US;
 use soya::roce::{AtomicEth, ExtHeaders, NakCode, OpKind, Opcode, Psn, Reth, RocePacket, Syndrome};
 use soya::time::Time;
 
+use super::hw::{Dcqcn, RetransmitTimer, TimerMode};
 use super::memory::pattern_check_mixed;
 use super::{
     Completion, CompletionStatus, Flow, OutPacket, OutPayload, QpConfig, Shared, WorkRequest,
@@ -86,6 +87,12 @@ pub(super) struct Requester {
     rnr_at: Option<Time>,
     next_wr_id: u64,
     next_msg_seq: u32,
+    /// How long the retransmit timer runs (hardware: adaptive steps).
+    timer: RetransmitTimer,
+    /// Hardware rate control: requests leave no faster than its rate.
+    dcqcn: Option<Dcqcn>,
+    /// The last poll found a request DCQCN held back until then.
+    paced_until: Option<Time>,
 }
 
 impl Requester {
@@ -107,6 +114,9 @@ impl Requester {
             rnr_at: None,
             next_wr_id: 1,
             next_msg_seq: 1,
+            timer: RetransmitTimer::new(cfg.timer),
+            dcqcn: cfg.dcqcn.map(Dcqcn::new),
+            paced_until: None,
         }
     }
 
@@ -150,9 +160,26 @@ impl Requester {
     }
 
     pub fn poll_timeout(&self) -> Option<Time> {
-        match (self.retrans_at, self.rnr_at) {
+        let t = match (self.retrans_at, self.rnr_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
+        };
+        // Paced by DCQCN with a request waiting: wake when it may leave.
+        match self.paced_until() {
+            Some(p) => Some(t.map_or(p, |t| t.min(p))),
+            None => t,
+        }
+    }
+
+    /// When DCQCN lets the request it held back leave.
+    fn paced_until(&self) -> Option<Time> {
+        self.paced_until
+    }
+
+    /// A CNP for this QP: DCQCN cuts the rate (hardware).
+    pub fn on_cnp(&mut self, now: Time) {
+        if let Some(d) = self.dcqcn.as_mut() {
+            d.on_cnp(now);
         }
     }
 
@@ -163,8 +190,16 @@ impl Requester {
     /// The next request packet, if the window, the READ/atomic depth and the
     /// RNR wait allow one.
     pub fn next_packet(&mut self, now: Time, cfg: &QpConfig) -> Option<OutPacket> {
+        self.paced_until = None;
         if self.rnr_at.is_some() {
             return None; // rxe `wait_for_rnr_timer`
+        }
+        if let Some(d) = self.dcqcn.as_mut() {
+            let at = d.release_at(now);
+            if at > now && (self.need_retry || self.req_idx < self.sq.len()) {
+                self.paced_until = Some(at);
+                return None; // hardware: the rate limiter holds it back
+            }
         }
         if self.need_retry {
             self.retry(cfg);
@@ -336,7 +371,15 @@ impl Requester {
         }
         // update_state: arm the retransmit timer unless it is pending.
         if self.retrans_at.is_none() {
-            self.retrans_at = cfg.ack_timeout().map(|t| now + t);
+            self.retrans_at = self.timer.timeout(cfg).map(|t| now + t);
+        }
+        if let Some(d) = self.dcqcn.as_mut() {
+            let bytes = match payload {
+                OutPayload::Pattern { len, .. } | OutPayload::Memory { len, .. } => len,
+                OutPayload::None => 0,
+            };
+            // Payload plus IP, UDP, BTH, RETH and ICRC.
+            d.sent(now, bytes + 78);
         }
         Some(OutPacket {
             opcode,
@@ -403,8 +446,14 @@ impl Requester {
         if pkt.info.kind == OpKind::Ack && !matches!(syndrome, Some(Syndrome::Ack { .. })) {
             st.naks_received += 1;
         }
+        let before = (self.comp_psn, self.sq.len());
         let flow = self.complete(now, pkt, cfg, sh);
-        if flow == Flow::Continue {
+        // rxe restarts the timer on every response. Hardware (IBTA: the
+        // timer restarts when a response acknowledges outstanding
+        // requests, as we read it) only on progress: a repeated ACK does
+        // not hold it off.
+        let progress = before != (self.comp_psn, self.sq.len());
+        if flow == Flow::Continue && (progress || cfg.timer == TimerMode::Configured) {
             self.rearm(now, cfg);
         }
         flow
@@ -414,7 +463,7 @@ impl Requester {
     /// anything is unacknowledged (rxe re-arms it with mod_timer).
     fn rearm(&mut self, now: Time, cfg: &QpConfig) {
         self.retrans_at = if self.rnr_at.is_none() && self.req_psn.after(self.comp_psn) {
-            cfg.ack_timeout().map(|t| now + t)
+            self.timer.timeout(cfg).map(|t| now + t)
         } else {
             None
         };
@@ -696,6 +745,7 @@ impl Requester {
         self.retry_left = cfg.retry_cnt;
         self.rnr_left = cfg.rnr_retry;
         self.started_retry = false;
+        self.timer.progress();
     }
 
     /// COMPST_ERROR_RETRY: start a go-back-N sequence, or give up.
@@ -763,6 +813,7 @@ impl Requester {
         self.retrans_at = None;
         self.rnr_at = None;
         self.need_retry = false;
+        self.paced_until = None;
     }
 
     /// Fires the RNR wait and the retransmit timer if due.
@@ -773,6 +824,10 @@ impl Requester {
         if self.retrans_at.is_some_and(|t| t <= now) {
             self.retrans_at = None;
             sh.stats.timeouts += 1;
+            if sh.stats.acks_received > 0 {
+                sh.stats.timeouts_after_ack += 1;
+            }
+            self.timer.expired();
             if self.error_retry(true, sh, now) == Flow::Fatal {
                 return Flow::Fatal;
             }

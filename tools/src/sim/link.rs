@@ -85,6 +85,12 @@ impl Link {
         }
     }
 
+    /// When the packets already given have been serialised: a sender
+    /// that never queues (a NIC port) sends again no earlier.
+    pub fn free_at(&self) -> Time {
+        self.busy_until
+    }
+
     fn serialisation(&self, bytes: usize) -> Duration {
         match self.profile.rate_bps {
             Some(r) if r > 0 => Duration::from_nanos((bytes as u64 * 8 * 1_000_000_000) / r),

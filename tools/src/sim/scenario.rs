@@ -16,6 +16,7 @@ use soya_config::AckPolicy;
 
 use super::link::{GilbertElliott, Link, LinkProfile};
 use super::world::{Node, World};
+use crate::rc::hw::{hw_config, EndpointModel};
 use crate::rc::{CompletionStatus, QpAddr, QpConfig, RcQp, WorkRequest};
 
 pub const HOST_A: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
@@ -108,6 +109,15 @@ pub struct Scenario {
     /// deployed appliances: the handshake is not part of the measured
     /// transfer. `false`: gateways and workload start together.
     pub warm_start: bool,
+    /// The endpoints: rxe-like, or hardware (ConnectX-class).
+    pub endpoint: EndpointModel,
+    /// Hardware endpoints: connected by RDMA-CM (min_rnr_timer 0, i.e.
+    /// 655 ms RNR waits) rather than QPNs exchanged out of band (NCCL).
+    pub rdma_cm: bool,
+    /// Hardware endpoints: the adaptive 2/4/8/16 ms retransmission timer
+    /// (field-observed); off, the configured timeout only (as with
+    /// adaptive retransmission disabled in the firmware).
+    pub adaptive_timer: bool,
 }
 
 impl Default for Scenario {
@@ -143,6 +153,9 @@ impl Default for Scenario {
             paths: 1,
             cut_path: None,
             warm_start: true,
+            endpoint: EndpointModel::Rxe,
+            rdma_cm: true,
+            adaptive_timer: true,
         }
     }
 }
@@ -164,11 +177,25 @@ pub struct Outcome {
     pub data_errors: u64,
     pub requester_retransmissions: u64,
     pub requester_timeouts: u64,
+    /// Timer expiries after the connection's first ACK: with pseudo-ACKs,
+    /// any of these is the gateway's doing (withheld ACKs).
+    pub requester_timeouts_after_ack: u64,
     pub implied_naks: u64,
     pub pseudo_acks: u64,
+    /// Times a gateway withheld a pseudo-ACK for backpressure, repeated
+    /// its last one while withholding, dropped a request for want of
+    /// buffer, and sent a CNP.
+    pub pseudo_acks_withheld: u64,
+    pub hold_acks: u64,
+    pub backpressure_drops: u64,
+    pub cnps_sent: u64,
     pub gw_buffer_high_water: usize,
     pub gw_buffer_left: usize,
     pub events: u64,
+    /// Wall-clock seconds the run took, and events (packet deliveries) per
+    /// wall second: the simulator's speed, not a property of the system.
+    pub wall_s: f64,
+    pub events_per_wall_s: f64,
     pub violations: Vec<String>,
 }
 
@@ -176,6 +203,29 @@ const MEM_BASE: u64 = 0x10_0000;
 const RKEY: u32 = 0x1234;
 
 fn qp_config(s: &Scenario, mem_size: usize) -> QpConfig {
+    let base = rxe_qp_config(s, mem_size);
+    match s.endpoint {
+        EndpointModel::Rxe => base,
+        EndpointModel::Hw => {
+            let mut c = hw_config(base, host_line_gbps(s) * 1e9, s.rdma_cm);
+            if !s.adaptive_timer {
+                c.timer = crate::rc::hw::TimerMode::Configured;
+            }
+            c
+        }
+    }
+}
+
+/// A host's port rate: its DC link, or (direct) the WAN it sits on.
+pub fn host_line_gbps(s: &Scenario) -> f64 {
+    if s.accelerated {
+        s.dc_gbps
+    } else {
+        s.wan_gbps
+    }
+}
+
+fn rxe_qp_config(s: &Scenario, mem_size: usize) -> QpConfig {
     // A receiver that never posts enough receives must end in an RNR retry
     // error, not an endless wait: finite retry counts then. (rxe treats 7 as
     // "forever" for both counts; with both directions in use, the QP that
@@ -255,9 +305,16 @@ fn build(s: &Scenario) -> Result<World, String> {
         w.links
             .insert((Node::HostB, Node::HostA), Link::new(direct));
     }
+    let hw = s.endpoint == EndpointModel::Hw;
+    w.host_a.port_scheduled = hw;
+    w.host_b.port_scheduled = hw;
     for i in 0..s.qps {
-        let qa = 0x100 + i;
-        let qb = 0x200 + i;
+        // (The first 256 keep the QPNs earlier runs had.)
+        let (qa, qb) = if i < 0x100 {
+            (0x100 + i, 0x200 + i)
+        } else {
+            (0x10_0000 + i, 0x20_0000 + i)
+        };
         let psn_a = Psn::new(rng.random());
         let psn_b = Psn::new(rng.random());
         let a_addr = QpAddr {
@@ -389,6 +446,7 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
 /// the world records everything gateway A was given and sent
 /// (`World::trace_a`, `World::emitted_a`).
 pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World), String> {
+    let wall = std::time::Instant::now();
     let mut w = build(s)?;
     if trace_gateway_a {
         w.trace_a = Some(Vec::new());
@@ -581,6 +639,8 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
         check_no_head_of_line(others_landed_at, stall_failed_at, &mut out);
     }
     finish(s, &w, start, end, &mut out);
+    out.wall_s = wall.elapsed().as_secs_f64();
+    out.events_per_wall_s = out.events as f64 / out.wall_s.max(1e-9);
     Ok((out, w))
 }
 
@@ -680,6 +740,7 @@ fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
             let st = qa.stats();
             out.requester_retransmissions += st.retransmitted_packets;
             out.requester_timeouts += st.timeouts;
+            out.requester_timeouts_after_ack += st.timeouts_after_ack;
             out.implied_naks += st.implied_naks;
             out.data_errors += st.data_errors;
             let mem = qb.memory().stats();
@@ -750,7 +811,12 @@ fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
     }
     // With loss inside the requester's DC, an implied NAK is what rxe does
     // when a READ response is lost and a later ACK arrives, gateway or not.
-    if s.accelerated && s.dc_loss == 0.0 && out.implied_naks > 0 {
+    // A hardware requester whose timer fired (a 2 ms step on a READ whose
+    // response takes a longer RTT: no pseudo-ACK may answer it) resends the
+    // READ and what follows; the responder's answers to the first copies
+    // then arrive past the re-issued READ: implied NAKs of its own making.
+    let own_retries = s.endpoint == EndpointModel::Hw && out.requester_timeouts > 0;
+    if s.accelerated && s.dc_loss == 0.0 && !own_retries && out.implied_naks > 0 {
         out.violations.push(format!(
             "{} implied NAKs at the requester: a pseudo-ACK went past a READ or atomic",
             out.implied_naks
@@ -783,10 +849,13 @@ fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
         let occ = gw.occupancy();
         out.gw_buffer_high_water = out.gw_buffer_high_water.max(occ.high_water);
         out.gw_buffer_left += occ.slots_used;
-        out.pseudo_acks += gw
-            .ingress_halves()
-            .map(|h| h.stats.pseudo_acks)
-            .sum::<u64>();
+        for h in gw.ingress_halves() {
+            out.pseudo_acks += h.stats.pseudo_acks;
+            out.pseudo_acks_withheld += h.stats.withheld_acks;
+            out.hold_acks += h.stats.hold_acks;
+            out.backpressure_drops += h.stats.backpressure_drops;
+            out.cnps_sent += h.stats.cnps_sent;
+        }
     }
     if out.gw_buffer_left > 0 {
         out.violations.push(format!(

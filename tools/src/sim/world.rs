@@ -95,6 +95,16 @@ pub struct Host {
     pub qps: Vec<RcQp>,
     by_qpn: HashMap<u32, usize>,
     pub misaddressed: u64,
+    /// A hardware NIC port: its QPs take turns (round robin) to put one
+    /// packet on the wire, and only when the port is free, so packets
+    /// never queue behind the port and a request's timer starts when it
+    /// leaves. Off (rxe): every QP emits all its window at once and the
+    /// link queues it.
+    pub port_scheduled: bool,
+    /// The QP whose turn is next.
+    next_turn: usize,
+    /// The port is busy until then with more to send.
+    port_wake: Option<Time>,
 }
 
 impl Host {
@@ -251,6 +261,10 @@ impl World {
     /// Lets every node send what it has at `now`.
     pub fn flush(&mut self) {
         for node in [Node::HostA, Node::HostB] {
+            if self.host(node).port_scheduled {
+                self.flush_port(node);
+                continue;
+            }
             let mut pending = Vec::new();
             let host = if node == Node::HostA {
                 &mut self.host_a
@@ -268,6 +282,47 @@ impl World {
         }
         for node in [Node::GwA, Node::GwB] {
             self.drain_gateway(node);
+        }
+    }
+
+    fn host(&self, node: Node) -> &Host {
+        if node == Node::HostA {
+            &self.host_a
+        } else {
+            &self.host_b
+        }
+    }
+
+    /// A hardware host's port: while it is free, the next QP in turn that
+    /// has a packet sends one; when it is busy, it wakes when it frees.
+    fn flush_port(&mut self, node: Node) {
+        let to = self.hop(node, true);
+        let now = self.now;
+        loop {
+            let free_at = self.links.get(&(node, to)).map_or(now, |l| l.free_at());
+            let host = if node == Node::HostA {
+                &mut self.host_a
+            } else {
+                &mut self.host_b
+            };
+            if free_at > now {
+                host.port_wake = Some(free_at);
+                return;
+            }
+            host.port_wake = None;
+            let n = host.qps.len();
+            let mut sent = None;
+            for k in 0..n {
+                let i = (host.next_turn + k) % n;
+                if let Some(len) = host.qps[i].poll_transmit(now, &mut self.scratch) {
+                    host.next_turn = (i + 1) % n;
+                    sent = Some(len);
+                    break;
+                }
+            }
+            let Some(len) = sent else { return };
+            let p = self.scratch[..len].to_vec();
+            self.send(node, true, Payload::Ip(p));
         }
     }
 
@@ -322,6 +377,8 @@ impl World {
         for qp in self.host_a.qps.iter().chain(self.host_b.qps.iter()) {
             consider(qp.poll_timeout());
         }
+        consider(self.host_a.port_wake);
+        consider(self.host_b.port_wake);
         for gw in self.gw_a.iter().chain(self.gw_b.iter()) {
             consider(gw.poll_timeout());
         }

@@ -5,6 +5,7 @@
 //! cannot (`verification`).
 
 mod harness;
+mod hw;
 mod ops;
 mod recovery;
 mod twin_lost;
