@@ -309,7 +309,9 @@ fn carry(now: Time, from: &mut Gateway, to: &mut Gateway, buf: &mut [u8]) -> usi
         let Some(t) = charged(&mut from.copies, || from.site.poll_wan_transmit(now, buf)) else {
             break;
         };
-        charged(&mut to.copies, || to.site.handle_wan(now, t.path, &mut buf[..t.len]));
+        charged(&mut to.copies, || {
+            to.site.handle_wan(now, t.path, &mut buf[..t.len])
+        });
         n += 1;
     }
     n

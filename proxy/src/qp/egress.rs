@@ -508,7 +508,6 @@ impl Reinjector {
         self.pump(now, out);
     }
 
-
     /// Injects what the window and any RNR wait allow.
     fn pump(&mut self, now: Time, out: &mut Outbox) {
         if self.failed || self.rnr_until.is_some_and(|t| now < t) {
