@@ -281,10 +281,7 @@ impl Gateway {
 
     /// What the site has for its data center, to `host`.
     fn deliver_dc(&mut self, host: &mut impl DcHost) {
-        loop {
-            let Some(t) = charged(&mut self.copies, || self.site.poll_dc_transmit()) else {
-                break;
-            };
+        while let Some(t) = charged(&mut self.copies, || self.site.poll_dc_transmit()) {
             host.receive(&t.packet);
             charged(&mut self.copies, || self.site.recycle(t.packet));
         }
@@ -305,10 +302,7 @@ impl Gateway {
 /// WAN). Returns the datagrams moved.
 fn carry(now: Time, from: &mut Gateway, to: &mut Gateway, buf: &mut [u8]) -> usize {
     let mut n = 0;
-    loop {
-        let Some(t) = charged(&mut from.copies, || from.site.poll_wan_transmit(now, buf)) else {
-            break;
-        };
+    while let Some(t) = charged(&mut from.copies, || from.site.poll_wan_transmit(now, buf)) {
         charged(&mut to.copies, || {
             to.site.handle_wan(now, t.path, &mut buf[..t.len])
         });
