@@ -46,6 +46,7 @@ done
 for f in etc/soya/sapporo.toml etc/soya/wakkanai.toml \
   lib/systemd/system/soya@.service usr/lib/sysctl.d/60-soya.conf \
   usr/share/soya/examples/lab-udp-a.toml usr/share/soya/examples/lab-udp-b.toml \
+  usr/share/soya/examples/xdp.conf \
   usr/share/soya/prometheus/soya-scrape.yml usr/share/soya/prometheus/soya-alerts.yml \
   usr/share/soya/grafana/soya-dashboard.json usr/share/doc/soya/README.md \
   usr/share/doc/soya/copyright usr/share/doc/soya/bench/distance.svg; do

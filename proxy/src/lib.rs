@@ -23,6 +23,7 @@
 #![deny(unsafe_code)]
 
 pub mod buffer;
+pub mod copies;
 pub mod demo_args;
 pub mod gateway;
 pub mod plan;

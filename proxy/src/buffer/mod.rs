@@ -65,6 +65,24 @@ impl DeepBuffer {
         Ok(h)
     }
 
+    /// Reserves a slot for `flow` for a packet of `len` bytes held
+    /// elsewhere (in place, in the pooled buffer it arrived in) and not
+    /// copied here: the slot stands for that packet in the quotas and
+    /// occupancy, so the buffer's bounds hold as if it were stored. The
+    /// engine's halves hold packets this way (no copy), see `qp`.
+    pub fn reserve(&mut self, flow: u64, len: usize) -> Result<SlotHandle, Refused> {
+        if len > self.slab.slot_bytes() {
+            return Err(Refused::TooLarge);
+        }
+        let used = self.used_by.get(&flow).copied().unwrap_or(0);
+        if used >= self.per_flow_slots {
+            return Err(Refused::FlowQuota);
+        }
+        let h = self.slab.alloc(&[]).ok_or(Refused::SiteFull)?;
+        *self.used_by.entry(flow).or_insert(0) += 1;
+        Ok(h)
+    }
+
     /// Frees a slot held by `flow`.
     pub fn release(&mut self, flow: u64, h: SlotHandle) {
         self.slab.free(h);

@@ -86,6 +86,7 @@ impl PacketPool {
     /// A pooled copy of `bytes`.
     pub fn copy_of(&mut self, bytes: &[u8]) -> Vec<u8> {
         let mut v = self.take();
+        crate::copies::note(bytes.len());
         v.extend_from_slice(bytes);
         v
     }

@@ -86,7 +86,10 @@ impl PacketSlab {
         }
         let i = self.free.pop()? as usize;
         let at = i * self.slot_bytes;
-        self.data[at..at + bytes.len()].copy_from_slice(bytes);
+        if !bytes.is_empty() {
+            crate::copies::note(bytes.len());
+            self.data[at..at + bytes.len()].copy_from_slice(bytes);
+        }
         self.lens[i] = bytes.len() as u16;
         self.in_use[i] = true;
         self.high_water = self.high_water.max(self.used_slots());

@@ -414,6 +414,7 @@ impl DcIo {
                 if packet.len() > u.stage.len() {
                     return TxOutcome::Error;
                 }
+                crate::copies::note(packet.len());
                 u.stage[off..off + packet.len()].copy_from_slice(packet);
                 u.staged.push(TxDatagram {
                     off,

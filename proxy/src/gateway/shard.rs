@@ -110,6 +110,7 @@ impl HandoffTx {
                 h[5..21].copy_from_slice(&canonical(a.ip()));
             }
         }
+        crate::copies::note(packet.len());
         self.scratch[HEADER..n].copy_from_slice(packet);
         // One publication of the whole record: the consumer never sees half.
         self.prod.push_slice(&self.scratch[..n]) == n

@@ -146,6 +146,7 @@ impl Turn {
             if h.release_at > clock.now() {
                 return;
             }
+            crate::copies::note(h.len);
             self.stage[..h.len].copy_from_slice(&self.tx[..h.len]);
             wan.stage(h.path, 0, h.len);
             self.stage_used = h.len;
@@ -162,6 +163,7 @@ impl Turn {
             };
             if t.release_at > now {
                 if t.release_at.since(now) > SPIN {
+                    crate::copies::note(t.len);
                     self.tx[..t.len].copy_from_slice(&self.stage[off..off + t.len]);
                     self.held = Some(t);
                     break;
@@ -169,6 +171,7 @@ impl Turn {
                 // Due soon: send what is due first, then wait for it.
                 self.flush_wan(wan);
                 if off > 0 {
+                    crate::copies::note(t.len);
                     self.stage.copy_within(off..off + t.len, 0);
                 }
                 clock.wait_until(t.release_at);

@@ -159,13 +159,37 @@ struct RtoRecovery {
     asked: Option<Psn>,
 }
 
-/// Where a held packet's bytes are.
+/// A held packet: the pooled buffer the WAN transport decoded it into,
+/// kept in place (no copy into the deep buffer's slab), and the slot that
+/// stands for it in the deep buffer's quotas (`DeepBuffer::reserve`).
 #[derive(Debug)]
-enum Held {
-    Slot(SlotHandle),
-    /// The site buffer was full (the twin's credit should prevent this);
-    /// held on the heap rather than lost.
-    Heap(Vec<u8>),
+struct Held {
+    /// `None` when the site buffer was full (the twin's credit should
+    /// prevent this): held anyway rather than lost, counted in
+    /// `overflow_held`.
+    slot: Option<SlotHandle>,
+    bytes: Vec<u8>,
+}
+
+/// What the reinjector needs to know of a request from the twin, read
+/// before its buffer moves into the queue.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestInfo {
+    pub psn: Psn,
+    pub span: u32,
+    pub needs_response: bool,
+    pub op: Opcode,
+}
+
+impl RequestInfo {
+    pub fn of(p: &RocePacket<'_>) -> RequestInfo {
+        RequestInfo {
+            psn: p.psn(),
+            span: span_of(p),
+            needs_response: p.info.needs_real_response(),
+            op: p.bth.opcode,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -434,22 +458,27 @@ impl Reinjector {
         out.dc(p.as_bytes());
     }
 
-    /// A pseudo-ACKed request from the twin: hold it and inject in order.
+    /// A pseudo-ACKed request from the twin, `packet` (its bytes exactly,
+    /// in a pooled buffer), which `info` describes: hold it in place and
+    /// inject in order. A buffer not kept goes back to the pool.
     pub fn on_request(
         &mut self,
         now: Time,
-        p: &RocePacket<'_>,
+        info: RequestInfo,
+        packet: Vec<u8>,
         buf: &mut DeepBuffer,
         out: &mut Outbox,
     ) {
         if self.failed {
+            out.pool.put(packet);
             return;
         }
-        let psn = p.psn();
+        let psn = info.psn;
         if let Some(last) = self.queue.back().map(Pending::last).or(self.acked) {
             if !psn.after(last) {
                 // The twin never repeats itself; a restart or a bug might.
                 self.stats.duplicates_dropped += 1;
+                out.pool.put(packet);
                 return;
             }
         }
@@ -457,34 +486,30 @@ impl Reinjector {
             // Nothing was outstanding: the responder owes us nothing yet.
             self.progress_at = now;
         }
-        let held = match buf.store(self.flow_id, p.as_bytes()) {
-            Ok(s) => Held::Slot(s),
+        let slot = match buf.reserve(self.flow_id, packet.len()) {
+            Ok(s) => Some(s),
             Err(_) => {
                 self.stats.overflow_held += 1;
-                Held::Heap(p.as_bytes().to_vec())
+                None
             }
         };
         self.queue.push_back(Pending {
             psn,
-            span: span_of(p),
-            held,
-            needs_response: p.info.needs_real_response(),
-            op: p.bth.opcode,
+            span: info.span,
+            held: Held {
+                slot,
+                bytes: packet,
+            },
+            needs_response: info.needs_response,
+            op: info.op,
             sent_at: None,
             retransmitted: false,
         });
-        self.pump(now, buf, out);
-    }
-
-    fn bytes<'a>(held: &'a Held, buf: &'a DeepBuffer) -> &'a [u8] {
-        match held {
-            Held::Slot(s) => buf.get(*s),
-            Held::Heap(v) => v,
-        }
+        self.pump(now, out);
     }
 
     /// Injects what the window and any RNR wait allow.
-    fn pump(&mut self, now: Time, buf: &DeepBuffer, out: &mut Outbox) {
+    fn pump(&mut self, now: Time, out: &mut Outbox) {
         if self.failed || self.rnr_until.is_some_and(|t| now < t) {
             return;
         }
@@ -512,7 +537,7 @@ impl Reinjector {
             }
             p.sent_at = Some(now);
             let used = p.last().diff(first) as u32 + 1;
-            let mut v = out.pool.copy_of(Self::bytes(&p.held, buf));
+            let mut v = out.pool.copy_of(&p.held.bytes);
             // Fills the window: the next packet (queued or still to come)
             // does not fit until an ACK moves it.
             let fills = self
@@ -566,9 +591,10 @@ impl Reinjector {
             if let (Some(t), false, true) = (p.sent_at, p.retransmitted, p.last() == psn) {
                 queued = self.rtt_sample(now, now - t);
             }
-            if let Held::Slot(s) = p.held {
+            if let Some(s) = p.held.slot {
                 buf.release(self.flow_id, s);
             }
+            out.pool.put(p.held.bytes);
             self.resp_state = self.resp_state.after(p.op);
             self.next = self.next.saturating_sub(1);
             progressed = true;
@@ -689,7 +715,7 @@ impl Reinjector {
                     self.backoff = 0;
                     self.arm(now, true);
                 }
-                self.pump(now, buf, out);
+                self.pump(now, out);
             }
             OpKind::Ack => {
                 let Some(aeth) = p.ext.aeth else { return };
@@ -719,7 +745,7 @@ impl Reinjector {
                         } else {
                             self.advance(now, psn, Some(aeth.msn), buf, out);
                         }
-                        self.pump(now, buf, out);
+                        self.pump(now, out);
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) if self.last_rnr == Some(psn) => {
                         // The responder dropped the RNR'd packet and NAKs the
@@ -730,7 +756,7 @@ impl Reinjector {
                         // (Sends nothing while the RNR wait lasts; if it is
                         // over already, resend now: no timer is armed for
                         // packets not in flight.)
-                        self.pump(now, buf, out);
+                        self.pump(now, out);
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) => {
                         self.stats.seq_naks += 1;
@@ -748,7 +774,7 @@ impl Reinjector {
                         }
                         self.cwnd = (self.cwnd / 2).max(MIN_CWND);
                         self.go_back(psn);
-                        self.pump(now, buf, out);
+                        self.pump(now, out);
                     }
                     Syndrome::RnrNak { timer } => {
                         self.stats.rnr_naks += 1;
@@ -797,7 +823,7 @@ impl Reinjector {
     pub fn on_timeout(&mut self, now: Time, buf: &mut DeepBuffer, out: &mut Outbox) {
         if self.rnr_until.is_some_and(|t| now >= t) {
             self.rnr_until = None;
-            self.pump(now, buf, out);
+            self.pump(now, out);
         }
         if self.rto_deadline.is_some_and(|t| now >= t) {
             self.rto_deadline = None;
@@ -806,7 +832,7 @@ impl Reinjector {
             }
             if self.next == 0 {
                 // Nothing in flight (we went back): just send.
-                self.pump(now, buf, out);
+                self.pump(now, out);
                 return;
             }
             if self.stalled_out(now) {
@@ -817,7 +843,7 @@ impl Reinjector {
             if !self.asking() {
                 // The twin's next packet never came to ask for the ACK of
                 // what is in flight: ask with the last of it.
-                return self.probe(now, buf, out);
+                return self.probe(now, out);
             }
             self.stats.timeouts += 1;
             // Resend the oldest packet alone (it asks for an ACK): a
@@ -836,18 +862,18 @@ impl Reinjector {
             // Back off: double the timeout for each consecutive expiry.
             self.backoff += 1;
             self.next = 0;
-            self.pump(now, buf, out);
+            self.pump(now, out);
         }
     }
 
     /// Resends the last packet in flight with AckReq set.
-    fn probe(&mut self, now: Time, buf: &DeepBuffer, out: &mut Outbox) {
+    fn probe(&mut self, now: Time, out: &mut Outbox) {
         let i = self.next - 1;
         let p = &mut self.queue[i];
         p.retransmitted = true;
         p.sent_at = Some(now);
         let last = p.last();
-        let mut v = out.pool.copy_of(Self::bytes(&p.held, buf));
+        let mut v = out.pool.copy_of(&p.held.bytes);
         if set_ack_req(&mut v).unwrap_or(false) {
             self.stats.ack_reqs_added += 1;
         }
@@ -860,7 +886,7 @@ impl Reinjector {
 
     pub fn release_all(&mut self, buf: &mut DeepBuffer) {
         for p in self.queue.drain(..) {
-            if let Held::Slot(s) = p.held {
+            if let Some(s) = p.held.slot {
                 buf.release(self.flow_id, s);
             }
         }

@@ -23,7 +23,7 @@ use crate::roce::{
 };
 use crate::time::Time;
 
-use super::egress::{EgressTuning, Reinjector};
+use super::egress::{EgressTuning, Reinjector, RequestInfo};
 use super::half::HalfKey;
 use super::ingress::{AckTuning, PseudoAcker};
 use super::poison::{self, InProgress, Target};
@@ -801,10 +801,7 @@ impl QpEngine {
     pub fn handle_twin(&mut self, now: Time, msg: TwinMsg) {
         self.stats.twin_msgs += 1;
         match msg {
-            TwinMsg::Request { carry, packet } => {
-                self.twin_request(now, carry, &packet);
-                self.out.pool.put(packet);
-            }
+            TwinMsg::Request { carry, packet } => self.twin_request(now, carry, packet),
             TwinMsg::Response { packet } => {
                 match RocePacket::parse_verified(&packet) {
                     Ok(p) => self.twin_response(now, &p),
@@ -836,9 +833,13 @@ impl QpEngine {
         }
     }
 
-    fn twin_request(&mut self, now: Time, carry: Carry, packet: &[u8]) {
-        let Ok(p) = RocePacket::parse_verified(packet) else {
+    /// A request from the twin in its pooled buffer: held in place by the
+    /// reinjector (reliable), or copied into the injected packet and given
+    /// back (raw).
+    fn twin_request(&mut self, now: Time, carry: Carry, mut packet: Vec<u8>) {
+        let Ok(p) = RocePacket::parse_verified(&packet) else {
             self.stats.twin_malformed += 1;
+            self.out.pool.put(packet);
             return;
         };
         let key = HalfKey::of_request(&p);
@@ -848,8 +849,17 @@ impl QpEngine {
             .entry(key)
             .or_insert_with(|| Reinjector::new(key, tuning));
         match carry {
-            Carry::Raw => r.on_raw_request(&p, &mut self.out),
-            Carry::Reliable => r.on_request(now, &p, &mut self.buffer, &mut self.out),
+            Carry::Raw => {
+                r.on_raw_request(&p, &mut self.out);
+                self.out.pool.put(packet);
+            }
+            Carry::Reliable => {
+                let info = RequestInfo::of(&p);
+                // The packet's own bytes (IP length), not any padding after.
+                let len = p.as_bytes().len();
+                packet.truncate(len);
+                r.on_request(now, info, packet, &mut self.buffer, &mut self.out);
+            }
         }
     }
 

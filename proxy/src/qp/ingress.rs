@@ -22,7 +22,7 @@ use crate::roce::builders::{self, ReplyTo};
 use crate::roce::{NakCode, OpKind, Position, Psn, RocePacket};
 use crate::time::Time;
 
-use super::engine::Outbox;
+use super::engine::{Outbox, Output};
 use super::half::HalfKey;
 use super::twin::{Carry, TwinMsg};
 
@@ -99,7 +99,13 @@ struct Entry {
     /// A READ or atomic: only the real response may acknowledge it.
     needs_response: bool,
     answered: bool,
+    /// Its place in the deep buffer's quotas, until delivered.
     slot: Option<SlotHandle>,
+    /// The packet itself, in a pooled buffer (copied there once, from the
+    /// DC side), until forwarded: then it moves, uncopied, into the
+    /// message for the twin, and the WAN transport holds it until the twin
+    /// has it.
+    bytes: Option<Vec<u8>>,
     forwarded: bool,
     accepted_at: Time,
 }
@@ -334,7 +340,7 @@ impl PseudoAcker {
             }
             return;
         }
-        let slot = match buf.store(self.flow_id, p.as_bytes()) {
+        let slot = match buf.reserve(self.flow_id, p.as_bytes().len()) {
             Ok(s) => s,
             Err(_) => {
                 // Hard limit: drop unacknowledged; the requester resends
@@ -361,13 +367,14 @@ impl PseudoAcker {
             needs_response: p.info.needs_real_response(),
             answered: false,
             slot: Some(slot),
+            bytes: Some(out.pool.copy_of(p.as_bytes())),
             forwarded: false,
             accepted_at: now,
         });
         self.expected = Some(psn.add(span));
         self.stats.packets += 1;
         self.stats.bytes += p.as_bytes().len() as u64;
-        self.forward(buf, out);
+        self.forward(out);
         self.maybe_ack(now, buf, out);
     }
 
@@ -475,7 +482,7 @@ impl PseudoAcker {
     }
 
     /// Forwards accepted packets to the twin while the egress window allows.
-    fn forward(&mut self, buf: &DeepBuffer, out: &mut Outbox) {
+    fn forward(&mut self, out: &mut Outbox) {
         // Entries before `next_forward` are all forwarded: start there, so
         // a deep buffer costs nothing per packet.
         while let Some(e) = self.entries.get_mut(self.next_forward) {
@@ -486,13 +493,15 @@ impl PseudoAcker {
             if e.forwarded {
                 continue;
             }
-            let Some(slot) = e.slot else { continue };
+            let Some(packet) = e.bytes.take() else {
+                continue;
+            };
             e.forwarded = true;
             self.in_flight += e.span;
-            out.twin(buf.get(slot), |packet| TwinMsg::Request {
+            out.push_back(Output::Twin(TwinMsg::Request {
                 carry: Carry::Reliable,
                 packet,
-            });
+            }));
         }
     }
 
@@ -684,7 +693,7 @@ impl PseudoAcker {
             }
         }
         self.pop_done();
-        self.forward(buf, out);
+        self.forward(out);
         self.maybe_ack(now, buf, out);
     }
 

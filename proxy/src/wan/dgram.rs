@@ -149,6 +149,7 @@ impl DgramRecv {
             self.order.retain(|&x| x != d.id);
             return None;
         }
+        crate::copies::note(d.bytes.len());
         p.data[start as usize..start as usize + d.bytes.len()].copy_from_slice(d.bytes);
         p.frags.push((start, len));
         p.received += d.bytes.len();

@@ -464,14 +464,22 @@ impl RecvFlows {
         deliver: &mut impl FnMut(u64, &[u8]),
     ) -> DataOutcome {
         let window = self.window;
-        let full = self.flows.len() >= self.max_flows;
+        let flows = self.flows.len();
+        let full = flows >= self.max_flows;
         let f = match self.flows.entry(d.flow) {
             Entry::Occupied(o) => o.into_mut(),
             Entry::Vacant(_) if full => return DataOutcome::Violation,
-            Entry::Vacant(v) => v.insert(RecvFlow {
-                granted: window,
-                ..RecvFlow::default()
-            }),
+            Entry::Vacant(v) => {
+                // Room for every flow's credit in the queue, now: queueing
+                // it must not allocate in the steady state (each flow is
+                // in it at most once, `credit_queued`).
+                let pending = &mut self.credit_pending;
+                pending.reserve((flows + 1).saturating_sub(pending.len()));
+                v.insert(RecvFlow {
+                    granted: window,
+                    ..RecvFlow::default()
+                })
+            }
         };
         if d.seq < f.next_seq {
             return DataOutcome::Duplicate;
@@ -533,6 +541,7 @@ impl RecvFlows {
                 return DataOutcome::Violation;
             }
             // The parser guarantees frag_off + len <= total.
+            crate::copies::note(d.bytes.len());
             p.data[start as usize..(start + len) as usize].copy_from_slice(d.bytes);
             p.frags.push((start, len));
             p.received += len;

@@ -590,6 +590,7 @@ impl WanConnection {
     pub fn handle_datagram(&mut self, now: Time, path: usize, bytes: &[u8]) {
         let mut buf = std::mem::take(&mut self.scratch);
         buf.clear();
+        crate::copies::note(bytes.len());
         buf.extend_from_slice(bytes);
         self.handle_datagram_in_place(now, path, &mut buf);
         self.scratch = buf;

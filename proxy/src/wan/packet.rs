@@ -409,7 +409,9 @@ impl DataFrame<'_> {
             && w.varint((self.bytes.len() + tail.len()) as u64)
             && w.bytes(self.bytes)
             && w.bytes(tail);
-        if !ok {
+        if ok {
+            crate::copies::note(self.bytes.len() + tail.len());
+        } else {
             w.truncate(mark);
         }
         ok
@@ -477,6 +479,7 @@ impl Frame<'_> {
                 w.u8(T_CREDIT) && w.u64(*flow) && w.varint(*max_offset)
             }
             Frame::Datagram(d) => {
+                crate::copies::note(d.bytes.len());
                 w.u8(T_DATAGRAM)
                     && w.varint(d.id)
                     && w.varint(u64::from(d.total))

@@ -39,15 +39,31 @@ pub enum SentFrame {
 /// Recycled frame lists: every packet sent records its frames in a
 /// vector until it is acknowledged or lost; the vectors are reused rather
 /// than allocated per packet (see `buffer::pool` for why). At most
-/// [`FrameLists::CAP`] are kept idle.
-#[derive(Default)]
+/// [`FrameLists::CAP`] are kept idle. It starts with [`FrameLists::READY`]
+/// lists, so that the packets in flight can grow that far without an
+/// allocation (about 100 KiB per connection).
 pub struct FrameLists(Vec<Vec<SentFrame>>);
+
+impl Default for FrameLists {
+    fn default() -> FrameLists {
+        let mut lists = Vec::with_capacity(Self::CAP);
+        lists.extend((0..Self::READY).map(|_| Vec::with_capacity(Self::FRAMES)));
+        FrameLists(lists)
+    }
+}
 
 impl FrameLists {
     pub const CAP: usize = 1024;
+    pub const READY: usize = 256;
+    pub const FRAMES: usize = 16;
 
+    /// A list with room for [`Self::FRAMES`] frames: a datagram rarely
+    /// holds more, so a list taken back from the pool does not grow
+    /// (allocate) while the packet is built.
     pub fn take(&mut self) -> Vec<SentFrame> {
-        self.0.pop().unwrap_or_default()
+        self.0
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(Self::FRAMES))
     }
 
     pub fn put(&mut self, mut v: Vec<SentFrame>) {

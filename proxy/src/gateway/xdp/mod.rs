@@ -459,6 +459,7 @@ impl XdpDc {
             packets += 1;
             self.stats.rx_multi_buffer += 1;
             if fits {
+                crate::copies::note(len);
                 deliver(&buf[..len], &mut self.stats, &mut f);
             } else {
                 self.stats.rx_dropped += 1;
@@ -509,6 +510,7 @@ impl XdpDc {
             return Err(SendError::Full);
         }
         let area = &self.shared.area;
+        crate::copies::note(packet.len());
         let mut off = 0;
         for i in 0..chunks {
             let c = self.tx_free.pop().expect("checked above");
