@@ -235,6 +235,9 @@ pub struct Reinjector {
     /// what [`Self::poison_plan`] needs.
     resp_state: InProgress,
     failed: bool,
+    /// [`Self::poison_plan`] as it was when the half failed (its queue is
+    /// released then, and the responder may still need moving to error).
+    plan_at_failure: Option<Vec<(Psn, InProgress)>>,
     tuning: EgressTuning,
     pub stats: EgressStats,
 }
@@ -266,6 +269,7 @@ impl Reinjector {
             rto_recovery: None,
             resp_state: InProgress::Nothing,
             failed: false,
+            plan_at_failure: None,
             tuning,
             stats: EgressStats::default(),
         }
@@ -321,6 +325,9 @@ impl Reinjector {
     /// (`raw_done`) is unknown ground: the requester's own packets, which
     /// this half saw only in part, may be anywhere in it.
     pub fn poison_plan(&self) -> Option<Vec<(Psn, InProgress)>> {
+        if self.failed {
+            return self.plan_at_failure.clone();
+        }
         if self.raw_high.is_some() && !self.raw_done {
             return None;
         }
@@ -785,6 +792,9 @@ impl Reinjector {
 
     /// Gives up on this half and tells the twin.
     fn fail(&mut self, psn: Psn, code: NakCode, buf: &mut DeepBuffer, out: &mut Outbox) {
+        if !self.failed {
+            self.plan_at_failure = self.poison_plan();
+        }
         self.failed = true;
         self.release_all(buf);
         out.push_back(Output::Twin(TwinMsg::Error {
@@ -792,6 +802,28 @@ impl Reinjector {
             psn,
             code,
         }));
+    }
+
+    /// The local responder QP is being moved to the error state (its own
+    /// requests were refused at the far side: `QpEngine::on_far_error`).
+    /// It will execute nothing more, so nothing held here or sent later by
+    /// the twin can land: fail the half and tell the twin, whose requester
+    /// learns it as from a responder that went away. False if the half had
+    /// failed already.
+    pub fn fail_responder_gone(&mut self, buf: &mut DeepBuffer, out: &mut Outbox) -> bool {
+        if self.failed {
+            return false;
+        }
+        let psn = self
+            .queue
+            .front()
+            .map(|p| p.psn)
+            .or(self.acked.map(Psn::next))
+            .or(self.raw_high.map(Psn::next))
+            .unwrap_or(Psn::new(0));
+        self.stats.gave_up += 1;
+        self.fail(psn, NakCode::RemoteOperationalError, buf, out);
+        true
     }
 
     pub fn on_timeout(&mut self, now: Time, buf: &mut DeepBuffer, out: &mut Outbox) {

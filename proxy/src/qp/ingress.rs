@@ -846,6 +846,17 @@ impl PseudoAcker {
         self.failed.is_some()
     }
 
+    /// Was the requester told that a request is done which the responder
+    /// has not acknowledged (pseudo-ACKed, not yet delivered)? If such a
+    /// request fails now, the requester believes in data that never
+    /// landed.
+    pub fn told_undelivered(&self) -> bool {
+        self.entries
+            .iter()
+            .take(self.first_unacked)
+            .any(|e| e.slot.is_some())
+    }
+
     /// The first PSN the requester has not been told is done (rxe's
     /// `comp.psn` as far as this half knows): the one after the last ACK
     /// (pseudo or real), or, before any, the first PSN it sent (or will

@@ -22,6 +22,7 @@
 
 pub mod egress;
 pub mod engine;
+mod fail;
 pub mod half;
 pub mod ingress;
 pub mod keyed;
@@ -34,5 +35,7 @@ pub use twin::TwinMsg;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_far_error;
 #[cfg(test)]
 mod tests_twin_lost;

@@ -380,6 +380,11 @@ struct Progress {
     failed: bool,
 }
 
+/// How long a world with a failure must stay calm (nothing held, no probe)
+/// before its verdict: longer than a WAN crossing at the longest distance
+/// drawn (3000 km, 15 ms one way) and a few probe timeouts.
+const SETTLE_AFTER_FAILURE: Duration = Duration::from_millis(50);
+
 /// Runs a scenario to completion (or its time limit) and checks invariants.
 pub fn run(s: &Scenario) -> Result<Outcome, String> {
     run_world(s, false).map(|(o, _)| o)
@@ -556,10 +561,27 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
         Duration::from_secs(1)
     };
     let settle_until = w.now + settle;
-    let held = |w: &World| w.engines().map(|g| g.occupancy().slots_used).sum::<usize>();
+    // After a failure, the gateways also move local QPs to the error state
+    // (poison, probes: a few ms, and a WAN crossing when one side's
+    // failure fails the reverse half at the other): settled once nothing
+    // is held and no probe runs for a while, so that what they sent lands.
+    let calm = |w: &World| {
+        w.engines()
+            .map(|g| g.occupancy().slots_used + g.probes_pending())
+            .sum::<usize>()
+            == 0
+    };
+    let mut calm_since: Option<Time> = None;
     while let Some(t) = w.next_time() {
-        if t > settle_until || w.events > MAX_EVENTS || (any_failure && held(&w) == 0) {
+        if t > settle_until || w.events > MAX_EVENTS {
             break;
+        }
+        if any_failure {
+            if !calm(&w) {
+                calm_since = None;
+            } else if t.since(*calm_since.get_or_insert(w.now)) >= SETTLE_AFTER_FAILURE {
+                break;
+            }
         }
         w.step_to(t);
     }
