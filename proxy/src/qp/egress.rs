@@ -238,6 +238,10 @@ pub struct Reinjector {
     /// [`Self::poison_plan`] as it was when the half failed (its queue is
     /// released then, and the responder may still need moving to error).
     plan_at_failure: Option<Vec<(Psn, InProgress)>>,
+    /// The responder's last answer was a NAK (RNR or sequence error): its
+    /// PSN is the responder's expected PSN as of then (rxe keeps `resp.psn`
+    /// on both), the best first probe when the plan is unknown.
+    last_nak_epsn: Option<Psn>,
     tuning: EgressTuning,
     pub stats: EgressStats,
 }
@@ -270,6 +274,7 @@ impl Reinjector {
             resp_state: InProgress::Nothing,
             failed: false,
             plan_at_failure: None,
+            last_nak_epsn: None,
             tuning,
             stats: EgressStats::default(),
         }
@@ -309,8 +314,15 @@ impl Reinjector {
     /// cannot tell it: the PSN after the last tunnel-phase packet seen
     /// (where a responder that executed all of them expects the next).
     /// The engine's first ePSN probe goes there (`qp::poison`, probing).
+    ///
+    /// When the responder's last answer was an RNR NAK or a NAK-seq, its
+    /// PSN is better: the responder was stuck there (a receiver out of
+    /// receive WQEs), and after its NAK-seq rxe stays silent toward any
+    /// later PSN (`sent_psn_nak`) while its re-ACK of an earlier one can
+    /// lag far behind (`ack_psn` is 0 until a SEND/WRITE executes), so a
+    /// probe anywhere else could never tell the ePSN.
     pub fn probe_hint(&self) -> Option<Psn> {
-        self.raw_high.map(Psn::next)
+        self.last_nak_epsn.or(self.raw_high.map(Psn::next))
     }
 
     /// Where the responder's expected PSN (ePSN) can be, each with the
@@ -664,6 +676,7 @@ impl Reinjector {
         let raw_pending = self.raw_high.is_some() && !self.raw_done;
         match p.info.kind {
             OpKind::ReadResponse | OpKind::AtomicAck => {
+                self.last_nak_epsn = None;
                 self.stats.responses_forwarded += 1;
                 out.twin(p.as_bytes(), |packet| TwinMsg::Response { packet });
                 // A response implicitly acknowledges everything before its
@@ -700,6 +713,10 @@ impl Reinjector {
             }
             OpKind::Ack => {
                 let Some(aeth) = p.ext.aeth else { return };
+                self.last_nak_epsn = match aeth.syndrome {
+                    Syndrome::RnrNak { .. } | Syndrome::Nak(NakCode::PsnSequenceError) => Some(psn),
+                    _ => None,
+                };
                 if raw_pending {
                     self.stats.acks_forwarded += 1;
                     out.twin(p.as_bytes(), |packet| TwinMsg::Response { packet });

@@ -481,7 +481,14 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
             others_landed_at = Some(w.now);
         }
         if s.stall_qp0 && stall_failed_at.is_none() && progress[0][0].failed {
-            stall_failed_at = Some(w.now);
+            // Only a failure the gateway decided (its RNR budget, after
+            // pseudo-ACKing) can show head of line blocking: a stalled QP
+            // still in its tunnel phase fails by its own RNR retry count,
+            // long before the others can land, and blocked nobody.
+            let by_gateway = w
+                .engines()
+                .any(|g| g.ingress_halves().any(|h| h.stats.errors_injected > 0));
+            stall_failed_at = Some((w.now, by_gateway));
         }
         let all_done = sides.iter().all(|&side| {
             let si = usize::from(side == Node::HostB);
@@ -502,7 +509,9 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
             .engines()
             .any(|g| g.ingress_halves().any(|h| h.stats.errors_injected > 0));
         let failed = gave_up || progress.iter().flatten().any(|p| p.failed);
-        let finished = all_done && (landed_at.is_some() || failed);
+        // With a stalled QP the verdict needs the others landed.
+        let others_pending = s.stall_qp0 && others_landed_at.is_none();
+        let finished = all_done && (landed_at.is_some() || failed) && !others_pending;
         // (The WAN transport's keepalives never go quiet: with it, the
         // bounded settle below drains what is left.)
         if finished && (w.pending_events() == 0 || w.accelerated()) {
@@ -659,9 +668,13 @@ fn others_landed(s: &Scenario, w: &World, progress: &[Progress]) -> bool {
 /// before the gateway gives up on the stalled one (its RNR budget takes
 /// well over half a second; they need milliseconds). Waiting behind it,
 /// they would land only once it failed, or never.
-fn check_no_head_of_line(landed: Option<Time>, stall_failed: Option<Time>, out: &mut Outcome) {
+fn check_no_head_of_line(
+    landed: Option<Time>,
+    stall_failed: Option<(Time, bool)>,
+    out: &mut Outcome,
+) {
     match (landed, stall_failed) {
-        (Some(l), Some(f)) if l > f => out.violations.push(format!(
+        (Some(l), Some((f, true))) if l > f => out.violations.push(format!(
             "head of line: the QPs beside the stalled one landed at {l:?}, after it failed at {f:?}"
         )),
         (Some(_), _) => {}
