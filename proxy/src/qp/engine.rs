@@ -24,6 +24,7 @@ use super::egress::{EgressTuning, Reinjector};
 use super::fail::Probe;
 use super::half::HalfKey;
 use super::ingress::{AckTuning, PseudoAcker};
+use super::orphan::Orphan;
 use super::twin::{Carry, TwinMsg};
 
 /// Something the engine wants sent.
@@ -230,6 +231,23 @@ pub struct EngineStats {
     pub far_error_reverse_failed: u64,
     /// DREQs sent for such a QP's RDMA-CM connection (both ends).
     pub far_error_dreqs: u64,
+    /// `TwinMsg::Orphaned` messages (and far-end DREQs) sent to a twin
+    /// that came back, about QPs at its site whose flows were failed here
+    /// while it was away (`qp::orphan`).
+    pub orphans_told: u64,
+    /// `TwinMsg::Orphaned` received: QPs of this site whose flows the twin
+    /// failed while this gateway was away (it restarted)...
+    pub orphans_received: u64,
+    /// ...moved to error through their responder role, and the packets...
+    pub orphan_qps_poisoned: u64,
+    pub orphan_poison_packets: u64,
+    /// ...or probed first (the probe's end is counted with the probes)...
+    pub orphan_qps_probed: u64,
+    /// ...or left alone: poisoned or probed already, or a live flow of
+    /// this incarnation toward that QP number (a new QP)...
+    pub orphans_skipped: u64,
+    /// ...or not attributable (no candidate ePSN and no far QPN to probe).
+    pub orphans_unattributable: u64,
 }
 
 /// What one [`QpEngine::fail_all`] did (for the daemon's log line; the
@@ -269,7 +287,7 @@ pub(super) struct CmConn {
 }
 
 /// At most this many RDMA-CM connections are remembered (the oldest go).
-const MAX_CM_CONNS: usize = 65_536;
+pub(super) const MAX_CM_CONNS: usize = 65_536;
 
 /// A CM REQ seen, waiting for its REP.
 struct PendingReq {
@@ -306,6 +324,11 @@ pub struct QpEngine {
     /// Local QPs being probed, by the (far requester → local responder)
     /// half toward them.
     pub(super) probes: BTreeMap<HalfKey, Probe>,
+    /// QPs at the twin's site whose flows `fail_all` failed, and RDMA-CM
+    /// connections whose far end gets a DREQ, until the twin answers again
+    /// (`qp::orphan`).
+    pub(super) orphans: Vec<Orphan>,
+    pub(super) orphan_dreqs: Vec<CmConn>,
     pub(super) out: Outbox,
     pub stats: EngineStats,
 }
@@ -324,6 +347,8 @@ impl QpEngine {
             twin_reachable: true,
             poisoned: KeyedMap::with_hasher(cfg.hash_key),
             probes: BTreeMap::new(),
+            orphans: Vec::new(),
+            orphan_dreqs: Vec::new(),
             out: Outbox::default(),
             stats: EngineStats::default(),
         }
@@ -514,6 +539,12 @@ impl QpEngine {
                 }
             }
             TwinMsg::Error { half, psn, code } => self.on_far_error(now, half, psn, code),
+            TwinMsg::Orphaned {
+                qp,
+                far_qpn,
+                hint,
+                candidates,
+            } => self.on_orphan(now, qp, far_qpn, hint, candidates),
             TwinMsg::Datagram { packet } => {
                 if let Ok(p) = RocePacket::parse_verified(&packet) {
                     if cm::is_qp1_mad(&p) {

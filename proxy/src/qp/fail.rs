@@ -125,6 +125,9 @@ impl QpEngine {
     /// It does not change reachability: see [`Self::set_twin_reachable`].
     pub fn fail_all(&mut self, now: Time, code: NakCode) -> TwinLostSummary {
         let mut sum = TwinLostSummary::default();
+        // What the twin's next incarnation must hear (`qp::orphan`), taken
+        // before the halves are failed and dropped.
+        self.note_orphans();
         // Local QPs, named by the egress half toward them (far requester →
         // local responder QP), that a NAK reached, and those to poison.
         let mut nacked: HashSet<HalfKey> = HashSet::new();
@@ -184,7 +187,11 @@ impl QpEngine {
             r.release_all(&mut self.buffer);
         }
         self.cm_start.clear();
+        let before = self.cm_conns.clone();
         sum.dreqs_sent = self.send_dreqs(|_| true, false);
+        // Their far ends hear it when the twin answers again.
+        self.orphan_dreqs.extend(before);
+        self.orphan_dreqs.truncate(super::engine::MAX_CM_CONNS);
         let st = &mut self.stats;
         st.dreqs_sent += sum.dreqs_sent;
         st.twin_lost += 1;
@@ -335,7 +342,13 @@ impl QpEngine {
     /// Starts probing the ePSN of the local QP of `k` (see `qp::poison`):
     /// two probes half the PSN space apart around `hint` (or 0). False if
     /// no packet can be built.
-    fn start_probe(&mut self, now: Time, k: HalfKey, target: Target, hint: Option<Psn>) -> bool {
+    pub(super) fn start_probe(
+        &mut self,
+        now: Time,
+        k: HalfKey,
+        target: Target,
+        hint: Option<Psn>,
+    ) -> bool {
         let psns = poison::probe_psns(hint.unwrap_or(Psn::new(0)));
         let mut probe = Probe {
             target,
@@ -489,16 +502,25 @@ impl QpEngine {
                 self.out.dc(&v);
                 sent += 1;
             }
-            if both_ends {
-                let tid = 0x50A7_0000_0000_0000 | u64::from(c.far_comm_id);
-                let mad = cm::dreq_mad(c.local_comm_id, c.far_comm_id, c.far_qpn, tid);
-                if let Some(v) = dreq_packet(c.local, c.far, &mad) {
-                    self.out.twin(&v, |packet| TwinMsg::Datagram { packet });
-                    sent += 1;
-                }
+            if both_ends && self.send_far_dreq(&c) {
+                sent += 1;
             }
         }
         sent
+    }
+
+    /// A DREQ to the far end of `c` in the local host's name, carried to
+    /// the twin as a datagram (it injects it as is).
+    pub(super) fn send_far_dreq(&mut self, c: &CmConn) -> bool {
+        let tid = 0x50A7_0000_0000_0000 | u64::from(c.far_comm_id);
+        let mad = cm::dreq_mad(c.local_comm_id, c.far_comm_id, c.far_qpn, tid);
+        match dreq_packet(c.local, c.far, &mad) {
+            Some(v) => {
+                self.out.twin(&v, |packet| TwinMsg::Datagram { packet });
+                true
+            }
+            None => false,
+        }
     }
 }
 

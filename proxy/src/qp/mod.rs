@@ -26,6 +26,7 @@ mod fail;
 pub mod half;
 pub mod ingress;
 pub mod keyed;
+mod orphan;
 pub mod poison;
 pub mod twin;
 
