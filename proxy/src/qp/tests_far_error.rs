@@ -395,3 +395,140 @@ fn a_late_answer_of_a_poisoned_qp_is_absorbed_after_the_twin_is_back() {
         "{out:?}"
     );
 }
+
+/// The `TwinMsg::Orphaned` messages an engine queued.
+fn orphans(out: &[Output]) -> Vec<TwinMsg> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Twin(m @ TwinMsg::Orphaned { .. }) => Some(m.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_survivor_tells_a_restarted_twin_where_its_orphaned_qps_expect_their_next_psn() {
+    use super::poison::InProgress;
+    // The survivor is at REQUESTER's site: REQUESTER (RDMA-CM, sends from
+    // 5000) wrote 5000..=5002 through the twin; the twin reported 5000
+    // delivered, 5001 and 5002 were forwarded, not reported. The twin
+    // restarts: RESPONDER's QP, pseudo-ACKed by it, may wait for ever.
+    let mut e = cm_engine(700, 5000);
+    let t = Time::from_micros(1);
+    for psn in 5000..5003 {
+        e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, psn, true, 64, 0));
+    }
+    e.handle_twin(
+        t,
+        TwinMsg::Delivered {
+            half: key(),
+            psn: Psn::new(5000),
+            msn: Some(1),
+        },
+    );
+    drain(&mut e);
+    e.fail_all(t, NakCode::RemoteOperationalError);
+    drain(&mut e);
+    assert_eq!(e.orphans_pending(), 2, "the QP, and its CM connection");
+    // Told once the new incarnation answers.
+    e.tell_orphans();
+    let out = drain(&mut e);
+    let told = orphans(&out);
+    assert_eq!(
+        told,
+        vec![TwinMsg::Orphaned {
+            qp: key(),
+            far_qpn: Some(RQ_QPN),
+            hint: None,
+            candidates: vec![
+                (Psn::new(5001), InProgress::Nothing),
+                (Psn::new(5002), InProgress::Nothing),
+                (Psn::new(5003), InProgress::Nothing),
+            ],
+        }],
+        "after the last delivered, and after each forwarded since"
+    );
+    assert_eq!(
+        twin_dreqs(&out),
+        vec![(REQUESTER.into(), RESPONDER.into(), 0x1234, 0x5678, RS_QPN)],
+        "and the far end of the connection its DREQ"
+    );
+    assert_eq!(e.orphans_pending(), 0);
+
+    // The restarted gateway at RESPONDER's site: a fresh engine.
+    let mut n = QpEngine::new(super::tests::cfg(AckPolicy::Edge));
+    for m in told {
+        n.handle_twin(t, m);
+    }
+    let out = drain(&mut n);
+    let v: Vec<(u32, Opcode, u32, usize)> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Dc(v) => {
+                let p = RocePacket::parse_verified(v).unwrap();
+                assert_eq!(
+                    (p.ip.src(), p.ip.dst()),
+                    (REQUESTER.into(), RESPONDER.into())
+                );
+                Some((
+                    p.bth.dest_qp,
+                    p.bth.opcode,
+                    p.psn().value(),
+                    p.payload().len(),
+                ))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        v,
+        vec![
+            (RS_QPN, Opcode::RC_SEND_MIDDLE, 5001, 0),
+            (RS_QPN, Opcode::RC_SEND_MIDDLE, 5002, 0),
+            (RS_QPN, Opcode::RC_SEND_MIDDLE, 5003, 0),
+        ]
+    );
+    assert_eq!(
+        (n.stats.orphan_qps_poisoned, n.stats.orphan_poison_packets),
+        (1, 3)
+    );
+    // The QP's fatal answer, to REQUESTER's QP, goes nowhere.
+    n.handle_dc(
+        t,
+        &ack_to(
+            RESPONDER,
+            REQUESTER,
+            RQ_QPN,
+            5002,
+            Syndrome::Nak(NakCode::InvalidRequest),
+        ),
+    );
+    assert!(drain(&mut n).is_empty());
+}
+
+#[test]
+fn an_orphan_is_not_poisoned_when_a_live_flow_of_the_new_incarnation_uses_its_number() {
+    // A new QP behind the same number already talks through the restarted
+    // gateway: the orphan message must not hit it.
+    let mut n = QpEngine::new(super::tests::cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    n.handle_twin(
+        t,
+        TwinMsg::Request {
+            carry: Carry::Reliable,
+            packet: request(Opcode::RC_SEND_ONLY, 9000, true, 8, 0),
+        },
+    );
+    assert_eq!(drain(&mut n).len(), 1, "injected");
+    n.handle_twin(
+        t,
+        TwinMsg::Orphaned {
+            qp: key(),
+            far_qpn: Some(RQ_QPN),
+            hint: None,
+            candidates: vec![(Psn::new(9000), super::poison::InProgress::Nothing)],
+        },
+    );
+    assert!(drain(&mut n).is_empty());
+    assert_eq!(n.stats.orphans_skipped, 1);
+}

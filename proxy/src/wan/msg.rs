@@ -449,6 +449,51 @@ mod tests {
     }
 
     #[test]
+    fn an_orphaned_message_round_trips_and_refuses_what_is_off() {
+        use crate::qp::poison::InProgress;
+        let m = TwinMsg::Orphaned {
+            qp: half(),
+            far_qpn: Some(0x1234),
+            hint: None,
+            candidates: vec![
+                (Psn::new(7), InProgress::Nothing),
+                (Psn::new(0xff_ffff), InProgress::Send),
+                (Psn::new(9), InProgress::Write),
+            ],
+        };
+        let b = encode(&m);
+        assert_eq!(b.len(), encoded_len(&m));
+        assert_eq!(decode(&b), Ok(m.clone()));
+        let owned = encode_owned(m.clone());
+        let (h, body) = owned.range(0, owned.len());
+        assert_eq!([h, body].concat(), b);
+        let probe = TwinMsg::Orphaned {
+            qp: half(),
+            far_qpn: None,
+            hint: Some(Psn::new(3)),
+            candidates: Vec::new(),
+        };
+        assert_eq!(decode(&encode(&probe)), Ok(probe));
+        // A partial candidate, a bad state, too many.
+        assert_eq!(
+            decode(&b[..b.len() - 1]),
+            Err(MsgError::Truncated("candidate"))
+        );
+        let mut bad = b.clone();
+        *bad.last_mut().unwrap() = 3;
+        assert_eq!(decode(&bad), Err(MsgError::InProgress(3)));
+        let head_len = b.len() - 15;
+        let mut many = b[..head_len].to_vec();
+        for _ in 0..=MAX_ORPHAN_CANDIDATES {
+            many.extend_from_slice(&[0, 0, 0, 1, 0]);
+        }
+        assert_eq!(
+            decode(&many),
+            Err(MsgError::Candidates(MAX_ORPHAN_CANDIDATES + 1))
+        );
+    }
+
+    #[test]
     fn every_kind_round_trips() {
         let msgs = [
             TwinMsg::Request {
