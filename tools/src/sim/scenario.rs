@@ -96,6 +96,11 @@ pub struct Scenario {
     /// a new incarnation starts at once: whatever it held is gone, and
     /// gateway A must fail the flows mid-stream toward their requesters.
     pub twin_restart: Option<Duration>,
+    /// With `twin_restart`: gateway A crashes and restarts instead, the
+    /// *near* gateway of host A's requesters (it pseudo-ACKed them; its
+    /// new incarnation knows nothing of them, and gateway B must tell it:
+    /// `TwinMsg::Orphaned`).
+    pub restart_near: bool,
     /// QP 0's responder at B posts no receive (an RNR stall that never
     /// clears) while the other QPs between the same two hosts run: they
     /// must not wait behind it (head of line).
@@ -139,6 +144,7 @@ impl Default for Scenario {
             time_limit: Duration::from_secs(20),
             twin_timeout: soya_config::DEFAULT_TWIN_TIMEOUT,
             twin_restart: None,
+            restart_near: false,
             stall_qp0: false,
             paths: 1,
             cut_path: None,
@@ -421,14 +427,22 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
     const MAX_EVENTS: u64 = 200_000_000;
     loop {
         if restart_at.is_some_and(|t| w.now >= t) {
-            // Gateway B dies and comes back with nothing: a new site, a new
-            // generation.
+            // Gateway B (or A, the near one) dies and comes back with
+            // nothing: a new site, a new generation.
             restart_at = None;
-            w.gw_b = Some(Site::new(
-                site_params(s, HOST_B, HOST_A),
-                w.now,
-                seeded_nonces(w.twin_b_seed),
-            ));
+            if s.restart_near {
+                w.gw_a = Some(Site::new(
+                    site_params(s, HOST_A, HOST_B),
+                    w.now,
+                    seeded_nonces(w.twin_b_seed ^ 0x5EA5_0A0A),
+                ));
+            } else {
+                w.gw_b = Some(Site::new(
+                    site_params(s, HOST_B, HOST_A),
+                    w.now,
+                    seeded_nonces(w.twin_b_seed),
+                ));
+            }
         }
         // Keep tx_depth requests outstanding on every QP, perftest style.
         for &side in sides {
