@@ -39,7 +39,7 @@ use super::twin::TwinMsg;
 const MAX_ORPHANS: usize = 65_536;
 
 /// A QP at the twin's site whose flow through this gateway was failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub(super) struct Orphan {
     /// The local host's requests toward it (see `TwinMsg::Orphaned`).
     qp: HalfKey,
@@ -91,14 +91,11 @@ impl QpEngine {
             }
         }
         found.sort_by_key(|o| o.qp);
-        for o in found {
-            if !self.orphans.contains(&o) {
-                if self.orphans.len() >= MAX_ORPHANS {
-                    self.orphans.remove(0);
-                }
-                self.orphans.push(o);
-            }
-        }
+        // (A QP noted twice, by two failures before the twin answered, is
+        // told twice; the receiver acts on the first and skips the other.)
+        self.orphans.extend(found);
+        let excess = self.orphans.len().saturating_sub(MAX_ORPHANS);
+        self.orphans.drain(..excess);
     }
 
     /// Far QPs whose flows were failed and that the twin was not told of.
