@@ -1338,10 +1338,9 @@ fn killing_the_near_gateway_fails_the_requester_qp() {
     assert!(r.bytes_lost > 0, "{r:#?}");
     // This client's QP never received a request (out-of-band setup, WRITEs
     // one way): gwB knows its number but not its expected PSN, so the new
-    // gwA must probe it, and soya-perf's userspace endpoint, busy
-    // retransmitting, did not answer within the probe budget (3 x 2 ms) in
-    // the one run on 2026-11-25 (load 4): the QP then stalls as before the
-    // fix. Which of the two happened is printed; either way the failure is
+    // gwA must probe it; in 3 runs of 3 on 2026-11-25 (load 2-10) the
+    // probes went unanswered (cause not found yet) and the QP stalled as
+    // before the fix. Which of the two happened is printed; either way the failure is
     // reported (never a silent success). The requester with nothing
     // outstanding, whose expected PSN gwB knows, is pinned below.
     let errored = r.failed_completions >= 1
