@@ -259,6 +259,13 @@ pub struct Reinjector {
     /// what [`Self::poison_plan`] needs.
     resp_state: InProgress,
     failed: bool,
+    /// [`Self::poison_plan`] as it was when the half failed (its queue is
+    /// released then, and the responder may still need moving to error).
+    plan_at_failure: Option<Vec<(Psn, InProgress)>>,
+    /// The responder's last answer was a NAK (RNR or sequence error): its
+    /// PSN is the responder's expected PSN as of then (rxe keeps `resp.psn`
+    /// on both), the best first probe when the plan is unknown.
+    last_nak_epsn: Option<Psn>,
     tuning: EgressTuning,
     pub stats: EgressStats,
 }
@@ -290,6 +297,8 @@ impl Reinjector {
             rto_recovery: None,
             resp_state: InProgress::Nothing,
             failed: false,
+            plan_at_failure: None,
+            last_nak_epsn: None,
             tuning,
             stats: EgressStats::default(),
         }
@@ -329,8 +338,15 @@ impl Reinjector {
     /// cannot tell it: the PSN after the last tunnel-phase packet seen
     /// (where a responder that executed all of them expects the next).
     /// The engine's first ePSN probe goes there (`qp::poison`, probing).
+    ///
+    /// When the responder's last answer was an RNR NAK or a NAK-seq, its
+    /// PSN is better: the responder was stuck there (a receiver out of
+    /// receive WQEs), and after its NAK-seq rxe stays silent toward any
+    /// later PSN (`sent_psn_nak`) while its re-ACK of an earlier one can
+    /// lag far behind (`ack_psn` is 0 until a SEND/WRITE executes), so a
+    /// probe anywhere else could never tell the ePSN.
     pub fn probe_hint(&self) -> Option<Psn> {
-        self.raw_high.map(Psn::next)
+        self.last_nak_epsn.or(self.raw_high.map(Psn::next))
     }
 
     /// Where the responder's expected PSN (ePSN) can be, each with the
@@ -345,6 +361,9 @@ impl Reinjector {
     /// (`raw_done`) is unknown ground: the requester's own packets, which
     /// this half saw only in part, may be anywhere in it.
     pub fn poison_plan(&self) -> Option<Vec<(Psn, InProgress)>> {
+        if self.failed {
+            return self.plan_at_failure.clone();
+        }
         if self.raw_high.is_some() && !self.raw_done {
             return None;
         }
@@ -683,6 +702,7 @@ impl Reinjector {
         let raw_pending = self.raw_high.is_some() && !self.raw_done;
         match p.info.kind {
             OpKind::ReadResponse | OpKind::AtomicAck => {
+                self.last_nak_epsn = None;
                 self.stats.responses_forwarded += 1;
                 out.twin(p.as_bytes(), |packet| TwinMsg::Response { packet });
                 // A response implicitly acknowledges everything before its
@@ -719,6 +739,10 @@ impl Reinjector {
             }
             OpKind::Ack => {
                 let Some(aeth) = p.ext.aeth else { return };
+                self.last_nak_epsn = match aeth.syndrome {
+                    Syndrome::RnrNak { .. } | Syndrome::Nak(NakCode::PsnSequenceError) => Some(psn),
+                    _ => None,
+                };
                 if raw_pending {
                     self.stats.acks_forwarded += 1;
                     out.twin(p.as_bytes(), |packet| TwinMsg::Response { packet });
@@ -811,6 +835,9 @@ impl Reinjector {
 
     /// Gives up on this half and tells the twin.
     fn fail(&mut self, psn: Psn, code: NakCode, buf: &mut DeepBuffer, out: &mut Outbox) {
+        if !self.failed {
+            self.plan_at_failure = self.poison_plan();
+        }
         self.failed = true;
         self.release_all(buf);
         out.push_back(Output::Twin(TwinMsg::Error {
@@ -818,6 +845,28 @@ impl Reinjector {
             psn,
             code,
         }));
+    }
+
+    /// The local responder QP is being moved to the error state (its own
+    /// requests were refused at the far side: `QpEngine::on_far_error`).
+    /// It will execute nothing more, so nothing held here or sent later by
+    /// the twin can land: fail the half and tell the twin, whose requester
+    /// learns it as from a responder that went away. False if the half had
+    /// failed already.
+    pub fn fail_responder_gone(&mut self, buf: &mut DeepBuffer, out: &mut Outbox) -> bool {
+        if self.failed {
+            return false;
+        }
+        let psn = self
+            .queue
+            .front()
+            .map(|p| p.psn)
+            .or(self.acked.map(Psn::next))
+            .or(self.raw_high.map(Psn::next))
+            .unwrap_or(Psn::new(0));
+        self.stats.gave_up += 1;
+        self.fail(psn, NakCode::RemoteOperationalError, buf, out);
+        true
     }
 
     pub fn on_timeout(&mut self, now: Time, buf: &mut DeepBuffer, out: &mut Outbox) {

@@ -5,7 +5,7 @@
 //! the twin ([`QpEngine::handle_twin`]) and timers. Outputs: packets for the
 //! DC side and messages for the twin ([`QpEngine::poll_output`]).
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use super::keyed::{HashKey, KeyedMap};
 use std::net::IpAddr;
@@ -17,16 +17,14 @@ use crate::buffer::{DeepBuffer, Occupancy, PacketPool, PoolStats};
 use crate::roce::builders::ReplyTo;
 use crate::roce::cm::{self, CmMessage, CmReq};
 use crate::roce::ip::rxe_udp_sport;
-use crate::roce::{
-    is_roce, Bth, Deth, ExtHeaders, Headers, IpHeader, NakCode, OpKind, Opcode, Psn, RocePacket,
-    RoceRepr, Syndrome, WireError,
-};
+use crate::roce::{is_roce, IpHeader, NakCode, OpKind, Psn, RocePacket, RoceRepr, WireError};
 use crate::time::Time;
 
 use super::egress::{EgressTuning, Reinjector, RequestInfo};
+use super::fail::Probe;
 use super::half::HalfKey;
 use super::ingress::{AckTuning, PseudoAcker};
-use super::poison::{self, InProgress, Target};
+use super::orphan::Orphan;
 use super::twin::{Carry, TwinMsg};
 
 /// Something the engine wants sent.
@@ -215,6 +213,41 @@ pub struct EngineStats {
     /// Probed QPs given up after the bounded retries (also counted in
     /// `poison_unattributable`).
     pub probes_unanswered: u64,
+    /// [`TwinMsg::Error`]s for a half known here: the far side refused one
+    /// of its requests for good ([`QpEngine::on_far_error`]).
+    pub far_errors: u64,
+    /// ...whose requester had nothing outstanding and had been told that
+    /// requests landed which did not: its QP moved to error through its
+    /// responder role (`qp::poison`), and the packets sent for it...
+    pub far_error_qps_poisoned: u64,
+    pub far_error_poison_packets: u64,
+    /// ...or its ePSN probed first (the probe's end is counted with the
+    /// probes: `qps_poisoned_after_probe`, `probes_unanswered`)...
+    pub far_error_qps_probed: u64,
+    /// ...or neither (its QPN, or its ePSN and the far QPN, unknown).
+    pub far_error_unattributable: u64,
+    /// Egress halves toward such a QP failed, the twin told: a QP in error
+    /// executes nothing more.
+    pub far_error_reverse_failed: u64,
+    /// DREQs sent for such a QP's RDMA-CM connection (both ends).
+    pub far_error_dreqs: u64,
+    /// `TwinMsg::Orphaned` messages (and far-end DREQs) sent to a twin
+    /// that came back, about QPs at its site whose flows were failed here
+    /// while it was away (`qp::orphan`).
+    pub orphans_told: u64,
+    /// `TwinMsg::Orphaned` received: QPs of this site whose flows the twin
+    /// failed while this gateway was away (it restarted)...
+    pub orphans_received: u64,
+    /// ...moved to error through their responder role, and the packets...
+    pub orphan_qps_poisoned: u64,
+    pub orphan_poison_packets: u64,
+    /// ...or probed first (the probe's end is counted with the probes)...
+    pub orphan_qps_probed: u64,
+    /// ...or left alone: poisoned or probed already, or a live flow of
+    /// this incarnation toward that QP number (a new QP)...
+    pub orphans_skipped: u64,
+    /// ...or not attributable (no candidate ePSN and no far QPN to probe).
+    pub orphans_unattributable: u64,
 }
 
 /// What one [`QpEngine::fail_all`] did (for the daemon's log line; the
@@ -241,34 +274,20 @@ pub struct TwinLostSummary {
     pub dreqs_sent: u64,
 }
 
-/// A local QP whose expected PSN is being learned by probing
-/// (`qp::poison`, probing).
-struct Probe {
-    target: Target,
-    /// The probes' PSNs, while no answer has told the ePSN.
-    psns: [Psn; 2],
-    /// The ePSN the poison was last sent at, and whether a NAK-seq told it
-    /// (exact) rather than a re-ACK.
-    poison_at: Option<(Psn, bool)>,
-    /// Poison PSNs tried.
-    rounds: u32,
-    /// Sends of the current step.
-    attempts: u32,
-    deadline: Time,
-}
-
 /// An RDMA-CM connection with one end here and one at the twin's site.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct CmConn {
-    local: IpAddr,
-    far: IpAddr,
-    local_comm_id: u32,
-    far_comm_id: u32,
-    local_qpn: u32,
+pub(super) struct CmConn {
+    pub(super) local: IpAddr,
+    pub(super) far: IpAddr,
+    pub(super) local_comm_id: u32,
+    pub(super) far_comm_id: u32,
+    pub(super) local_qpn: u32,
+    /// The far end's QP (the DREQ toward it names it).
+    pub(super) far_qpn: u32,
 }
 
 /// At most this many RDMA-CM connections are remembered (the oldest go).
-const MAX_CM_CONNS: usize = 65_536;
+pub(super) const MAX_CM_CONNS: usize = 65_536;
 
 /// A CM REQ seen, waiting for its REP.
 struct PendingReq {
@@ -281,31 +300,36 @@ struct PendingReq {
 
 pub struct QpEngine {
     cfg: EngineConfig,
-    buffer: DeepBuffer,
-    ingress: KeyedMap<HalfKey, PseudoAcker>,
-    egress: KeyedMap<HalfKey, Reinjector>,
+    pub(super) buffer: DeepBuffer,
+    pub(super) ingress: KeyedMap<HalfKey, PseudoAcker>,
+    pub(super) egress: KeyedMap<HalfKey, Reinjector>,
     /// (requester address, requester QPN, responder address) → half.
-    by_requester: KeyedMap<(IpAddr, u32, IpAddr), HalfKey>,
+    pub(super) by_requester: KeyedMap<(IpAddr, u32, IpAddr), HalfKey>,
     pending_req: KeyedMap<u32, PendingReq>,
     /// RDMA-CM connections between a local and a far host, learned from
     /// REQ/REP: what a DREQ in the far host's name needs when the twin is
     /// lost (bounded; forgotten on DREQ, DREP or REJ).
-    cm_conns: Vec<CmConn>,
+    pub(super) cm_conns: Vec<CmConn>,
     /// From RDMA-CM: the first PSN the far requester of an egress half
     /// sends with (its responder's first expected PSN), for halves that
     /// may not have seen a packet yet.
-    cm_start: KeyedMap<HalfKey, Psn>,
+    pub(super) cm_start: KeyedMap<HalfKey, Psn>,
     /// Is the twin reachable? While not, requests from the DC side are
     /// refused ([`QpEngine::set_twin_reachable`]).
-    twin_reachable: bool,
+    pub(super) twin_reachable: bool,
     /// Egress halves (far requester → local responder QP) whose local QP
     /// was poisoned, with the far requester's QPN when known: their
     /// answers are absorbed.
-    poisoned: KeyedMap<HalfKey, Option<u32>>,
+    pub(super) poisoned: KeyedMap<HalfKey, Option<u32>>,
     /// Local QPs being probed, by the (far requester → local responder)
     /// half toward them.
-    probes: BTreeMap<HalfKey, Probe>,
-    out: Outbox,
+    pub(super) probes: BTreeMap<HalfKey, Probe>,
+    /// QPs at the twin's site whose flows `fail_all` failed, and RDMA-CM
+    /// connections whose far end gets a DREQ, until the twin answers again
+    /// (`qp::orphan`).
+    pub(super) orphans: Vec<Orphan>,
+    pub(super) orphan_dreqs: Vec<CmConn>,
+    pub(super) out: Outbox,
     pub stats: EngineStats,
 }
 
@@ -323,6 +347,8 @@ impl QpEngine {
             twin_reachable: true,
             poisoned: KeyedMap::with_hasher(cfg.hash_key),
             probes: BTreeMap::new(),
+            orphans: Vec::new(),
+            orphan_dreqs: Vec::new(),
             out: Outbox::default(),
             stats: EngineStats::default(),
         }
@@ -491,311 +517,6 @@ impl QpEngine {
         }
     }
 
-    /// An ACK/NAK from a local QP we poisoned (its answer to a poison
-    /// packet), which must not travel to the lost twin.
-    fn is_poison_answer(&self, key: Option<HalfKey>, p: &RocePacket<'_>) -> bool {
-        if self.poisoned.is_empty() {
-            return false;
-        }
-        match key {
-            Some(k) if self.poisoned.contains_key(&k) => true,
-            Some(_) => false,
-            None => self.poisoned.iter().any(|(k, far_qpn)| {
-                k.responder == p.ip.src()
-                    && k.requester == p.ip.dst()
-                    && far_qpn.is_some_and(|q| q == p.bth.dest_qp)
-            }),
-        }
-    }
-
-    /// Is the twin reachable (see [`Self::set_twin_reachable`])?
-    pub fn twin_reachable(&self) -> bool {
-        self.twin_reachable
-    }
-
-    /// Tells the engine whether the twin can be reached. While it cannot,
-    /// every new request from the DC side is refused at once: a NAK
-    /// (remote operational error) at the requester's first unacknowledged
-    /// PSN (the request's own, when everything before it was
-    /// acknowledged), nothing buffered, nothing pseudo-ACKed, nothing
-    /// carried, and its half is failed so that the QP stays refused. A
-    /// new connection attempt thus fails fast instead of hanging on
-    /// pseudo-ACKs that nobody will honour. A half whose requester QPN the
-    /// engine never learned cannot be answered: its requests are dropped
-    /// (counted) and the requester's retry budget ends it (RDMA-CM
-    /// connections cannot even be set up: their REQ gets no REP).
-    ///
-    /// The site calls it with `false` when it declares the twin lost (with
-    /// [`Self::fail_all`], normally just before) and with `true` when a WAN
-    /// path answers again: halves failed meanwhile stay failed (their QPs
-    /// are in the error state), new QPs are served normally.
-    pub fn set_twin_reachable(&mut self, reachable: bool) {
-        if reachable && !self.twin_reachable {
-            self.poisoned.clear();
-        }
-        self.twin_reachable = reachable;
-    }
-
-    /// The twin is lost for good (every WAN path down for
-    /// `wan.twin_timeout`, or it restarted and lost its state): no local QP
-    /// that had a flow with it may wait forever, and nothing of its state
-    /// may stay behind.
-    ///
-    /// - Every ingress half is failed with `code`: a requester with
-    ///   requests outstanding gets the NAK at its oldest outstanding PSN
-    ///   (exactly: the one after the last ACK, pseudo or real, or its first
-    ///   PSN when none was acknowledged), buffered packets are released,
-    ///   and every later request is answered with the same NAK.
-    /// - Every local QP that has nothing outstanding as a requester (all
-    ///   pseudo-ACKed, or idle) but belongs to a flow with the twin is
-    ///   moved to the error state through its responder role, with a
-    ///   request that can never place data (`qp::poison`); its posted
-    ///   receives then complete with a flush error. When its expected PSN
-    ///   is not known (no reverse traffic, no RDMA-CM) but both QPNs are,
-    ///   the engine learns it by probing and poisons it when the answer
-    ///   comes (timers: [`Self::poll_timeout`]; `TwinLostSummary::probing`).
-    /// - Every egress half (requests received from the lost twin) is
-    ///   dropped and its buffer slots are freed.
-    ///
-    /// It does not change reachability: see [`Self::set_twin_reachable`].
-    pub fn fail_all(&mut self, now: Time, code: NakCode) -> TwinLostSummary {
-        let mut sum = TwinLostSummary::default();
-        // Local QPs, named by the egress half toward them (far requester →
-        // local responder QP), that a NAK reached, and those to poison.
-        let mut nacked: HashSet<HalfKey> = HashSet::new();
-        let mut to_poison: BTreeMap<HalfKey, Option<u32>> = BTreeMap::new();
-        let mut keys: Vec<HalfKey> = self.ingress.keys().copied().collect();
-        keys.sort();
-        for k in keys {
-            let Some(a) = self.ingress.get_mut(&k) else {
-                continue;
-            };
-            sum.halves_failed += 1;
-            let nak = a.fail_twin_lost(code, &mut self.buffer, &mut self.out);
-            let Some(local_qpn) = a.requester_qpn() else {
-                // Still a tunnel: the requester QPN is unknown, so neither
-                // a NAK nor a poison packet can be addressed.
-                sum.unattributable += 1;
-                continue;
-            };
-            let toward_local = HalfKey {
-                requester: k.responder,
-                responder: k.requester,
-                responder_qpn: local_qpn,
-            };
-            if nak.is_some() {
-                sum.halves_nacked += 1;
-                nacked.insert(toward_local);
-            } else {
-                to_poison.insert(toward_local, Some(k.responder_qpn));
-            }
-        }
-        // A local QP that is only a responder to the twin's requests.
-        for k in self.egress.keys() {
-            if !nacked.contains(k) && !to_poison.contains_key(k) {
-                let far_qpn = self
-                    .by_requester
-                    .iter()
-                    .find(|(_, v)| *v == k)
-                    .map(|(id, _)| id.1);
-                to_poison.insert(*k, far_qpn);
-            }
-        }
-        for (k, far_qpn) in to_poison {
-            let plan = match self.egress.get(&k) {
-                Some(r) => r.poison_plan(),
-                None => self
-                    .cm_start
-                    .get(&k)
-                    .map(|&psn| vec![(psn, InProgress::Nothing)]),
-            };
-            let target = Target {
-                far: k.requester,
-                far_qpn,
-                local: k.responder,
-                local_qpn: k.responder_qpn,
-            };
-            let Some(plan) = plan else {
-                // The ePSN is not known: learn it by probing, which needs
-                // the far QPN (the answers are addressed to it).
-                if self.probes.contains_key(&k) {
-                    continue; // already being probed (an earlier fail_all)
-                }
-                let hint = self.egress.get(&k).and_then(Reinjector::probe_hint);
-                if far_qpn.is_some() && self.start_probe(now, k, target, hint) {
-                    sum.probing += 1;
-                } else {
-                    sum.unattributable += 1;
-                }
-                continue;
-            };
-            let mut sent = 0;
-            for (psn, state) in plan {
-                if let Some(repr) = poison::packet(&target, psn, state) {
-                    self.out.dc_repr(&repr);
-                    sent += 1;
-                }
-            }
-            if sent > 0 {
-                sum.qps_poisoned += 1;
-                sum.poison_packets += sent;
-                self.poisoned.insert(k, far_qpn);
-            } else {
-                sum.unattributable += 1;
-            }
-        }
-        for (_, mut r) in self.egress.drain() {
-            sum.egress_halves_dropped += 1;
-            sum.egress_packets_dropped += r.held() as u64;
-            r.release_all(&mut self.buffer);
-        }
-        self.cm_start.clear();
-        sum.dreqs_sent = self.send_dreqs();
-        let st = &mut self.stats;
-        st.dreqs_sent += sum.dreqs_sent;
-        st.twin_lost += 1;
-        st.halves_failed_twin_lost += sum.halves_failed;
-        st.halves_nacked_twin_lost += sum.halves_nacked;
-        st.qps_poisoned += sum.qps_poisoned;
-        st.poison_packets += sum.poison_packets;
-        st.poison_unattributable += sum.unattributable;
-        st.egress_halves_dropped += sum.egress_halves_dropped;
-        st.egress_packets_dropped += sum.egress_packets_dropped;
-        st.qps_probed += sum.probing;
-        sum
-    }
-
-    /// Starts probing the ePSN of the local QP of `k` (see `qp::poison`):
-    /// two probes half the PSN space apart around `hint` (or 0). False if
-    /// no packet can be built.
-    fn start_probe(&mut self, now: Time, k: HalfKey, target: Target, hint: Option<Psn>) -> bool {
-        let psns = poison::probe_psns(hint.unwrap_or(Psn::new(0)));
-        let mut probe = Probe {
-            target,
-            psns,
-            poison_at: None,
-            rounds: 0,
-            attempts: 0,
-            deadline: now,
-        };
-        if !self.send_probe_step(now, &mut probe) {
-            return false;
-        }
-        self.probes.insert(k, probe);
-        true
-    }
-
-    /// Sends the current step of `probe` (the two probes, or the poison at
-    /// the ePSN an answer told) and arms its timer.
-    fn send_probe_step(&mut self, now: Time, probe: &mut Probe) -> bool {
-        let mut sent = 0;
-        match probe.poison_at {
-            None => {
-                for psn in probe.psns {
-                    if let Some(repr) = poison::packet(&probe.target, psn, InProgress::Nothing) {
-                        self.out.dc_repr(&repr);
-                        sent += 1;
-                    }
-                }
-                self.stats.probes_sent += sent;
-            }
-            Some((psn, _)) => {
-                if let Some(repr) = poison::packet(&probe.target, psn, InProgress::Nothing) {
-                    self.out.dc_repr(&repr);
-                    sent += 1;
-                }
-                self.stats.poison_packets += sent;
-            }
-        }
-        probe.attempts += 1;
-        probe.deadline = now + poison::PROBE_TIMEOUT;
-        sent > 0
-    }
-
-    /// The probed QP an ACK/NAK from the DC side comes from: sent by the
-    /// local QP to the far host's QP, exactly as the targets name them.
-    fn probe_of(&self, p: &RocePacket<'_>) -> Option<HalfKey> {
-        self.probes
-            .iter()
-            .find(|(_, pr)| {
-                pr.target.local == p.ip.src()
-                    && pr.target.far == p.ip.dst()
-                    && pr.target.far_qpn == Some(p.bth.dest_qp)
-            })
-            .map(|(k, _)| *k)
-    }
-
-    /// An answer of a probed QP: learn its ePSN, poison it there, or note
-    /// that it is in error. Absorbed in every case.
-    fn on_probe_answer(&mut self, now: Time, k: HalfKey, p: &RocePacket<'_>) {
-        self.stats.probe_answers += 1;
-        let Some(aeth) = p.ext.aeth else { return };
-        let Some(mut probe) = self.probes.remove(&k) else {
-            return;
-        };
-        // (ePSN, exact) this answer tells, if any.
-        let told = match aeth.syndrome {
-            // A duplicate: re-ACKed with the last executed PSN.
-            Syndrome::Ack { .. } => Some((p.psn().next(), false)),
-            Syndrome::Nak(NakCode::PsnSequenceError) => Some((p.psn(), true)),
-            Syndrome::Nak(_) => {
-                // A fatal NAK (Invalid Request: the probe or the poison
-                // was at the ePSN): the QP is in the error state. Its
-                // later answers are absorbed as a poisoned QP's.
-                self.stats.qps_poisoned_after_probe += 1;
-                self.poisoned.insert(k, probe.target.far_qpn);
-                return;
-            }
-            // An RNR NAK cannot answer a Middle opcode; nothing to learn.
-            _ => None,
-        };
-        if let Some((epsn, exact)) = told {
-            let better = match probe.poison_at {
-                None => true,
-                // A NAK-seq is exact; a re-ACK only ever moves the estimate
-                // forward (a lagging re-ACK after a READ).
-                Some((at, was_exact)) => at != epsn && (exact || (!was_exact && epsn.after(at))),
-            };
-            if better && probe.rounds < poison::PROBE_ROUNDS {
-                probe.rounds += 1;
-                probe.poison_at = Some((epsn, exact));
-                probe.attempts = 0;
-                self.send_probe_step(now, &mut probe);
-            }
-        }
-        self.probes.insert(k, probe);
-    }
-
-    /// Probes whose answer did not come in time: sent again, or given up
-    /// (unattributable) after [`poison::PROBE_ATTEMPTS`] sends.
-    fn probe_timeouts(&mut self, now: Time) {
-        let due: Vec<HalfKey> = self
-            .probes
-            .iter()
-            .filter(|(_, p)| p.deadline <= now)
-            .map(|(k, _)| *k)
-            .collect();
-        for k in due {
-            let Some(mut probe) = self.probes.remove(&k) else {
-                continue;
-            };
-            if probe.attempts < poison::PROBE_ATTEMPTS {
-                self.send_probe_step(now, &mut probe);
-                self.probes.insert(k, probe);
-            } else {
-                self.stats.probes_unanswered += 1;
-                self.stats.poison_unattributable += 1;
-                // Its late answers are still not the twin's business.
-                self.poisoned.insert(k, probe.target.far_qpn);
-            }
-        }
-    }
-
-    /// Local QPs whose ePSN is still being probed.
-    pub fn probes_pending(&self) -> usize {
-        self.probes.len()
-    }
-
     /// A message from the twin. A packet it carries is copied where it is
     /// needed (deep buffer, an output) and its buffer goes to the pool.
     pub fn handle_twin(&mut self, now: Time, msg: TwinMsg) {
@@ -814,12 +535,13 @@ impl QpEngine {
                     a.on_delivered(now, psn, msn, &mut self.buffer, &mut self.out);
                 }
             }
-            TwinMsg::Error { half, psn, code } => {
-                if let Some(a) = self.ingress.get_mut(&half) {
-                    a.on_error(psn, code, &mut self.out);
-                    a.release_all(&mut self.buffer);
-                }
-            }
+            TwinMsg::Error { half, psn, code } => self.on_far_error(now, half, psn, code),
+            TwinMsg::Orphaned {
+                qp,
+                far_qpn,
+                hint,
+                candidates,
+            } => self.on_orphan(now, qp, far_qpn, hint, candidates),
             TwinMsg::Datagram { packet } => {
                 if let Ok(p) = RocePacket::parse_verified(&packet) {
                     if cm::is_qp1_mad(&p) {
@@ -843,6 +565,10 @@ impl QpEngine {
             return;
         };
         let key = HalfKey::of_request(&p);
+        if !self.egress.contains_key(&key) {
+            // A new QP behind a number once poisoned: its answers are its own.
+            self.poisoned.remove(&key);
+        }
         let tuning = self.cfg.egress;
         let r = self
             .egress
@@ -955,6 +681,7 @@ impl QpEngine {
                         local_comm_id: pr.req.local_comm_id,
                         far_comm_id: rep.local_comm_id,
                         local_qpn: qa,
+                        far_qpn: qp,
                     }
                 } else {
                     CmConn {
@@ -963,6 +690,7 @@ impl QpEngine {
                         local_comm_id: rep.local_comm_id,
                         far_comm_id: pr.req.local_comm_id,
                         local_qpn: qp,
+                        far_qpn: qa,
                     }
                 };
                 if self.cm_conns.len() >= MAX_CM_CONNS {
@@ -993,47 +721,6 @@ impl QpEngine {
             }
             _ => {}
         }
-    }
-
-    /// A DREQ in the lost twin's hosts' name to every local end of an
-    /// RDMA-CM connection through it (rping and other librdmacm users wait
-    /// for the DISCONNECTED event, and rping ignores flushed completions:
-    /// the lab showed it hanging with its QP already in the error state,
-    /// and exiting 0.75 s after such a DREQ). A UD SEND Only to QP1 with
-    /// the GSI Q_Key, as the far host's CM would send it; the local CM
-    /// answers with a DREP (absorbed: the twin is gone).
-    fn send_dreqs(&mut self) -> u64 {
-        let mut sent = 0;
-        for (i, c) in std::mem::take(&mut self.cm_conns).into_iter().enumerate() {
-            let Some(ip) = IpHeader::between(c.far, c.local) else {
-                continue;
-            };
-            let mad = cm::dreq_mad(
-                c.far_comm_id,
-                c.local_comm_id,
-                c.local_qpn,
-                0x50A7_0000_0000_0000 | i as u64,
-            );
-            let op = Opcode::UD_SEND_ONLY;
-            let repr = RoceRepr {
-                ip,
-                src_port: 0xc000,
-                bth: Bth::new(op, 1, Psn::new(0)),
-                ext: ExtHeaders {
-                    present: op.info().map_or(Headers::NONE, |i| i.headers),
-                    deth: Deth {
-                        qkey: cm::GSI_QKEY,
-                        src_qp: 1,
-                    },
-                    ..Default::default()
-                },
-            };
-            if let Ok(v) = repr.to_vec(&mad) {
-                self.out.dc(&v);
-                sent += 1;
-            }
-        }
-        sent
     }
 
     fn learn_cm(&mut self, key: HalfKey, requester_qpn: u32, first_psn: Psn, pmtu: u16) {

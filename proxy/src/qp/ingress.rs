@@ -24,7 +24,8 @@ use crate::time::Time;
 
 use super::engine::{Outbox, Output};
 use super::half::HalfKey;
-use super::twin::{Carry, TwinMsg};
+use super::poison::InProgress;
+use super::twin::{Carry, TwinMsg, MAX_ORPHAN_CANDIDATES};
 
 /// Coalescing and backpressure knobs.
 #[derive(Clone, Copy, Debug)]
@@ -108,6 +109,9 @@ struct Entry {
     bytes: Option<Vec<u8>>,
     forwarded: bool,
     accepted_at: Time,
+    /// Its opcode: what the responder has in progress once it executed it
+    /// ([`PseudoAcker::orphan_plan`]).
+    op: crate::roce::Opcode,
 }
 
 impl Entry {
@@ -157,6 +161,10 @@ pub struct PseudoAcker {
     /// The first unacknowledged PSN when the half failed (its entries are
     /// gone after that).
     failed_at: Option<Psn>,
+    /// The message in progress at the responder once it executed every
+    /// packet forwarded raw, and once it executed everything delivered.
+    raw_state: InProgress,
+    delivered_state: InProgress,
     last_cnp: Option<Time>,
     /// Path MTU, from RDMA-CM or from the payload of First/Middle packets.
     pmtu: Option<u32>,
@@ -172,6 +180,8 @@ impl PseudoAcker {
     /// A half first seen in traffic: starts as a tunnel.
     pub fn new_raw(key: HalfKey, tuning: AckTuning) -> PseudoAcker {
         PseudoAcker {
+            raw_state: InProgress::Nothing,
+            delivered_state: InProgress::Nothing,
             key,
             flow_id: key.id(),
             mode: Mode::Raw,
@@ -294,6 +304,7 @@ impl PseudoAcker {
         let replay = self.mode != Mode::Raw && self.expected.is_some_and(|e| p.psn().before(e));
         if !replay && self.raw_high.is_none_or(|h| last.after(h)) {
             self.raw_high = Some(last);
+            self.raw_state = self.raw_state.after(p.bth.opcode);
             self.read_slack = (span < span_max).then_some((p.psn(), span_max, p.ext.reth.len));
         }
         self.stats.raw_packets += 1;
@@ -370,6 +381,7 @@ impl PseudoAcker {
             bytes: Some(out.pool.copy_of(p.as_bytes())),
             forwarded: false,
             accepted_at: now,
+            op: p.bth.opcode,
         });
         self.expected = Some(psn.add(span));
         self.stats.packets += 1;
@@ -687,6 +699,7 @@ impl PseudoAcker {
             }
             if let Some(slot) = e.slot.take() {
                 buf.release(self.flow_id, slot);
+                self.delivered_state = self.delivered_state.after(e.op);
             }
             if e.forwarded {
                 self.in_flight = self.in_flight.saturating_sub(e.span);
@@ -729,6 +742,10 @@ impl PseudoAcker {
     /// The responder really got everything up to `psn`.
     fn note_real_progress(&mut self, psn: Psn) {
         if self.raw_high.is_none_or(|h| !psn.before(h)) {
+            if !self.raw_acked {
+                // Entries start after the tunnel phase.
+                self.delivered_state = self.raw_state;
+            }
             self.raw_acked = true;
         }
         self.finish_switch();
@@ -853,6 +870,56 @@ impl PseudoAcker {
 
     pub fn is_failed(&self) -> bool {
         self.failed.is_some()
+    }
+
+    /// Where the far responder's expected PSN (ePSN) can be, for telling
+    /// its gateway when that one restarted (`TwinMsg::Orphaned`): the PSN
+    /// after the last one it acknowledged (delivered), with the message it
+    /// has in progress there, then the PSN after each packet forwarded and
+    /// not yet reported delivered (each may be the last it executed).
+    /// Packets never forwarded cannot have been executed. Empty, with a
+    /// hint for probing, when it cannot be known this way: a tunnel phase
+    /// not yet acknowledged (its packets are not held here), or more than
+    /// [`MAX_ORPHAN_CANDIDATES`] candidates.
+    pub fn orphan_plan(&self) -> (Vec<(Psn, InProgress)>, Option<Psn>) {
+        if self.raw_high.is_some() && !self.raw_acked {
+            return (Vec::new(), self.raw_high.map(Psn::next));
+        }
+        let base = match (self.delivered, self.raw_high) {
+            (Some(d), Some(r)) => Some(if d.after(r) { d } else { r }.next()),
+            (d, r) => d.or(r).map(Psn::next),
+        };
+        let first_held = self.entries.iter().find(|e| e.slot.is_some());
+        // Nothing delivered and no tunnel phase: the first packet ever
+        // sent (or, learned from RDMA-CM with nothing sent, the first PSN).
+        let Some(mut at) = base.or(first_held.map(|e| e.psn)).or(self.expected) else {
+            return (Vec::new(), None);
+        };
+        let mut state = self.delivered_state;
+        let mut plan = vec![(at, state)];
+        for e in self.entries.iter().filter(|e| e.slot.is_some()) {
+            if !e.forwarded || e.psn != at {
+                break;
+            }
+            state = state.after(e.op);
+            at = e.last().next();
+            plan.push((at, state));
+            if plan.len() > MAX_ORPHAN_CANDIDATES {
+                return (Vec::new(), base);
+            }
+        }
+        (plan, None)
+    }
+
+    /// Was the requester told that a request is done which the responder
+    /// has not acknowledged (pseudo-ACKed, not yet delivered)? If such a
+    /// request fails now, the requester believes in data that never
+    /// landed.
+    pub fn told_undelivered(&self) -> bool {
+        self.entries
+            .iter()
+            .take(self.first_unacked)
+            .any(|e| e.slot.is_some())
     }
 
     /// The first PSN the requester has not been told is done (rxe's

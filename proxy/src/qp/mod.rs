@@ -22,9 +22,11 @@
 
 pub mod egress;
 pub mod engine;
+mod fail;
 pub mod half;
 pub mod ingress;
 pub mod keyed;
+mod orphan;
 pub mod poison;
 pub mod twin;
 
@@ -34,5 +36,7 @@ pub use twin::TwinMsg;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_far_error;
 #[cfg(test)]
 mod tests_twin_lost;

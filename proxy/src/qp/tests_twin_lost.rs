@@ -24,7 +24,7 @@ use crate::time::Time;
 const LOST: NakCode = NakCode::RemoteOperationalError;
 
 /// A request between any two hosts (the reverse direction of a QP too).
-fn request_to(
+pub(super) fn request_to(
     from: Ipv4Addr,
     to: Ipv4Addr,
     dest_qp: u32,
@@ -50,7 +50,13 @@ fn request_to(
 }
 
 /// An ACK/NAK between any two hosts.
-fn ack_to(from: Ipv4Addr, to: Ipv4Addr, dest_qp: u32, psn: u32, syndrome: Syndrome) -> Vec<u8> {
+pub(super) fn ack_to(
+    from: Ipv4Addr,
+    to: Ipv4Addr,
+    dest_qp: u32,
+    psn: u32,
+    syndrome: Syndrome,
+) -> Vec<u8> {
     let to_ = crate::roce::builders::ReplyTo {
         ip: IpHeader::v4(from, to),
         src_port: 0xc000,
@@ -65,7 +71,7 @@ fn ack_to(from: Ipv4Addr, to: Ipv4Addr, dest_qp: u32, psn: u32, syndrome: Syndro
 
 /// Request packets sent to the DC side: (source, destination, dest QP,
 /// opcode, PSN, payload length, AckReq, UDP source port), ICRC checked.
-fn dc_requests(out: &[Output]) -> Vec<(Ipv4Addr, Ipv4Addr, u32, Opcode, u32, usize)> {
+pub(super) fn dc_requests(out: &[Output]) -> Vec<(Ipv4Addr, Ipv4Addr, u32, Opcode, u32, usize)> {
     out.iter()
         .filter_map(|o| match o {
             Output::Dc(v) => {
@@ -94,7 +100,12 @@ fn dc_requests(out: &[Output]) -> Vec<(Ipv4Addr, Ipv4Addr, u32, Opcode, u32, usi
 }
 
 /// An RDMA-CM MAD in a UD SEND Only to QP1.
-fn cm_packet(from: Ipv4Addr, to: Ipv4Addr, attr: u16, fields: &[(usize, u32, usize)]) -> Vec<u8> {
+pub(super) fn cm_packet(
+    from: Ipv4Addr,
+    to: Ipv4Addr,
+    attr: u16,
+    fields: &[(usize, u32, usize)],
+) -> Vec<u8> {
     let mut m = vec![0u8; 256];
     m[0] = 1; // base version
     m[1] = 0x07; // CM
@@ -125,7 +136,7 @@ fn cm_packet(from: Ipv4Addr, to: Ipv4Addr, attr: u16, fields: &[(usize, u32, usi
 /// An engine at REQUESTER's site that saw RDMA-CM connect REQUESTER's QP
 /// RQ_QPN (active, local) to RESPONDER's QP RS_QPN: the local QP sends
 /// from `rep_psn` and expects the far one's first PSN, `req_psn`.
-fn cm_engine(req_psn: u32, rep_psn: u32) -> QpEngine {
+pub(super) fn cm_engine(req_psn: u32, rep_psn: u32) -> QpEngine {
     let mut e = QpEngine::new(cfg(AckPolicy::Edge));
     const COMM: u32 = 0x1234;
     let req = cm_packet(
@@ -896,7 +907,7 @@ fn a_tunnel_phase_toward_the_qp_gives_the_first_probe_its_psn() {
 
 /// The DREQs the engine sent toward the DC side: (source, destination,
 /// local comm ID, remote comm ID, remote QPN), ICRC checked.
-fn dreqs(out: &[Output]) -> Vec<(std::net::IpAddr, std::net::IpAddr, u32, u32, u32)> {
+pub(super) fn dreqs(out: &[Output]) -> Vec<(std::net::IpAddr, std::net::IpAddr, u32, u32, u32)> {
     out.iter()
         .filter_map(|o| match o {
             Output::Dc(v) => {

@@ -7,6 +7,12 @@
 use crate::roce::{NakCode, Psn};
 
 use super::half::HalfKey;
+use super::poison::InProgress;
+
+/// Most candidate ePSNs one [`TwinMsg::Orphaned`] carries; beyond that the
+/// receiver probes instead (a deep WAN pipe can hold thousands of
+/// undelivered packets, each a candidate).
+pub const MAX_ORPHAN_CANDIDATES: usize = 64;
 
 /// How the ingress gateway is handling a half, as seen on each request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +51,27 @@ pub enum TwinMsg {
     /// Any other packet between the sites (RDMA-CM MADs, CNPs, unknown
     /// RoCE): injected as is at the far side.
     Datagram { packet: Vec<u8> },
+    /// A QP at the *receiver's* site whose connection through the two
+    /// gateways this gateway failed when the receiver went away (restarted,
+    /// or lost): the receiver pseudo-ACKed it, and, having lost its state,
+    /// could not tell it by itself. The receiver moves it to the error
+    /// state through its responder role (`qp::poison`), as this gateway
+    /// did with its own end (issue 14: a near gateway's crash).
+    ///
+    /// `qp` names it as the half of the sender-side host's requests toward
+    /// it (requester: the host at the sender's site; responder and
+    /// responder QPN: the receiver-local QP). `far_qpn` is the sender-side
+    /// QP (the poison comes in its name; probe answers are addressed to
+    /// it). `candidates`: where the QP's expected PSN can be, with the
+    /// message in progress there, as the sender's ingress half toward it
+    /// knows (at most [`MAX_ORPHAN_CANDIDATES`]); empty: probe, first
+    /// around `hint`.
+    Orphaned {
+        qp: HalfKey,
+        far_qpn: Option<u32>,
+        hint: Option<Psn>,
+        candidates: Vec<(Psn, InProgress)>,
+    },
 }
 
 impl TwinMsg {
@@ -56,6 +83,7 @@ impl TwinMsg {
             | TwinMsg::Response { packet }
             | TwinMsg::Datagram { packet } => packet.len(),
             TwinMsg::Delivered { .. } | TwinMsg::Error { .. } => 40,
+            TwinMsg::Orphaned { candidates, .. } => 48 + 5 * candidates.len(),
         }
     }
 }

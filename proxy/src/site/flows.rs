@@ -124,6 +124,8 @@ pub fn flow_of(msg: &TwinMsg) -> Option<u64> {
         TwinMsg::Delivered { half, .. } | TwinMsg::Error { half, .. } => {
             response_flow(half.requester, half.responder)
         }
+        // As the requests of that half would travel.
+        TwinMsg::Orphaned { qp, .. } => request_flow(qp),
         TwinMsg::Datagram { .. } => return None,
     })
 }

@@ -394,6 +394,9 @@ impl Site {
             Event::Connected { peer_generation } => {
                 self.events
                     .push_back(SiteEvent::Connected { peer_generation });
+                // A twin back after it was lost or shut down: the QPs at
+                // its site whose flows were failed meanwhile (`qp::orphan`).
+                self.engine.tell_orphans();
             }
             Event::CipherMismatch {
                 peer_generation,
@@ -410,6 +413,9 @@ impl Site {
             } => {
                 let flows_failed = self.fail_flows(now);
                 self.tw.flows_failed_on_restart += flows_failed as u64;
+                // The new incarnation knows nothing of the QPs at its own
+                // site that it had pseudo-ACKed: tell it (`qp::orphan`).
+                self.engine.tell_orphans();
                 self.events.push_back(SiteEvent::TwinRestarted {
                     old_generation,
                     new_generation,

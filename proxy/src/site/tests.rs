@@ -15,6 +15,12 @@ const RS_QPN: u32 = 0x22;
 const TWIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn site(client: bool) -> Site {
+    site_from(client, if client { 0x1000 } else { 0x2000 })
+}
+
+/// A site whose session nonces start after `first_nonce` (a restarted
+/// gateway draws new ones: a new generation).
+fn site_from(client: bool, first_nonce: u64) -> Site {
     let mut path = PathConfig::new("p0");
     path.rate_bps = Some(10_000_000_000);
     path.rtt_hint = Some(Duration::from_millis(3));
@@ -27,7 +33,7 @@ fn site(client: bool) -> Site {
         remote: vec![remote.parse().unwrap()],
     };
     let params = SiteParams::new(EngineConfig::default(), wan, acl, TWIN_TIMEOUT);
-    let mut n = if client { 0x1000 } else { 0x2000 };
+    let mut n = first_nonce;
     Site::new(
         params,
         Time::ZERO,
@@ -391,4 +397,79 @@ fn the_acl_keeps_other_prefixes_out_both_ways() {
     assert_eq!(p.a.dc_counters().rx_malformed, 1);
     p.run_for(Duration::from_millis(20));
     assert!(p.to_responder.is_empty(), "nothing crossed");
+}
+
+/// Requests the requester's site sent its data center that the engine
+/// originated: (source, destination QP, opcode, PSN, payload length).
+fn poison_packets(p: &Pair) -> Vec<(Ipv4Addr, u32, Opcode, u32, usize)> {
+    p.to_requester
+        .iter()
+        .filter_map(|x| RocePacket::parse_verified(x).ok())
+        .filter(|x| x.info.is_request())
+        .map(|x| {
+            let std::net::IpAddr::V4(src) = x.ip.src() else {
+                panic!("v4")
+            };
+            (
+                src,
+                x.bth.dest_qp,
+                x.bth.opcode,
+                x.psn().value(),
+                x.payload().len(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_restarted_near_gateway_is_told_its_orphaned_qps_and_moves_them_to_error() {
+    // Site A pseudo-ACKed WRITEs 101..108 of REQUESTER's QP 0x11: it has
+    // nothing outstanding. Then A crashes (kill -9) and restarts at once
+    // with nothing: only B knows that QP (its number from the responder's
+    // ACKs). Before this, nobody told it: a requester waiting for a SEND
+    // would wait for ever (issue 14, the lab's rping and pingpong).
+    let mut p = pair_with_undelivered_writes();
+    assert_eq!(p.error_naks(), 0);
+    let crash = p.now;
+    p.a = site_from(true, 0x7000);
+    p.to_requester.clear();
+    p.run_until(|p| p.a.is_connected(), "the new incarnation connects");
+    p.run_until(|p| !poison_packets(p).is_empty(), "the orphan at A");
+    let told = p.now - crash;
+    // Its ePSN as a responder is unknown at B (RESPONDER never sent it a
+    // request): the restarted A probes it, in RESPONDER's name.
+    let probes = poison_packets(&p);
+    assert_eq!(
+        probes,
+        vec![
+            (RESPONDER, 0x11, Opcode::RC_SEND_MIDDLE, 0, 0),
+            (RESPONDER, 0x11, Opcode::RC_SEND_MIDDLE, 1 << 23, 0),
+        ]
+    );
+    let e = &p.a.engine().stats;
+    assert_eq!((e.orphans_received, e.orphan_qps_probed), (1, 1));
+    assert!(p.b.engine().stats.orphans_told >= 1);
+    // The QP answers a probe ahead of its ePSN with a NAK-seq at it (40);
+    // the poison goes there.
+    let to = builders::ReplyTo {
+        ip: IpHeader::v4(REQUESTER, RESPONDER),
+        src_port: 0xc000,
+        dest_qp: RS_QPN,
+    };
+    let mut pkt = vec![0; 256];
+    let n = builders::nak(&to, Psn::new(40), crate::roce::NakCode::PsnSequenceError, 0)
+        .emit(&[], &mut pkt)
+        .unwrap();
+    p.a.handle_dc(p.now, &pkt[..n]);
+    p.drain();
+    assert_eq!(
+        poison_packets(&p)[2..],
+        [(RESPONDER, 0x11, Opcode::RC_SEND_MIDDLE, 40, 0)]
+    );
+    println!(
+        "near gateway restart: its orphaned QP probed {:.1} ms after the crash \
+         (virtual time; WAN one way {:.1} ms)",
+        told.as_secs_f64() * 1e3,
+        ONE_WAY.as_secs_f64() * 1e3
+    );
 }

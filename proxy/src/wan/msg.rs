@@ -4,13 +4,18 @@
 //!
 //! ```text
 //! 0  codec version (1)
-//! 1  kind: 1 Request, 2 Response, 3 Delivered, 4 Error, 5 Datagram
+//! 1  kind: 1 Request, 2 Response, 3 Delivered, 4 Error, 5 Datagram,
+//!    6 Orphaned
 //! 2… Request:   carry (0 Raw, 1 Reliable), then the IP packet to the end
 //!    Response:  the IP packet to the end
 //!    Datagram:  the IP packet to the end
 //!    Delivered: half key, PSN (u32, < 2^24), MSN flag (0 none, 1 present)
 //!               then the MSN (u32) when present
 //!    Error:     half key, PSN (u32, < 2^24), NAK code (u8)
+//!    Orphaned:  half key, far QPN flag (0 none, 1 present) then the QPN
+//!               (u32), hint flag then the hint PSN (u32), then to the end
+//!               0 to 64 candidates: PSN (u32), message in progress (u8:
+//!               0 none, 1 SEND, 2 RDMA WRITE)
 //! half key: requester address, responder address, responder QPN (u32)
 //! address:  family (4 or 6) then 4 or 16 bytes
 //! ```
@@ -23,7 +28,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use thiserror::Error;
 
 use crate::qp::half::HalfKey;
-use crate::qp::twin::{Carry, TwinMsg};
+use crate::qp::poison::InProgress;
+use crate::qp::twin::{Carry, TwinMsg, MAX_ORPHAN_CANDIDATES};
 use crate::roce::{NakCode, Psn};
 
 use super::packet::{Reader, Writer};
@@ -52,6 +58,12 @@ pub enum MsgError {
     NakCode(u8),
     #[error("{0} bytes after the end of the message")]
     Trailing(usize),
+    #[error("unknown flag {0}")]
+    Flag(u8),
+    #[error("unknown message-in-progress state {0}")]
+    InProgress(u8),
+    #[error("{0} candidate PSNs, more than {MAX_ORPHAN_CANDIDATES}")]
+    Candidates(usize),
 }
 
 const K_REQUEST: u8 = 1;
@@ -59,6 +71,9 @@ const K_RESPONSE: u8 = 2;
 const K_DELIVERED: u8 = 3;
 const K_ERROR: u8 = 4;
 const K_DATAGRAM: u8 = 5;
+const K_ORPHANED: u8 = 6;
+/// Bytes per candidate of an Orphaned message.
+const CANDIDATE_LEN: usize = 5;
 
 /// Room for the codec header of any message: all of a Delivered or an
 /// Error (at most 2 + 38 + 9 bytes with two IPv6 addresses), the first 2–3
@@ -131,7 +146,7 @@ fn head(msg: &TwinMsg, buf: &mut [u8; HEAD_CAP]) -> u8 {
         ]),
         TwinMsg::Response { .. } => Some([K_RESPONSE, 0]),
         TwinMsg::Datagram { .. } => Some([K_DATAGRAM, 0]),
-        TwinMsg::Delivered { .. } | TwinMsg::Error { .. } => None,
+        TwinMsg::Delivered { .. } | TwinMsg::Error { .. } | TwinMsg::Orphaned { .. } => None,
     };
     if let Some([kind, carry]) = short {
         buf[0] = CODEC_VERSION;
@@ -159,6 +174,14 @@ fn head(msg: &TwinMsg, buf: &mut [u8; HEAD_CAP]) -> u8 {
                     && w.bytes(&psn.value().to_be_bytes())
                     && w.u8(code.code())
             }
+            TwinMsg::Orphaned {
+                qp, far_qpn, hint, ..
+            } => {
+                w.u8(K_ORPHANED)
+                    && put_half(&mut w, qp)
+                    && put_opt(&mut w, *far_qpn)
+                    && put_opt(&mut w, hint.map(Psn::value))
+            }
             TwinMsg::Request { .. } | TwinMsg::Response { .. } | TwinMsg::Datagram { .. } => false,
         };
     debug_assert!(ok, "HEAD_CAP holds every header");
@@ -176,6 +199,7 @@ pub fn encode(msg: &TwinMsg) -> Vec<u8> {
         TwinMsg::Request { packet, .. }
         | TwinMsg::Response { packet }
         | TwinMsg::Datagram { packet } => out.extend_from_slice(packet),
+        TwinMsg::Orphaned { candidates, .. } => out.extend_from_slice(&candidate_bytes(candidates)),
         TwinMsg::Delivered { .. } | TwinMsg::Error { .. } => {}
     }
     out
@@ -193,9 +217,26 @@ pub fn encode_owned(msg: TwinMsg) -> Encoded {
         TwinMsg::Request { packet, .. }
         | TwinMsg::Response { packet }
         | TwinMsg::Datagram { packet } => packet,
+        // Rare (a twin's restart): its candidates go in a fresh body.
+        TwinMsg::Orphaned { candidates, .. } => candidate_bytes(&candidates),
         TwinMsg::Delivered { .. } | TwinMsg::Error { .. } => Vec::new(),
     };
     e
+}
+
+/// The candidates of an Orphaned message, as they go on the wire (at most
+/// [`MAX_ORPHAN_CANDIDATES`]: the engine never makes more).
+fn candidate_bytes(candidates: &[(Psn, InProgress)]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(candidates.len().min(MAX_ORPHAN_CANDIDATES) * CANDIDATE_LEN);
+    for (psn, state) in candidates.iter().take(MAX_ORPHAN_CANDIDATES) {
+        v.extend_from_slice(&psn.value().to_be_bytes());
+        v.push(match state {
+            InProgress::Nothing => 0,
+            InProgress::Send => 1,
+            InProgress::Write => 2,
+        });
+    }
+    v
 }
 
 /// Exact length [`encode`] produces.
@@ -216,6 +257,19 @@ pub fn encoded_len(msg: &TwinMsg) -> usize {
             half(h) + 4 + 1 + if msn.is_some() { 4 } else { 0 }
         }
         TwinMsg::Error { half: h, .. } => half(h) + 5,
+        TwinMsg::Orphaned {
+            qp,
+            far_qpn,
+            hint,
+            candidates,
+        } => {
+            half(qp)
+                + 1
+                + if far_qpn.is_some() { 4 } else { 0 }
+                + 1
+                + if hint.is_some() { 4 } else { 0 }
+                + candidates.len().min(MAX_ORPHAN_CANDIDATES) * CANDIDATE_LEN
+        }
     }
 }
 
@@ -270,12 +324,64 @@ pub fn decode_with(b: &[u8], copy: impl FnOnce(&[u8]) -> Vec<u8>) -> Result<Twin
                 NakCode::from_code(c).ok_or(MsgError::NakCode(c))?
             },
         },
+        K_ORPHANED => {
+            let qp = get_half(&mut r)?;
+            let far_qpn = get_opt(&mut r, "far QPN")?;
+            let hint = match get_opt(&mut r, "hint")? {
+                None => None,
+                Some(v) if v <= Psn::MASK => Some(Psn::new(v)),
+                Some(v) => return Err(MsgError::Psn(v)),
+            };
+            let rest = r.rest();
+            if rest.len() % CANDIDATE_LEN != 0 {
+                return Err(Truncated("candidate"));
+            }
+            let n = rest.len() / CANDIDATE_LEN;
+            if n > MAX_ORPHAN_CANDIDATES {
+                return Err(MsgError::Candidates(n));
+            }
+            let mut candidates = Vec::with_capacity(n);
+            for c in rest.chunks_exact(CANDIDATE_LEN) {
+                let v = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
+                if v > Psn::MASK {
+                    return Err(MsgError::Psn(v));
+                }
+                let state = match c[4] {
+                    0 => InProgress::Nothing,
+                    1 => InProgress::Send,
+                    2 => InProgress::Write,
+                    s => return Err(MsgError::InProgress(s)),
+                };
+                candidates.push((Psn::new(v), state));
+            }
+            TwinMsg::Orphaned {
+                qp,
+                far_qpn,
+                hint,
+                candidates,
+            }
+        }
         k => return Err(MsgError::Kind(k)),
     };
     if !r.is_empty() {
         return Err(MsgError::Trailing(r.remaining().len()));
     }
     Ok(msg)
+}
+
+fn put_opt(w: &mut Writer<'_>, v: Option<u32>) -> bool {
+    match v {
+        None => w.u8(0),
+        Some(v) => w.u8(1) && w.bytes(&v.to_be_bytes()),
+    }
+}
+
+fn get_opt(r: &mut Reader<'_>, which: &'static str) -> Result<Option<u32>, MsgError> {
+    match r.u8().ok_or(MsgError::Truncated(which))? {
+        0 => Ok(None),
+        1 => Ok(Some(r.u32().ok_or(MsgError::Truncated(which))?)),
+        f => Err(MsgError::Flag(f)),
+    }
 }
 
 fn put_addr(w: &mut Writer<'_>, a: &IpAddr) -> bool {
@@ -340,6 +446,51 @@ mod tests {
             responder: IpAddr::V6(Ipv6Addr::LOCALHOST),
             responder_qpn: 0x11,
         }
+    }
+
+    #[test]
+    fn an_orphaned_message_round_trips_and_refuses_what_is_off() {
+        use crate::qp::poison::InProgress;
+        let m = TwinMsg::Orphaned {
+            qp: half(),
+            far_qpn: Some(0x1234),
+            hint: None,
+            candidates: vec![
+                (Psn::new(7), InProgress::Nothing),
+                (Psn::new(0xff_ffff), InProgress::Send),
+                (Psn::new(9), InProgress::Write),
+            ],
+        };
+        let b = encode(&m);
+        assert_eq!(b.len(), encoded_len(&m));
+        assert_eq!(decode(&b), Ok(m.clone()));
+        let owned = encode_owned(m.clone());
+        let (h, body) = owned.range(0, owned.len());
+        assert_eq!([h, body].concat(), b);
+        let probe = TwinMsg::Orphaned {
+            qp: half(),
+            far_qpn: None,
+            hint: Some(Psn::new(3)),
+            candidates: Vec::new(),
+        };
+        assert_eq!(decode(&encode(&probe)), Ok(probe));
+        // A partial candidate, a bad state, too many.
+        assert_eq!(
+            decode(&b[..b.len() - 1]),
+            Err(MsgError::Truncated("candidate"))
+        );
+        let mut bad = b.clone();
+        *bad.last_mut().unwrap() = 3;
+        assert_eq!(decode(&bad), Err(MsgError::InProgress(3)));
+        let head_len = b.len() - 15;
+        let mut many = b[..head_len].to_vec();
+        for _ in 0..=MAX_ORPHAN_CANDIDATES {
+            many.extend_from_slice(&[0, 0, 0, 1, 0]);
+        }
+        assert_eq!(
+            decode(&many),
+            Err(MsgError::Candidates(MAX_ORPHAN_CANDIDATES + 1))
+        );
     }
 
     #[test]

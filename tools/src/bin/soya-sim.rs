@@ -89,6 +89,11 @@ struct RunArgs {
     /// silently).
     #[arg(long)]
     twin_restart_at: Option<f64>,
+    /// With --twin-restart-at: restart the requester's own (near) gateway
+    /// instead of the far one; its new incarnation must learn from the
+    /// twin which of its requesters it had pseudo-ACKed.
+    #[arg(long, requires = "twin_restart_at")]
+    restart_near: bool,
     /// Pseudo-ACK policy of the gateways.
     #[arg(long, default_value = "edge", value_parser = parse_policy)]
     policy: AckPolicy,
@@ -209,6 +214,7 @@ fn run(a: RunArgs) -> ExitCode {
         twin_restart: a
             .twin_restart_at
             .map(|t| std::time::Duration::from_secs_f64(t.max(0.0))),
+        restart_near: a.restart_near,
         cut_path: a.cut_path_at.map(|at| {
             (
                 std::time::Duration::from_secs_f64(at.max(0.0)),

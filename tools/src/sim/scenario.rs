@@ -97,6 +97,11 @@ pub struct Scenario {
     /// a new incarnation starts at once: whatever it held is gone, and
     /// gateway A must fail the flows mid-stream toward their requesters.
     pub twin_restart: Option<Duration>,
+    /// With `twin_restart`: gateway A crashes and restarts instead, the
+    /// *near* gateway of host A's requesters (it pseudo-ACKed them; its
+    /// new incarnation knows nothing of them, and gateway B must tell it:
+    /// `TwinMsg::Orphaned`).
+    pub restart_near: bool,
     /// QP 0's responder at B posts no receive (an RNR stall that never
     /// clears) while the other QPs between the same two hosts run: they
     /// must not wait behind it (head of line).
@@ -149,6 +154,7 @@ impl Default for Scenario {
             time_limit: Duration::from_secs(20),
             twin_timeout: soya_config::DEFAULT_TWIN_TIMEOUT,
             twin_restart: None,
+            restart_near: false,
             stall_qp0: false,
             paths: 1,
             cut_path: None,
@@ -437,6 +443,11 @@ struct Progress {
     failed: bool,
 }
 
+/// How long a world with a failure must stay calm (nothing held, no probe)
+/// before its verdict: longer than a WAN crossing at the longest distance
+/// drawn (3000 km, 15 ms one way) and a few probe timeouts.
+const SETTLE_AFTER_FAILURE: Duration = Duration::from_millis(50);
+
 /// Runs a scenario to completion (or its time limit) and checks invariants.
 pub fn run(s: &Scenario) -> Result<Outcome, String> {
     run_world(s, false).map(|(o, _)| o)
@@ -474,14 +485,22 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
     const MAX_EVENTS: u64 = 200_000_000;
     loop {
         if restart_at.is_some_and(|t| w.now >= t) {
-            // Gateway B dies and comes back with nothing: a new site, a new
-            // generation.
+            // Gateway B (or A, the near one) dies and comes back with
+            // nothing: a new site, a new generation.
             restart_at = None;
-            w.gw_b = Some(Site::new(
-                site_params(s, HOST_B, HOST_A),
-                w.now,
-                seeded_nonces(w.twin_b_seed),
-            ));
+            if s.restart_near {
+                w.gw_a = Some(Site::new(
+                    site_params(s, HOST_A, HOST_B),
+                    w.now,
+                    seeded_nonces(w.twin_b_seed ^ 0x5EA5_0A0A),
+                ));
+            } else {
+                w.gw_b = Some(Site::new(
+                    site_params(s, HOST_B, HOST_A),
+                    w.now,
+                    seeded_nonces(w.twin_b_seed),
+                ));
+            }
         }
         // Keep tx_depth requests outstanding on every QP, perftest style.
         for &side in sides {
@@ -534,7 +553,14 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
             others_landed_at = Some(w.now);
         }
         if s.stall_qp0 && stall_failed_at.is_none() && progress[0][0].failed {
-            stall_failed_at = Some(w.now);
+            // Only a failure the gateway decided (its RNR budget, after
+            // pseudo-ACKing) can show head of line blocking: a stalled QP
+            // still in its tunnel phase fails by its own RNR retry count,
+            // long before the others can land, and blocked nobody.
+            let by_gateway = w
+                .engines()
+                .any(|g| g.ingress_halves().any(|h| h.stats.errors_injected > 0));
+            stall_failed_at = Some((w.now, by_gateway));
         }
         let all_done = sides.iter().all(|&side| {
             let si = usize::from(side == Node::HostB);
@@ -555,7 +581,9 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
             .engines()
             .any(|g| g.ingress_halves().any(|h| h.stats.errors_injected > 0));
         let failed = gave_up || progress.iter().flatten().any(|p| p.failed);
-        let finished = all_done && (landed_at.is_some() || failed);
+        // With a stalled QP the verdict needs the others landed.
+        let others_pending = s.stall_qp0 && others_landed_at.is_none();
+        let finished = all_done && (landed_at.is_some() || failed) && !others_pending;
         // (The WAN transport's keepalives never go quiet: with it, the
         // bounded settle below drains what is left.)
         if finished && (w.pending_events() == 0 || w.accelerated()) {
@@ -614,10 +642,27 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
         Duration::from_secs(1)
     };
     let settle_until = w.now + settle;
-    let held = |w: &World| w.engines().map(|g| g.occupancy().slots_used).sum::<usize>();
+    // After a failure, the gateways also move local QPs to the error state
+    // (poison, probes: a few ms, and a WAN crossing when one side's
+    // failure fails the reverse half at the other): settled once nothing
+    // is held and no probe runs for a while, so that what they sent lands.
+    let calm = |w: &World| {
+        w.engines()
+            .map(|g| g.occupancy().slots_used + g.probes_pending())
+            .sum::<usize>()
+            == 0
+    };
+    let mut calm_since: Option<Time> = None;
     while let Some(t) = w.next_time() {
-        if t > settle_until || w.events > MAX_EVENTS || (any_failure && held(&w) == 0) {
+        if t > settle_until || w.events > MAX_EVENTS {
             break;
+        }
+        if any_failure {
+            if !calm(&w) {
+                calm_since = None;
+            } else if t.since(*calm_since.get_or_insert(w.now)) >= SETTLE_AFTER_FAILURE {
+                break;
+            }
         }
         w.step_to(t);
     }
@@ -697,9 +742,13 @@ fn others_landed(s: &Scenario, w: &World, progress: &[Progress]) -> bool {
 /// before the gateway gives up on the stalled one (its RNR budget takes
 /// well over half a second; they need milliseconds). Waiting behind it,
 /// they would land only once it failed, or never.
-fn check_no_head_of_line(landed: Option<Time>, stall_failed: Option<Time>, out: &mut Outcome) {
+fn check_no_head_of_line(
+    landed: Option<Time>,
+    stall_failed: Option<(Time, bool)>,
+    out: &mut Outcome,
+) {
     match (landed, stall_failed) {
-        (Some(l), Some(f)) if l > f => out.violations.push(format!(
+        (Some(l), Some((f, true))) if l > f => out.violations.push(format!(
             "head of line: the QPs beside the stalled one landed at {l:?}, after it failed at {f:?}"
         )),
         (Some(_), _) => {}

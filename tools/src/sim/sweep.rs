@@ -164,6 +164,12 @@ pub fn random_scenario(seed: u64) -> Scenario {
         s.cut_path = None;
         s.twin_restart = None;
     }
+    // Drawn last, for the same reason: which gateway restarts. The near
+    // one (A, which pseudo-ACKed host A's requesters) must learn from B
+    // which of its QPs were orphaned.
+    if s.twin_restart.is_some() {
+        s.restart_near = r.random_bool(0.5);
+    }
     s
 }
 
