@@ -102,6 +102,7 @@
 pub mod backend;
 pub mod control;
 pub mod device;
+pub mod health;
 pub mod logging;
 pub mod metrics;
 pub mod ports;
