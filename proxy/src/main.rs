@@ -92,6 +92,12 @@ enum Command {
         #[arg(long, default_value_t = 1, value_name = "N",
               value_parser = clap::value_parser!(u16).range(1..))]
         min_paths: u16,
+        /// Seconds the twin may be unreachable (every path silent: a
+        /// blip on a loaded host or link) and still pass; `lost` and
+        /// `connecting` always fail. It adds to how long a dead twin's
+        /// slice stays routed here.
+        #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+        grace: f64,
         /// Print nothing; only the exit status tells.
         #[arg(short, long)]
         quiet: bool,
@@ -166,8 +172,9 @@ fn main() -> ExitCode {
             socket,
             config,
             min_paths,
+            grace,
             quiet,
-        } => health(socket, config, min_paths.into(), quiet),
+        } => health(socket, config, min_paths.into(), grace, quiet),
     }
 }
 
@@ -326,13 +333,18 @@ fn health(
     socket: Option<PathBuf>,
     config: Option<PathBuf>,
     min_paths: usize,
+    grace: f64,
     quiet: bool,
 ) -> ExitCode {
     use soya::gateway::health::{verdict, HealthRule};
     let result = control_socket("health", socket, config).and_then(|path| {
         let snap = soya::gateway::control::query(&path)
             .map_err(|e| format!("no answer from {}: {e}", path.display()))?;
-        verdict(&snap, HealthRule { min_paths })
+        let rule = HealthRule {
+            min_paths,
+            unreachable_grace_secs: grace,
+        };
+        verdict(&snap, rule)
     });
     match result {
         Ok(why) => {

@@ -15,16 +15,27 @@
 use super::snapshot::Snapshot;
 
 /// What healthy requires beyond running and a connected twin.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HealthRule {
     /// WAN paths that must be `up`, in every shard (each shard holds its
     /// own session over its own copy of the paths). At least 1.
     pub min_paths: usize,
+    /// How long the twin may be `unreachable` (every path silent) and still
+    /// pass. A path is declared down after `max(3 x PTO, 30 ms)` of
+    /// silence, which a loaded host or a lossy second produces without
+    /// anything being wrong; withdrawing the routes for that would move
+    /// (and so fail) every flow of the slice. The grace adds to the time a
+    /// dead twin's slice takes to leave this site's router. `lost` (after
+    /// `wan.twin_timeout`) and `connecting` fail at once.
+    pub unreachable_grace_secs: f64,
 }
 
 impl Default for HealthRule {
     fn default() -> Self {
-        HealthRule { min_paths: 1 }
+        HealthRule {
+            min_paths: 1,
+            unreachable_grace_secs: 1.0,
+        }
     }
 }
 
@@ -39,6 +50,12 @@ pub fn verdict(s: &Snapshot, rule: HealthRule) -> Result<String, String> {
     // The twin's own state machine is the authority: it says `lost` after
     // `wan.twin_timeout`, `unreachable` as soon as every path is down.
     let twin = s.twin_status.state.as_str();
+    if twin == "unreachable" && s.twin_status.for_secs < rule.unreachable_grace_secs {
+        return Ok(format!(
+            "{who}: running, twin unreachable for {:.1} s (within the {} s grace)",
+            s.twin_status.for_secs, rule.unreachable_grace_secs
+        ));
+    }
     if !s.connected || (!twin.is_empty() && twin != "connected") {
         let twin = if twin.is_empty() { "not connected" } else { twin };
         return Err(format!(
@@ -131,6 +148,7 @@ mod tests {
     fn a_lost_or_unreachable_twin_is_unhealthy() {
         for state in ["lost", "unreachable", "connecting"] {
             let mut s = healthy();
+            s.connected = false;
             s.twin_status.state = state.into();
             s.twin_status.for_secs = 2.5;
             assert_eq!(
@@ -144,12 +162,38 @@ mod tests {
     }
 
     #[test]
+    fn a_twin_unreachable_for_less_than_the_grace_still_passes() {
+        let mut s = healthy();
+        s.connected = false;
+        s.twin_status.state = "unreachable".into();
+        s.twin_status.for_secs = 0.6;
+        for p in &mut s.paths {
+            p.state = "down".into();
+        }
+        assert_eq!(
+            verdict(&s, HealthRule::default()),
+            Ok("sapporo-1: running, twin unreachable for 0.6 s (within the 1 s grace)".into())
+        );
+        s.twin_status.for_secs = 1.0;
+        assert!(verdict(&s, HealthRule::default()).is_err());
+        let strict = HealthRule {
+            unreachable_grace_secs: 0.0,
+            ..HealthRule::default()
+        };
+        s.twin_status.for_secs = 0.0;
+        assert!(verdict(&s, strict).is_err());
+        // Never for a lost twin, however young the loss.
+        s.twin_status.state = "lost".into();
+        assert!(verdict(&s, HealthRule::default()).is_err());
+    }
+
+    #[test]
     fn too_few_paths_up_is_unhealthy_only_past_the_minimum() {
         let mut s = healthy();
         s.paths[1].state = "down".into();
-        assert!(verdict(&s, HealthRule { min_paths: 1 }).is_ok());
+        assert!(verdict(&s, HealthRule { min_paths: 1, ..HealthRule::default() }).is_ok());
         assert_eq!(
-            verdict(&s, HealthRule { min_paths: 2 }),
+            verdict(&s, HealthRule { min_paths: 2, ..HealthRule::default() }),
             Err("sapporo-1: 1 of 2 WAN paths up, 2 required".into())
         );
     }
