@@ -635,7 +635,7 @@ fn bird_moves_a_slice_to_its_backup_pair_when_a_gateway_dies() {
         &ha,
         HOST_A,
         HOST_B[0],
-        &["--op", "write", "--duration", "30", "--stall-timeout", "2"],
+        &["--op", "write", "--duration", "30", "--stall-timeout", "10"],
     );
     let t_hold = Instant::now();
     loop {
