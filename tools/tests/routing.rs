@@ -206,7 +206,11 @@ impl Lab {
                 let g = GW_LINK[site][pair];
                 let r = router_end(g);
                 self.link(
-                    (&self.router[site], &format!("g{}", pair + 1), &format!("{r}/30")),
+                    (
+                        &self.router[site],
+                        &format!("g{}", pair + 1),
+                        &format!("{r}/30"),
+                    ),
                     (&self.gw[site][pair], "dc", &format!("{g}/30")),
                 );
                 ip_in(&self.gw[site][pair], &format!("route add {local} via {r}"));
@@ -219,7 +223,11 @@ impl Lab {
         for (k, slice) in SLICE.iter().enumerate() {
             ip_in(
                 rb,
-                &format!("rule add from {slice} lookup {} priority {}", 101 + k, 1001 + k),
+                &format!(
+                    "rule add from {slice} lookup {} priority {}",
+                    101 + k,
+                    1001 + k
+                ),
             );
         }
     }
@@ -243,7 +251,12 @@ impl Lab {
         use std::os::unix::fs::PermissionsExt;
         let key = self.dir.join("psk.key");
         let hex: String = (0..32u32)
-            .map(|i| format!("{:02x}", (std::process::id().rotate_left(i) ^ (i * 41)) as u8))
+            .map(|i| {
+                format!(
+                    "{:02x}",
+                    (std::process::id().rotate_left(i) ^ (i * 41)) as u8
+                )
+            })
             .collect();
         std::fs::write(&key, hex + "\n").unwrap();
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -299,7 +312,10 @@ impl Lab {
             k + 1
         );
         let args: Vec<&str> = args.split_whitespace().collect();
-        let (out, err) = (self.file(&format!("wanem{k}.log")), self.file(&format!("wanem{k}.log")));
+        let (out, err) = (
+            self.file(&format!("wanem{k}.log")),
+            self.file(&format!("wanem{k}.log")),
+        );
         let p = self
             .procs
             .spawn(wan, Path::new(WANEM), &args, |c| {
@@ -328,9 +344,14 @@ impl Lab {
         let out = self.file(&conf.replace(".conf", ".out"));
         let err = out.try_clone().unwrap();
         self.procs
-            .spawn(ns, Path::new("bird"), &["-f", "-c", &cfg, "-s", &ctl], |c| {
-                c.stdout(out).stderr(err);
-            })
+            .spawn(
+                ns,
+                Path::new("bird"),
+                &["-f", "-c", &cfg, "-s", &ctl],
+                |c| {
+                    c.stdout(out).stderr(err);
+                },
+            )
             .unwrap();
     }
 
@@ -350,7 +371,15 @@ impl Lab {
             .spawn(
                 &g,
                 Path::new("/bin/sh"),
-                &[&script, "--socket", &s, "--soya", &soya, "--bird-socket", &ctl],
+                &[
+                    &script,
+                    "--socket",
+                    &s,
+                    "--soya",
+                    &soya,
+                    "--bird-socket",
+                    &ctl,
+                ],
                 |c| {
                     c.stdout(log).stderr(log2);
                 },
@@ -515,7 +544,10 @@ impl Lab {
             o += &format!("{ns}: ip {args}:\n{}", String::from_utf8_lossy(&out.stdout));
         }
         for g in self.gw.iter().flatten() {
-            o += &format!("--- announce-{g}.log\n{}\n", self.tail(&format!("announce-{g}.log")));
+            o += &format!(
+                "--- announce-{g}.log\n{}\n",
+                self.tail(&format!("announce-{g}.log"))
+            );
         }
         o
     }
@@ -595,16 +627,19 @@ fn bird_moves_a_slice_to_its_backup_pair_when_a_gateway_dies() {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap();
-        format!("{:02}:{:02}:{:02}.{:03}", t.as_secs() / 3600 % 24, t.as_secs() / 60 % 60, t.as_secs() % 60, t.subsec_millis())
+        format!(
+            "{:02}:{:02}:{:02}.{:03}",
+            t.as_secs() / 3600 % 24,
+            t.as_secs() / 60 % 60,
+            t.as_secs() % 60,
+            t.subsec_millis()
+        )
     };
     let Some(mut lab) = Lab::new(test) else {
         return;
     };
     // 1. Both slices announced, each by its own pair.
-    let up = [
-        lab.wait_slice(0, 0, "start"),
-        lab.wait_slice(1, 1, "start"),
-    ];
+    let up = [lab.wait_slice(0, 0, "start"), lab.wait_slice(1, 1, "start")];
     println!(
         "{test}: routes up {:.1} s after the start ({:.2} s of polling)",
         t0.elapsed().as_secs_f64(),
@@ -643,7 +678,11 @@ fn bird_moves_a_slice_to_its_backup_pair_when_a_gateway_dies() {
         if s.buffer.slots_used >= 256 {
             break;
         }
-        assert!(t_hold.elapsed() < HANG, "gA1 never held data: {:?}", s.buffer);
+        assert!(
+            t_hold.elapsed() < HANG,
+            "gA1 never held data: {:?}",
+            s.buffer
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let victim = lab.gateway[1][0].take().unwrap();

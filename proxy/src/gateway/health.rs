@@ -57,7 +57,11 @@ pub fn verdict(s: &Snapshot, rule: HealthRule) -> Result<String, String> {
         ));
     }
     if !s.connected || (!twin.is_empty() && twin != "connected") {
-        let twin = if twin.is_empty() { "not connected" } else { twin };
+        let twin = if twin.is_empty() {
+            "not connected"
+        } else {
+            twin
+        };
         return Err(format!(
             "{who}: twin {twin} for {:.1} s",
             s.twin_status.for_secs
@@ -191,9 +195,22 @@ mod tests {
     fn too_few_paths_up_is_unhealthy_only_past_the_minimum() {
         let mut s = healthy();
         s.paths[1].state = "down".into();
-        assert!(verdict(&s, HealthRule { min_paths: 1, ..HealthRule::default() }).is_ok());
+        assert!(verdict(
+            &s,
+            HealthRule {
+                min_paths: 1,
+                ..HealthRule::default()
+            }
+        )
+        .is_ok());
         assert_eq!(
-            verdict(&s, HealthRule { min_paths: 2, ..HealthRule::default() }),
+            verdict(
+                &s,
+                HealthRule {
+                    min_paths: 2,
+                    ..HealthRule::default()
+                }
+            ),
             Err("sapporo-1: 1 of 2 WAN paths up, 2 required".into())
         );
     }
