@@ -146,9 +146,8 @@ impl Lab {
                 lab.start_announcer(site, pair);
             }
         }
-        for p in &lab.host_b.clone() {
-            let ip = HOST_B[lab.host_b.iter().position(|h| h == p).unwrap()];
-            lab.start_server(&p.clone(), ip);
+        for (h, ip) in lab.host_b.clone().iter().zip(HOST_B) {
+            lab.start_server(h, ip);
         }
         let ha = lab.host_a.clone();
         lab.start_server(&ha, SERVER_A);
@@ -202,8 +201,7 @@ impl Lab {
         }
         for site in 0..2 {
             let local = ["10.1.0.0/16", "10.2.0.0/16"][site];
-            for pair in 0..2 {
-                let g = GW_LINK[site][pair];
+            for (pair, g) in GW_LINK[site].iter().enumerate() {
                 let r = router_end(g);
                 self.link(
                     (
