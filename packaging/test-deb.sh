@@ -6,6 +6,9 @@
 #   3. the systemd unit (systemd-analyze verify, when systemd-analyze exists);
 #   4. the Prometheus and Grafana examples use only metric names the gateway
 #      exports (packaging/metrics-spec.json, from proxy/src/gateway/metrics/table.rs);
+#   4b. the routing examples (packaging/routing): scripts parse, BIRD 2
+#      parses every bird-*.conf (`bird -p`; skipped without bird), and
+#      `soya health` of a gateway that is not there exits 1 with a reason;
 #   5. installs it into a throwaway root (dpkg -x: no maintainer scripts, no
 #      dpkg database) and runs soya --version and soya check-config on the
 #      installed /etc/soya/*.toml from there: refused without a key, refused
@@ -49,8 +52,17 @@ for f in etc/soya/sapporo.toml etc/soya/wakkanai.toml \
   usr/share/soya/examples/xdp.conf \
   usr/share/soya/prometheus/soya-scrape.yml usr/share/soya/prometheus/soya-alerts.yml \
   usr/share/soya/grafana/soya-dashboard.json usr/share/doc/soya/README.md \
-  usr/share/doc/soya/copyright usr/share/doc/soya/bench/distance.svg; do
+  usr/share/doc/soya/copyright usr/share/doc/soya/bench/distance.svg \
+  lib/systemd/system/soya-announce@.service \
+  usr/share/soya/routing/bird-sapporo-1.conf usr/share/soya/routing/bird-sapporo-2.conf \
+  usr/share/soya/routing/bird-sapporo-router.conf usr/share/soya/routing/bird-wakkanai-1.conf \
+  usr/share/soya/routing/bird-wakkanai-2.conf usr/share/soya/routing/bird-wakkanai-router.conf \
+  usr/share/soya/routing/frr-sapporo-1.conf usr/share/soya/routing/frr-sapporo-router.conf \
+  usr/share/soya/routing/frr-wakkanai-1.conf; do
   has -rw-r--r-- "$f"
+done
+for f in usr/share/soya/routing/soya-announce usr/share/soya/routing/frr-slices; do
+  has -rwxr-xr-x "$f"
 done
 for d in docs/*.md; do
   has -rw-r--r-- "usr/share/doc/soya/$(basename "$d")"
@@ -118,6 +130,31 @@ for m in $used; do
 done
 [ "$n" -gt 20 ] || fail "only $n metric names found in the examples"
 [ "$errors" = 0 ] && ok "$n metric names in the dashboard and alerts are all exported"
+
+# 4b. Health-driven routing examples.
+routing="$root/usr/share/soya/routing"
+for sc in soya-announce frr-slices; do
+  sh -n "$routing/$sc" || fail "$sc: syntax"
+done
+"$routing/soya-announce" --help | grep -q 'soya health' || fail "soya-announce --help"
+if command -v bird >/dev/null; then
+  for c in "$routing"/bird-*.conf; do
+    bird -p -c "$c" > "$tmp/out" 2>&1 || { cat "$tmp/out" >&2; fail "bird -p -c $(basename "$c")"; }
+  done
+  ok "BIRD 2 parses $(ls "$routing"/bird-*.conf | wc -l) example configs"
+else
+  echo "test-deb: bird not found: the BIRD examples were not parsed"
+fi
+if "$soya" health --socket "$tmp/no-gateway.sock" > "$tmp/out" 2>&1; then
+  fail "soya health passed without a gateway"
+elif ! grep -q '^unhealthy: no answer from' "$tmp/out"; then
+  cat "$tmp/out" >&2
+  fail "soya health without a gateway: unexpected message"
+else
+  ok "soya health without a gateway: exit 1, $(head -c 60 "$tmp/out")..."
+fi
+grep -q '^ExecStart=/usr/share/soya/routing/soya-announce --config /etc/soya/%i.toml' \
+  "$root/lib/systemd/system/soya-announce@.service" || fail "soya-announce@.service ExecStart"
 
 # 5. Run from the throwaway root.
 out=$("$soya" --version) || fail "soya --version exited $?"

@@ -80,6 +80,36 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check whether this gateway should carry traffic: exit 0 when it is
+    /// running (not draining), its twin is connected and enough WAN paths
+    /// are up; exit 1 otherwise, also when nothing answers on the control
+    /// socket. Prints one line saying why.
+    ///
+    /// Made for routing daemons and their helpers: soya-announce (in
+    /// /usr/share/soya/routing) runs it every interval and has BIRD or FRR
+    /// announce this gateway's address slice only while it passes
+    /// (docs/scale-out.md).
+    Health {
+        /// The gateway's control socket (`control.socket`).
+        #[arg(short, long)]
+        socket: Option<PathBuf>,
+        /// Take the control socket from this site configuration instead.
+        #[arg(short, long, conflicts_with = "socket")]
+        config: Option<PathBuf>,
+        /// WAN paths that must be up (in every shard) to pass.
+        #[arg(long, default_value_t = 1, value_name = "N",
+              value_parser = clap::value_parser!(u16).range(1..))]
+        min_paths: u16,
+        /// Seconds the twin may be unreachable (every path silent: a
+        /// blip on a loaded host or link) and still pass; `lost` and
+        /// `connecting` always fail. It adds to how long a dead twin's
+        /// slice stays routed here.
+        #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+        grace: f64,
+        /// Print nothing; only the exit status tells.
+        #[arg(short, long)]
+        quiet: bool,
+    },
 }
 
 /// `soya demo`: runs the orchestration in `soya-perf demo` (the lab tools
@@ -152,6 +182,13 @@ fn main() -> ExitCode {
                 .write_all(soya::gateway::metrics::spec_json().as_bytes());
             ExitCode::SUCCESS
         }
+        Command::Health {
+            socket,
+            config,
+            min_paths,
+            grace,
+            quiet,
+        } => health(socket, config, min_paths.into(), grace, quiet),
     }
 }
 
@@ -216,16 +253,18 @@ fn reload(path: &std::path::Path, running: &mut soya_config::SiteConfig) {
     }
 }
 
-fn status(socket: Option<PathBuf>, config: Option<PathBuf>, json: bool) -> ExitCode {
-    let path = match (socket, config) {
-        (Some(s), _) => s,
-        (None, Some(c)) => match soya_config::load(&c) {
-            Ok(cfg) => cfg.control.socket,
-            Err(e) => {
-                eprintln!("{e}");
-                return ExitCode::FAILURE;
-            }
-        },
+/// The control socket from `--socket`, `--config`, or the one gateway's
+/// socket in /run/soya; `Err` says why not (prefixed with `command`).
+fn control_socket(
+    command: &str,
+    socket: Option<PathBuf>,
+    config: Option<PathBuf>,
+) -> Result<PathBuf, String> {
+    match (socket, config) {
+        (Some(s), _) => Ok(s),
+        (None, Some(c)) => soya_config::load(&c)
+            .map(|cfg| cfg.control.socket)
+            .map_err(|e| e.to_string()),
         (None, None) => {
             let found: Vec<PathBuf> = std::fs::read_dir("/run/soya")
                 .map(|d| {
@@ -235,24 +274,28 @@ fn status(socket: Option<PathBuf>, config: Option<PathBuf>, json: bool) -> ExitC
                 })
                 .unwrap_or_default();
             match found.as_slice() {
-                [one] => one.clone(),
-                [] => {
-                    eprintln!(
-                        "soya status: no gateway socket in /run/soya; give --socket PATH or --config FILE"
-                    );
-                    return ExitCode::FAILURE;
-                }
-                many => {
-                    eprintln!(
-                        "soya status: several gateways in /run/soya ({}); give --socket PATH",
-                        many.iter()
-                            .map(|p| p.display().to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    );
-                    return ExitCode::FAILURE;
-                }
+                [one] => Ok(one.clone()),
+                [] => Err(format!(
+                    "soya {command}: no gateway socket in /run/soya; give --socket PATH or --config FILE"
+                )),
+                many => Err(format!(
+                    "soya {command}: several gateways in /run/soya ({}); give --socket PATH",
+                    many.iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
             }
+        }
+    }
+}
+
+fn status(socket: Option<PathBuf>, config: Option<PathBuf>, json: bool) -> ExitCode {
+    let path = match control_socket("status", socket, config) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
         }
     };
     match soya::gateway::control::query(&path) {
@@ -270,6 +313,42 @@ fn status(socket: Option<PathBuf>, config: Option<PathBuf>, json: bool) -> ExitC
                 "soya status: cannot read gateway status from {}: {e}",
                 path.display()
             );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `soya health`: exit 0 (healthy) or 1, one line on stdout (healthy) or
+/// stderr (not). A gateway that does not answer is unhealthy: to a router,
+/// a killed gateway and a hung one are the same.
+fn health(
+    socket: Option<PathBuf>,
+    config: Option<PathBuf>,
+    min_paths: usize,
+    grace: f64,
+    quiet: bool,
+) -> ExitCode {
+    use soya::gateway::health::{verdict, HealthRule};
+    let result = control_socket("health", socket, config).and_then(|path| {
+        let snap = soya::gateway::control::query(&path)
+            .map_err(|e| format!("no answer from {}: {e}", path.display()))?;
+        let rule = HealthRule {
+            min_paths,
+            unreachable_grace_secs: grace,
+        };
+        verdict(&snap, rule)
+    });
+    match result {
+        Ok(why) => {
+            if !quiet {
+                println!("healthy: {why}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(why) => {
+            if !quiet {
+                eprintln!("unhealthy: {why}");
+            }
             ExitCode::FAILURE
         }
     }

@@ -54,6 +54,7 @@ pub mod backend;
 pub mod control;
 pub mod control_plane;
 pub mod device;
+pub mod health;
 pub mod logging;
 pub mod metrics;
 pub mod ports;
