@@ -121,6 +121,7 @@ fn path_state(s: PathState) -> &'static str {
         PathState::Probing => "probing",
         PathState::Up => "up",
         PathState::Down => "down",
+        PathState::Retired => "retired",
     }
 }
 

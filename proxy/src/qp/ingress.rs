@@ -27,7 +27,7 @@ use super::half::HalfKey;
 use super::twin::{Carry, TwinMsg};
 
 /// Coalescing and backpressure knobs.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AckTuning {
     pub policy: AckPolicy,
     /// Acknowledge at least every this many packets...
