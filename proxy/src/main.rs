@@ -31,6 +31,11 @@ enum Command {
         /// Only report errors; print nothing for valid files.
         #[arg(short, long)]
         quiet: bool,
+        /// Compare two files (RUNNING NEW): which changes a reload (SIGHUP)
+        /// applies live and which need a restart. Exits 0 when everything
+        /// applies live, 2 when something needs a restart.
+        #[arg(long)]
+        diff: bool,
     },
     /// Plan capacity: WAN delay, BDP, deep-buffer size, goodput direct vs. through
     /// Sōya, and whether a data-parallel job's AllReduce hides behind backward.
@@ -123,7 +128,13 @@ fn demo(a: &soya::demo_args::DemoArgs) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::CheckConfig { files, quiet } => check_config(&files, quiet),
+        Command::CheckConfig { files, quiet, diff } => {
+            if diff {
+                check_config_diff(&files)
+            } else {
+                check_config(&files, quiet)
+            }
+        }
         Command::Plan(args) => soya::plan::run(&args.into()),
         Command::Demo(args) => demo(&args),
         Command::Gateway { config, check, io } => {
@@ -142,7 +153,7 @@ fn main() -> ExitCode {
 }
 
 fn gateway(path: &std::path::Path, check: bool) -> ExitCode {
-    use soya::gateway::{self, logging, reload, signals};
+    use soya::gateway::{self, logging, signals};
     let cfg = match soya_config::load(path) {
         Ok(c) => c,
         Err(e) => {
@@ -177,7 +188,6 @@ fn gateway(path: &std::path::Path, check: bool) -> ExitCode {
     };
     let ctl = gw.control();
     let path = path.to_path_buf();
-    let mut running = cfg;
     // Detached: it ends with the process.
     let _ = std::thread::Builder::new()
         .name("soya-signals".into())
@@ -197,18 +207,13 @@ fn gateway(path: &std::path::Path, check: bool) -> ExitCode {
                     }
                     signals::Signal::Reload => match soya_config::load(&path) {
                         Ok(new) => {
-                            let r = reload::diff(&running, &new);
-                            if r.applied.iter().any(|k| k == "log.level") {
-                                logging::set_level(new.log.level);
-                                running.log.level = new.log.level;
-                            }
-                            if r.is_empty() {
-                                tracing::info!("SIGHUP: configuration unchanged");
+                            let r = ctl.reload(&new);
+                            if !r.errors.is_empty() {
+                                tracing::error!("SIGHUP: {}", r.summary());
+                            } else if !r.need_restart.is_empty() {
+                                tracing::warn!("SIGHUP: {}", r.summary());
                             } else {
-                                tracing::info!(applied = ?r.applied, "SIGHUP: configuration re-read");
-                            }
-                            if !r.need_restart.is_empty() {
-                                tracing::warn!(keys = ?r.need_restart, "SIGHUP: these changes need a restart to take effect");
+                                tracing::info!("SIGHUP: {}", r.summary());
                             }
                         }
                         Err(e) => tracing::error!("SIGHUP: configuration not reloaded: {e}"),
@@ -280,6 +285,39 @@ fn status(socket: Option<PathBuf>, config: Option<PathBuf>, json: bool) -> ExitC
             );
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `soya check-config --diff RUNNING NEW`.
+fn check_config_diff(files: &[PathBuf]) -> ExitCode {
+    let [running, new] = files else {
+        eprintln!("soya check-config --diff: give two files, RUNNING NEW");
+        return ExitCode::FAILURE;
+    };
+    let load = |f: &PathBuf| soya_config::load(f).map_err(|e| eprintln!("{e}"));
+    let (Ok(old), Ok(new_cfg)) = (load(running), load(new)) else {
+        return ExitCode::FAILURE;
+    };
+    let r = soya::gateway::reload::diff(&old, &new_cfg);
+    if r.is_empty() {
+        println!("no change");
+        return ExitCode::SUCCESS;
+    }
+    for k in &r.applied {
+        println!("live:    {k}");
+    }
+    for k in &r.need_restart {
+        println!("restart: {k}");
+    }
+    if r.need_restart.is_empty() {
+        println!("a reload (SIGHUP) applies every change without dropping a flow");
+        ExitCode::SUCCESS
+    } else {
+        println!(
+            "{} change(s) need a restart (a restart fails every flow through the gateway)",
+            r.need_restart.len()
+        );
+        ExitCode::from(2)
     }
 }
 
