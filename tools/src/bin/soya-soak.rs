@@ -98,11 +98,11 @@ fn main() -> ExitCode {
         println!(
             "soak {:.0} s: {} sessions, {} QPs, {} ops verified ({} B), {} sessions failed ({} outside the crash)\n\
              bytes lost {} (crash window {}), duplicated {}, silent failures {}\n\
-             faults: {} loss bursts, {} path cuts, {} reloads, {} twin restart(s), {}/{} forgeries counted\n\
+             faults: {}; {} path cuts, {} reloads, {} twin restart(s), {}/{} forgeries counted\n\
              RSS growth {:.1} %, fd growth {}",
             r.duration_s, r.sessions, r.qps_opened, r.ops_verified, r.bytes_verified,
             r.sessions_failed, r.sessions_failed_outside_crash, r.bytes_lost,
-            r.bytes_lost_gateway_crash, r.bytes_duplicated, r.silent_failures, r.loss_bursts,
+            r.bytes_lost_gateway_crash, r.bytes_duplicated, r.silent_failures, r.loss_model,
             r.path_cuts, r.reloads, r.twin_restarts, r.forgeries_counted, r.forgeries_sent,
             r.rss_growth_pct, r.fd_growth
         );

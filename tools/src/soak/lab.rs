@@ -43,6 +43,35 @@ pub struct Lab {
     key: PathBuf,
     /// Gateway restarts so far (log file names).
     restarts: u32,
+    /// When the first soya-wanem started: its outage schedule's origin.
+    pub wanem_t0: Instant,
+}
+
+/// Burst loss on every link, both directions (soya-wanem's
+/// Gilbert-Elliott model): a burst starts every ~5,000 packets and lasts
+/// ~50 packets, losing 30 % of them.
+pub const GE: [f64; 3] = [0.0002, 0.02, 0.3];
+/// The cut schedule: every `CUT_EVERY_S` seconds (from `CUT_FIRST_S`) one
+/// link, in turn, goes down for `CUT_FOR_S` seconds. Never two at once, and
+/// every reload set keeps two links: a path always survives.
+pub const CUT_FIRST_S: f64 = 20.0;
+pub const CUT_EVERY_S: f64 = 10.0;
+pub const CUT_FOR_S: f64 = 3.0;
+
+/// Link `k`'s outages over `horizon_s` seconds (soya-wanem time).
+pub fn cuts(k: u32, horizon_s: f64) -> Vec<[f64; 2]> {
+    let mut v = Vec::new();
+    let mut n = 0u32;
+    loop {
+        let at = CUT_FIRST_S + f64::from(n) * CUT_EVERY_S;
+        if at > horizon_s {
+            return v;
+        }
+        if n % LINKS == k {
+            v.push([at, at + CUT_FOR_S]);
+        }
+        n += 1;
+    }
 }
 
 impl Lab {
@@ -52,6 +81,7 @@ impl Lab {
         one_way_ms: f64,
         link_rate_mbps: u64,
         paths: &[PathSpec],
+        horizon_s: f64,
     ) -> Result<Lab, String> {
         let id = std::process::id();
         let mut procs = Netns::new();
@@ -69,12 +99,14 @@ impl Lab {
             link_rate_mbps,
             key: dir.join("psk.key"),
             restarts: 0,
+            wanem_t0: Instant::now(),
         };
         for i in 0..2 {
             lab.wire_site(i)?;
         }
+        lab.wanem_t0 = Instant::now();
         for k in 0..LINKS {
-            lab.start_wanem(bins, &wan, k)?;
+            lab.start_wanem(bins, &wan, k, horizon_s)?;
         }
         lab.write_key()?;
         lab.write_configs(paths)?;
@@ -107,13 +139,36 @@ impl Lab {
         try_ip_in(&h, &format!("route add default via 10.{net}.0.254"))
     }
 
-    fn start_wanem(&mut self, bins: &Binaries, wan: &str, k: u32) -> Result<(), String> {
+    fn start_wanem(
+        &mut self,
+        bins: &Binaries,
+        wan: &str,
+        k: u32,
+        horizon_s: f64,
+    ) -> Result<(), String> {
         let (a, b) = (format!("a{k}"), format!("b{k}"));
         let logf = self.dir.join(format!("wanem{k}.log"));
         let log = std::fs::File::create(&logf).map_err(|e| format!("{}: {e}", logf.display()))?;
+        let conf = self.dir.join(format!("wanem{k}.toml"));
+        let down: Vec<String> = cuts(k, horizon_s)
+            .iter()
+            .map(|[a, b]| format!("[{a}, {b}]"))
+            .collect();
+        std::fs::write(
+            &conf,
+            format!(
+                "[profile]\nge = [{}, {}, {}]\ndown = [{}]\n",
+                GE[0],
+                GE[1],
+                GE[2],
+                down.join(", ")
+            ),
+        )
+        .map_err(|e| format!("{}: {e}", conf.display()))?;
         let args = format!(
-            "tun --a-dev {a} --b-dev {b} --delay-ms {} --loss 0 --seed {} --stats-interval 0 \
+            "tun --a-dev {a} --b-dev {b} --config {} --delay-ms {} --seed {} --stats-interval 0 \
              --rate {}mbit --slack-us 100 --spin-us 0",
+            conf.display(),
             self.one_way_ms,
             k + 1,
             self.link_rate_mbps
@@ -283,36 +338,6 @@ impl Lab {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-    }
-
-    /// netem loss on link `k`, both directions (`None`: none).
-    pub fn set_loss(&self, k: u32, loss_pct: Option<f64>) -> Result<(), String> {
-        for (i, dev) in [format!("a{k}"), format!("b{k}")].iter().enumerate() {
-            let g = &self.gw[i];
-            let mut args = vec!["ip", "netns", "exec", g, "tc", "qdisc"];
-            let spec;
-            match loss_pct {
-                Some(p) => {
-                    spec = format!("{p}%");
-                    args.extend([
-                        "replace", "dev", dev, "root", "netem", "loss", &spec, "limit", "100000",
-                    ]);
-                }
-                None => args.extend(["del", "dev", dev, "root"]),
-            }
-            let out = std::process::Command::new(args[0])
-                .args(&args[1..])
-                .output()
-                .map_err(|e| format!("tc: {e}"))?;
-            if !out.status.success() && loss_pct.is_some() {
-                return Err(format!(
-                    "{}: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
-            }
-        }
-        Ok(())
     }
 }
 

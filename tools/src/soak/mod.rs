@@ -93,7 +93,8 @@ pub struct SoakReport {
     pub bytes_lost_gateway_crash: u64,
     pub bytes_duplicated: u64,
     pub silent_failures: u64,
-    pub loss_bursts: u64,
+    /// soya-wanem's Gilbert-Elliott burst loss on every link, both ways.
+    pub loss_model: String,
     pub path_cuts: u64,
     pub reloads: u64,
     pub reload_summaries: Vec<String>,
@@ -146,12 +147,20 @@ impl Shared {
 
 /// Runs the soak; `Err` only when the lab cannot be built or breaks.
 pub fn run(o: &SoakOptions) -> Result<SoakReport, String> {
-    if let Some(missing) = netns_missing(&["tc"]) {
+    if let Some(missing) = netns_missing(&[]) {
         return Err(format!("soya-soak needs {missing}"));
     }
     std::fs::create_dir_all(&o.dir).map_err(|e| format!("{}: {e}", o.dir.display()))?;
     let sets = reload_sets(o.link_rate_mbps);
-    let mut lab = Lab::build(&o.bins, &o.dir, o.one_way_ms, o.link_rate_mbps, &sets[0])?;
+    let horizon = o.duration.as_secs_f64() + 120.0;
+    let mut lab = Lab::build(
+        &o.bins,
+        &o.dir,
+        o.one_way_ms,
+        o.link_rate_mbps,
+        &sets[0],
+        horizon,
+    )?;
     lab.wait_connected(Duration::from_secs(20))?;
     let shared = Arc::new(Shared {
         report: Mutex::new(SoakReport::default()),
@@ -185,6 +194,14 @@ pub fn run(o: &SoakOptions) -> Result<SoakReport, String> {
         std::thread::spawn(move || worker(&sh, dir, &ns, me, server, &perf))
     })
     .collect();
+    bump(&shared, |r| {
+        r.loss_model = format!(
+            "Gilbert-Elliott p_enter {} p_leave {} loss_in_bad {} on every link, both ways",
+            lab::GE[0],
+            lab::GE[1],
+            lab::GE[2]
+        );
+    });
     let result = schedule(o, &mut lab, &shared, &sets);
     shared.stop.store(true, Ordering::Release);
     for w in workers {
@@ -413,7 +430,11 @@ fn schedule(
     sets: &[Vec<PathSpec>],
 ) -> Result<(), String> {
     let total = o.duration.as_secs_f64();
-    let warm_at = (total * 0.15).clamp(5.0, 60.0);
+    // Warm-up: every op and size has run (a size cycle is ~20 s), the deep
+    // buffer's slots and the pools were touched; a quarter of the run, at
+    // least 30 s, at most 5 minutes.
+    let warm_at = (total * 0.25).clamp(30.0, 300.0);
+    let mut b_warm_at: Option<f64> = None;
     let crash_at = total * 0.5;
     let mut warm_done = false;
     let mut crashed = false;
@@ -429,49 +450,36 @@ fn schedule(
         lab.check()?;
         tick += 1;
         // Every second something; the phases are offsets in a 30 s cycle.
-        let phase = tick % 30;
-        let links_in_use: Vec<u32> = sets[set].iter().map(|p| p.link).collect();
-        let victim = links_in_use[(tick as usize / 30) % links_in_use.len()];
-        match phase {
-            3 => {
-                lab.set_loss(victim, Some(5.0))?;
-                bump(sh, |r| r.loss_bursts += 1);
+        // Cuts are scheduled in soya-wanem (lab::cuts): count those begun.
+        let wt = lab.wanem_t0.elapsed().as_secs_f64();
+        let cuts = (0..lab::LINKS)
+            .map(|k| lab::cuts(k, wt).len() as u64)
+            .sum::<u64>();
+        bump(sh, |r| r.path_cuts = cuts);
+        // A reload every 15 s, offset from the cuts.
+        if tick % 15 == 7 {
+            set = (set + 1) % sets.len();
+            lab.write_configs(&sets[set])?;
+            lab.reload();
+            std::thread::sleep(Duration::from_millis(300));
+            for i in 0..2 {
+                let ans = lab::control(&lab.socket(i), "last-reload");
+                let (summary, errors) = match &ans {
+                    Ok(v) => (
+                        v["summary"].as_str().unwrap_or("").to_string(),
+                        v["errors"].as_array().map_or(0, |a| a.len()),
+                    ),
+                    Err(e) => (format!("no answer: {e}"), 1),
+                };
+                bump(sh, |r| {
+                    r.reloads += 1;
+                    r.reload_errors += errors as u64;
+                    if r.reload_summaries.len() < 20 {
+                        r.reload_summaries
+                            .push(format!("{:.0}s gw{i}: {summary}", sh.now_s()));
+                    }
+                });
             }
-            5 => lab.set_loss(victim, None)?,
-            10 if links_in_use.len() > 1 => {
-                lab.set_loss(victim, Some(100.0))?;
-                bump(sh, |r| r.path_cuts += 1);
-            }
-            13 => lab.set_loss(victim, None)?,
-            18 | 26 => {
-                // Restore every link before changing the set.
-                for k in 0..lab::LINKS {
-                    lab.set_loss(k, None)?;
-                }
-                set = (set + 1) % sets.len();
-                lab.write_configs(&sets[set])?;
-                lab.reload();
-                std::thread::sleep(Duration::from_millis(300));
-                for i in 0..2 {
-                    let ans = lab::control(&lab.socket(i), "last-reload");
-                    let (summary, errors) = match &ans {
-                        Ok(v) => (
-                            v["summary"].as_str().unwrap_or("").to_string(),
-                            v["errors"].as_array().map_or(0, |a| a.len()),
-                        ),
-                        Err(e) => (format!("no answer: {e}"), 1),
-                    };
-                    bump(sh, |r| {
-                        r.reloads += 1;
-                        r.reload_errors += errors as u64;
-                        if r.reload_summaries.len() < 20 {
-                            r.reload_summaries
-                                .push(format!("{:.0}s gw{i}: {summary}", sh.now_s()));
-                        }
-                    });
-                }
-            }
-            _ => {}
         }
         if tick % 5 == 0 {
             let (sent, counted) = forgery.round(lab)?;
@@ -504,8 +512,10 @@ fn schedule(
             }
             forgery.reset(lab)?;
             bump(sh, |r| r.twin_restarts += 1);
+            b_warm_at = Some(sh.now_s() + warm_at.min((total - sh.now_s()) / 2.0));
         }
-        if crashed && tick % 30 == 15 {
+        if b_warm_at.is_some_and(|w| sh.now_s() >= w) {
+            b_warm_at = None;
             // Gateway B's figures after its restart's warm-up (once).
             let b = usage(lab, 1);
             bump(sh, |r| {
@@ -525,7 +535,7 @@ fn schedule(
                     .map(|(rss, fds)| format!("{} MiB/{fds} fds", rss >> 10))
                     .collect();
                 eprintln!(
-                    "soak {:>5.0}/{total:.0} s: {} sessions ({} QPs), {} ops verified, {} failed ({} outside crash), lost {} B, reloads {}, cuts {}, bursts {}, gateways {}",
+                    "soak {:>5.0}/{total:.0} s: {} sessions ({} QPs), {} ops verified, {} failed ({} outside crash), lost {} B, reloads {}, cuts {}, gateways {}",
                     t,
                     r.sessions,
                     r.qps_opened,
@@ -535,7 +545,6 @@ fn schedule(
                     r.bytes_lost,
                     r.reloads,
                     r.path_cuts,
-                    r.loss_bursts,
                     rss.join(", ")
                 );
             }
