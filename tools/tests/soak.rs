@@ -49,7 +49,11 @@ fn two_minute_soak_loses_nothing_and_stays_flat() {
     assert_eq!(n("bytes_lost"), 0, "bytes lost outside the crash");
     assert_eq!(n("bytes_duplicated"), 0);
     assert_eq!(n("silent_failures"), 0);
-    assert_eq!(n("sessions_failed_outside_crash"), 0, "a reload or a cut dropped a flow");
+    assert_eq!(
+        n("sessions_failed_outside_crash"),
+        0,
+        "a reload or a cut dropped a flow"
+    );
     assert!(n("ops_verified") > 0);
     assert!(n("qps_opened") >= 100, "hundreds of QPs opened and closed");
     for k in ["reloads", "path_cuts", "forgeries_sent"] {
@@ -58,7 +62,8 @@ fn two_minute_soak_loses_nothing_and_stays_flat() {
     assert_eq!(n("twin_restarts"), 1);
     for f in v["failures"].as_array().unwrap() {
         assert!(
-            !f["how"].as_str().unwrap_or("").is_empty() && !f["error"].as_str().unwrap_or("").is_empty(),
+            !f["how"].as_str().unwrap_or("").is_empty()
+                && !f["error"].as_str().unwrap_or("").is_empty(),
             "a failure that did not say how it reached the application: {f}"
         );
     }

@@ -116,7 +116,10 @@ pub fn diff(old: &SiteConfig, new: &SiteConfig) -> ReloadReport {
             || old.dc.give_up_after != new.dc.give_up_after,
         "dc.retransmit_floor / dc.give_up_after (new QPs)",
     );
-    live(old.wan.twin_timeout != new.wan.twin_timeout, "wan.twin_timeout");
+    live(
+        old.wan.twin_timeout != new.wan.twin_timeout,
+        "wan.twin_timeout",
+    );
     live(old.wan.paths != new.wan.paths, "wan.paths");
     live(old.pseudo_ack != new.pseudo_ack, "pseudo_ack (new QPs)");
     live(
@@ -230,7 +233,12 @@ fn apply_inner(shared: &Shared, new: &SiteConfig) -> ReloadReport {
     let per_flow_quota = run.buffer.per_flow_quota;
     run.buffer = old.buffer.clone();
     run.buffer.per_flow_quota = per_flow_quota;
-    if run.wan.paths.iter().any(|p| !run.wan.bind.contains(&p.bind)) {
+    if run
+        .wan
+        .paths
+        .iter()
+        .any(|p| !run.wan.bind.contains(&p.bind))
+    {
         // A path on a new address: the whole path set waits for a restart.
         run.wan.paths = old.wan.paths.clone();
         r.applied.retain(|k| k != "wan.paths");
@@ -278,7 +286,10 @@ fn apply_inner(shared: &Shared, new: &SiteConfig) -> ReloadReport {
             return r;
         }
         // The snapshot condvar: device loops notify it after a reload too.
-        g = match shared.cv.wait_timeout(g, left.min(Duration::from_millis(100))) {
+        g = match shared
+            .cv
+            .wait_timeout(g, left.min(Duration::from_millis(100)))
+        {
             Ok((g, _)) => g,
             Err(_) => return r,
         };

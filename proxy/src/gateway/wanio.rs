@@ -145,12 +145,16 @@ impl WanSockets {
         let mut by_sock = vec![Vec::new(); self.socks.len()];
         let mut paths = Vec::new();
         for (i, p) in wan.paths.iter().enumerate() {
-            let s = self.binds.iter().position(|b| *b == p.bind).ok_or_else(|| {
-                format!(
-                    "path {} binds {}, which is not a running wan.bind (needs a restart)",
-                    p.name, p.bind
-                )
-            })?;
+            let s = self
+                .binds
+                .iter()
+                .position(|b| *b == p.bind)
+                .ok_or_else(|| {
+                    format!(
+                        "path {} binds {}, which is not a running wan.bind (needs a restart)",
+                        p.name, p.bind
+                    )
+                })?;
             by_sock[s].push(i);
             paths.push((s, p.remote));
         }

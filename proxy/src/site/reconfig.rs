@@ -61,8 +61,14 @@ impl Site {
         restart(ow.cipher != nw.cipher, "wan.cipher");
         restart(ow.max_datagram != nw.max_datagram, "wan.max_datagram");
         restart(ow.hello_context != nw.hello_context, "gateway.shards");
-        restart(ow.cc != nw.cc, "wan.paths[].rate (congestion control: FixedRate needs a rate on every path)");
-        restart(ow.is_client != nw.is_client, "dc prefixes (which twin is the client)");
+        restart(
+            ow.cc != nw.cc,
+            "wan.paths[].rate (congestion control: FixedRate needs a rate on every path)",
+        );
+        restart(
+            ow.is_client != nw.is_client,
+            "dc prefixes (which twin is the client)",
+        );
         restart(
             oe.buffer_slots != ne.buffer_slots || oe.slot_bytes != ne.slot_bytes,
             "buffer.size / buffer.slot_bytes",

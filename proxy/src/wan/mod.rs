@@ -31,8 +31,8 @@ mod idhash;
 pub mod msg;
 pub mod packet;
 mod path;
-mod recovery;
 mod reconfig;
+mod recovery;
 mod replay;
 mod rtt;
 mod scheduler;
@@ -753,7 +753,11 @@ impl WanConnection {
         }
         self.send
             .set_initial_credit(window.max(2 * flow::MAX_MESSAGE as u64));
-        for p in self.paths.iter_mut().filter(|p| p.state != PathState::Retired) {
+        for p in self
+            .paths
+            .iter_mut()
+            .filter(|p| p.state != PathState::Retired)
+        {
             p.ping_due = true;
             p.last_ack_rx = now;
         }
@@ -1012,7 +1016,11 @@ impl WanConnection {
             return;
         }
         if self.session.wants_hello() && now >= self.hello_next {
-            for p in self.paths.iter_mut().filter(|p| p.state != PathState::Retired) {
+            for p in self
+                .paths
+                .iter_mut()
+                .filter(|p| p.state != PathState::Retired)
+            {
                 p.hello_due = true;
             }
             self.session.on_hello_round();

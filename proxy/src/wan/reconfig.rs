@@ -100,7 +100,13 @@ impl WanConnection {
                 }
                 if p.rate_bps != pc.rate_bps {
                     p.rate_bps = pc.rate_bps;
-                    p.cc = super::new_controller(pc.rate_bps, self.cc_kind, mss, p.rtt.smoothed(), now);
+                    p.cc = super::new_controller(
+                        pc.rate_bps,
+                        self.cc_kind,
+                        mss,
+                        p.rtt.smoothed(),
+                        now,
+                    );
                     what.push("rate");
                 }
                 if !what.is_empty() {

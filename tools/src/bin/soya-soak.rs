@@ -114,7 +114,11 @@ fn main() -> ExitCode {
                 f.op,
                 f.how,
                 f.error,
-                if f.in_crash_window { " [crash window]" } else { "" }
+                if f.in_crash_window {
+                    " [crash window]"
+                } else {
+                    ""
+                }
             );
         }
     }

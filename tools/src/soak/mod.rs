@@ -361,7 +361,15 @@ fn worker(
                 Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
                 Err(e) => e.to_string(),
             };
-            fail(&mut r, from, direction, op, "no report (client failed)", err, crash);
+            fail(
+                &mut r,
+                from,
+                direction,
+                op,
+                "no report (client failed)",
+                err,
+                crash,
+            );
             continue;
         };
         if p.ok {
@@ -580,8 +588,10 @@ impl Forgery {
             .enumerate()
         {
             let me = me.to_string();
-            let s = try_in_netns(&lab.host[i], move || std::net::UdpSocket::bind((me.as_str(), 0)))?
-                .map_err(|e| format!("forgery socket: {e}"))?;
+            let s = try_in_netns(&lab.host[i], move || {
+                std::net::UdpSocket::bind((me.as_str(), 0))
+            })?
+            .map_err(|e| format!("forgery socket: {e}"))?;
             socks.push((s, peer));
         }
         let base = Self::counted(lab);
@@ -615,7 +625,9 @@ impl Forgery {
         // wrong ICRC; and the same BTH cut to 7 bytes.
         let before = self.sent;
         let counted = Self::counted(lab).saturating_sub(self.base) + self.base_sent;
-        let mut bth = vec![0x04, 0x40, 0xff, 0xff, 0x00, 0x12, 0x34, 0x56, 0x80, 0, 0, 1];
+        let mut bth = vec![
+            0x04, 0x40, 0xff, 0xff, 0x00, 0x12, 0x34, 0x56, 0x80, 0, 0, 1,
+        ];
         bth.extend_from_slice(&[0xab; 8]);
         bth.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
         for (s, peer) in &self.socks {
