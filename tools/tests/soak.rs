@@ -18,8 +18,8 @@ use std::process::Command;
 use common::{netns_missing, netns_required, skip, soya_binary};
 
 #[test]
-fn two_minute_soak_loses_nothing_and_stays_flat() {
-    const NAME: &str = "two_minute_soak_loses_nothing_and_stays_flat";
+fn two_minute_soak_loses_nothing_and_drops_no_flow() {
+    const NAME: &str = "two_minute_soak_loses_nothing_and_drops_no_flow";
     let required = netns_required();
     if let Some(missing) = netns_missing(&[]) {
         return skip(NAME, &missing, required);

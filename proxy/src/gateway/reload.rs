@@ -229,7 +229,7 @@ fn apply_inner(shared: &Shared, new: &SiteConfig) -> ReloadReport {
     run.wan.cipher = old.wan.cipher;
     run.control = old.control.clone();
     run.log.format = old.log.format;
-    run.gateway = old.gateway.clone();
+    run.gateway = old.gateway;
     let per_flow_quota = run.buffer.per_flow_quota;
     run.buffer = old.buffer.clone();
     run.buffer.per_flow_quota = per_flow_quota;
