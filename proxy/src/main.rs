@@ -5,6 +5,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, OnceLock};
 
 use clap::{Parser, Subcommand};
 
@@ -31,6 +32,11 @@ enum Command {
         /// Only report errors; print nothing for valid files.
         #[arg(short, long)]
         quiet: bool,
+        /// Compare two files (RUNNING NEW): which changes a reload (SIGHUP)
+        /// applies live and which need a restart. Exits 0 when everything
+        /// applies live, 2 when something needs a restart.
+        #[arg(long)]
+        diff: bool,
     },
     /// Plan capacity: WAN delay, BDP, deep-buffer size, goodput direct vs. through
     /// Sōya, and whether a data-parallel job's AllReduce hides behind backward.
@@ -161,7 +167,13 @@ fn demo(a: &soya::demo_args::DemoArgs) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::CheckConfig { files, quiet } => check_config(&files, quiet),
+        Command::CheckConfig { files, quiet, diff } => {
+            if diff {
+                check_config_diff(&files)
+            } else {
+                check_config(&files, quiet)
+            }
+        }
         Command::Plan(args) => soya::plan::run(&args.into()),
         Command::Demo(args) => demo(&args),
         Command::Gateway { config, check, io } => {
@@ -211,10 +223,13 @@ fn gateway(path: &std::path::Path, check: bool) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     logging::init(cfg.log.format, cfg.log.level);
-    // SIGHUP runs `reload` on the control plane (gateway::signals).
+    // SIGHUP runs `reload` on the control plane (gateway::signals); it
+    // reaches the device loops through the gateway's Control, which exists
+    // once the gateway has started.
     let path = path.to_path_buf();
-    let mut running = cfg.clone();
-    let on_sighup: signals::Reload = Box::new(move || reload(&path, &mut running));
+    let control = Arc::new(OnceLock::<gateway::Control>::new());
+    let ctl = control.clone();
+    let on_sighup: signals::Reload = Box::new(move || reload(&path, ctl.get()));
     let gw = match gateway::Gateway::start_with(&cfg, Some(on_sighup)) {
         Ok(g) => g,
         Err(e) => {
@@ -222,6 +237,7 @@ fn gateway(path: &std::path::Path, check: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let _ = control.set(gw.control());
     let summary = gw.wait();
     println!("{summary}");
     match summary.outcome {
@@ -230,23 +246,22 @@ fn gateway(path: &std::path::Path, check: bool) -> ExitCode {
     }
 }
 
-/// SIGHUP: re-reads the configuration file and applies what it can live.
-fn reload(path: &std::path::Path, running: &mut soya_config::SiteConfig) {
-    use soya::gateway::{logging, reload};
+/// SIGHUP: re-reads the configuration file and applies what it can live
+/// (`gateway::reload::apply`); the log line says what needs a restart.
+fn reload(path: &std::path::Path, control: Option<&soya::gateway::Control>) {
+    let Some(ctl) = control else {
+        tracing::warn!("SIGHUP: the gateway is still starting; not reloaded");
+        return;
+    };
     match soya_config::load(path) {
         Ok(new) => {
-            let r = reload::diff(running, &new);
-            if r.applied.iter().any(|k| k == "log.level") {
-                logging::set_level(new.log.level);
-                running.log.level = new.log.level;
-            }
-            if r.is_empty() {
-                tracing::info!("SIGHUP: configuration unchanged");
+            let r = ctl.reload(&new);
+            if !r.errors.is_empty() {
+                tracing::error!("SIGHUP: {}", r.summary());
+            } else if !r.need_restart.is_empty() {
+                tracing::warn!("SIGHUP: {}", r.summary());
             } else {
-                tracing::info!(applied = ?r.applied, "SIGHUP: configuration re-read");
-            }
-            if !r.need_restart.is_empty() {
-                tracing::warn!(keys = ?r.need_restart, "SIGHUP: these changes need a restart to take effect");
+                tracing::info!("SIGHUP: {}", r.summary());
             }
         }
         Err(e) => tracing::error!("SIGHUP: configuration not reloaded: {e}"),
@@ -351,6 +366,39 @@ fn health(
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `soya check-config --diff RUNNING NEW`.
+fn check_config_diff(files: &[PathBuf]) -> ExitCode {
+    let [running, new] = files else {
+        eprintln!("soya check-config --diff: give two files, RUNNING NEW");
+        return ExitCode::FAILURE;
+    };
+    let load = |f: &PathBuf| soya_config::load(f).map_err(|e| eprintln!("{e}"));
+    let (Ok(old), Ok(new_cfg)) = (load(running), load(new)) else {
+        return ExitCode::FAILURE;
+    };
+    let r = soya::gateway::reload::diff(&old, &new_cfg);
+    if r.is_empty() {
+        println!("no change");
+        return ExitCode::SUCCESS;
+    }
+    for k in &r.applied {
+        println!("live:    {k}");
+    }
+    for k in &r.need_restart {
+        println!("restart: {k}");
+    }
+    if r.need_restart.is_empty() {
+        println!("a reload (SIGHUP) applies every change without dropping a flow");
+        ExitCode::SUCCESS
+    } else {
+        println!(
+            "{} change(s) need a restart (a restart fails every flow through the gateway)",
+            r.need_restart.len()
+        );
+        ExitCode::from(2)
     }
 }
 

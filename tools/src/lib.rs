@@ -13,4 +13,5 @@ pub mod netns;
 pub mod perf;
 pub mod rc;
 pub mod sim;
+pub mod soak;
 pub mod wanem;

@@ -234,8 +234,10 @@ fn directions_have_their_own_profiles() {
         "4",
         "--stats-interval",
         "0",
+        // Ended by SIGTERM once the exchange is over (a loaded machine
+        // may take longer than any fixed duration); this is a safety net.
         "--duration",
-        "2",
+        "60",
         "--json",
     ]);
     let epoch = Instant::now();
@@ -273,16 +275,34 @@ fn directions_have_their_own_profiles() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let mut fwd = echo.join().unwrap();
+    // SAFETY: signalling the child we started, not yet waited for.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
     let (a2b, b2a) = (percentile(&mut fwd, 0.5), percentile(&mut back, 0.5));
-    println!("one-way median: a->b {a2b:.3} ms (1 ms asked), b->a {b2a:.3} ms (4 ms asked)");
+    let fastest = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let (fa, fb) = (fastest(&fwd), fastest(&back));
+    println!(
+        "one-way: a->b median {a2b:.3} fastest {fa:.3} ms (1 ms asked), b->a median {b2a:.3} fastest {fb:.3} ms (4 ms asked)"
+    );
     assert!(
         fwd.len() >= 95 && back.len() >= 95,
         "{} / {}",
         fwd.len(),
         back.len()
     );
-    assert!((0.9..2.0).contains(&a2b), "a->b {a2b} ms");
-    assert!((3.9..5.0).contains(&b2a), "b->a {b2a} ms");
+    // Load-independent verdicts: no packet beats the delay asked (a lower
+    // bound on every one), and the fastest of each direction is near it
+    // (scheduling delays only ever add, and among ~100 packets one gets
+    // through on time): a->b is not given b->a's 4 ms, nor b->a twice it.
+    assert!(
+        fwd.iter().all(|&d| d >= 0.9),
+        "a->b faster than 1 ms: {fa} ms"
+    );
+    assert!(
+        back.iter().all(|&d| d >= 3.9),
+        "b->a faster than 4 ms: {fb} ms"
+    );
+    assert!(fa < 2.0, "a->b fastest {fa} ms: not its own 1 ms");
+    assert!(fb < 5.0, "b->a fastest {fb} ms: not its own 4 ms");
     let s = summary(child);
     let p = &s["paths"][0];
     assert_eq!(s["mode"], "udp");

@@ -51,6 +51,17 @@ impl DeepBuffer {
         }
     }
 
+    /// A new per-flow quota (a reload), within the slots allocated at
+    /// start. A flow above a lowered quota keeps what it holds and gets no
+    /// new slot until it is below: backpressure, never a drop.
+    pub fn set_per_flow_slots(&mut self, per_flow_slots: usize) {
+        self.per_flow_slots = per_flow_slots.min(self.slab.capacity()).max(1);
+    }
+
+    pub fn per_flow_slots(&self) -> usize {
+        self.per_flow_slots
+    }
+
     /// Stores a copy of `bytes` for `flow`.
     pub fn store(&mut self, flow: u64, bytes: &[u8]) -> Result<SlotHandle, Refused> {
         if bytes.len() > self.slab.slot_bytes() {
@@ -109,7 +120,8 @@ impl DeepBuffer {
 
     /// Slots still free for `flow`, the lesser of its quota and the site's.
     pub fn headroom(&self, flow: u64) -> usize {
-        let flow_left = self.per_flow_slots - self.flow_slots(flow);
+        // Saturating: a reload may lower the quota below a flow's use.
+        let flow_left = self.per_flow_slots.saturating_sub(self.flow_slots(flow));
         flow_left.min(self.slab.free_slots())
     }
 

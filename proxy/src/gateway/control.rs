@@ -2,7 +2,8 @@
 //! `soya status` client.
 //!
 //! Protocol: the client sends one line, `status`, and reads the gateway's
-//! [`Snapshot`] as one JSON document until the server closes. Anything else
+//! [`Snapshot`] as one JSON document until the server closes (or
+//! `last-reload`: what the last SIGHUP applied and what needs a restart). Anything else
 //! gets `{"error": …}`.
 
 use std::fmt::Write as _;
@@ -101,6 +102,11 @@ async fn handle(stream: tokio::net::UnixStream, shared: Arc<Shared>) -> io::Resu
                 None => r#"{"error":"no snapshot"}"#.to_string(),
             }
         }
+        // What the last SIGHUP applied and what needs a restart.
+        "last-reload" => match shared.last_reload.lock().ok().and_then(|g| g.clone()) {
+            Some(r) => r.to_json().to_string(),
+            None => r#"{"error":"no reload yet"}"#.to_string(),
+        },
         other => serde_json::json!({ "error": format!("unknown request {other:?}") }).to_string(),
     };
     tokio::time::timeout(CLIENT_TIMEOUT, async {

@@ -121,6 +121,7 @@ fn path_state(s: PathState) -> &'static str {
         PathState::Probing => "probing",
         PathState::Up => "up",
         PathState::Down => "down",
+        PathState::Retired => "retired",
     }
 }
 
@@ -233,6 +234,10 @@ impl Device {
                     self.draining = Some(Instant::now() + DRAIN_TIMEOUT);
                 }
                 _ => {}
+            }
+            if let Some((ticket, reload)) = self.shared.take_reload(self.shard.index) {
+                let r = self.reload(reload);
+                self.shared.reload_done(self.shard.index, ticket, r);
             }
             let now = self.clock.now();
             for s in 0..self.socks.len() {
@@ -389,6 +394,34 @@ impl Device {
     }
 
     /// Logs what the site reports.
+    /// A reload ([`super::reload::apply`]): the sockets' paths first (the
+    /// one thing that can fail, and then nothing changes), then the site.
+    fn reload(
+        &mut self,
+        r: super::reload::ShardReload,
+    ) -> Result<crate::site::ReconfigureReport, String> {
+        for w in self.socks.reconfigure(&r.wan)? {
+            tracing::warn!("{w}");
+        }
+        self.info.paths = r
+            .wan
+            .paths
+            .iter()
+            .map(|p| PathMeta {
+                name: p.name.clone(),
+                local: p.bind.to_string(),
+                remote: p.remote.to_string(),
+                dscp: p.dscp,
+                weight: p.weight,
+            })
+            .collect();
+        let report = self.site.reconfigure(r.params, self.clock.now());
+        for c in &report.paths {
+            tracing::info!(shard = self.shard.index, "reload: {c}");
+        }
+        Ok(report)
+    }
+
     fn log_events(&mut self) {
         while let Some(ev) = self.site.poll_event() {
             match ev {

@@ -113,6 +113,13 @@ pub struct Shared {
     pub(crate) stopping: AtomicBool,
     /// The same, for the control plane's tasks.
     stopped_tx: tokio::sync::watch::Sender<bool>,
+    /// Reloads handed to the device loops, and their answers
+    /// ([`reload::apply`]).
+    pub(crate) reloads: Mutex<reload::Slots>,
+    /// The configuration the gateway runs (what a reload compares with).
+    pub(crate) config: Mutex<Option<SiteConfig>>,
+    /// The last reload's report (the control socket's `last-reload`).
+    pub(crate) last_reload: Mutex<Option<ReloadReport>>,
 }
 
 impl Shared {
@@ -128,6 +135,9 @@ impl Shared {
             running: AtomicUsize::new(shards),
             stopping: AtomicBool::new(false),
             stopped_tx: tokio::sync::watch::Sender::new(false),
+            reloads: Mutex::new(reload::Slots::new(shards)),
+            config: Mutex::new(None),
+            last_reload: Mutex::new(None),
         })
     }
 
@@ -504,6 +514,10 @@ impl Control {
     pub fn snapshot(&self, timeout: Duration) -> Option<Snapshot> {
         self.0.snapshot(timeout)
     }
+    /// Applies a re-read configuration (SIGHUP): [`reload::apply`].
+    pub fn reload(&self, new: &SiteConfig) -> ReloadReport {
+        reload::apply(&self.0, new)
+    }
 }
 
 /// A running gateway.
@@ -577,6 +591,9 @@ impl Gateway {
 
         let epoch = Instant::now();
         let shared = Arc::new(Shared::new(shards)?);
+        if let Ok(mut r) = shared.config.lock() {
+            *r = Some(cfg.clone());
+        }
         let (mut txs, mut rxs) = shard::queues(shards, backend::DC_MAX_PACKET);
         let mut devs = Vec::with_capacity(shards);
         for (i, ((dc, reads_dc), (scfg, params, socks))) in dcs.into_iter().zip(sites).enumerate() {

@@ -1,24 +1,69 @@
 //! SIGHUP: what changed between the running configuration and the file as
-//! it is now, and which of it applies without a restart.
+//! it is now, what of it applies live, and applying it.
+//!
+//! [`apply`] is the one entry point (the SIGHUP handler and the control
+//! socket's `reload` call it): it hands every device loop its shard's new
+//! [`SiteParams`] (and the WAN paths for its sockets), waits for their
+//! answers and says what applied and what needs a restart. The protocol
+//! side of it is [`crate::site::Site::reconfigure`]; what it applies and
+//! why is documented there and in docs/operations.md.
+//!
+//! [`diff`] is the same verdict without a gateway (`soya check-config
+//! --diff RUNNING NEW`).
 
-use soya_config::SiteConfig;
+use std::time::{Duration, Instant};
+
+use soya_config::{DcBackend, SiteConfig};
+
+use crate::site::{ReconfigureReport, SiteParams};
+
+use super::{shard, Shared};
 
 /// The outcome of a reload.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReloadReport {
-    /// Keys applied live (today: `log.level`).
+    /// Keys applied live.
     pub applied: Vec<String>,
     /// Keys that changed but take effect only after a restart.
     pub need_restart: Vec<String>,
+    /// What happened to the WAN paths (shard 0's view: every shard has the
+    /// same paths).
+    pub paths: Vec<String>,
+    /// Why something could not be applied (nothing was, then).
+    pub errors: Vec<String>,
 }
 
 impl ReloadReport {
     pub fn is_empty(&self) -> bool {
-        self.applied.is_empty() && self.need_restart.is_empty()
+        self.applied.is_empty() && self.need_restart.is_empty() && self.errors.is_empty()
+    }
+
+    /// One line for the log and the control reply.
+    pub fn summary(&self) -> String {
+        if self.is_empty() {
+            return "configuration unchanged".into();
+        }
+        let list = |v: &[String]| {
+            if v.is_empty() {
+                "nothing".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        let mut s = format!("applied: {}", list(&self.applied));
+        if !self.paths.is_empty() {
+            s += &format!(" ({})", self.paths.join("; "));
+        }
+        s += &format!("; need a restart: {}", list(&self.need_restart));
+        if !self.errors.is_empty() {
+            s += &format!("; NOT applied: {}", self.errors.join("; "));
+        }
+        s
     }
 }
 
-/// Compares `old` (running) with `new` (just read).
+/// Compares `old` (running) with `new` (just read): which changed keys a
+/// reload applies and which need a restart.
 pub fn diff(old: &SiteConfig, new: &SiteConfig) -> ReloadReport {
     let mut r = ReloadReport::default();
     let mut restart = |changed: bool, key: &str| {
@@ -28,35 +73,30 @@ pub fn diff(old: &SiteConfig, new: &SiteConfig) -> ReloadReport {
     };
     restart(old.site != new.site, "site");
     restart(old.dc.backend != new.dc.backend, "dc.backend");
+    let prefixes = old.dc.local_prefixes != new.dc.local_prefixes
+        || old.dc.remote_prefixes != new.dc.remote_prefixes;
+    // The XDP program steers on the prefixes it was loaded with.
+    let xdp = matches!(old.dc.backend, DcBackend::Xdp { .. });
     restart(
-        old.dc.local_prefixes != new.dc.local_prefixes,
-        "dc.local_prefixes",
-    );
-    restart(
-        old.dc.remote_prefixes != new.dc.remote_prefixes,
-        "dc.remote_prefixes",
+        prefixes && xdp,
+        "dc.local_prefixes / dc.remote_prefixes (the xdp program)",
     );
     restart(old.wan.bind != new.wan.bind, "wan.bind");
     restart(
         old.wan.security != new.wan.security,
         "wan.insecure / wan.key_file",
     );
-    if old.wan.paths.len() != new.wan.paths.len() {
-        restart(true, "wan.paths");
-    } else {
-        for (i, (a, b)) in old.wan.paths.iter().zip(&new.wan.paths).enumerate() {
-            let at = |k: &str| format!("wan.paths[{i}].{k}");
-            restart(a.name != b.name, &at("name"));
-            restart(a.remote != b.remote, &at("remote"));
-            restart(a.bind != b.bind, &at("bind"));
-            restart(a.weight != b.weight, &at("weight"));
-            restart(a.rate_bps != b.rate_bps, &at("rate"));
-            restart(a.dscp != b.dscp, &at("dscp"));
-            restart(a.rtt != b.rtt, &at("rtt"));
-        }
+    restart(old.wan.cipher != new.wan.cipher, "wan.cipher");
+    for (i, p) in new.wan.paths.iter().enumerate() {
+        restart(
+            !old.wan.bind.contains(&p.bind),
+            &format!("wan.paths[{i}].bind (not a running wan.bind)"),
+        );
     }
-    restart(old.buffer != new.buffer, "buffer");
-    restart(old.pseudo_ack != new.pseudo_ack, "pseudo_ack");
+    restart(
+        old.buffer.bytes != new.buffer.bytes || old.buffer.slot_bytes != new.buffer.slot_bytes,
+        "buffer.size / buffer.slot_bytes",
+    );
     restart(
         old.control.metrics != new.control.metrics,
         "control.metrics",
@@ -64,8 +104,248 @@ pub fn diff(old: &SiteConfig, new: &SiteConfig) -> ReloadReport {
     restart(old.control.socket != new.control.socket, "control.socket");
     restart(old.log.format != new.log.format, "log.format");
     restart(old.gateway != new.gateway, "gateway.shards");
-    if old.log.level != new.log.level {
-        r.applied.push("log.level".into());
+    let mut live = |changed: bool, key: &str| {
+        if changed {
+            r.applied.push(key.to_string());
+        }
+    };
+    live(old.log.level != new.log.level, "log.level");
+    live(prefixes && !xdp, "dc.local_prefixes / dc.remote_prefixes");
+    live(
+        old.dc.retransmit_floor != new.dc.retransmit_floor
+            || old.dc.give_up_after != new.dc.give_up_after,
+        "dc.retransmit_floor / dc.give_up_after (new QPs)",
+    );
+    live(
+        old.wan.twin_timeout != new.wan.twin_timeout,
+        "wan.twin_timeout",
+    );
+    live(old.wan.paths != new.wan.paths, "wan.paths");
+    live(old.pseudo_ack != new.pseudo_ack, "pseudo_ack (new QPs)");
+    live(
+        old.buffer.per_flow_quota != new.buffer.per_flow_quota,
+        "buffer.per_flow_quota",
+    );
+    r
+}
+
+/// Per shard: the reload waiting for its device loop, and its answer.
+pub struct Slots {
+    ticket: u64,
+    pending: Vec<Option<(u64, ShardReload)>>,
+    done: Vec<(u64, Result<ReconfigureReport, String>)>,
+}
+
+impl Slots {
+    pub fn new(shards: usize) -> Slots {
+        Slots {
+            ticket: 0,
+            pending: (0..shards).map(|_| None).collect(),
+            done: (0..shards).map(|_| (0, Ok(Default::default()))).collect(),
+        }
+    }
+}
+
+/// What one device loop applies.
+pub struct ShardReload {
+    pub params: SiteParams,
+    /// The shard's WAN section (its sockets' paths, DSCP).
+    pub wan: soya_config::WanConfig,
+}
+
+impl Shared {
+    /// The reload waiting for shard `shard`, if any.
+    pub(crate) fn take_reload(&self, shard: usize) -> Option<(u64, ShardReload)> {
+        self.reloads.lock().ok()?.pending.get_mut(shard)?.take()
+    }
+
+    pub(crate) fn reload_done(
+        &self,
+        shard: usize,
+        ticket: u64,
+        r: Result<ReconfigureReport, String>,
+    ) {
+        if let Ok(mut g) = self.reloads.lock() {
+            if let Some(slot) = g.done.get_mut(shard) {
+                *slot = (ticket, r);
+            }
+        }
+        self.cv.notify_all();
+    }
+}
+
+/// How long [`apply`] waits for the device loops.
+const APPLY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Applies `new` to the running gateway: what can be applied live is, on
+/// every shard, without failing a flow; the report says what needs a
+/// restart. The running configuration becomes `new` less what still needs
+/// a restart (so a later reload compares with what runs).
+pub fn apply(shared: &Shared, new: &SiteConfig) -> ReloadReport {
+    let r = apply_inner(shared, new);
+    if let Ok(mut last) = shared.last_reload.lock() {
+        *last = Some(r.clone());
     }
     r
+}
+
+impl ReloadReport {
+    /// The control socket's answer to `last-reload`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "applied": self.applied,
+            "need_restart": self.need_restart,
+            "paths": self.paths,
+            "errors": self.errors,
+            "summary": self.summary(),
+        })
+    }
+}
+
+fn apply_inner(shared: &Shared, new: &SiteConfig) -> ReloadReport {
+    let Some(old) = shared.config.lock().ok().and_then(|g| g.clone()) else {
+        return ReloadReport {
+            errors: vec!["no running configuration".into()],
+            ..Default::default()
+        };
+    };
+    let mut r = diff(&old, new);
+    if r.is_empty() {
+        return r;
+    }
+    if r.applied.iter().any(|k| k == "log.level") {
+        super::logging::set_level(new.log.level);
+    }
+    // What runs: the new file, less what needs a restart.
+    let mut run = new.clone();
+    run.site = old.site.clone();
+    run.dc.backend = old.dc.backend.clone();
+    if matches!(old.dc.backend, DcBackend::Xdp { .. }) {
+        run.dc.local_prefixes = old.dc.local_prefixes.clone();
+        run.dc.remote_prefixes = old.dc.remote_prefixes.clone();
+    }
+    run.wan.bind = old.wan.bind.clone();
+    run.wan.security = old.wan.security.clone();
+    run.wan.cipher = old.wan.cipher;
+    run.control = old.control.clone();
+    run.log.format = old.log.format;
+    run.gateway = old.gateway;
+    let per_flow_quota = run.buffer.per_flow_quota;
+    run.buffer = old.buffer.clone();
+    run.buffer.per_flow_quota = per_flow_quota;
+    if run
+        .wan
+        .paths
+        .iter()
+        .any(|p| !run.wan.bind.contains(&p.bind))
+    {
+        // A path on a new address: the whole path set waits for a restart.
+        run.wan.paths = old.wan.paths.clone();
+        r.applied.retain(|k| k != "wan.paths");
+    }
+    let key = match super::wan_key(&run) {
+        Ok(k) => k,
+        Err(e) => {
+            r.errors.push(format!("{e}"));
+            return r;
+        }
+    };
+    let shards = shared.shards();
+    let ticket = {
+        let Ok(mut g) = shared.reloads.lock() else {
+            r.errors.push("reload state poisoned".into());
+            return r;
+        };
+        g.ticket += 1;
+        let t = g.ticket;
+        for i in 0..shards {
+            let scfg = shard::shard_site(&run, i as u16, shards as u16);
+            let mut params = SiteParams::from_config(&scfg, key);
+            params.wan.hello_context = shard::hello_context(i as u16, shards as u16);
+            g.pending[i] = Some((
+                t,
+                ShardReload {
+                    params,
+                    wan: scfg.wan.clone(),
+                },
+            ));
+        }
+        t
+    };
+    shared.wake_all();
+    let deadline = Instant::now() + APPLY_TIMEOUT;
+    let mut g = match shared.reloads.lock() {
+        Ok(g) => g,
+        Err(_) => return r,
+    };
+    while g.done.iter().any(|(t, _)| *t < ticket) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || shared.stopping.load(std::sync::atomic::Ordering::Acquire) {
+            r.errors
+                .push("a device loop did not answer (stopping?)".into());
+            return r;
+        }
+        // The snapshot condvar: device loops notify it after a reload too.
+        g = match shared
+            .cv
+            .wait_timeout(g, left.min(Duration::from_millis(100)))
+        {
+            Ok((g, _)) => g,
+            Err(_) => return r,
+        };
+    }
+    for (i, (_, res)) in g.done.iter().enumerate() {
+        match res {
+            Ok(rep) => {
+                for k in &rep.need_restart {
+                    if !r.need_restart.iter().any(|x| x == k) {
+                        r.need_restart.push((*k).to_string());
+                    }
+                }
+                if i == 0 {
+                    r.paths = rep.paths.iter().map(ToString::to_string).collect();
+                }
+            }
+            Err(e) => r.errors.push(format!("shard {i}: {e}")),
+        }
+    }
+    drop(g);
+    if r.errors.is_empty() {
+        if let Ok(mut c) = shared.config.lock() {
+            *c = Some(run);
+        }
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(extra_path: bool, rate: &str, prefix: &str) -> SiteConfig {
+        let mut text = format!(
+            "site = \"t\"\n[dc]\nbackend = \"udp\"\nlisten = \"127.0.0.1:7000\"\n\
+             local_prefixes = [\"{prefix}\"]\nremote_prefixes = [\"10.2.0.0/16\"]\n\
+             [wan]\nbind = [\"127.0.0.1:7400\"]\ninsecure = true\n[[wan.paths]]\n\
+             name = \"a\"\nremote = \"127.0.0.1:7401\"\nrate = \"{rate}\"\nrtt = \"3ms\"\n"
+        );
+        if extra_path {
+            text += "[[wan.paths]]\nname = \"b\"\nremote = \"127.0.0.1:7402\"\nrate = \"1gbit\"\nrtt = \"3ms\"\n";
+        }
+        text += "[buffer]\nsize = \"64MiB\"\n";
+        soya_config::parse_str(&text, "test.toml").unwrap()
+    }
+
+    #[test]
+    fn paths_rates_and_prefixes_apply_live() {
+        let old = cfg(false, "1gbit", "10.1.0.0/16");
+        let new = cfg(true, "2gbit", "10.0.0.0/15");
+        let r = diff(&old, &new);
+        assert!(r.need_restart.is_empty(), "{r:?}");
+        assert!(r.applied.contains(&"wan.paths".to_string()));
+        assert!(r
+            .applied
+            .contains(&"dc.local_prefixes / dc.remote_prefixes".to_string()));
+        assert!(diff(&old, &old).is_empty());
+    }
 }

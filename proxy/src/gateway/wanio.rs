@@ -137,6 +137,49 @@ impl WanSockets {
         ))
     }
 
+    /// A reload's path set: paths onto the sockets already bound (a path
+    /// on an address that is not in the running `wan.bind` needs a
+    /// restart: the error says which), and each socket's DSCP from its first
+    /// path. Returns warnings, like [`Self::open`].
+    pub fn reconfigure(&mut self, wan: &soya_config::WanConfig) -> Result<Vec<String>, String> {
+        let mut by_sock = vec![Vec::new(); self.socks.len()];
+        let mut paths = Vec::new();
+        for (i, p) in wan.paths.iter().enumerate() {
+            let s = self
+                .binds
+                .iter()
+                .position(|b| *b == p.bind)
+                .ok_or_else(|| {
+                    format!(
+                        "path {} binds {}, which is not a running wan.bind (needs a restart)",
+                        p.name, p.bind
+                    )
+                })?;
+            by_sock[s].push(i);
+            paths.push((s, p.remote));
+        }
+        let mut warnings = Vec::new();
+        for (si, on) in by_sock.iter().enumerate() {
+            let Some(&first) = on.first() else { continue };
+            let d = wan.paths[first].dscp;
+            let bind = self.binds[si];
+            let fd = self.socks[si].as_raw_fd();
+            let r = if bind.is_ipv4() {
+                socket2::SockRef::from(&self.socks[si]).set_tos(u32::from(d) << 2)
+            } else {
+                sys::set_tclass_v6(fd, d << 2)
+            };
+            if let Err(e) = r {
+                warnings.push(format!("wan socket {bind}: cannot set dscp {d}: {e}"));
+            }
+        }
+        // Nothing staged refers to the old numbering: the device flushes
+        // every turn before it takes a reload.
+        self.paths = paths;
+        self.by_sock = by_sock;
+        Ok(warnings)
+    }
+
     pub fn len(&self) -> usize {
         self.socks.len()
     }

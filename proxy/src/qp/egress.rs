@@ -85,7 +85,7 @@ pub const DEFAULT_GIVE_UP: Duration = soya_config::DEFAULT_GIVE_UP_AFTER;
 /// tail (raised to a few WAN round trips by `EngineConfig::from_site`).
 pub const DEFAULT_TAIL_PROBE: Duration = Duration::from_millis(100);
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EgressTuning {
     /// Most PSNs injected and not yet acknowledged by the responder.
     pub window: u32,

@@ -399,6 +399,22 @@ impl QpEngine {
         }
     }
 
+    /// A reload's new tuning: the pseudo-ACK and re-injection settings
+    /// apply to halves learned from now on (a half keeps the policy it was
+    /// learned with: switching strict/edge/off under packets already
+    /// pseudo-ACKed would break its promises); the per-flow quota applies to
+    /// every flow at once. Slots and slot size are fixed at start.
+    pub fn retune(&mut self, cfg: &EngineConfig) {
+        self.cfg.ack = cfg.ack;
+        self.cfg.egress = cfg.egress;
+        self.cfg.per_flow_slots = cfg.per_flow_slots;
+        self.buffer.set_per_flow_slots(cfg.per_flow_slots);
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
     pub fn occupancy(&self) -> Occupancy {
         self.buffer.occupancy()
     }

@@ -28,7 +28,7 @@ use super::poison::InProgress;
 use super::twin::{Carry, TwinMsg, MAX_ORPHAN_CANDIDATES};
 
 /// Coalescing and backpressure knobs.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AckTuning {
     pub policy: AckPolicy,
     /// Acknowledge at least every this many packets...

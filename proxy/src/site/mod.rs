@@ -29,6 +29,7 @@ pub mod acl;
 pub mod counters;
 pub mod flows;
 pub mod params;
+pub mod reconfig;
 pub mod twin;
 
 #[cfg(test)]
@@ -49,6 +50,7 @@ pub use acl::{Acl, Verdict};
 pub use counters::{DcCounters, TwinCounters};
 pub use flows::{Pending, PENDING_HIGH_WATER};
 pub use params::SiteParams;
+pub use reconfig::ReconfigureReport;
 pub use twin::TwinState;
 
 use twin::{TwinChange, TwinWatch};

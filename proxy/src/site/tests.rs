@@ -473,3 +473,54 @@ fn a_restarted_near_gateway_is_told_its_orphaned_qps_and_moves_them_to_error() {
         ONE_WAY.as_secs_f64() * 1e3
     );
 }
+
+/// A reload that widens the local prefixes lets a new host's flows cross at
+/// once; one that narrows them refuses the host's packets (counted); a
+/// buffer size change is reported as needing a restart and leaves the
+/// running slots alone.
+#[test]
+fn a_reload_applies_the_new_acl_and_names_what_needs_a_restart() {
+    let mut p = Pair::new();
+    let reth = Reth {
+        va: 0,
+        rkey: 1,
+        len: 0,
+    };
+    let mut pkt = vec![0; 256];
+    let newcomer = Ipv4Addr::new(10, 3, 0, 1);
+    let mut send = |p: &mut Pair| {
+        let n = builders::request(
+            IpHeader::v4(newcomer, RESPONDER),
+            RS_QPN,
+            Opcode::RC_WRITE_ONLY,
+            Psn::new(1),
+            true,
+            reth,
+        )
+        .emit(&[], &mut pkt)
+        .unwrap();
+        p.a.handle_dc(p.now, &pkt[..n])
+    };
+    assert_eq!(send(&mut p), None, "10.3/16 is not local yet");
+    let mut wider = p.a.params().clone();
+    wider.acl.local.push("10.3.0.0/16".parse().unwrap());
+    wider.engine.buffer_slots *= 2;
+    let r = p.a.reconfigure(wider.clone(), p.now);
+    assert!(r
+        .applied
+        .contains(&"dc.local_prefixes / dc.remote_prefixes"));
+    assert_eq!(r.need_restart, vec!["buffer.size / buffer.slot_bytes"]);
+    assert!(r.paths.is_empty(), "{r:?}");
+    assert_eq!(
+        p.a.engine().config().buffer_slots,
+        EngineConfig::default().buffer_slots,
+        "the running slots stay"
+    );
+    assert_eq!(send(&mut p), Some(IpAddr::V4(newcomer)), "now it crosses");
+    let mut narrower = wider;
+    narrower.acl.local.pop();
+    p.a.reconfigure(narrower, p.now);
+    let before = p.a.dc_counters().rx_acl_source;
+    assert_eq!(send(&mut p), None, "refused again");
+    assert_eq!(p.a.dc_counters().rx_acl_source, before + 1);
+}

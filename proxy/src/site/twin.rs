@@ -121,6 +121,21 @@ impl TwinWatch {
         }
     }
 
+    /// A reload changed the path set to `paths` slots, of which `retired`
+    /// are out of service (never up again), and maybe the timeout.
+    pub fn reconfigure(&mut self, now: Time, paths: usize, retired: &[usize], timeout: Duration) {
+        self.timeout = timeout;
+        self.up.resize(paths, false);
+        for &i in retired {
+            if let Some(u) = self.up.get_mut(i) {
+                *u = false;
+            }
+        }
+        if matches!(self.state, TwinState::Connected) && !self.up.iter().any(|&u| u) {
+            self.state = TwinState::Unreachable { since: now };
+        }
+    }
+
     /// Fires the timeout when due.
     pub fn poll(&mut self, now: Time) -> Option<TwinChange> {
         let due = self.deadline().is_some_and(|d| d <= now);

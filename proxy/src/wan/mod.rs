@@ -31,6 +31,7 @@ mod idhash;
 pub mod msg;
 pub mod packet;
 mod path;
+mod reconfig;
 mod recovery;
 mod replay;
 mod rtt;
@@ -64,6 +65,7 @@ use session::{HelloVerdict, Session};
 pub use cipher::{aes_hardware, Cipher, CipherOffer, CipherPolicy};
 pub use packet::VERSION as PROTOCOL_VERSION;
 pub use path::{PathCounters, PathState};
+pub use reconfig::PathChange;
 
 /// Default largest UDP payload: a 9000-byte jumbo MTU less IPv6 and UDP
 /// headers. Every path must then carry jumbo frames end to end.
@@ -383,6 +385,46 @@ pub struct WanConnection {
     counters: Counters,
     /// Latest `now` seen (for `poll_timeout`, which gets none).
     last_now: Time,
+    /// How new paths (a reload) are paced (`reconfig`).
+    cc_kind: CcKind,
+}
+
+/// Most paths a connection has: the header's path number is one byte.
+pub const MAX_PATHS: usize = u8::MAX as usize + 1;
+
+/// A path as `pc` asks, fresh: no round trip seen, packet numbers from 0.
+fn new_path(pc: &PathConfig, kind: CcKind, mss: u64, tuning: &Tuning, now: Time) -> Path {
+    let rtt = pc.rtt_hint.unwrap_or(tuning.initial_rtt);
+    let mut p = Path::new(
+        pc.name.clone(),
+        pc.weight,
+        rtt,
+        new_controller(pc.rate_bps, kind, mss, rtt, now),
+        now,
+    );
+    p.rate_bps = pc.rate_bps;
+    p.burst_bytes = tuning.pacing_burst_packets * mss;
+    p.burst_time = tuning.pacing_burst_time;
+    p.burst_cap = PACING_BURST_CAP_PACKETS * mss;
+    p
+}
+
+fn new_controller(
+    rate_bps: Option<u64>,
+    kind: CcKind,
+    mss: u64,
+    rtt: Duration,
+    now: Time,
+) -> Box<dyn Controller> {
+    match kind {
+        CcKind::FixedRate => Box::new(FixedRate::new(
+            rate_bps.unwrap_or(cc::DEFAULT_RATE_BPS),
+            mss,
+            rtt,
+            now,
+        )),
+        CcKind::Bbr => Box::new(Bbr::new(mss, rate_bps, rtt, now)),
+    }
 }
 
 impl WanConnection {
@@ -395,24 +437,8 @@ impl WanConnection {
         let paths: Vec<Path> = cfg
             .paths
             .iter()
-            .take(usize::from(u8::MAX) + 1)
-            .map(|pc| {
-                let rtt = pc.rtt_hint.unwrap_or(tuning.initial_rtt);
-                let cc: Box<dyn Controller> = match cfg.cc {
-                    CcKind::FixedRate => Box::new(FixedRate::new(
-                        pc.rate_bps.unwrap_or(cc::DEFAULT_RATE_BPS),
-                        mss,
-                        rtt,
-                        now,
-                    )),
-                    CcKind::Bbr => Box::new(Bbr::new(mss, pc.rate_bps, rtt, now)),
-                };
-                let mut p = Path::new(pc.name.clone(), pc.weight, rtt, cc, now);
-                p.burst_bytes = tuning.pacing_burst_packets * mss;
-                p.burst_time = tuning.pacing_burst_time;
-                p.burst_cap = PACING_BURST_CAP_PACKETS * mss;
-                p
-            })
+            .take(MAX_PATHS)
+            .map(|pc| new_path(pc, cfg.cc, mss, &tuning, now))
             .collect();
         let frag_size = max_datagram - HEADER_LEN - TAG_LEN - DATA_OVERHEAD - CONTROL_RESERVE;
         let window = cfg.flow_window_bytes.max(2 * flow::MAX_MESSAGE as u64);
@@ -451,6 +477,7 @@ impl WanConnection {
             acked: Vec::new(),
             counters: Counters::default(),
             last_now: now,
+            cc_kind: cfg.cc,
             tuning,
         };
         if !cfg.hello_context.is_empty() {
@@ -576,7 +603,9 @@ impl WanConnection {
             return;
         }
         self.state = State::Closing;
-        self.close_pending.iter_mut().for_each(|c| *c = true);
+        for (c, p) in self.close_pending.iter_mut().zip(&self.paths) {
+            *c = p.state != PathState::Retired;
+        }
     }
 
     // ----- receiving -----
@@ -608,6 +637,12 @@ impl WanConnection {
             self.counters.malformed += 1;
             return;
         };
+        if p.state == PathState::Retired {
+            // Removed by a reload: the twin sends on it until it reloads
+            // too; what it sent is retransmitted on the other paths.
+            p.counters.retired_drops += 1;
+            return;
+        }
         let hdr = match Header::decode(bytes) {
             Ok(h) if usize::from(h.path) == path => h,
             other => {
@@ -704,6 +739,9 @@ impl WanConnection {
                     p.acks.reset();
                     p.replay = Default::default();
                 }
+                // The twin restarted with its configuration's paths: slots
+                // removed by a reload are forgotten for good.
+                self.drop_trailing_retired();
                 self.counters.peer_restarts += 1;
                 self.push_event(Event::PeerRestarted {
                     old_generation: old,
@@ -716,7 +754,11 @@ impl WanConnection {
         }
         self.send
             .set_initial_credit(window.max(2 * flow::MAX_MESSAGE as u64));
-        for p in &mut self.paths {
+        for p in self
+            .paths
+            .iter_mut()
+            .filter(|p| p.state != PathState::Retired)
+        {
             p.ping_due = true;
             p.last_ack_rx = now;
         }
@@ -773,7 +815,7 @@ impl WanConnection {
                     // Our packets may have been dropped before the peer
                     // committed: probe every path that is not Up yet.
                     for q in &mut self.paths {
-                        if q.state != PathState::Up {
+                        if q.state != PathState::Up && q.state != PathState::Retired {
                             q.ping_due = true;
                         }
                     }
@@ -847,6 +889,10 @@ impl WanConnection {
             self.counters.protocol_violations += 1;
             return;
         };
+        if p.state == PathState::Retired {
+            // Its packets were declared lost when it was removed.
+            return;
+        }
         let acked = std::mem::take(&mut self.acked);
         let Some(mut res) = p.recovery.on_ack(now, a, &mut p.rtt, max_ack_delay, acked) else {
             self.counters.protocol_violations += 1;
@@ -931,7 +977,7 @@ impl WanConnection {
             return t;
         }
         let d = self.tuning.max_ack_delay;
-        for p in &self.paths {
+        for p in self.paths.iter().filter(|p| p.state != PathState::Retired) {
             at(p.recovery.loss_time());
             at(p.pto_deadline(d));
             at(p.down_deadline(d, self.tuning.down_floor));
@@ -971,7 +1017,11 @@ impl WanConnection {
             return;
         }
         if self.session.wants_hello() && now >= self.hello_next {
-            for p in &mut self.paths {
+            for p in self
+                .paths
+                .iter_mut()
+                .filter(|p| p.state != PathState::Retired)
+            {
                 p.hello_due = true;
             }
             self.session.on_hello_round();
@@ -983,6 +1033,9 @@ impl WanConnection {
         }
         let d = self.tuning.max_ack_delay;
         for i in 0..self.paths.len() {
+            if self.paths[i].state == PathState::Retired {
+                continue;
+            }
             if self.paths[i].recovery.loss_time().is_some_and(|t| t <= now) {
                 let p = &mut self.paths[i];
                 let lost = p.recovery.detect_lost(now, &p.rtt);
@@ -1139,6 +1192,9 @@ impl WanConnection {
         for k in 0..n {
             let i = (self.rr + k) % n;
             let p = &self.paths[i];
+            if p.state == PathState::Retired {
+                continue;
+            }
             if p.acks.wants_ack(now) || p.ping_due || credit_path == Some(i) {
                 self.rr = (i + 1) % n;
                 return self.build_packet(now, i, false, buf);
@@ -1154,6 +1210,12 @@ impl WanConnection {
             .enumerate()
             .filter(|(_, p)| p.state == PathState::Up)
             .min_by_key(|(_, p)| p.rtt.smoothed())
+            .or_else(|| {
+                self.paths
+                    .iter()
+                    .enumerate()
+                    .find(|(_, p)| p.state != PathState::Retired)
+            })
             .map_or(0, |(i, _)| i)
     }
 

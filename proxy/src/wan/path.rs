@@ -26,6 +26,10 @@ pub enum PathState {
     Probing,
     Up,
     Down,
+    /// Removed by a reconfiguration: never used again in this session (its
+    /// slot keeps its packet numbers, so that a path added later in the
+    /// same slot never reuses a nonce).
+    Retired,
 }
 
 /// Token-bucket pacer: a packet may leave `lookahead` before its slot (so
@@ -85,11 +89,16 @@ pub struct PathCounters {
     pub replays_dropped: u64,
     pub malformed: u64,
     pub times_down: u64,
+    /// Datagrams that arrived on the path after a reload removed it.
+    pub retired_drops: u64,
 }
 
 pub struct Path {
     pub name: String,
     pub weight: u32,
+    /// The configured rate (`None`: not configured), as the controller was
+    /// built with.
+    pub rate_bps: Option<u64>,
     pub state: PathState,
     pub rtt: RttEstimator,
     pub cc: Box<dyn Controller>,
@@ -129,6 +138,7 @@ impl Path {
         Path {
             name,
             weight,
+            rate_bps: None,
             state: PathState::Probing,
             rtt: RttEstimator::new(initial_rtt),
             cc,
@@ -156,7 +166,9 @@ impl Path {
 
     /// When the probe timer fires (something ack-eliciting in flight).
     pub fn pto_deadline(&self, max_ack_delay: Duration) -> Option<Time> {
-        if self.state == PathState::Down || self.recovery.packets_in_flight == 0 {
+        if matches!(self.state, PathState::Down | PathState::Retired)
+            || self.recovery.packets_in_flight == 0
+        {
             return None;
         }
         Some(self.recovery.last_sent_time? + self.pto(max_ack_delay))
@@ -164,7 +176,7 @@ impl Path {
 
     /// When silence makes this path Down.
     pub fn down_deadline(&self, max_ack_delay: Duration, floor: Duration) -> Option<Time> {
-        if self.state == PathState::Down {
+        if matches!(self.state, PathState::Down | PathState::Retired) {
             return None;
         }
         let oldest = self.recovery.oldest_outstanding()?;

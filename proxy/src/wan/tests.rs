@@ -1334,3 +1334,5 @@ fn path_states_visible_in_stats() {
     );
     assert_eq!(s.peer_generation, Some(sim.ends[1].generation()));
 }
+
+mod reconfig;

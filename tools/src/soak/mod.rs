@@ -1,0 +1,642 @@
+//! `soya-soak`: the gateways under a long run of churn and faults, with
+//! every byte accounted for (root only; see [`lab`] for the sites).
+//!
+//! Two workers (one per direction) run soya-perf client sessions back to
+//! back, each opening 4 QPs for about a second with one of WRITE, SEND,
+//! READ, atomic (sizes varying), all data verified by soya-perf, then
+//! closing them. Meanwhile the fault schedule turns: WAN loss bursts
+//! (netem), path cuts and restores, SIGHUP reloads that change the paths
+//! and their rates, DC-side forgeries, and once, in the middle, a crash
+//! and restart of gateway B (`kill -9`).
+//!
+//! Verdict (exit 1 on any violation):
+//! - `bytes_lost`: bytes a client was told completed that never landed,
+//!   outside the crash window (the documented gateway-crash case, counted
+//!   apart in `bytes_lost_gateway_crash`): must be 0;
+//! - `bytes_duplicated`: bytes the server took beyond what the client
+//!   completed, in clean sessions: must be 0;
+//! - `silent_failures`: a session that said it was clean but found data
+//!   errors or lost bytes: must be 0;
+//! - `sessions_failed_outside_crash`: a flow failed by a reload, a cut or
+//!   a loss burst: must be 0 (reloads drop no flow);
+//! - `rss_growth_pct`, `fd_growth` (per gateway, after warm-up against the
+//!   end): RSS < 5 % growth, fds < 5 % growth.
+
+pub mod lab;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+pub use crate::demo_common::Binaries;
+use crate::netns::{netns_missing, try_in_netns};
+use crate::perf::report::PerfReport;
+use lab::{Lab, PathSpec};
+
+/// Soak settings.
+#[derive(Clone, Debug)]
+pub struct SoakOptions {
+    pub duration: Duration,
+    /// Each emulated link's rate and one-way delay.
+    pub link_rate_mbps: u64,
+    pub one_way_ms: f64,
+    /// Where logs and configurations go (kept).
+    pub dir: PathBuf,
+    pub bins: Binaries,
+    pub progress: bool,
+}
+
+/// How a failed session reached its application.
+#[derive(Clone, Debug, Serialize)]
+pub struct Failure {
+    pub at_s: f64,
+    pub direction: &'static str,
+    pub op: String,
+    /// "error completion", "stall reported", "connection refused or timed out", ...
+    pub how: String,
+    pub error: String,
+    pub in_crash_window: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Usage {
+    pub rss_kib: u64,
+    pub fds: u64,
+    pub buffer_slots_used: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GatewayUsage {
+    pub site: String,
+    pub warm: Usage,
+    pub end: Usage,
+    pub rss_growth_pct: f64,
+    pub fd_growth: i64,
+}
+
+/// The soak's outcome (`--json`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SoakReport {
+    pub duration_s: f64,
+    pub sessions: u64,
+    pub qps_opened: u64,
+    pub ops_verified: u64,
+    pub bytes_verified: u64,
+    pub ops_by_kind: std::collections::BTreeMap<String, u64>,
+    pub sessions_failed: u64,
+    pub sessions_failed_outside_crash: u64,
+    pub failures: Vec<Failure>,
+    pub bytes_lost: u64,
+    pub bytes_lost_gateway_crash: u64,
+    pub bytes_duplicated: u64,
+    pub silent_failures: u64,
+    /// soya-wanem's Gilbert-Elliott burst loss on every link, both ways.
+    pub loss_model: String,
+    pub path_cuts: u64,
+    pub reloads: u64,
+    pub reload_summaries: Vec<String>,
+    pub reload_errors: u64,
+    pub twin_restarts: u64,
+    pub forgeries_sent: u64,
+    pub forgeries_counted: u64,
+    /// Worst of the two gateways.
+    pub rss_growth_pct: f64,
+    pub fd_growth: i64,
+    pub gateways: Vec<GatewayUsage>,
+    pub violations: Vec<String>,
+}
+
+const OPS: [&str; 4] = ["write", "send", "read", "atomic"];
+const SIZES: [&str; 4] = ["4096", "65536", "16384", "1048576"];
+const QPS_PER_SESSION: u64 = 4;
+
+/// The path sets the reloads cycle through (link, rate as a fraction of
+/// the link's): all three; one removed and a rate halved; two.
+fn reload_sets(rate: u64) -> Vec<Vec<PathSpec>> {
+    let p = |link, rate_mbps| PathSpec { link, rate_mbps };
+    vec![
+        vec![p(0, rate), p(1, rate), p(2, rate)],
+        vec![p(0, rate), p(1, rate / 2)],
+        vec![p(0, rate / 2), p(2, rate)],
+        vec![p(0, rate), p(1, rate)],
+    ]
+}
+
+struct Shared {
+    report: Mutex<SoakReport>,
+    stop: AtomicBool,
+    /// Crash windows, seconds since the start (the restart of gateway B).
+    crash: Mutex<Vec<(f64, f64)>>,
+    t0: Instant,
+}
+
+impl Shared {
+    fn now_s(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+    fn overlaps_crash(&self, from: f64, to: f64) -> bool {
+        self.crash
+            .lock()
+            .map(|w| w.iter().any(|&(a, b)| from < b && to > a))
+            .unwrap_or(false)
+    }
+}
+
+/// Runs the soak; `Err` only when the lab cannot be built or breaks.
+pub fn run(o: &SoakOptions) -> Result<SoakReport, String> {
+    if let Some(missing) = netns_missing(&[]) {
+        return Err(format!("soya-soak needs {missing}"));
+    }
+    std::fs::create_dir_all(&o.dir).map_err(|e| format!("{}: {e}", o.dir.display()))?;
+    let sets = reload_sets(o.link_rate_mbps);
+    let horizon = o.duration.as_secs_f64() + 120.0;
+    let mut lab = Lab::build(
+        &o.bins,
+        &o.dir,
+        o.one_way_ms,
+        o.link_rate_mbps,
+        &sets[0],
+        horizon,
+    )?;
+    lab.wait_connected(Duration::from_secs(20))?;
+    let shared = Arc::new(Shared {
+        report: Mutex::new(SoakReport::default()),
+        stop: AtomicBool::new(false),
+        crash: Mutex::new(Vec::new()),
+        t0: Instant::now(),
+    });
+    // soya-perf servers: hB 10.2.0.1 (A→B sessions), hA 10.1.0.2 (B→A).
+    for (ns, ip) in [(&lab.host[1], "10.2.0.1"), (&lab.host[0], "10.1.0.2")] {
+        let log = std::fs::File::create(o.dir.join(format!("server-{ip}.log")))
+            .map_err(|e| e.to_string())?;
+        let ns = ns.clone();
+        lab.procs.spawn(
+            &ns,
+            &o.bins.perf,
+            &["server", "--bind-ip", ip, "--quiet"],
+            |c| {
+                c.stdout(std::process::Stdio::null()).stderr(log);
+            },
+        )?;
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let workers: Vec<_> = [
+        ("A→B", lab.host[0].clone(), "10.1.0.1", "10.2.0.1"),
+        ("B→A", lab.host[1].clone(), "10.2.0.2", "10.1.0.2"),
+    ]
+    .into_iter()
+    .map(|(dir, ns, me, server)| {
+        let sh = shared.clone();
+        let perf = o.bins.perf.clone();
+        std::thread::spawn(move || worker(&sh, dir, &ns, me, server, &perf))
+    })
+    .collect();
+    bump(&shared, |r| {
+        r.loss_model = format!(
+            "Gilbert-Elliott p_enter {} p_leave {} loss_in_bad {} on every link, both ways",
+            lab::GE[0],
+            lab::GE[1],
+            lab::GE[2]
+        );
+    });
+    let result = schedule(o, &mut lab, &shared, &sets);
+    shared.stop.store(true, Ordering::Release);
+    for w in workers {
+        let _ = w.join();
+    }
+    result?;
+    // Quiet: let the buffers empty, then the end figures.
+    std::thread::sleep(Duration::from_secs(2));
+    let end: Vec<Usage> = (0..2).map(|i| usage(&lab, i)).collect();
+    let mut r = shared.report.lock().map_err(|_| "poisoned")?.clone();
+    r.duration_s = shared.now_s();
+    for (g, e) in r.gateways.iter_mut().zip(end) {
+        g.end = e;
+        g.rss_growth_pct = growth_pct(g.warm.rss_kib, g.end.rss_kib);
+        g.fd_growth = g.end.fds as i64 - g.warm.fds as i64;
+    }
+    r.rss_growth_pct = r
+        .gateways
+        .iter()
+        .map(|g| g.rss_growth_pct)
+        .fold(0.0, f64::max);
+    r.fd_growth = r.gateways.iter().map(|g| g.fd_growth).max().unwrap_or(0);
+    judge(&mut r);
+    Ok(r)
+}
+
+fn growth_pct(from: u64, to: u64) -> f64 {
+    if from == 0 {
+        return 0.0;
+    }
+    (to as f64 - from as f64) * 100.0 / from as f64
+}
+
+fn judge(r: &mut SoakReport) {
+    let mut v = Vec::new();
+    if r.bytes_lost > 0 {
+        v.push(format!(
+            "{} bytes lost outside the gateway crash",
+            r.bytes_lost
+        ));
+    }
+    if r.bytes_duplicated > 0 {
+        v.push(format!("{} bytes duplicated", r.bytes_duplicated));
+    }
+    if r.silent_failures > 0 {
+        v.push(format!("{} silent failures", r.silent_failures));
+    }
+    if r.sessions_failed_outside_crash > 0 {
+        v.push(format!(
+            "{} sessions failed outside the gateway crash (a reload, cut or loss burst dropped a flow)",
+            r.sessions_failed_outside_crash
+        ));
+    }
+    if r.ops_verified == 0 {
+        v.push("no operation verified".into());
+    }
+    if r.reload_errors > 0 {
+        v.push(format!("{} reloads reported errors", r.reload_errors));
+    }
+    for g in &r.gateways {
+        if g.rss_growth_pct >= 5.0 {
+            v.push(format!(
+                "gateway {}: RSS grew {:.1} % after warm-up",
+                g.site, g.rss_growth_pct
+            ));
+        }
+        if g.warm.fds > 0 && g.fd_growth as f64 >= 0.05 * g.warm.fds as f64 && g.fd_growth > 0 {
+            v.push(format!(
+                "gateway {}: {} more fds after warm-up",
+                g.site, g.fd_growth
+            ));
+        }
+    }
+    if r.forgeries_counted < r.forgeries_sent {
+        v.push(format!(
+            "{} forgeries sent, {} counted by the gateways",
+            r.forgeries_sent, r.forgeries_counted
+        ));
+    }
+    r.violations = v;
+}
+
+fn usage(lab: &Lab, i: usize) -> Usage {
+    let (rss_kib, fds) = lab
+        .gateway_pid(i)
+        .and_then(lab::rss_and_fds)
+        .unwrap_or((0, 0));
+    let buffer_slots_used = soya::gateway::control::query(&lab.socket(i))
+        .map(|s| s.buffer.slots_used)
+        .unwrap_or(0);
+    Usage {
+        rss_kib,
+        fds,
+        buffer_slots_used,
+    }
+}
+
+/// Client sessions back to back until told to stop.
+fn worker(
+    sh: &Shared,
+    direction: &'static str,
+    ns: &str,
+    me: &str,
+    server: &str,
+    perf: &std::path::Path,
+) {
+    let mut n: usize = if direction == "A→B" { 0 } else { 2 };
+    while !sh.stop.load(Ordering::Acquire) {
+        let op = OPS[n % OPS.len()];
+        let size = if op == "atomic" {
+            "8"
+        } else {
+            SIZES[(n / OPS.len()) % SIZES.len()]
+        };
+        n += 1;
+        let from = sh.now_s();
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(perf)
+            .args([
+                "client",
+                "--bind-ip",
+                me,
+                "--op",
+                op,
+                "--size",
+                size,
+                "--qps",
+                "4",
+                "--tx-depth",
+                "16",
+                "--duration",
+                "1",
+                "--stall-timeout",
+                "8",
+                "--connect-timeout",
+                "10",
+                "--json",
+                "--quiet",
+                server,
+            ])
+            .stdin(std::process::Stdio::null())
+            .output();
+        let to = sh.now_s();
+        let crash = sh.overlaps_crash(from, to);
+        let Ok(mut r) = sh.report.lock() else { return };
+        r.sessions += 1;
+        r.qps_opened += QPS_PER_SESSION;
+        let report: Option<PerfReport> = out.as_ref().ok().and_then(|o| {
+            let text = String::from_utf8_lossy(&o.stdout);
+            text.lines()
+                .rev()
+                .find_map(|l| serde_json::from_str(l).ok())
+        });
+        let Some(p) = report else {
+            let err = match &out {
+                Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+                Err(e) => e.to_string(),
+            };
+            fail(
+                &mut r,
+                from,
+                direction,
+                op,
+                "no report (client failed)",
+                err,
+                crash,
+            );
+            continue;
+        };
+        if p.ok {
+            r.ops_verified += p.messages;
+            r.bytes_verified += p.bytes_verified;
+            *r.ops_by_kind.entry(op.to_string()).or_default() += p.messages;
+            if p.data_errors > 0 || p.bytes_lost > 0 {
+                r.silent_failures += 1;
+            }
+            if let Some(s) = &p.server {
+                if matches!(op, "write" | "send") {
+                    r.bytes_duplicated += s.bytes.saturating_sub(p.bytes);
+                }
+            }
+        } else {
+            let how = if p.failed_completions > 0 {
+                "error completion"
+            } else if p.errors.iter().any(|e| e.contains("stall")) {
+                "stall reported"
+            } else if p.messages == 0 {
+                "connection refused or timed out"
+            } else {
+                "error reported"
+            };
+            let err = p.error.clone().unwrap_or_default();
+            fail(&mut r, from, direction, op, how, err, crash);
+        }
+        if crash {
+            r.bytes_lost_gateway_crash += p.bytes_lost;
+        } else {
+            r.bytes_lost += p.bytes_lost;
+        }
+    }
+}
+
+fn fail(
+    r: &mut SoakReport,
+    at_s: f64,
+    direction: &'static str,
+    op: &str,
+    how: &str,
+    error: String,
+    in_crash_window: bool,
+) {
+    r.sessions_failed += 1;
+    if !in_crash_window {
+        r.sessions_failed_outside_crash += 1;
+    }
+    if r.failures.len() < 200 {
+        r.failures.push(Failure {
+            at_s,
+            direction,
+            op: op.into(),
+            how: how.into(),
+            error,
+            in_crash_window,
+        });
+    }
+}
+
+/// The fault schedule, on the main thread, until the duration is over.
+fn schedule(
+    o: &SoakOptions,
+    lab: &mut Lab,
+    sh: &Shared,
+    sets: &[Vec<PathSpec>],
+) -> Result<(), String> {
+    let total = o.duration.as_secs_f64();
+    // Warm-up: every op and size has run (a size cycle is ~20 s), the deep
+    // buffer's slots and the pools were touched; a quarter of the run, at
+    // least 30 s, at most 5 minutes.
+    let warm_at = (total * 0.25).clamp(30.0, 300.0);
+    let mut b_warm_at: Option<f64> = None;
+    let crash_at = total * 0.5;
+    let mut warm_done = false;
+    let mut crashed = false;
+    let mut set = 0usize;
+    let mut tick = 0u64;
+    let mut forgery = Forgery::new(lab)?;
+    let mut next_progress = 10.0;
+    loop {
+        let t = sh.now_s();
+        if t >= total {
+            return Ok(());
+        }
+        lab.check()?;
+        tick += 1;
+        // Every second something; the phases are offsets in a 30 s cycle.
+        // Cuts are scheduled in soya-wanem (lab::cuts): count those begun.
+        let wt = lab.wanem_t0.elapsed().as_secs_f64();
+        let cuts = (0..lab::LINKS)
+            .map(|k| lab::cuts(k, wt).len() as u64)
+            .sum::<u64>();
+        bump(sh, |r| r.path_cuts = cuts);
+        // A reload every 15 s, offset from the cuts.
+        if tick % 15 == 7 {
+            set = (set + 1) % sets.len();
+            lab.write_configs(&sets[set])?;
+            lab.reload();
+            std::thread::sleep(Duration::from_millis(300));
+            for i in 0..2 {
+                let ans = lab::control(&lab.socket(i), "last-reload");
+                let (summary, errors) = match &ans {
+                    Ok(v) => (
+                        v["summary"].as_str().unwrap_or("").to_string(),
+                        v["errors"].as_array().map_or(0, |a| a.len()),
+                    ),
+                    Err(e) => (format!("no answer: {e}"), 1),
+                };
+                bump(sh, |r| {
+                    r.reloads += 1;
+                    r.reload_errors += errors as u64;
+                    if r.reload_summaries.len() < 20 {
+                        r.reload_summaries
+                            .push(format!("{:.0}s gw{i}: {summary}", sh.now_s()));
+                    }
+                });
+            }
+        }
+        if tick % 5 == 0 {
+            let (sent, counted) = forgery.round(lab)?;
+            bump(sh, |r| {
+                r.forgeries_sent = sent;
+                r.forgeries_counted = counted;
+            });
+        }
+        if !warm_done && t >= warm_at {
+            warm_done = true;
+            let u: Vec<GatewayUsage> = (0..2)
+                .map(|i| GatewayUsage {
+                    site: ["a", "b"][i].into(),
+                    warm: usage(lab, i),
+                    ..Default::default()
+                })
+                .collect();
+            bump(sh, |r| r.gateways = u);
+        }
+        if !crashed && t >= crash_at {
+            crashed = true;
+            let from = sh.now_s();
+            lab.restart_gateway(&o.bins, 1)?;
+            lab.wait_connected(Duration::from_secs(30))?;
+            // Sessions that began before the crash and end within the
+            // twin timeout after the session is back may be failed by it.
+            let to = sh.now_s() + 10.0;
+            if let Ok(mut c) = sh.crash.lock() {
+                c.push((from - 12.0, to));
+            }
+            forgery.reset(lab)?;
+            bump(sh, |r| r.twin_restarts += 1);
+            b_warm_at = Some(sh.now_s() + warm_at.min((total - sh.now_s()) / 2.0));
+        }
+        if b_warm_at.is_some_and(|w| sh.now_s() >= w) {
+            b_warm_at = None;
+            // Gateway B's figures after its restart's warm-up (once).
+            let b = usage(lab, 1);
+            bump(sh, |r| {
+                if let Some(g) = r.gateways.get_mut(1) {
+                    if g.site == "b" {
+                        g.site = "b (after restart)".into();
+                        g.warm = b;
+                    }
+                }
+            });
+        }
+        if o.progress && t >= next_progress {
+            next_progress += 10.0;
+            if let Ok(r) = sh.report.lock() {
+                let rss: Vec<String> = (0..2)
+                    .filter_map(|i| lab.gateway_pid(i).and_then(lab::rss_and_fds))
+                    .map(|(rss, fds)| format!("{} MiB/{fds} fds", rss >> 10))
+                    .collect();
+                eprintln!(
+                    "soak {:>5.0}/{total:.0} s: {} sessions ({} QPs), {} ops verified, {} failed ({} outside crash), lost {} B, reloads {}, cuts {}, gateways {}",
+                    t,
+                    r.sessions,
+                    r.qps_opened,
+                    r.ops_verified,
+                    r.sessions_failed,
+                    r.sessions_failed_outside_crash,
+                    r.bytes_lost,
+                    r.reloads,
+                    r.path_cuts,
+                    rss.join(", ")
+                );
+            }
+        }
+        let next = Duration::from_secs(tick);
+        let el = sh.t0.elapsed();
+        if next > el {
+            std::thread::sleep(next - el);
+        }
+    }
+}
+
+fn bump(sh: &Shared, f: impl FnOnce(&mut SoakReport)) {
+    if let Ok(mut r) = sh.report.lock() {
+        f(&mut r);
+    }
+}
+
+/// DC-side forgeries from each host toward the other site: a RoCE packet
+/// with a wrong ICRC and one cut short. The gateways must count every one.
+struct Forgery {
+    socks: Vec<(std::net::UdpSocket, &'static str)>,
+    sent: u64,
+    base: u64,
+    base_sent: u64,
+}
+
+impl Forgery {
+    fn new(lab: &Lab) -> Result<Forgery, String> {
+        let mut socks = Vec::new();
+        for (i, (me, peer)) in [("10.1.0.1", "10.2.0.1"), ("10.2.0.2", "10.1.0.2")]
+            .into_iter()
+            .enumerate()
+        {
+            let me = me.to_string();
+            let s = try_in_netns(&lab.host[i], move || {
+                std::net::UdpSocket::bind((me.as_str(), 0))
+            })?
+            .map_err(|e| format!("forgery socket: {e}"))?;
+            socks.push((s, peer));
+        }
+        let base = Self::counted(lab);
+        Ok(Forgery {
+            socks,
+            sent: 0,
+            base,
+            base_sent: 0,
+        })
+    }
+
+    /// What both gateways counted as bad ICRC or malformed.
+    fn counted(lab: &Lab) -> u64 {
+        (0..2)
+            .filter_map(|i| soya::gateway::control::query(&lab.socket(i)).ok())
+            .map(|s| s.engine.dc_bad_icrc + s.engine.dc_malformed)
+            .sum()
+    }
+
+    /// After gateway B restarted its counters begin again.
+    fn reset(&mut self, lab: &Lab) -> Result<(), String> {
+        self.base_sent = self.sent;
+        self.base = Self::counted(lab);
+        Ok(())
+    }
+
+    /// Counts what the earlier rounds sent (5 s ago at least), then sends a
+    /// round; returns (sent before this round, of them counted).
+    fn round(&mut self, lab: &Lab) -> Result<(u64, u64), String> {
+        // A BTH (RC SEND ONLY to QPN 0x123456) with an 8-byte payload and a
+        // wrong ICRC; and the same BTH cut to 7 bytes.
+        let before = self.sent;
+        let counted = Self::counted(lab).saturating_sub(self.base) + self.base_sent;
+        let mut bth = vec![
+            0x04, 0x40, 0xff, 0xff, 0x00, 0x12, 0x34, 0x56, 0x80, 0, 0, 1,
+        ];
+        bth.extend_from_slice(&[0xab; 8]);
+        bth.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+        for (s, peer) in &self.socks {
+            for pkt in [&bth[..], &bth[..7]] {
+                if s.send_to(pkt, (*peer, 4791)).is_ok() {
+                    self.sent += 1;
+                }
+            }
+        }
+        Ok((before, counted.min(before)))
+    }
+}
