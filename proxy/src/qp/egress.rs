@@ -47,9 +47,9 @@ use crate::roce::ext::RNR_TIMER_US;
 use crate::roce::{set_ack_req, NakCode, OpKind, Opcode, Psn, RocePacket, Syndrome};
 use crate::time::Time;
 
-use super::engine::{Outbox, Output};
 use super::half::HalfKey;
 use super::ingress::span_of;
+use super::outbox::{Outbox, Output};
 use super::poison::InProgress;
 use super::twin::TwinMsg;
 

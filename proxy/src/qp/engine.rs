@@ -5,7 +5,7 @@
 //! the twin ([`QpEngine::handle_twin`]) and timers. Outputs: packets for the
 //! DC side and messages for the twin ([`QpEngine::poll_output`]).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
 use super::keyed::{HashKey, KeyedMap};
 use std::net::IpAddr;
@@ -17,7 +17,7 @@ use crate::buffer::{DeepBuffer, Occupancy, PacketPool, PoolStats};
 use crate::roce::builders::ReplyTo;
 use crate::roce::cm::{self, CmMessage, CmReq};
 use crate::roce::ip::rxe_udp_sport;
-use crate::roce::{is_roce, IpHeader, NakCode, OpKind, Psn, RocePacket, RoceRepr, WireError};
+use crate::roce::{is_roce, IpHeader, NakCode, OpKind, Psn, RocePacket, WireError};
 use crate::time::Time;
 
 use super::egress::{EgressTuning, Reinjector, RequestInfo};
@@ -25,63 +25,8 @@ use super::fail::Probe;
 use super::half::HalfKey;
 use super::ingress::{AckTuning, PseudoAcker};
 use super::orphan::Orphan;
+pub use super::outbox::{Outbox, Output};
 use super::twin::{Carry, TwinMsg};
-
-/// Something the engine wants sent.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Output {
-    /// An IP packet for the local DC side.
-    Dc(Vec<u8>),
-    /// A message for the twin gateway.
-    Twin(TwinMsg),
-}
-
-/// Where the halves put what they want sent, with the pool their packet
-/// buffers come from: every packet the engine hands out (`Output::Dc`, the
-/// packet of a `TwinMsg`) is a recycled vector, which the caller gives back
-/// with [`QpEngine::recycle`] once sent (see `buffer::pool`).
-#[derive(Default)]
-pub struct Outbox {
-    queue: VecDeque<Output>,
-    pub pool: PacketPool,
-}
-
-impl Outbox {
-    pub fn push_back(&mut self, o: Output) {
-        self.queue.push_back(o);
-    }
-
-    pub fn pop_front(&mut self) -> Option<Output> {
-        self.queue.pop_front()
-    }
-
-    /// A pooled copy of `packet`, for the DC side.
-    pub fn dc(&mut self, packet: &[u8]) {
-        let v = self.pool.copy_of(packet);
-        self.queue.push_back(Output::Dc(v));
-    }
-
-    /// A packet the gateway originates (ACK, NAK, CNP), built in a pooled
-    /// buffer, for the DC side. Nothing if it does not build (never for
-    /// the builders' packets).
-    pub fn dc_repr(&mut self, repr: &RoceRepr) {
-        let mut v = self.pool.take();
-        v.resize(repr.buffer_len(0), 0);
-        match repr.emit(&[], &mut v) {
-            Ok(n) => {
-                v.truncate(n);
-                self.queue.push_back(Output::Dc(v));
-            }
-            Err(_) => self.pool.put(v),
-        }
-    }
-
-    /// A pooled copy of `packet` for the twin, as `make` wraps it.
-    pub fn twin(&mut self, packet: &[u8], make: impl FnOnce(Vec<u8>) -> TwinMsg) {
-        let v = self.pool.copy_of(packet);
-        self.queue.push_back(Output::Twin(make(v)));
-    }
-}
 
 #[derive(Clone, Copy, Debug)]
 pub struct EngineConfig {

@@ -22,8 +22,8 @@ use crate::roce::builders::{self, ReplyTo};
 use crate::roce::{NakCode, OpKind, Position, Psn, RocePacket};
 use crate::time::Time;
 
-use super::engine::{Outbox, Output};
 use super::half::HalfKey;
+use super::outbox::{Outbox, Output};
 use super::poison::InProgress;
 use super::twin::{Carry, TwinMsg, MAX_ORPHAN_CANDIDATES};
 

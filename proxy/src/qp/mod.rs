@@ -27,6 +27,7 @@ pub mod half;
 pub mod ingress;
 pub mod keyed;
 mod orphan;
+pub mod outbox;
 pub mod poison;
 pub mod twin;
 

@@ -112,7 +112,7 @@ impl QpEngine {
         let mut n = 0;
         for o in std::mem::take(&mut self.orphans) {
             self.out
-                .push_back(super::engine::Output::Twin(TwinMsg::Orphaned {
+                .push_back(super::outbox::Output::Twin(TwinMsg::Orphaned {
                     qp: o.qp,
                     far_qpn: o.local_qpn,
                     hint: o.hint,
