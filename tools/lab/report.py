@@ -103,6 +103,14 @@ TUNNEL_EPISODES = 3
 #    (RXE_MAX_UNACKED_PSNS) and then sends all its packets, so a go-back
 #    after a timeout resends at most 127 + the packets of one message: 64
 #    for the 64 KiB messages at MTU 1024 here (138 seen after one timeout).
+#    Through Sōya the far gateway re-injects too: when the responder's ACK
+#    is late (a slow TCG guest), its egress resends unacknowledged packets,
+#    and each packet resent can arrive as one duplicate. So the bound adds
+#    the packets the gateways resent in that condition (`soya status`:
+#    the egress halves' `retransmitted`, all tests of the condition
+#    together, since the status is taken once per condition). Seen: 1
+#    duplicate in an ib_send_bw run with 0 requester episodes and 52
+#    packets resent by the gateways (2026-11-25).
 DUP_PER_EPISODE = 128 + 64
 
 
@@ -110,20 +118,25 @@ def total(r, names):
     return sum(a + b for k, (a, b) in r["rxe"].items() if k in names) if r else 0
 
 
-def retry_bound(s, d):
-    """(ok, text) for a run through Sōya `s` against the direct run `d`."""
+def retry_bound(s, d, resent=0):
+    """(ok, text) for a run through Sōya `s` against the direct run `d`;
+    `resent`: packets the gateways re-injected toward the endpoints in
+    that condition."""
     hard = total(s, HARD)
     seq, dseq = total(s, SEQ), total(d, SEQ)
     ep = total(s, RETRY)
     dep = total(d, RETRY) + total(d, ["rcvd_seq_err"])
     dup, ddup = total(s, ["duplicate_request"]), total(d, ["duplicate_request"])
-    ok = hard == 0 and seq == 0 and ep <= dep + TUNNEL_EPISODES and dup <= ddup + DUP_PER_EPISODE * ep
+    ok = hard == 0 and seq == 0 and ep <= dep + TUNNEL_EPISODES and dup <= ddup + DUP_PER_EPISODE * ep + resent
     return ok, (f"fatal {hard} = 0, seq errors {seq} = 0 (direct {dseq}), "
                 f"retry episodes {ep} <= direct {dep} + {TUNNEL_EPISODES}, "
-                f"duplicates {dup} <= direct {ddup} + {DUP_PER_EPISODE} x {ep}")
+                f"duplicates {dup} <= direct {ddup} + {DUP_PER_EPISODE} x {ep} + gateways resent {resent}")
 
 
-def checks(rows, verdict="full"):
+def checks(rows, verdict="full", resent=None):
+    """`resent`: condition name (rtt30.loss0.1) -> packets the gateways
+    re-injected toward the endpoints (gateway_resent)."""
+    resent = resent or {}
     out = []
     ok_all = True
 
@@ -161,7 +174,7 @@ def checks(rows, verdict="full"):
             if r["mode"] != "soya" or r["test"] == "ping":
                 continue
             d = direct.get(key(r))
-            fine, text = retry_bound(r, d)
+            fine, text = retry_bound(r, d, resent.get(f'rtt{r["rtt_ms"]:g}.loss{r["loss_pct"]:g}', 0))
             label = f'rtt={r["rtt_ms"]:g} loss={r["loss_pct"]:g} {r["test"]} {r["params"]}'
             check(fine and d is not None, f"rxe counters through soya within the bound ({text}): {label}"
                   + ("" if d else " (direct not run)") + (f' {r["rxe"]}' if r["rxe"] else ""))
@@ -224,6 +237,24 @@ def table(rows):
         lines.append(f'| {r["mode"]} | {r["rtt_ms"]:g} | {r["loss_pct"]:g} | {r["test"]} | `{r["params"]}` | {r["rc"]} | '
                      f'{f(r["gbps"])} | {f(r["wire_gbps"])} | {f(r["lat_us"], 1)} | {ctr} | {r["note"]} |')
     return "\n".join(lines)
+
+
+def gateway_resent(out):
+    """Per soya condition: the packets both gateways' egress halves resent
+    toward their endpoints (`retransmitted` in `soya status --json`)."""
+    import glob, re
+    res = {}
+    for f in glob.glob(os.path.join(out, "gw", "soya.*.status.json")):
+        cond = os.path.basename(f)[len("soya."):].rsplit(".site-", 1)[0]
+        try:
+            d = json.load(open(f))
+        except (OSError, ValueError):
+            continue
+        for fl in d.get("flows", []):
+            if fl.get("role") != "ingress":
+                m = re.search(r"retransmitted: (\d+)", fl.get("detail", ""))
+                res[cond] = res.get(cond, 0) + (int(m.group(1)) if m else 0)
+    return res
 
 
 def gateway_table(out):
@@ -337,7 +368,7 @@ def main():
         mtime = None
     date = datetime.datetime.fromtimestamp(mtime, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     stamp = f"{date}, commit {commit}"
-    ok, verdict = checks(rows, a.verdict)
+    ok, verdict = checks(rows, a.verdict, gateway_resent(a.out))
     doc = {"date": date, "commit": commit, "verdict": "pass" if ok else "fail", "checks": verdict, "rows": rows}
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(doc, f, indent=1)
