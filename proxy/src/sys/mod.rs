@@ -542,16 +542,6 @@ pub fn storage_to_std(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
     }
 }
 
-/// A pipe whose write end a signal handler may use (write(2) is
-/// async-signal-safe).
-pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: fds has room for the two descriptors.
-    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
-    // SAFETY: both are fresh descriptors owned from here on.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
 /// Installs `handler` for `signals` (SA_RESTART).
 pub fn install_signal_handler(
     signals: &[libc::c_int],
@@ -624,10 +614,4 @@ pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
             Ok(())
         })
     }
-}
-
-/// write(2) of one byte, for signal handlers.
-pub fn write_byte(fd: RawFd, b: u8) {
-    // SAFETY: writes one byte from a live stack value; async-signal-safe.
-    unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
 }
