@@ -86,10 +86,12 @@ impl Binaries {
 }
 
 /// Behind a rate the relays let packets leave up to this early in batches
-/// (`soya-wanem --slack-us`), and do not spin before a release
-/// (`--spin-us 0`): one 4 KiB packet is due every 16 µs at 2 Gb/s, and
-/// releasing each on time cost the relay a core of a 2-core machine
-/// (measured at 1 Gb/s: 1.0 core with slack alone, 0.59 without the spin).
+/// and wake at most about once per this long (`soya-wanem --slack-us`),
+/// and do not spin before a release (`--spin-us 0`): one 4 KiB packet is
+/// due every 16 µs at 2 Gb/s, and releasing each on time cost the relay a
+/// core of a 2-core machine (measured at 1 Gb/s: 1.0 core with slack
+/// alone, 0.59 without the spin; at 2 Gb/s and 300 km, 0.7 of a core with
+/// a wake-up per release, 0.3 with one per 100 µs).
 pub(crate) const RELAY_SLACK_US: u32 = 100;
 
 /// The gateways' `rate` of each WAN path: the emulated bottleneck when

@@ -451,6 +451,67 @@ fn sigterm_prints_the_summary() {
     assert_eq!(s["paths"][0]["a_to_b"]["forwarded_bytes"], 50, "{s}");
 }
 
+/// `--slack-us S` moderates wake-ups: behind a rate that spaces packets
+/// well under S apart, the relay wakes about once per S, not once per
+/// packet (each wake-up costs a context switch, which on a VM costs more
+/// than the packets it moves). The bound is a count over the run's own
+/// length, so a slower machine only makes it easier to meet; without the
+/// moderation the 4,000 releases 200 µs apart each cost a wake-up.
+#[test]
+fn slack_moderates_wakeups() {
+    let server = loopback();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let (child, _err) = spawn_wanem(&[
+        "udp",
+        "--listen",
+        &listen,
+        "--forward",
+        &server.local_addr().unwrap().to_string(),
+        "--rate",
+        "40mbit",
+        "--queue",
+        "8MiB",
+        "--slack-us",
+        "2000",
+        "--spin-us",
+        "0",
+        "--json",
+    ]);
+    const N: usize = 4000;
+    let c = loopback();
+    let payload = [7u8; 1000];
+    for _ in 0..N {
+        c.send_to(&payload, &listen).unwrap();
+    }
+    // Every datagram must come out (the queue holds them all) before the
+    // relay is stopped.
+    server
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    for k in 0..N {
+        match server.recv(&mut buf) {
+            Ok(1000) => {}
+            other => panic!("datagram {k} of {N} not forwarded: {other:?}"),
+        }
+    }
+    // SAFETY: signalling the child we started.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let s = summary(child);
+    let a2b = &s["paths"][0]["a_to_b"];
+    assert_eq!(a2b["forwarded"], N, "{s}");
+    let wakeups = a2b["wakeups"].as_u64().expect("wakeups counted");
+    let secs = s["elapsed_s"].as_f64().expect("elapsed_s");
+    // At most about two wake-ups per 2 ms period (one moderated, one for
+    // the next release or arrival), plus the idle waits (20 ms each).
+    let bound = (secs / 0.002 * 2.0) as u64 + 100;
+    eprintln!("{wakeups} wake-ups in {secs:.2} s (bound {bound}) for {N} packets");
+    assert!(
+        wakeups <= bound,
+        "{wakeups} wake-ups in {secs:.2} s exceed {bound}: the relay woke per packet"
+    );
+}
+
 #[test]
 fn tun_mode_carries_ip_between_namespaces() {
     namespace_roundtrip(false);

@@ -131,10 +131,10 @@ fn run_args() -> Vec<Arg> {
             .long("slack-us")
             .value_name("US")
             .help(
-                "Let a packet leave up to US µs early when others are leaving (default 0: each \
-                 on time). Behind a rate, packets are due a few µs apart and would each cost a \
-                 send and a wait; with slack they leave in batches, as after a NIC's interrupt \
-                 coalescing",
+                "Let a packet leave up to US µs early when others are leaving, and wake at most \
+                 about once per US µs (default 0: each on time, a wake-up per packet). Behind a \
+                 rate, packets are due a few µs apart and would each cost a send and a wake-up; \
+                 with slack they leave in batches, as after a NIC's interrupt coalescing",
             ),
     ]
 }

@@ -64,6 +64,9 @@ counters!(
     /// Times the thread left SCHED_FIFO because it was busy > 80 % of the
     /// time (the engine is near its capacity).
     rt_demotions,
+    /// Waits that ended (a timer or an arrival): each costs a context
+    /// switch, which `--slack-us` moderates.
+    wakeups,
 );
 
 impl DirStats {
