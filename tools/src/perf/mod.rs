@@ -66,6 +66,8 @@ pub mod endpoint;
 pub mod exchange;
 pub mod report;
 pub mod server;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 pub mod wire;
 pub mod workload;
 
@@ -138,13 +140,15 @@ pub enum Transport {
     /// RoCEv2 over a UDP socket (this crate).
     #[default]
     Udp,
-    /// A real RDMA device through libibverbs (not built yet).
+    /// A real RDMA device through libibverbs (`--verbs`; the `verbs`
+    /// feature, [`verbs`]).
     Verbs,
 }
 
 /// What `--transport verbs` answers in this build.
 pub const VERBS_UNAVAILABLE: &str = "the verbs transport needs soya-perf built with the `verbs` \
-     cargo feature (ibverbs) and an RDMA device; this build has only --transport udp";
+     cargo feature (cargo build -p soya-tools --features verbs) and an RDMA device; this build \
+     has only --transport udp";
 
 /// Checks the shape of a run both sides agree on.
 pub fn validate_shape(
