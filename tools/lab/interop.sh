@@ -111,6 +111,9 @@ if [ $INSTALL = 1 ]; then
   # the CI case needs neither qperf nor the plot (matplotlib is large)
   [ $MATRIX = reduced ] || PKGS="$PKGS qperf python3-matplotlib"
   case ",$TESTS," in *,nvme,*) PKGS="$PKGS fio nvme-cli" ;; esac
+  # soya-perf --verbs: ibverbs-sys configures its vendored rdma-core (cmake,
+  # libnl) and runs bindgen (libclang)
+  case ",$TESTS," in *,verbs_*) PKGS="$PKGS cmake pkg-config libnl-3-dev libnl-route-3-dev clang libibverbs-dev" ;; esac
   missing=$(for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
   if [ -n "$missing" ]; then
     stamp "apt-get install:" $missing
@@ -127,6 +130,12 @@ if [ $BUILD = 1 ]; then
   stamp "cargo build --release -p soya"
   (cd "$ROOT" && cargo build --release -q -p soya --bin soya) || { echo "interop.sh: build failed" >&2; exit 1; }
 fi
+VERBS=0; case ",$TESTS," in *,verbs_*) VERBS=1 ;; esac
+if [ $BUILD = 1 ] && [ $VERBS = 1 ]; then
+  stamp "cargo build --release -p soya-tools --features verbs --bin soya-perf"
+  (cd "$ROOT" && cargo build --release -q -p soya-tools --features verbs --bin soya-perf) \
+    || { echo "interop.sh: build of soya-perf --features verbs failed" >&2; exit 1; }
+fi
 [ -x "$TARGET/release/soya" ] || { echo "interop.sh: $TARGET/release/soya missing (build first)" >&2; exit 1; }
 
 rm -rf "$OUT"; mkdir -p "$OUT/bin"
@@ -134,6 +143,7 @@ rm -rf "$OUT"; mkdir -p "$OUT/bin"
 git -C "$ROOT" describe --always --dirty > "$OUT/commit.txt" 2>/dev/null || echo unknown > "$OUT/commit.txt"
 # the guest runs a private copy: a rebuild during the run must not change it
 cp "$TARGET/release/soya" "$OUT/bin/soya"
+[ $VERBS = 1 ] && cp "$TARGET/release/soya-perf" "$OUT/bin/soya-perf"
 SOYA_BIN=/mnt/out/bin   # OUT as the guest mounts it
 bash "$HERE/vm/build-initramfs.sh" "$OUT/initramfs.cpio.gz" > "$OUT/initramfs.log" 2>&1 \
   || { cat "$OUT/initramfs.log"; exit 1; }

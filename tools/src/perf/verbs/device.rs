@@ -166,7 +166,11 @@ impl Rdma {
             let mut n = 0;
             let list = ffi::ibv_get_device_list(&mut n);
             if list.is_null() {
-                return Err(os_err("cannot list RDMA devices (ibv_get_device_list)"));
+                // ENOSYS: no RDMA support in the kernel (no ib_uverbs).
+                return Err(os_err(
+                    "no RDMA device found: cannot list RDMA devices (is ib_uverbs loaded? \
+                     for Soft-RoCE: modprobe rdma_rxe; rdma link add rxe0 type rxe netdev ETH)",
+                ));
             }
             let mut names = Vec::new();
             let mut chosen: *mut ffi::ibv_device = ptr::null_mut();
