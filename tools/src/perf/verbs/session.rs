@@ -627,14 +627,16 @@ pub fn serve(
                     );
                 }
                 if op != Op::Send {
-                    if let Err(e) = final_state(&r, regions, op, messages) {
-                        rep.local_data_errors += 1;
-                        note_error(&mut rep, e);
+                    match final_state(&r, regions, op, messages) {
+                        Ok(()) => rep.bytes_verified += verified_bytes(op, size, messages),
+                        Err(e) => {
+                            rep.local_data_errors += 1;
+                            note_error(&mut rep, e);
+                        }
                     }
                     rep.messages = messages.iter().sum();
                     let each = if op == Op::Atomic { 8 } else { u64::from(size) };
                     rep.bytes = rep.messages * each;
-                    rep.bytes_verified += verified_bytes(op, size, messages);
                 }
                 break;
             }
