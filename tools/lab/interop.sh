@@ -19,7 +19,8 @@
 #   --quick         RTT 0,30 x loss 0,0.1 x direct,soya; rping write64k send64k read64k qperf pingpong
 #   --reduced       the CI case (tools/lab/ci-reduced.sh, .ci/run): RTT 30 ms, loss 0.1 %, direct and
 #                   through Sōya: rping -V of 8 KiB (8 packets at MTU 1024), ib_write_bw, ib_read_bw,
-#                   ib_send_bw (64 KiB, 4 s each). Verdict: correctness only (report.py --verdict
+#                   ib_send_bw (64 KiB, 4 s each), soya-perf --verbs SEND (64 KiB, 4 s, every
+#                   message's pattern checked at the receiver). Verdict: correctness only (report.py --verdict
 #                   correctness); goodput printed as figures. The VM is bounded (--limit, default 540 s).
 #   --twin-lost     RTT 30, loss 0, through Sōya only: rping -V and ibv_rc_pingpong (client at site A,
 #                   server at site B); once traffic flows, kill -9 the far gateway (gwB), or in the
@@ -46,6 +47,8 @@
 #   --nvme-size S   fio --size per phase of the nvme test (default 16M)
 #   --limit S       kill the VM after S seconds (default: from the matrix size), and the guest
 #                   job 30 s before that (it powers off with partial results)
+#   Tests verbs_write, verbs_send, verbs_read, verbs_atomic: soya-perf --verbs (rxe0 -> rxe1,
+#                   64 KiB or 8 B fetch-and-add, data verified; built with the verbs feature)
 #   --no-install    do not apt-get install     --no-build   do not cargo build
 # Exit status: 0 when every "must hold" check passed.
 set -uo pipefail
@@ -86,7 +89,7 @@ case $MATRIX in
            d_tests=rping,write4k,write64k,write1m,write64k_t16,send64k,read64k,qperf,pingpong ;;
   quick)   d_rtts=0,30; d_losses=0,0.1; d_modes=direct,soya
            d_tests=rping,write64k,send64k,read64k,qperf,pingpong ;;
-  reduced) d_rtts=30; d_losses=0.1; d_modes=direct,soya; d_tests=rping,write64k,read64k,send64k
+  reduced) d_rtts=30; d_losses=0.1; d_modes=direct,soya; d_tests=rping,write64k,read64k,send64k,verbs_send
            DUR=${DUR:-4}; RPING_SIZE=${RPING_SIZE:-8192}; LIMIT=${LIMIT:-540}
            # perftest's ACK timeout 268 ms (-u 16) instead of 67 ms: a round
            # trip through two gateways in an emulated guest can exceed 67 ms
