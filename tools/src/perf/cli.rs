@@ -22,6 +22,9 @@
 //!   --ip-in-udp           (server) answer wherever the datagrams came from
 //! ```
 //!
+//! On an RDMA device (a build with the `verbs` feature; both sides):
+//!   --verbs [--device DEV] [--gid-index N] [--qp-timeout N]
+//!
 //! Exit status: 0 when the run was clean (no data errors, every completion
 //! successful), 1 when it was not or could not take place, 2 for usage
 //! errors.

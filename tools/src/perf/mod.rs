@@ -17,6 +17,8 @@
 //! - [`client`] / [`server`]: one session each ([`run_client`], [`run_server`]).
 //! - [`report`]: [`PerfReport`] (the `--json` object) and the human summary.
 //! - [`cli`]: the `soya-perf` command line.
+//! - `verbs` (feature `verbs`): the same workloads and checks run by a real
+//!   RDMA device through libibverbs (`soya-perf --verbs`).
 //!
 //! Library use (e.g. `soya demo`): start [`run_server`] (or
 //! [`server::Server::bind`] + [`server::Server::serve_one`]) on one thread or
