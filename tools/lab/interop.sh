@@ -19,7 +19,8 @@
 #   --quick         RTT 0,30 x loss 0,0.1 x direct,soya; rping write64k send64k read64k qperf pingpong
 #   --reduced       the CI case (tools/lab/ci-reduced.sh, .ci/run): RTT 30 ms, loss 0.1 %, direct and
 #                   through Sōya: rping -V of 8 KiB (8 packets at MTU 1024), ib_write_bw, ib_read_bw,
-#                   ib_send_bw (64 KiB, 4 s each). Verdict: correctness only (report.py --verdict
+#                   ib_send_bw (64 KiB, 4 s each), soya-perf --verbs SEND (64 KiB, 4 s, every
+#                   message's pattern checked at the receiver). Verdict: correctness only (report.py --verdict
 #                   correctness); goodput printed as figures. The VM is bounded (--limit, default 540 s).
 #   --twin-lost     RTT 30, loss 0, through Sōya only: rping -V and ibv_rc_pingpong (client at site A,
 #                   server at site B); once traffic flows, kill -9 the far gateway (gwB), or in the
@@ -46,6 +47,8 @@
 #   --nvme-size S   fio --size per phase of the nvme test (default 16M)
 #   --limit S       kill the VM after S seconds (default: from the matrix size), and the guest
 #                   job 30 s before that (it powers off with partial results)
+#   Tests verbs_write, verbs_send, verbs_read, verbs_atomic: soya-perf --verbs (rxe0 -> rxe1,
+#                   64 KiB or 8 B fetch-and-add, data verified; built with the verbs feature)
 #   --no-install    do not apt-get install     --no-build   do not cargo build
 # Exit status: 0 when every "must hold" check passed.
 set -uo pipefail
@@ -86,7 +89,7 @@ case $MATRIX in
            d_tests=rping,write4k,write64k,write1m,write64k_t16,send64k,read64k,qperf,pingpong ;;
   quick)   d_rtts=0,30; d_losses=0,0.1; d_modes=direct,soya
            d_tests=rping,write64k,send64k,read64k,qperf,pingpong ;;
-  reduced) d_rtts=30; d_losses=0.1; d_modes=direct,soya; d_tests=rping,write64k,read64k,send64k
+  reduced) d_rtts=30; d_losses=0.1; d_modes=direct,soya; d_tests=rping,write64k,read64k,send64k,verbs_send
            DUR=${DUR:-4}; RPING_SIZE=${RPING_SIZE:-8192}; LIMIT=${LIMIT:-540}
            # perftest's ACK timeout 268 ms (-u 16) instead of 67 ms: a round
            # trip through two gateways in an emulated guest can exceed 67 ms
@@ -111,6 +114,9 @@ if [ $INSTALL = 1 ]; then
   # the CI case needs neither qperf nor the plot (matplotlib is large)
   [ $MATRIX = reduced ] || PKGS="$PKGS qperf python3-matplotlib"
   case ",$TESTS," in *,nvme,*) PKGS="$PKGS fio nvme-cli" ;; esac
+  # soya-perf --verbs: ibverbs-sys configures its vendored rdma-core (cmake,
+  # libnl) and runs bindgen (libclang)
+  case ",$TESTS," in *,verbs_*) PKGS="$PKGS cmake pkg-config libnl-3-dev libnl-route-3-dev clang libibverbs-dev" ;; esac
   missing=$(for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
   if [ -n "$missing" ]; then
     stamp "apt-get install:" $missing
@@ -127,6 +133,12 @@ if [ $BUILD = 1 ]; then
   stamp "cargo build --release -p soya"
   (cd "$ROOT" && cargo build --release -q -p soya --bin soya) || { echo "interop.sh: build failed" >&2; exit 1; }
 fi
+VERBS=0; case ",$TESTS," in *,verbs_*) VERBS=1 ;; esac
+if [ $BUILD = 1 ] && [ $VERBS = 1 ]; then
+  stamp "cargo build --release -p soya-tools --features verbs --bin soya-perf"
+  (cd "$ROOT" && cargo build --release -q -p soya-tools --features verbs --bin soya-perf) \
+    || { echo "interop.sh: build of soya-perf --features verbs failed" >&2; exit 1; }
+fi
 [ -x "$TARGET/release/soya" ] || { echo "interop.sh: $TARGET/release/soya missing (build first)" >&2; exit 1; }
 
 rm -rf "$OUT"; mkdir -p "$OUT/bin"
@@ -134,6 +146,7 @@ rm -rf "$OUT"; mkdir -p "$OUT/bin"
 git -C "$ROOT" describe --always --dirty > "$OUT/commit.txt" 2>/dev/null || echo unknown > "$OUT/commit.txt"
 # the guest runs a private copy: a rebuild during the run must not change it
 cp "$TARGET/release/soya" "$OUT/bin/soya"
+[ $VERBS = 1 ] && cp "$TARGET/release/soya-perf" "$OUT/bin/soya-perf"
 SOYA_BIN=/mnt/out/bin   # OUT as the guest mounts it
 bash "$HERE/vm/build-initramfs.sh" "$OUT/initramfs.cpio.gz" > "$OUT/initramfs.log" 2>&1 \
   || { cat "$OUT/initramfs.log"; exit 1; }

@@ -14,7 +14,8 @@ import argparse, json, os, shutil, subprocess, sys, datetime
 BAD = ["rcvd_seq_err", "out_of_seq_request", "duplicate_request",
        "completer_retry_err", "retry_exceeded_err", "rcvd_rnr_err",
        "rnr_nak_retry_err", "retry_rnr_exceeded_err", "send_err", "link_downed"]
-BW_TESTS = {"ib_write_bw", "ib_send_bw", "ib_read_bw", "qperf_rc_bw", "nvme_write", "nvme_read"}
+BW_TESTS = {"ib_write_bw", "ib_send_bw", "ib_read_bw", "qperf_rc_bw", "nvme_write", "nvme_read",
+            "soya-perf_verbs_write", "soya-perf_verbs_send", "soya-perf_verbs_read", "soya-perf_verbs_atomic"}
 
 
 def num(s):
@@ -157,6 +158,10 @@ def checks(rows, verdict="full", resent=None):
             fine &= rping_verified(r["note"]) and "ERRORS" not in r["note"]
         if r["test"] in ("nvme_write", "nvme_read"):
             fine &= "verify_errors=0 " in r["note"] + " "
+        if r["test"].startswith("soya-perf_verbs"):
+            # soya-perf's own verdict: every completion successful, every
+            # check of the data pattern passed (client and server)
+            fine &= "ok=1 " in r["note"] + " " and "data_errors=0 " in r["note"] + " "
         if r["test"] == "qperf_rc_lat" or r["test"] == "ibv_rc_pingpong":
             fine &= r["lat_us"] is not None
         if verdict == "correctness" and r["mode"] == "direct":

@@ -134,6 +134,37 @@ qperf_test() {
   kill $qs 2>/dev/null; wait $qs 2>/dev/null
 }
 
+verbs_test() {  # op size: soya-perf --verbs, client on hostA's rxe0, server on hostB's rxe1
+  local op=$1 size=$2 tag="$TAG.verbs_$1" rc src sp note gbps qpt=
+  [ "${QPT:-0}" != 0 ] && qpt="--qp-timeout $QPT"
+  snap_ctrs > /tmp/c0
+  timeout -k 5 $((DUR+120)) "$BIN/soya-perf" server --verbs --device $B_DEV --gid-index $B_GID \
+    --bind-ip 0.0.0.0 --once --accept-timeout 60 --drain-timeout 30 --json \
+    > "$OUT/perf/$tag.server.json" 2> "$OUT/perf/$tag.server.log" &
+  sp=$!
+  sleep 2
+  # shellcheck disable=SC2086
+  timeout -k 5 $((DUR+100)) "$BIN/soya-perf" client $B_IP --verbs --device $A_DEV --gid-index $A_GID \
+    --op $op --size $size --duration $DUR --tx-depth 16 --stall-timeout 30 --connect-timeout 20 $qpt --json \
+    > "$OUT/perf/$tag.client.json" 2> "$OUT/perf/$tag.client.log"
+  rc=$?
+  wait $sp; src=$?
+  [ $rc = 0 ] && rc=$src
+  snap_ctrs > /tmp/c1
+  read -r gbps note <<< "$(python3 - "$OUT/perf/$tag.client.json" <<'PY'
+import json, sys
+try:
+    r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+    s = r.get("server") or {}
+    print(f'{r["goodput_gbps"]:.4f}', f'ok={int(r["ok"])} data_errors={r["data_errors"]} verified={r["bytes_verified"]}'
+          f' msgs={r["messages"]} server_msgs={s.get("messages", "-")} mtu={r["mtu"]} err={(r.get("error") or "-")[:60].replace(" ", "_")}')
+except Exception as e:
+    print("FAIL", f"no_client_json({type(e).__name__})")
+PY
+)"
+  row "soya-perf_verbs_$op" "--size $size --tx-depth 16" "$rc" "$gbps" - - "$note"
+}
+
 run_test() {
   case $1 in
     rping) rping_test ;;
@@ -149,6 +180,10 @@ run_test() {
     qperf) qperf_test ;;
     pingpong) pingpong_test ;;
     nvme) nvme_test ;;
+    verbs_write) verbs_test write 65536 ;;
+    verbs_send) verbs_test send 65536 ;;
+    verbs_read) verbs_test read 65536 ;;
+    verbs_atomic) verbs_test atomic 8 ;;
     *) log "unknown test $1" ;;
   esac
   sleep 1

@@ -22,6 +22,9 @@
 //!   --ip-in-udp           (server) answer wherever the datagrams came from
 //! ```
 //!
+//! On an RDMA device (a build with the `verbs` feature; both sides):
+//!   --verbs [--device DEV] [--gid-index N] [--qp-timeout N]
+//!
 //! Exit status: 0 when the run was clean (no data errors, every completion
 //! successful), 1 when it was not or could not take place, 2 for usage
 //! errors.
@@ -129,6 +132,22 @@ struct Common {
     /// build with the `verbs` feature).
     #[arg(long, default_value = "udp", value_parser = parse_transport)]
     transport: Transport,
+    /// Run on an RDMA device through libibverbs (rxe, a ConnectX): the
+    /// same as `--transport verbs`. Both sides need it; needs a build with
+    /// the `verbs` cargo feature.
+    #[arg(long)]
+    verbs: bool,
+    /// With --verbs: the RDMA device (default: the first; see `ibv_devices`).
+    #[arg(long)]
+    device: Option<String>,
+    /// With --verbs: the GID index on port 1 (RoCEv2 over IPv4: the index of
+    /// the IPv4-mapped RoCE v2 GID; see `ibv_devinfo -v` or `show_gids`).
+    #[arg(long, default_value_t = 0)]
+    gid_index: u8,
+    /// With --verbs: the QP's ACK timeout exponent, 4.096 µs x 2^N
+    /// (perftest's -u; 14 = 67 ms; use 18 above ~60 ms RTT).
+    #[arg(long, default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
+    qp_timeout: u8,
     /// One JSON object (per session) on stdout; progress goes to stderr.
     #[arg(long)]
     json: bool,
@@ -166,6 +185,23 @@ struct Common {
 }
 
 impl Common {
+    fn transport(&self) -> Transport {
+        if self.verbs {
+            Transport::Verbs
+        } else {
+            self.transport
+        }
+    }
+
+    #[cfg(feature = "verbs")]
+    fn verbs_options(&self) -> super::verbs::VerbsOptions {
+        super::verbs::VerbsOptions {
+            device: self.device.clone(),
+            gid_index: self.gid_index,
+            qp_timeout: self.qp_timeout,
+        }
+    }
+
     fn tunnel(&self, bind_ip: IpAddr) -> Option<Tunnel> {
         let roce_ip = self.roce_ip.unwrap_or(bind_ip);
         match (self.gateway, self.peer) {
@@ -360,7 +396,7 @@ fn client(a: ClientArgs) -> i32 {
         server,
         bind_ip,
         roce_port: c.roce_port,
-        transport: c.transport,
+        transport: c.transport(),
         op: a.op,
         size: a.size,
         tx_depth: a.tx_depth.unwrap_or(if a.lat { 1 } else { 128 }),
@@ -383,7 +419,12 @@ fn client(a: ClientArgs) -> i32 {
         busy_poll: Duration::from_micros(c.busy_poll_us),
         tunnel: c.tunnel(bind_ip),
     };
-    match run_client(&cfg) {
+    let run = if cfg.transport == Transport::Verbs {
+        verbs_client(&cfg, c)
+    } else {
+        run_client(&cfg)
+    };
+    match run {
         Ok(r) => {
             print_report(&r, c.json);
             if r.ok {
@@ -407,7 +448,7 @@ fn server(a: ServerArgs) -> i32 {
         tunnel: c.tunnel(bind_ip),
         port: c.port,
         roce_port: c.roce_port,
-        transport: c.transport,
+        transport: c.transport(),
         progress: progress(c),
         accept_timeout: a.accept_timeout,
         drain_timeout: a.drain_timeout,
@@ -416,6 +457,9 @@ fn server(a: ServerArgs) -> i32 {
         busy_poll: Duration::from_micros(c.busy_poll_us),
         ..ServerConfig::default()
     };
+    if cfg.transport == Transport::Verbs {
+        return verbs_server(&cfg, c, a.once);
+    }
     let mut srv = match Server::bind(cfg) {
         Ok(s) => s,
         Err(e) => return fail(&e),
@@ -439,6 +483,61 @@ fn server(a: ServerArgs) -> i32 {
             return status;
         }
     }
+}
+
+#[cfg(feature = "verbs")]
+fn verbs_client(cfg: &ClientConfig, c: &Common) -> Result<PerfReport, PerfError> {
+    super::verbs::run_client(cfg, &c.verbs_options())
+}
+
+#[cfg(not(feature = "verbs"))]
+fn verbs_client(_: &ClientConfig, _: &Common) -> Result<PerfReport, PerfError> {
+    Err(PerfError::Usage(super::VERBS_UNAVAILABLE.into()))
+}
+
+#[cfg(feature = "verbs")]
+fn verbs_server(cfg: &ServerConfig, c: &Common, once: bool) -> i32 {
+    let ctl = SocketAddr::new(cfg.bind_ip, cfg.port);
+    let listener = match std::net::TcpListener::bind(ctl) {
+        Ok(l) => l,
+        Err(e) => {
+            return fail(&PerfError::Failed(format!(
+                "cannot listen on {ctl}: {e} (use --port)"
+            )))
+        }
+    };
+    let names = super::verbs::device_names();
+    if names.is_empty() {
+        return fail(&PerfError::Failed(
+            "--verbs: no RDMA device found (for Soft-RoCE: modprobe rdma_rxe; \
+             rdma link add rxe0 type rxe netdev ETH)"
+                .into(),
+        ));
+    }
+    if !c.json {
+        println!(
+            "soya-perf server: control {ctl} (TCP), verbs on {} (devices: {})",
+            c.device.as_deref().unwrap_or(&names[0]),
+            names.join(", ")
+        );
+    }
+    loop {
+        let status = match super::verbs::serve(cfg, &c.verbs_options(), &listener) {
+            Ok(r) => {
+                print_report(&r, c.json);
+                i32::from(!r.ok)
+            }
+            Err(e) => fail(&e),
+        };
+        if once {
+            return status;
+        }
+    }
+}
+
+#[cfg(not(feature = "verbs"))]
+fn verbs_server(_: &ServerConfig, _: &Common, _: bool) -> i32 {
+    fail(&PerfError::Usage(super::VERBS_UNAVAILABLE.into()))
 }
 
 /// Runs `soya-perf` with `args` (program name first); returns the exit status.
@@ -493,8 +592,13 @@ mod tests {
             run(&["client", "--mtu", "1500", "--connect-timeout", "0.1"]),
             2
         );
-        assert_eq!(run(&["client", "--transport", "verbs"]), 2);
-        assert_eq!(run(&["server", "--transport", "verbs"]), 2);
+        if cfg!(not(feature = "verbs")) {
+            assert_eq!(run(&["client", "--transport", "verbs"]), 2);
+            assert_eq!(run(&["server", "--transport", "verbs"]), 2);
+            assert_eq!(run(&["client", "--verbs"]), 2);
+            assert_eq!(run(&["server", "--verbs", "--once"]), 2);
+        }
+        assert_eq!(run(&["client", "--verbs", "--qp-timeout", "0"]), 2);
         assert_eq!(run(&["client", "--stall-timeout", "0"]), 2);
         assert_eq!(run(&["server", "--drain-timeout", "x"]), 2);
         assert_eq!(run(&["--help"]), 0);

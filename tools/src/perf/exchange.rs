@@ -78,6 +78,32 @@ pub enum Msg {
     Summary {
         report: Box<PerfReport>,
     },
+    /// `--verbs`: the hello of a session between two RDMA devices. The QPs
+    /// are the devices' own; `gid` is the client's (hex, 32 digits); `vaddr`
+    /// is the real address of each QP's region in the client's registered
+    /// buffer. A server without the verbs transport answers `Error`.
+    VerbsHello {
+        version: u32,
+        op: Op,
+        size: u32,
+        qps: u32,
+        tx_depth: u32,
+        mtu: usize,
+        gid: String,
+        qp: Vec<QpInfo>,
+    },
+    VerbsAccept {
+        gid: String,
+        /// The path MTU the server's device runs (the smaller one wins).
+        mtu: usize,
+        qp: Vec<QpInfo>,
+    },
+    /// `--verbs`: the client is done; `messages[i]` WRs of QP i completed
+    /// successfully (in posting order), so the server knows what its memory
+    /// must hold.
+    VerbsDone {
+        messages: Vec<u64>,
+    },
 }
 
 /// Longest a server waits for the data a `DoneAfter` announces (the

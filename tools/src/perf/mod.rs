@@ -17,6 +17,8 @@
 //! - [`client`] / [`server`]: one session each ([`run_client`], [`run_server`]).
 //! - [`report`]: [`PerfReport`] (the `--json` object) and the human summary.
 //! - [`cli`]: the `soya-perf` command line.
+//! - `verbs` (feature `verbs`): the same workloads and checks run by a real
+//!   RDMA device through libibverbs (`soya-perf --verbs`).
 //!
 //! Library use (e.g. `soya demo`): start [`run_server`] (or
 //! [`server::Server::bind`] + [`server::Server::serve_one`]) on one thread or
@@ -66,6 +68,8 @@ pub mod endpoint;
 pub mod exchange;
 pub mod report;
 pub mod server;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 pub mod wire;
 pub mod workload;
 
@@ -138,13 +142,15 @@ pub enum Transport {
     /// RoCEv2 over a UDP socket (this crate).
     #[default]
     Udp,
-    /// A real RDMA device through libibverbs (not built yet).
+    /// A real RDMA device through libibverbs (`--verbs`; the `verbs`
+    /// feature, [`verbs`]).
     Verbs,
 }
 
 /// What `--transport verbs` answers in this build.
 pub const VERBS_UNAVAILABLE: &str = "the verbs transport needs soya-perf built with the `verbs` \
-     cargo feature (ibverbs) and an RDMA device; this build has only --transport udp";
+     cargo feature (cargo build -p soya-tools --features verbs) and an RDMA device; this build \
+     has only --transport udp";
 
 /// Checks the shape of a run both sides agree on.
 pub fn validate_shape(
