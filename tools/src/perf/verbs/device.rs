@@ -110,25 +110,15 @@ fn mtu_enum(bytes: usize) -> ffi::ibv_mtu {
     }
 }
 
-/// Names of the RDMA devices present (empty when there are none).
+/// Names of the RDMA devices present (empty when there are none), from
+/// the safe `ibverbs` API: listing needs nothing it keeps private.
 pub fn device_names() -> Vec<String> {
-    let mut n = 0;
-    // SAFETY: the list is freed below; names are copied out before that.
-    unsafe {
-        let list = ffi::ibv_get_device_list(&mut n);
-        if list.is_null() {
-            return Vec::new();
-        }
-        let names = (0..n.max(0) as usize)
-            .map(|i| {
-                CStr::from_ptr(ffi::ibv_get_device_name(*list.add(i)))
-                    .to_string_lossy()
-                    .into_owned()
-            })
-            .collect();
-        ffi::ibv_free_device_list(list);
-        names
-    }
+    let Ok(list) = ibverbs::devices() else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter_map(|d| d.name().map(|n| n.to_string_lossy().into_owned()))
+        .collect()
 }
 
 impl Rdma {
