@@ -319,10 +319,14 @@ struct World {
     now: Time,
     wire: Vec<u8>,
     pkt: Vec<u8>,
+    /// PSNs the requester may have unacknowledged, and packets it sends per
+    /// round of the clock.
+    window: u32,
+    burst: u32,
 }
 
 impl World {
-    fn new(max_datagram: usize) -> World {
+    fn new(max_datagram: usize, window: u32, burst: u32) -> World {
         let mut w = World {
             a: Gateway::new(true, max_datagram),
             b: Gateway::new(false, max_datagram),
@@ -331,8 +335,10 @@ impl World {
             now: Time::ZERO,
             wire: vec![0; 65_536],
             pkt: vec![0; 8192],
+            window,
+            burst,
         };
-        w.rsp.owed.reserve(1024);
+        w.rsp.owed.reserve(2 * window as usize);
         // The handshake (HELLOs are retried every 10 ms).
         for _ in 0..500 {
             w.settle();
@@ -381,7 +387,9 @@ impl World {
         {
             let before = (self.req.sent, self.req.acked, self.rsp.received);
             let mut burst = 0;
-            while self.req.sent < target && self.req.sent - self.req.acked < WINDOW && burst < BURST
+            while self.req.sent < target
+                && self.req.sent - self.req.acked < self.window
+                && burst < self.burst
             {
                 let now = self.now;
                 let a = &mut self.a;
@@ -416,10 +424,10 @@ impl World {
 
 /// Warms a flow up through gateways whose WAN datagrams are at most
 /// `max_datagram` bytes, then counts the allocations of the next packets.
-fn steady_state(max_datagram: usize) {
+fn steady_state(max_datagram: usize, window: u32, burst: u32) {
     const WARM_UP: u32 = 2_000;
     const MEASURED: u32 = 20_000;
-    let mut w = World::new(max_datagram);
+    let mut w = World::new(max_datagram, window, burst);
     w.run(WARM_UP);
     assert_eq!(w.rsp.received, u64::from(WARM_UP), "all delivered in order");
 
@@ -465,6 +473,24 @@ fn steady_state(max_datagram: usize) {
     assert_eq!(ing.stats.withheld_acks + ing.stats.backpressure_drops, 0);
     assert_eq!(w.req.cnps, 0);
     assert_eq!(w.a.site.pending().overflow + w.b.site.pending().overflow, 0);
+    // No pool ever frees a buffer in the run: a buffer freed is one
+    // allocated again by the next wave.
+    let freed = [
+        w.a.site.engine().pool_stats(),
+        w.b.site.engine().pool_stats(),
+        w.a.site.wan().pool_stats(),
+        w.b.site.wan().pool_stats(),
+    ]
+    .map(|p| p.freed);
+    assert_eq!(
+        freed, [0; 4],
+        "buffers freed by the pools (engine A, B, transport A, B)"
+    );
+    if burst > BURST {
+        // Offered above the WAN path's rate: the deep buffer at A grows
+        // through the run, and holding more packets takes more buffers.
+        return;
+    }
     assert!(
         allocs == 0,
         "{allocs} allocations over {MEASURED} packets ({per_packet:.3} per packet)"
@@ -513,10 +539,24 @@ fn check_copies(max_datagram: usize, packets: u32, carried: u64, a: Copies, b: C
 
 #[test]
 fn steady_state_allocates_nothing_per_packet_jumbo_wan() {
-    steady_state(soya::wan::DEFAULT_MAX_DATAGRAM);
+    steady_state(soya::wan::DEFAULT_MAX_DATAGRAM, WINDOW, BURST);
+}
+
+/// A deep window (1024 PSNs) offered in bursts above the WAN path's rate,
+/// as soya-perf does in docs/bench/forward.py (128 outstanding 64 KiB
+/// WRITEs). One WAN acknowledgement then releases more than a thousand
+/// buffers at once into the transport's pool at A, more than a pool of
+/// 1024 idle buffers (balanced once per pump) kept: it freed them (3029
+/// here) and the engine allocated them again; the perf profile of a
+/// forward.py run showed `PacketPool::put` freeing and `take` allocating.
+/// The deep buffer grows through this run, so allocations are expected;
+/// frees are not.
+#[test]
+fn steady_state_allocates_nothing_per_packet_deep_window() {
+    steady_state(soya::wan::DEFAULT_MAX_DATAGRAM, 1024, 64);
 }
 
 #[test]
 fn steady_state_allocates_nothing_per_packet_fragmented_wan() {
-    steady_state(1452);
+    steady_state(1452, WINDOW, BURST);
 }

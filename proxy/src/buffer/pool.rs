@@ -31,10 +31,17 @@
 /// their vector, which the pool keeps as it is.
 pub const PACKET_BUF_BYTES: usize = 4608;
 
-/// Default number of idle buffers a pool keeps (4.5 MiB of 4608-byte
-/// buffers): a few WAN acknowledgements' worth of 4 KiB messages, far more
-/// than the device loop turns over between two of its pumps.
-pub const DEFAULT_POOL_CAP: usize = 1024;
+/// Default number of idle buffers a pool keeps (at most 18 MiB of
+/// 4608-byte buffers). It must hold a whole wave of buffers released at
+/// once between two balancings: one WAN acknowledgement at the requester's
+/// site, or one responder ACK at the other, can release every packet in
+/// flight (soya-perf's default, 128 outstanding 64 KiB WRITEs, is 2048
+/// packets). With 1024, a perf profile of docs/bench/forward.py showed the
+/// transport's pool freeing and the engine's allocating on every such wave
+/// (tests/steady_state_alloc.rs, `deep_window`). A pool only ever holds
+/// buffers that were in flight together before, so this is not memory the
+/// gateway would not have used anyway; it starts empty.
+pub const DEFAULT_POOL_CAP: usize = 4096;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PoolStats {
