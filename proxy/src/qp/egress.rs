@@ -85,6 +85,10 @@ pub const DEFAULT_GIVE_UP: Duration = soya_config::DEFAULT_GIVE_UP_AFTER;
 /// tail (raised to a few WAN round trips by `EngineConfig::from_site`).
 pub const DEFAULT_TAIL_PROBE: Duration = Duration::from_millis(100);
 
+/// Default [`EgressTuning::rnr_give_up`] (`dc.rnr_give_up`; why 20 s is
+/// in `soya_config::DEFAULT_RNR_GIVE_UP`, docs/semantics.md).
+pub const DEFAULT_RNR_GIVE_UP: Duration = soya_config::DEFAULT_RNR_GIVE_UP;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EgressTuning {
     /// Most PSNs injected and not yet acknowledged by the responder.
@@ -100,8 +104,13 @@ pub struct EgressTuning {
     /// How long packets no outstanding AckReq covers may wait for the twin's
     /// next packet (which would ask for their ACK) before being probed.
     pub tail_probe: Duration,
-    /// Consecutive RNR NAKs without progress before giving up.
-    pub rnr_budget: u32,
+    /// Give up on the flow when the responder has answered with nothing but
+    /// RNR NAKs for this long (its receive queue stays empty). A time, not
+    /// a count: a count of NAKs lasts as long as their timers, and at the
+    /// 655 ms that RDMA-CM's `min_rnr_timer` of 0 asks for, the old budget
+    /// of 1,000 NAKs held the buffer for 11 minutes while the requester,
+    /// already pseudo-ACKed, was never told (issue 18, sweep seed 289).
+    pub rnr_give_up: Duration,
 }
 
 impl Default for EgressTuning {
@@ -112,7 +121,7 @@ impl Default for EgressTuning {
             max_rto: Duration::from_millis(250),
             give_up: DEFAULT_GIVE_UP,
             tail_probe: DEFAULT_TAIL_PROBE,
-            rnr_budget: 1000,
+            rnr_give_up: DEFAULT_RNR_GIVE_UP,
         }
     }
 }
@@ -250,7 +259,8 @@ pub struct Reinjector {
     min_rtt: Option<Duration>,
     /// When the window was last cut for a growing queue (once per srtt).
     queue_cut_at: Option<Time>,
-    rnr_retries: u32,
+    /// Start of the current run of RNR NAKs without progress.
+    rnr_since: Option<Time>,
     /// Highest PSN sent with AckReq set (by the requester or by us).
     ack_req_out: Option<Psn>,
     rto_recovery: Option<RtoRecovery>,
@@ -292,7 +302,7 @@ impl Reinjector {
             cwnd: INITIAL_CWND,
             min_rtt: None,
             queue_cut_at: None,
-            rnr_retries: 0,
+            rnr_since: None,
             ack_req_out: None,
             rto_recovery: None,
             resp_state: InProgress::Nothing,
@@ -637,7 +647,7 @@ impl Reinjector {
         }
         if progressed || self.queue.is_empty() {
             self.progress_at = now;
-            self.rnr_retries = 0;
+            self.rnr_since = None;
             self.backoff = 0;
             self.arm(now, true);
         }
@@ -804,8 +814,9 @@ impl Reinjector {
                         self.stats.rnr_naks += 1;
                         // Not ready, but alive: its own budget applies.
                         self.progress_at = now;
-                        self.rnr_retries += 1;
-                        if self.rnr_retries > self.tuning.rnr_budget {
+                        let since = *self.rnr_since.get_or_insert(now);
+                        if now.since(since) >= self.tuning.rnr_give_up {
+                            self.stats.gave_up += 1;
                             return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
                         }
                         self.go_back(psn);

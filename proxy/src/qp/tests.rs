@@ -919,6 +919,51 @@ fn egress_gives_up_after_the_give_up_time_without_progress() {
     assert_eq!(e.occupancy().slots_used, 0);
 }
 
+/// A responder whose receive queue stays empty answers every resend with an
+/// RNR NAK. Under RDMA-CM's `min_rnr_timer` of 0 each NAK asks for 655 ms:
+/// a budget counted in NAKs (1,000) held the buffer for 11 minutes and the
+/// pseudo-ACKed requester never heard (issue 18, sweep seed 289). The
+/// budget is a time: the flow fails once RNR NAKs alone have lasted
+/// `rnr_give_up`, and not before.
+#[test]
+fn egress_gives_up_on_rnr_naks_after_rnr_give_up() {
+    let c = cfg(AckPolicy::Edge);
+    let give_up = c.egress.rnr_give_up;
+    let mut e = QpEngine::new(c);
+    let t0 = Time::from_micros(1);
+    feed(&mut e, t0, &[(10, Opcode::RC_SEND_ONLY, true)]);
+    let mut now = t0;
+    let mut naks = 0u32;
+    let failed_at = loop {
+        // RNR NAK, timer 0 = 655.36 ms; then the engine resends when it ends.
+        e.handle_dc(
+            now,
+            &response(Opcode::RC_ACK, 10, Syndrome::RnrNak { timer: 0 }, 0),
+        );
+        naks += 1;
+        let out = drain(&mut e);
+        if errors(&out) > 0 {
+            break now;
+        }
+        assert!(naks < 1000, "still retrying after {naks} RNR NAKs");
+        now = e.poll_timeout().expect("an RNR wait");
+        e.handle_timeout(now);
+        let out = drain(&mut e);
+        assert_eq!(errors(&out), 0, "failed on a timer, not on an RNR NAK");
+    };
+    let lasted = failed_at.since(t0);
+    assert!(
+        lasted >= give_up,
+        "gave up after {lasted:?} of RNR NAKs, before rnr_give_up {give_up:?}"
+    );
+    assert!(
+        lasted < give_up + Duration::from_millis(700),
+        "gave up after {lasted:?}: more than one RNR wait past {give_up:?}"
+    );
+    assert_eq!(e.egress_halves().next().unwrap().stats.gave_up, 1);
+    assert_eq!(e.occupancy().slots_used, 0, "the buffer is freed");
+}
+
 #[test]
 fn egress_forwards_the_re_ack_of_a_resent_raw_request() {
     // Tunnel phase: the responder's ACK was forwarded once and then lost in

@@ -637,7 +637,8 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
         || w.engines()
             .any(|g| g.ingress_halves().any(|h| h.stats.errors_injected > 0));
     let settle = if any_failure {
-        soya::qp::egress::RAW_WAIT_LIMIT + Duration::from_secs(2)
+        soya::qp::egress::RAW_WAIT_LIMIT.max(soya::qp::egress::DEFAULT_RNR_GIVE_UP)
+            + Duration::from_secs(2)
     } else {
         Duration::from_secs(1)
     };
