@@ -23,6 +23,7 @@ pub(crate) fn defaulted_keys(raw: &RawConfig) -> Vec<String> {
     note(raw.dc.interface.is_none(), "dc.interface");
     note(raw.dc.retransmit_floor.is_none(), "dc.retransmit_floor");
     note(raw.dc.give_up_after.is_none(), "dc.give_up_after");
+    note(raw.dc.rnr_give_up.is_none(), "dc.rnr_give_up");
     note(raw.wan.bind.is_none(), "wan.bind");
     note(raw.wan.insecure.is_none(), "wan.insecure");
     note(raw.wan.cipher.is_none(), "wan.cipher");
@@ -132,6 +133,12 @@ impl SiteConfig {
             "  give_up_after    {} without progress from a responder fails its flow{}",
             format_duration(self.dc.give_up_after),
             d("dc.give_up_after")
+        );
+        let _ = writeln!(
+            s,
+            "  rnr_give_up      {} of nothing but RNR NAKs from a responder fails its flow{}",
+            format_duration(self.dc.rnr_give_up),
+            d("dc.rnr_give_up")
         );
 
         let _ = writeln!(s, "\n[wan]");

@@ -48,6 +48,9 @@ pub struct DcConfig {
     /// How long a local responder may show no progress before the gateway
     /// fails the flow (the requester gets an error completion).
     pub give_up_after: Duration,
+    /// How long a local responder may answer nothing but RNR NAKs (its
+    /// application posts no receive) before the gateway fails the flow.
+    pub rnr_give_up: Duration,
 }
 
 /// Default `dc.retransmit_floor`. The data center is lossless: a missing
@@ -65,6 +68,14 @@ pub const DEFAULT_GIVE_UP_AFTER: Duration = Duration::from_secs(4);
 /// A requester with perftest's defaults (timeout 14, retry_cnt 7) on
 /// hardware gives up after about 7 x 67 ms; `dc.give_up_after` below this
 /// draws a warning.
+/// Default `dc.rnr_give_up`: a responder whose application posts no receive
+/// for this long is taken as gone. A time, not a count of RNR NAKs: under
+/// RDMA-CM (`min_rnr_timer` 0) each NAK asks for a 655 ms wait, so a count
+/// of 1,000 held the buffer for 11 minutes while the pseudo-ACKed requester
+/// was never told (issue 18, sweep seed 289). Long enough for any pause of
+/// a live application (NCCL and storage targets post receives ahead, and a
+/// hardware requester with a finite `rnr_retry` gives up far sooner).
+pub const DEFAULT_RNR_GIVE_UP: Duration = Duration::from_secs(20);
 pub const REQUESTER_PATIENCE: Duration = Duration::from_millis(7 * 67);
 
 /// How the gateway attaches to the data center, with exactly the settings

@@ -165,6 +165,7 @@ pub(crate) struct RawDc {
     pub remote_prefixes: Option<Vec<String>>,
     pub retransmit_floor: Option<String>,
     pub give_up_after: Option<String>,
+    pub rnr_give_up: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -265,6 +266,7 @@ pub(crate) const ACCEPTED: &[(&str, &str)] = &[
         "dc.give_up_after",
         "a duration 100ms..=60s like \"4s\", at least 4 x dc.retransmit_floor",
     ),
+    ("dc.rnr_give_up", "a duration 1s..=600s like \"20s\""),
     ("wan", "a table [wan]"),
     (
         "wan.bind",

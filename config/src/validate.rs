@@ -206,6 +206,14 @@ fn resolve_dc(c: &mut Checker, dc: &RawDc) -> Option<DcConfig> {
         Duration::from_millis(100)..=Duration::from_secs(60),
         "give_up_after",
     );
+    let rnr_give_up = duration_in(
+        c,
+        "dc.rnr_give_up",
+        dc.rnr_give_up.as_deref(),
+        DEFAULT_RNR_GIVE_UP,
+        Duration::from_secs(1)..=Duration::from_secs(600),
+        "rnr_give_up",
+    );
     if let (Some(f), Some(g)) = (floor, give_up) {
         if g < 4 * f {
             c.err(
@@ -227,6 +235,7 @@ fn resolve_dc(c: &mut Checker, dc: &RawDc) -> Option<DcConfig> {
         remote_prefixes: remote?,
         retransmit_floor: floor?,
         give_up_after: give_up?,
+        rnr_give_up: rnr_give_up?,
     })
 }
 

@@ -929,3 +929,27 @@ fn dc_retransmit_floor_and_give_up() {
         cfg.warnings()
     );
 }
+
+#[test]
+fn dc_rnr_give_up_is_a_validated_time() {
+    let cfg = soya_config::parse_str(BASE, "t").unwrap();
+    assert_eq!(cfg.dc.rnr_give_up, soya_config::DEFAULT_RNR_GIVE_UP);
+    assert!(cfg.defaulted.iter().any(|k| k == "dc.rnr_give_up"));
+    let ok = edit("[dc]\n", "[dc]\nrnr_give_up = \"90s\"\n");
+    let cfg = soya_config::parse_str(&ok, "t").unwrap();
+    assert_eq!(cfg.dc.rnr_give_up, std::time::Duration::from_secs(90));
+    assert!(
+        cfg.explain().contains("90 s of nothing but RNR NAKs"),
+        "{}",
+        cfg.explain()
+    );
+    let text = edit("[dc]\n", "[dc]\nrnr_give_up = \"500ms\"\n");
+    expect_error(
+        &text,
+        "rnr_give_up",
+        "dc.rnr_give_up",
+        &["rnr_give_up must be between 1 s and 600 s"],
+    );
+    let text = edit("[dc]\n", "[dc]\nrnr_give_up = \"1000\"\n");
+    expect_error(&text, "rnr_give_up", "dc.rnr_give_up", &["has no unit"]);
+}

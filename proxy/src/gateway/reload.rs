@@ -113,8 +113,9 @@ pub fn diff(old: &SiteConfig, new: &SiteConfig) -> ReloadReport {
     live(prefixes && !xdp, "dc.local_prefixes / dc.remote_prefixes");
     live(
         old.dc.retransmit_floor != new.dc.retransmit_floor
-            || old.dc.give_up_after != new.dc.give_up_after,
-        "dc.retransmit_floor / dc.give_up_after (new QPs)",
+            || old.dc.give_up_after != new.dc.give_up_after
+            || old.dc.rnr_give_up != new.dc.rnr_give_up,
+        "dc.retransmit_floor / dc.give_up_after / dc.rnr_give_up (new QPs)",
     );
     live(
         old.wan.twin_timeout != new.wan.twin_timeout,

@@ -85,13 +85,9 @@ pub const DEFAULT_GIVE_UP: Duration = soya_config::DEFAULT_GIVE_UP_AFTER;
 /// tail (raised to a few WAN round trips by `EngineConfig::from_site`).
 pub const DEFAULT_TAIL_PROBE: Duration = Duration::from_millis(100);
 
-/// Default [`EgressTuning::rnr_give_up`]: a responder whose application
-/// posts no receive for this long is taken as gone. Long enough for any
-/// receive-posting pause of a live application (NCCL and storage targets
-/// post receives ahead; a few seconds of RNR would already stall a
-/// hardware requester with a finite `rnr_retry`), short enough to fail the
-/// flow well within a run rather than after minutes. docs/semantics.md.
-pub const DEFAULT_RNR_GIVE_UP: Duration = Duration::from_secs(20);
+/// Default [`EgressTuning::rnr_give_up`] (`dc.rnr_give_up`; why 20 s is
+/// in `soya_config::DEFAULT_RNR_GIVE_UP`, docs/semantics.md).
+pub const DEFAULT_RNR_GIVE_UP: Duration = soya_config::DEFAULT_RNR_GIVE_UP;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EgressTuning {

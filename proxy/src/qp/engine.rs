@@ -79,6 +79,7 @@ impl EngineConfig {
         c.egress.min_rto = site.dc.retransmit_floor;
         c.egress.max_rto = c.egress.max_rto.max(site.dc.retransmit_floor);
         c.egress.give_up = site.dc.give_up_after;
+        c.egress.rnr_give_up = site.dc.rnr_give_up;
         // The twin's next packet, which asks for the ACK of a tail sent
         // without AckReq, may be a few WAN round trips away (its credit
         // comes back with our Delivered; a WAN loss costs a retransmission).

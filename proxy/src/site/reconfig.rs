@@ -87,7 +87,8 @@ impl Site {
             r.applied.push("pseudo_ack");
         }
         if engine.egress != oe.egress {
-            r.applied.push("dc.retransmit_floor / dc.give_up_after");
+            r.applied
+                .push("dc.retransmit_floor / dc.give_up_after / dc.rnr_give_up");
         }
         if engine.per_flow_slots != oe.per_flow_slots {
             r.applied.push("buffer.per_flow_quota");
