@@ -3,6 +3,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    let _ = soya::roce::cm::parse_mad(data);
-});
+#[path = "../entries/cm_mad.rs"]
+mod entry;
+
+fuzz_target!(|data: &[u8]| entry::run(data));

@@ -3,10 +3,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(text) = std::str::from_utf8(data) {
-        if let Ok(cfg) = soya_config::parse_str(text, "fuzz.toml") {
-            let _ = cfg.explain();
-        }
-    }
-});
+#[path = "../entries/site_config.rs"]
+mod entry;
+
+fuzz_target!(|data: &[u8]| entry::run(data));
