@@ -18,6 +18,8 @@
 //! them to line:col so every [`ConfigError`] reads like
 //! `sapporo.toml:14:8: wan.paths[1].dscp = 70: DSCP must be an integer 0..=63`.
 
+#![deny(unsafe_code)]
+
 mod buffer;
 mod check;
 pub mod error;

@@ -2,6 +2,8 @@
 //!
 //! SOYA_SIM_TRACE_PACKETS=1 prints every delivery; SOYA_SIM_DEBUG_STATE=1
 //! prints each gateway's per-half ingress and egress state at the end.
+
+#![deny(unsafe_code)]
 use std::time::Duration;
 
 fn main() {

@@ -21,11 +21,10 @@ use crate::roce::{is_roce, IpHeader, NakCode, OpKind, Psn, RocePacket, WireError
 use crate::time::Time;
 
 use super::egress::{EgressTuning, Reinjector, RequestInfo};
-use super::fail::Probe;
 use super::half::HalfKey;
 use super::ingress::{AckTuning, PseudoAcker};
-use super::orphan::Orphan;
 pub use super::outbox::{Outbox, Output};
+use super::poison::{Orphan, Probe};
 use super::twin::{Carry, TwinMsg};
 
 #[derive(Clone, Copy, Debug)]

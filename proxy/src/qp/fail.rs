@@ -21,24 +21,8 @@ use crate::time::Time;
 use super::egress::Reinjector;
 use super::engine::{CmConn, QpEngine, TwinLostSummary};
 use super::half::HalfKey;
-use super::poison::{self, InProgress, Target};
+use super::poison::{self, InProgress, Probe, Target};
 use super::twin::TwinMsg;
-
-/// A local QP whose expected PSN is being learned by probing
-/// (`qp::poison`, probing).
-pub(super) struct Probe {
-    target: Target,
-    /// The probes' PSNs, while no answer has told the ePSN.
-    psns: [Psn; 2],
-    /// The ePSN the poison was last sent at, and whether a NAK-seq told it
-    /// (exact) rather than a re-ACK.
-    poison_at: Option<(Psn, bool)>,
-    /// Poison PSNs tried.
-    rounds: u32,
-    /// Sends of the current step.
-    attempts: u32,
-    pub(super) deadline: Time,
-}
 
 /// At most this many poisoned QPs are remembered for absorbing answers.
 const MAX_POISONED: usize = 65_536;

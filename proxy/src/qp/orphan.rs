@@ -31,23 +31,12 @@ use crate::time::Time;
 
 use super::engine::QpEngine;
 use super::half::HalfKey;
-use super::poison::{self, InProgress, Target};
+use super::poison::{self, InProgress, Orphan, Target};
 use super::twin::TwinMsg;
 
 /// At most this many orphans are kept for a twin that has not answered
 /// yet (the oldest go first).
 const MAX_ORPHANS: usize = 65_536;
-
-/// A QP at the twin's site whose flow through this gateway was failed.
-#[derive(Clone, Debug)]
-pub(super) struct Orphan {
-    /// The local host's requests toward it (see `TwinMsg::Orphaned`).
-    qp: HalfKey,
-    /// The local QP it is connected to.
-    local_qpn: Option<u32>,
-    hint: Option<Psn>,
-    candidates: Vec<(Psn, InProgress)>,
-}
 
 impl QpEngine {
     /// Notes, before `fail_all` drops them, the far QPs of every flow with

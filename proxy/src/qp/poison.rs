@@ -108,6 +108,9 @@ use std::time::Duration;
 use crate::roce::builders;
 use crate::roce::ip::rxe_udp_sport;
 use crate::roce::{IpHeader, OpKind, Opcode, Psn, Reth, RoceRepr};
+use crate::time::Time;
+
+use super::half::HalfKey;
 
 /// What message a responder has in progress (rxe `resp.opcode`): only the
 /// SEND and WRITE packets it executed change it.
@@ -192,4 +195,36 @@ pub const HALF_PSN_SPACE: u32 = 1 << 23;
 /// The two probes' PSNs around a first guess `p` (see the module docs).
 pub fn probe_psns(p: Psn) -> [Psn; 2] {
     [p, p.add(HALF_PSN_SPACE)]
+}
+
+// The engine's records of work in progress live here, in this leaf module,
+// rather than beside the code that drives them (`qp::fail`, `qp::orphan`):
+// those modules extend `QpEngine`, so the engine importing them back would be
+// an import cycle.
+
+/// A local QP whose expected PSN is being learned by probing (see
+/// "Learning the ePSN by probing" above).
+pub(super) struct Probe {
+    pub(super) target: Target,
+    /// The probes' PSNs, while no answer has told the ePSN.
+    pub(super) psns: [Psn; 2],
+    /// The ePSN the poison was last sent at, and whether a NAK-seq told it
+    /// (exact) rather than a re-ACK.
+    pub(super) poison_at: Option<(Psn, bool)>,
+    /// Poison PSNs tried.
+    pub(super) rounds: u32,
+    /// Sends of the current step.
+    pub(super) attempts: u32,
+    pub(super) deadline: Time,
+}
+
+/// A QP at the twin's site whose flow through this gateway was failed.
+#[derive(Clone, Debug)]
+pub(super) struct Orphan {
+    /// The local host's requests toward it (see `TwinMsg::Orphaned`).
+    pub(super) qp: HalfKey,
+    /// The local QP it is connected to.
+    pub(super) local_qpn: Option<u32>,
+    pub(super) hint: Option<Psn>,
+    pub(super) candidates: Vec<(Psn, InProgress)>,
 }

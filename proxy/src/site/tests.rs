@@ -14,6 +14,31 @@ const RESPONDER: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 1);
 const RS_QPN: u32 = 0x22;
 const TWIN_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A request packet to the responder QP (`RS_QPN`), as the host at `ip`'s
+/// source would send it.
+fn request(
+    ip: IpHeader,
+    op: Opcode,
+    psn: u32,
+    ack_req: bool,
+    reth: Reth,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut pkt = vec![0; payload.len() + 256];
+    let n = builders::request(ip, RS_QPN, op, Psn::new(psn), ack_req, reth)
+        .emit(payload, &mut pkt)
+        .unwrap();
+    pkt.truncate(n);
+    pkt
+}
+
+/// The RETH of a zero-length request, which the ACL tests send.
+const EMPTY_RETH: Reth = Reth {
+    va: 0,
+    rkey: 1,
+    len: 0,
+};
+
 fn site(client: bool) -> Site {
     site_from(client, if client { 0x1000 } else { 0x2000 })
 }
@@ -170,18 +195,8 @@ impl Pair {
             len: 4096,
         };
         let ip = IpHeader::v4(REQUESTER, RESPONDER);
-        let mut pkt = vec![0; 8192];
-        let n = builders::request(
-            ip,
-            RS_QPN,
-            Opcode::RC_WRITE_ONLY,
-            Psn::new(psn),
-            ack_req,
-            reth,
-        )
-        .emit(&[0x5a; 4096], &mut pkt)
-        .unwrap();
-        self.a.handle_dc(self.now, &pkt[..n]);
+        let pkt = request(ip, Opcode::RC_WRITE_ONLY, psn, ack_req, reth, &[0x5a; 4096]);
+        self.a.handle_dc(self.now, &pkt);
         self.drain();
     }
 
@@ -257,19 +272,9 @@ fn a_twin_that_vanishes_is_lost_after_the_timeout_and_its_flows_fail() {
         rkey: 7,
         len: 4096,
     };
-    let mut pkt = vec![0; 256];
     let ip = IpHeader::v4(REQUESTER, RESPONDER);
-    let n = builders::request(
-        ip,
-        RS_QPN,
-        Opcode::RC_READ_REQUEST,
-        Psn::new(109),
-        true,
-        reth,
-    )
-    .emit(&[], &mut pkt)
-    .unwrap();
-    p.a.handle_dc(p.now, &pkt[..n]);
+    let pkt = request(ip, Opcode::RC_READ_REQUEST, 109, true, reth, &[]);
+    p.a.handle_dc(p.now, &pkt);
     p.run_until(|p| p.to_responder.len() >= 10, "the READ at B");
     assert_eq!(p.error_naks(), 0);
     // The twin vanishes: nothing crosses the WAN any more.
@@ -361,36 +366,12 @@ fn a_lost_twin_that_answers_again_is_back() {
 fn the_acl_keeps_other_prefixes_out_both_ways() {
     let mut p = Pair::new();
     // From outside the local prefixes: refused, counted.
-    let reth = Reth {
-        va: 0,
-        rkey: 1,
-        len: 0,
-    };
-    let mut pkt = vec![0; 256];
     let spoofed = IpHeader::v4(Ipv4Addr::new(10, 9, 0, 1), RESPONDER);
-    let n = builders::request(
-        spoofed,
-        RS_QPN,
-        Opcode::RC_WRITE_ONLY,
-        Psn::new(1),
-        true,
-        reth,
-    )
-    .emit(&[], &mut pkt)
-    .unwrap();
-    assert_eq!(p.a.handle_dc(p.now, &pkt[..n]), None);
+    let pkt = request(spoofed, Opcode::RC_WRITE_ONLY, 1, true, EMPTY_RETH, &[]);
+    assert_eq!(p.a.handle_dc(p.now, &pkt), None);
     let to_local = IpHeader::v4(REQUESTER, Ipv4Addr::new(10, 1, 0, 2));
-    let n = builders::request(
-        to_local,
-        RS_QPN,
-        Opcode::RC_WRITE_ONLY,
-        Psn::new(1),
-        true,
-        reth,
-    )
-    .emit(&[], &mut pkt)
-    .unwrap();
-    assert_eq!(p.a.handle_dc(p.now, &pkt[..n]), None);
+    let pkt = request(to_local, Opcode::RC_WRITE_ONLY, 1, true, EMPTY_RETH, &[]);
+    assert_eq!(p.a.handle_dc(p.now, &pkt), None);
     let c = p.a.dc_counters();
     assert_eq!((c.rx_acl_source, c.rx_acl_destination), (1, 1));
     assert_eq!(p.a.handle_dc(p.now, &[0x45, 0, 0]), None);
@@ -481,25 +462,11 @@ fn a_restarted_near_gateway_is_told_its_orphaned_qps_and_moves_them_to_error() {
 #[test]
 fn a_reload_applies_the_new_acl_and_names_what_needs_a_restart() {
     let mut p = Pair::new();
-    let reth = Reth {
-        va: 0,
-        rkey: 1,
-        len: 0,
-    };
-    let mut pkt = vec![0; 256];
     let newcomer = Ipv4Addr::new(10, 3, 0, 1);
-    let mut send = |p: &mut Pair| {
-        let n = builders::request(
-            IpHeader::v4(newcomer, RESPONDER),
-            RS_QPN,
-            Opcode::RC_WRITE_ONLY,
-            Psn::new(1),
-            true,
-            reth,
-        )
-        .emit(&[], &mut pkt)
-        .unwrap();
-        p.a.handle_dc(p.now, &pkt[..n])
+    let send = |p: &mut Pair| {
+        let ip = IpHeader::v4(newcomer, RESPONDER);
+        let pkt = request(ip, Opcode::RC_WRITE_ONLY, 1, true, EMPTY_RETH, &[]);
+        p.a.handle_dc(p.now, &pkt)
     };
     assert_eq!(send(&mut p), None, "10.3/16 is not local yet");
     let mut wider = p.a.params().clone();

@@ -13,7 +13,9 @@ use soya::roce::builders::{self, ReplyTo};
 use soya::roce::{IpHeader, NakCode, OpKind, Opcode, Psn, Reth, RocePacket, Syndrome};
 use soya::time::Time;
 
-use crate::rc::{Completion, QpAddr, QpConfig, RcQp, RecvCompletion};
+use crate::rc::{
+    Completion, CompletionStatus, QpAddr, QpConfig, RcQp, RecvCompletion, WorkRequest,
+};
 
 pub const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 pub const B_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
@@ -107,6 +109,20 @@ pub fn cfg_mtu(mtu: usize) -> QpConfig {
     QpConfig { mtu, ..cfg() }
 }
 
+/// A WRITE of `len` bytes from A into B's memory at `off`.
+pub fn write(h: &Harness, off: u64, len: u32) -> WorkRequest {
+    WorkRequest::Write {
+        remote_va: h.b.memory().base() + off,
+        rkey: h.b.memory().rkey(),
+        len,
+        imm: None,
+    }
+}
+
+pub fn statuses(c: &[Completion]) -> Vec<CompletionStatus> {
+    c.iter().map(|c| c.status).collect()
+}
+
 impl Harness {
     pub fn new(c: QpConfig) -> Harness {
         Harness::with(c.clone(), c, Psn::new(A_PSN), Psn::new(B_PSN))
@@ -157,6 +173,18 @@ impl Harness {
 
     pub fn set_fault(&mut self, f: impl FnMut(&Sent, &mut Vec<u8>) -> Fault + 'static) {
         self.fault = Box::new(f);
+    }
+
+    /// Applies `fault` to the packets `from` emits (only its `index`th, from
+    /// 0, when given); every other packet is delivered.
+    pub fn fault_from(&mut self, from: Side, index: Option<usize>, fault: Fault) {
+        self.set_fault(move |s, _| {
+            if s.from == from && index.is_none_or(|i| s.index == i) {
+                fault
+            } else {
+                Fault::Deliver
+            }
+        });
     }
 
     pub fn qp(&mut self, s: Side) -> &mut RcQp {

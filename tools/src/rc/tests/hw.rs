@@ -16,15 +16,6 @@ fn hw(rdma_cm: bool) -> QpConfig {
     hw_config(cfg(), 100e9, rdma_cm)
 }
 
-fn write(h: &Harness, off: u64, len: u32) -> WorkRequest {
-    WorkRequest::Write {
-        remote_va: h.b.memory().base() + off,
-        rkey: h.b.memory().rkey(),
-        len,
-        imm: None,
-    }
-}
-
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -77,13 +68,7 @@ fn hw_adaptive_timer_resends_at_2_4_8_16_ms_on_a_long_link() {
     // Without an answer, the fifth wait is the configured timeout.
     let mut h = Harness::new(c.clone());
     h.delay = ms(20);
-    h.set_fault(|s, _| {
-        if s.from == Side::B {
-            Fault::Drop
-        } else {
-            Fault::Deliver
-        }
-    });
+    h.fault_from(Side::B, None, Fault::Drop);
     let wr = write(&h, 0, 4096);
     h.a.post_send(wr).unwrap();
     h.run_for(ms(1200));

@@ -63,6 +63,18 @@ fn assert_clean(h: &Harness) {
     }
 }
 
+/// A's completions are one success of `op` per size in `sizes`, in order.
+fn assert_each_succeeded(h: &mut Harness, sizes: &[u32], op: WrOpcode) {
+    let comps = h.completions(Side::A);
+    assert_eq!(comps.len(), sizes.len());
+    for (c, &len) in comps.iter().zip(sizes) {
+        assert_eq!(
+            (c.status, c.bytes, c.opcode),
+            (CompletionStatus::Success, len, op)
+        );
+    }
+}
+
 #[test]
 fn write_of_every_size_lands_verified() {
     for mtu in [1024, 4096] {
@@ -79,14 +91,7 @@ fn write_of_every_size_lands_verified() {
             .unwrap();
         }
         h.run();
-        let comps = h.completions(Side::A);
-        assert_eq!(comps.len(), SIZES.len());
-        for (c, &len) in comps.iter().zip(SIZES) {
-            assert_eq!(
-                (c.status, c.bytes, c.opcode),
-                (CompletionStatus::Success, len, WrOpcode::Write)
-            );
-        }
+        assert_each_succeeded(&mut h, SIZES, WrOpcode::Write);
         // The n-th WRITE/SEND posted carries msg_seq n.
         for (i, (&len, &va)) in SIZES.iter().zip(&vas).enumerate() {
             let got = h.b.memory().read(va, len as usize).unwrap();
@@ -179,14 +184,7 @@ fn read_of_every_size_brings_the_remote_data() {
             .unwrap();
         }
         h.run();
-        let comps = h.completions(Side::A);
-        assert_eq!(comps.len(), SIZES.len());
-        for (c, &len) in comps.iter().zip(SIZES) {
-            assert_eq!(
-                (c.status, c.bytes, c.opcode),
-                (CompletionStatus::Success, len, WrOpcode::Read)
-            );
-        }
+        assert_each_succeeded(&mut h, SIZES, WrOpcode::Read);
         for (&len, &va) in SIZES.iter().zip(&vas) {
             assert!(h.a.memory().read(va, len as usize).unwrap() == pattern(va, len, 77));
         }

@@ -18,31 +18,12 @@ use crate::rc::*;
 
 const ACK_TIMEOUT: Time = Time::from_nanos(4096 << 14);
 
-fn write(h: &Harness, off: u64, len: u32) -> WorkRequest {
-    WorkRequest::Write {
-        remote_va: h.b.memory().base() + off,
-        rkey: h.b.memory().rkey(),
-        len,
-        imm: None,
-    }
-}
-
-fn statuses(c: &[Completion]) -> Vec<CompletionStatus> {
-    c.iter().map(|c| c.status).collect()
-}
-
 /// A lost middle packet: one NAK-seq (later out-of-order packets are dropped
 /// silently), go-back-N from the lost PSN, no timeout.
 #[test]
 fn lost_middle_packet_gives_one_nak_seq_and_go_back_n() {
     let mut h = Harness::new(cfg_mtu(1024));
-    h.set_fault(|s, _| {
-        if s.from == Side::A && s.index == 5 {
-            Fault::Drop
-        } else {
-            Fault::Deliver
-        }
-    });
+    h.fault_from(Side::A, Some(5), Fault::Drop);
     let wr = write(&h, 0, 20 * 1024);
     h.a.post_send(wr).unwrap();
     h.run();
@@ -83,13 +64,7 @@ fn lost_middle_packet_gives_one_nak_seq_and_go_back_n() {
 #[test]
 fn lost_ack_times_out_and_duplicates_are_reacked() {
     let mut h = Harness::new(cfg_mtu(1024));
-    h.set_fault(|s, _| {
-        if s.from == Side::B && s.index == 0 {
-            Fault::Drop
-        } else {
-            Fault::Deliver
-        }
-    });
+    h.fault_from(Side::B, Some(0), Fault::Drop);
     let wr = write(&h, 0, 3 * 1024);
     h.a.post_send(wr).unwrap();
     h.run();
@@ -182,13 +157,7 @@ fn retry_exhaustion_fails_the_head_and_flushes_the_rest() {
         retry_cnt: 3,
         ..cfg()
     });
-    h.set_fault(|s, _| {
-        if s.from == Side::A {
-            Fault::Drop
-        } else {
-            Fault::Deliver
-        }
-    });
+    h.fault_from(Side::A, None, Fault::Drop);
     let (w1, w2) = (write(&h, 0, 1024), write(&h, 4096, 1024));
     h.a.post_send(w1).unwrap();
     h.a.post_send(w2).unwrap();
@@ -275,13 +244,7 @@ fn ack_covering_a_pending_read_is_an_implied_nak() {
 #[test]
 fn partly_answered_read_is_reissued_for_the_rest() {
     let mut h = Harness::new(cfg_mtu(1024));
-    h.set_fault(|s, _| {
-        if s.from == Side::B && s.index == 3 {
-            Fault::Drop
-        } else {
-            Fault::Deliver
-        }
-    });
+    h.fault_from(Side::B, Some(3), Fault::Drop);
     let (va, rkey) = (h.b.memory().base(), h.b.memory().rkey());
     let mut data = vec![0; 8192];
     pattern_fill(&mut data, va, 5);
@@ -338,13 +301,7 @@ fn partly_answered_read_is_reissued_for_the_rest() {
 #[test]
 fn duplicate_atomic_is_replayed_not_executed_twice() {
     let mut h = Harness::new(cfg());
-    h.set_fault(|s, _| {
-        if s.from == Side::B && s.index == 0 {
-            Fault::Drop
-        } else {
-            Fault::Deliver
-        }
-    });
+    h.fault_from(Side::B, Some(0), Fault::Drop);
     let (va, rkey) = (h.b.memory().base() + 64, h.b.memory().rkey());
     h.b.memory_mut().write(va, &40u64.to_le_bytes());
     h.a.post_send(WorkRequest::FetchAdd {
@@ -496,13 +453,7 @@ fn invalid_requests_are_fatal() {
 #[test]
 fn reordered_packet_recovers() {
     let mut h = Harness::new(cfg_mtu(1024));
-    h.set_fault(|s, _| {
-        if s.from == Side::A && s.index == 2 {
-            Fault::Delay(Duration::from_micros(50))
-        } else {
-            Fault::Deliver
-        }
-    });
+    h.fault_from(Side::A, Some(2), Fault::Delay(Duration::from_micros(50)));
     let wr = write(&h, 0, 10 * 1024);
     h.a.post_send(wr).unwrap();
     h.run();
@@ -526,13 +477,7 @@ fn reordered_packet_recovers() {
 #[test]
 fn duplicated_requests_are_harmless() {
     let mut h = Harness::new(cfg_mtu(1024));
-    h.set_fault(|s, _| {
-        if s.from == Side::A {
-            Fault::Duplicate
-        } else {
-            Fault::Deliver
-        }
-    });
+    h.fault_from(Side::A, None, Fault::Duplicate);
     let (base, rkey) = (h.b.memory().base(), h.b.memory().rkey());
     h.b.post_recv(1);
     let w = write(&h, 0, 64 * 1024);
