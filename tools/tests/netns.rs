@@ -1338,25 +1338,26 @@ fn killing_the_near_gateway_fails_the_requester_qp() {
     assert!(r.bytes_lost > 0, "{r:#?}");
     // This client's QP never received a request (out-of-band setup, WRITEs
     // one way): gwB knows its number but not its expected PSN, so the new
-    // gwA must probe it; in 3 runs of 3 on 2026-11-25 (load 2-10) the
-    // probes went unanswered (cause not found yet) and the QP stalled as
-    // before the fix. Which of the two happened is printed; either way the failure is
-    // reported (never a silent success). The requester with nothing
-    // outstanding, whose expected PSN gwB knows, is pinned below.
-    let errored = r.failed_completions >= 1
-        || r.errors
-            .iter()
-            .any(|e| e.contains("error state") || e.contains("flush"));
+    // gwA must probe it, and the probe's answer gives the ePSN where the
+    // poison moves the QP to error. The requester's outstanding WRITEs
+    // then complete flushed: the first failure must be that flush (a
+    // stall, or a retry-exceeded error of the requester's own timer,
+    // would mean the probe did not work). On 2026-11-25 at 08:48 (main
+    // e65862a's test binary, load 10) 6 runs of 6 ended so; the 3 stalls
+    // of 3 noted at 05:27 the same day are not explained (no probe change
+    // since; see the probe branch's report).
+    let flushed =
+        r.failed_completions >= 1 && r.errors.first().is_some_and(|e| e.contains("flush"));
     println!(
         "{test}: the requester's QP {}",
-        if errored {
+        if flushed {
             "got an error completion"
         } else {
-            "stalled (probe unanswered)"
+            "did not get the flush error"
         }
     );
     assert!(
-        errored || r.errors.iter().any(|e| e.contains("stalled")),
+        flushed && !r.errors.iter().any(|e| e.contains("stalled")),
         "{:?}",
         r.errors
     );
