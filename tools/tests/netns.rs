@@ -1338,11 +1338,17 @@ fn killing_the_near_gateway_fails_the_requester_qp() {
     assert!(r.bytes_lost > 0, "{r:#?}");
     // This client's QP never received a request (out-of-band setup, WRITEs
     // one way): gwB knows its number but not its expected PSN, so the new
-    // gwA must probe it; in 3 runs of 3 on 2026-11-25 (load 2-10) the
-    // probes went unanswered (cause not found yet) and the QP stalled as
-    // before the fix. Which of the two happened is printed; either way the failure is
-    // reported (never a silent success). The requester with nothing
-    // outstanding, whose expected PSN gwB knows, is pinned below.
+    // gwA must probe it; in 3 runs of 3 on 2026-11-25 at 05:27 (load 2-10)
+    // the probes went unanswered and the QP stalled as before the fix; at
+    // 08:48-08:54 (load 5-10) it got the flush error in 10 runs of 11. The
+    // stalled run had gwA count the QP unattributable (its probes timed
+    // out: 3 x 2 ms) while 3,077 DC packets (the requester's retransmitted
+    // window) reached the new gwA; the 10 others saw 7. Suspect, not
+    // verified: the probe window is too short behind such a burst. So the
+    // error is not asserted yet. Which of the two happened is printed;
+    // either way the failure is reported (never a silent success). The
+    // requester with nothing outstanding, whose expected PSN gwB knows, is
+    // pinned below.
     let errored = r.failed_completions >= 1
         || r.errors
             .iter()
