@@ -372,7 +372,7 @@ impl QpEngine {
             }
         }
         probe.attempts += 1;
-        probe.deadline = now + poison::PROBE_TIMEOUT;
+        probe.deadline = now + poison::probe_wait(probe.attempts);
         sent > 0
     }
 

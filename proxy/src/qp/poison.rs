@@ -179,13 +179,27 @@ pub fn packet(target: &Target, psn: Psn, state: InProgress) -> Option<RoceRepr> 
     Some(repr)
 }
 
-/// How long the engine waits for the answer to a probe (or to the poison
-/// it sent after one) before sending it again: a local round trip is a few
-/// microseconds; this leaves room for a busy host.
+/// How long the engine first waits for the answer to a probe (or to the
+/// poison it sent after one) before sending it again: a local round trip is
+/// a few microseconds; this leaves room for a busy host. Each retry waits
+/// twice as long as the one before ([`probe_wait`]).
 pub const PROBE_TIMEOUT: Duration = Duration::from_millis(2);
 /// Sends of one probing step (the first and the retries) before the QP is
-/// given up as unattributable.
-pub const PROBE_ATTEMPTS: u32 = 3;
+/// given up as unattributable: with the doubling, 2 + 4 + ... + 256 ms,
+/// about half a second in all.
+///
+/// Why that long: after a near gateway's restart, the answer to a probe
+/// reaches the gateway behind whatever the requester is retransmitting at
+/// the same time — a whole window, thousands of packets read first. With
+/// three tries 2 ms apart (6 ms) the answer came too late in 1 of 11 runs
+/// of `killing_the_near_gateway_fails_the_requester_qp` (the QP then
+/// stalled, counted unattributable, behind 3,077 such packets).
+pub const PROBE_ATTEMPTS: u32 = 8;
+
+/// How long to wait after the `sent`-th send of a probing step (1-based).
+pub fn probe_wait(sent: u32) -> Duration {
+    PROBE_TIMEOUT * (1u32 << sent.clamp(1, PROBE_ATTEMPTS).saturating_sub(1))
+}
 /// Poison PSNs tried per QP after answers (a re-ACK's estimate, then a
 /// NAK-seq's exact one...).
 pub const PROBE_ROUNDS: u32 = 3;

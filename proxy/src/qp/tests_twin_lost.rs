@@ -805,7 +805,9 @@ fn an_unanswered_probe_is_retried_a_few_times_then_counted_unattributable() {
     while let Some(t) = e.poll_timeout() {
         assert!(t > last, "the timer moves forward");
         let gap = t - last;
-        assert!(gap >= poison::PROBE_TIMEOUT && gap < std::time::Duration::from_millis(10));
+        // Each wait doubles (the answer may come behind a requester's
+        // retransmitted window): 2, 4, 8 ... ms.
+        assert_eq!(gap, poison::probe_wait(sends), "wait after send {sends}");
         last = t;
         e.handle_timeout(t);
         let v = dc_requests(&drain(&mut e));
@@ -830,6 +832,43 @@ fn an_unanswered_probe_is_retried_a_few_times_then_counted_unattributable() {
     // A very late answer is absorbed, not carried to the twin.
     e.handle_dc(last, &answer(41, Syndrome::ACK_UNLIMITED));
     no_twin_output(&drain(&mut e));
+}
+
+/// The answer to a probe can reach the gateway behind a requester's whole
+/// retransmitted window (after a near gateway's restart): one that comes
+/// 100 ms late, after the retries have backed off, still leads to the
+/// poison. With three tries 2 ms apart (the code before) it was absorbed
+/// as late and the QP stalled, unattributable.
+#[test]
+fn a_probe_answered_late_behind_a_burst_still_leads_to_the_poison() {
+    let (mut e, _, _) = probed_engine();
+    let late = Time::from_micros(1) + std::time::Duration::from_millis(100);
+    let mut sends = 1;
+    while let Some(t) = e.poll_timeout().filter(|&t| t <= late) {
+        e.handle_timeout(t);
+        sends += usize::from(!dc_requests(&drain(&mut e)).is_empty());
+    }
+    assert!(sends > 3, "retried while waiting: {sends} sends");
+    assert_eq!(e.probes_pending(), 1, "still probing at 100 ms");
+    e.handle_dc(late, &answer(4999, Syndrome::ACK_UNLIMITED));
+    let out = drain(&mut e);
+    no_twin_output(&out);
+    assert_eq!(
+        dc_requests(&out),
+        vec![(
+            RESPONDER,
+            REQUESTER,
+            RQ_QPN,
+            Opcode::RC_SEND_MIDDLE,
+            5000,
+            0
+        )],
+        "the poison, at ePSN = re-ACK + 1"
+    );
+    e.handle_dc(late, &answer(5000, Syndrome::Nak(NakCode::InvalidRequest)));
+    assert!(drain(&mut e).is_empty());
+    assert_eq!(e.stats.qps_poisoned_after_probe, 1);
+    assert_eq!(e.stats.poison_unattributable, 0);
 }
 
 #[test]
