@@ -210,6 +210,32 @@ fn spawn_wanem(args: &[&str]) -> (Child, mpsc::Receiver<String>) {
     (child, rx)
 }
 
+/// A `soya-wanem udp --json` relay from a fresh port to `server`, with
+/// `extra` options: (its listen address, the child).
+fn udp_relay_to(server: &UdpSocket, extra: &[&str]) -> (String, Child) {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let forward = server.local_addr().unwrap().to_string();
+    let mut args = vec!["udp", "--listen", &listen, "--forward", &forward, "--json"];
+    args.extend_from_slice(extra);
+    let (child, _err) = spawn_wanem(&args);
+    (listen, child)
+}
+
+/// Waits for `n` datagrams of `len` bytes at `server` (an event, not a
+/// pause: the generous timeout only turns a lost datagram into a failure).
+fn receive_all(server: &UdpSocket, n: usize, len: usize) {
+    server
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    for k in 0..n {
+        match server.recv(&mut buf) {
+            Ok(l) if l == len => {}
+            other => panic!("datagram {k} of {n} not forwarded: {other:?}"),
+        }
+    }
+}
+
 fn summary(child: Child) -> serde_json::Value {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "exit {:?}", out.status);
@@ -417,33 +443,14 @@ fn bad_configuration_exits_2_naming_the_flag() {
 #[test]
 fn sigterm_prints_the_summary() {
     let server = loopback();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let (child, _err) = spawn_wanem(&[
-        "udp",
-        "--listen",
-        &listen,
-        "--forward",
-        &server.local_addr().unwrap().to_string(),
-        "--json",
-        "--stats-interval",
-        "0.2",
-    ]);
+    let (listen, child) = udp_relay_to(&server, &["--stats-interval", "0.2"]);
     let c = loopback();
     for _ in 0..10 {
         c.send_to(b"hello", &listen).unwrap();
     }
     // The signal goes once all ten have come through (not after a pause
     // that a slow machine might not honour).
-    server
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut buf = [0u8; 64];
-    for k in 0..10 {
-        match server.recv(&mut buf) {
-            Ok(5) => {}
-            other => panic!("datagram {k} of 10 not forwarded: {other:?}"),
-        }
-    }
+    receive_all(&server, 10, 5);
     // SAFETY: signalling the child we started.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
     let s = summary(child);
@@ -460,23 +467,19 @@ fn sigterm_prints_the_summary() {
 #[test]
 fn slack_moderates_wakeups() {
     let server = loopback();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let (child, _err) = spawn_wanem(&[
-        "udp",
-        "--listen",
-        &listen,
-        "--forward",
-        &server.local_addr().unwrap().to_string(),
-        "--rate",
-        "40mbit",
-        "--queue",
-        "8MiB",
-        "--slack-us",
-        "2000",
-        "--spin-us",
-        "0",
-        "--json",
-    ]);
+    let (listen, child) = udp_relay_to(
+        &server,
+        &[
+            "--rate",
+            "40mbit",
+            "--queue",
+            "8MiB",
+            "--slack-us",
+            "2000",
+            "--spin-us",
+            "0",
+        ],
+    );
     const N: usize = 4000;
     let c = loopback();
     let payload = [7u8; 1000];
@@ -485,16 +488,7 @@ fn slack_moderates_wakeups() {
     }
     // Every datagram must come out (the queue holds them all) before the
     // relay is stopped.
-    server
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let mut buf = [0u8; 2048];
-    for k in 0..N {
-        match server.recv(&mut buf) {
-            Ok(1000) => {}
-            other => panic!("datagram {k} of {N} not forwarded: {other:?}"),
-        }
-    }
+    receive_all(&server, N, 1000);
     // SAFETY: signalling the child we started.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
     let s = summary(child);

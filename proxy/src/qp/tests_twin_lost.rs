@@ -672,14 +672,11 @@ fn a_qp_with_no_known_epsn_is_probed_half_the_psn_space_apart() {
     assert!(e.poll_timeout().is_some(), "bounded by a timer");
 }
 
-#[test]
-fn a_probe_behind_the_epsn_is_re_acked_and_the_poison_lands_at_the_exact_epsn() {
-    let (mut e, _, _) = probed_engine();
-    let t = Time::from_micros(2);
-    // ePSN 5000: the probe at 0 is a duplicate, re-ACKed with 4999 (C9-105);
-    // the NAK-seq of the probe at 2^23 was already sent earlier (silent).
+/// ePSN 5000: a re-ACK of 4999 answers a probe (C9-105); the poison goes
+/// to 5000 and the QP refuses it fatally (in error; the NAK is absorbed).
+fn reack_4999_then_the_poison_lands_at_5000(e: &mut QpEngine, t: Time) {
     e.handle_dc(t, &answer(4999, Syndrome::ACK_UNLIMITED));
-    let out = drain(&mut e);
+    let out = drain(e);
     no_twin_output(&out);
     assert_eq!(
         dc_requests(&out),
@@ -693,10 +690,18 @@ fn a_probe_behind_the_epsn_is_re_acked_and_the_poison_lands_at_the_exact_epsn() 
         )],
         "the poison, at ePSN = re-ACK + 1"
     );
-    // The QP refuses it fatally: in error; the NAK is absorbed.
     e.handle_dc(t, &answer(5000, Syndrome::Nak(NakCode::InvalidRequest)));
-    assert!(drain(&mut e).is_empty());
+    assert!(drain(e).is_empty());
     assert_eq!(e.stats.qps_poisoned_after_probe, 1);
+}
+
+#[test]
+fn a_probe_behind_the_epsn_is_re_acked_and_the_poison_lands_at_the_exact_epsn() {
+    let (mut e, _, _) = probed_engine();
+    let t = Time::from_micros(2);
+    // ePSN 5000: the probe at 0 is a duplicate, re-ACKed with 4999 (C9-105);
+    // the NAK-seq of the probe at 2^23 was already sent earlier (silent).
+    reack_4999_then_the_poison_lands_at_5000(&mut e, t);
     assert_eq!(e.stats.probe_answers, 2);
     assert_eq!(e.stats.poison_packets, 1);
     assert_eq!(e.stats.unmatched_responses, 0);
@@ -850,24 +855,7 @@ fn a_probe_answered_late_behind_a_burst_still_leads_to_the_poison() {
     }
     assert!(sends > 3, "retried while waiting: {sends} sends");
     assert_eq!(e.probes_pending(), 1, "still probing at 100 ms");
-    e.handle_dc(late, &answer(4999, Syndrome::ACK_UNLIMITED));
-    let out = drain(&mut e);
-    no_twin_output(&out);
-    assert_eq!(
-        dc_requests(&out),
-        vec![(
-            RESPONDER,
-            REQUESTER,
-            RQ_QPN,
-            Opcode::RC_SEND_MIDDLE,
-            5000,
-            0
-        )],
-        "the poison, at ePSN = re-ACK + 1"
-    );
-    e.handle_dc(late, &answer(5000, Syndrome::Nak(NakCode::InvalidRequest)));
-    assert!(drain(&mut e).is_empty());
-    assert_eq!(e.stats.qps_poisoned_after_probe, 1);
+    reack_4999_then_the_poison_lands_at_5000(&mut e, late);
     assert_eq!(e.stats.poison_unattributable, 0);
 }
 
