@@ -169,7 +169,8 @@ fn drain(e: &mut QpEngine) {
             | Output::Twin(TwinMsg::Request { packet, .. })
             | Output::Twin(TwinMsg::Response { packet })
             | Output::Twin(TwinMsg::Datagram { packet }) => e.recycle(packet),
-            Output::Twin(_) => {}
+            // Sent from where it is held: nothing to give back.
+            Output::DcHeld(_) | Output::Twin(_) => {}
         }
     }
 }

@@ -17,7 +17,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use crate::site::Site;
+use crate::site::{DcSent, Site};
 use crate::time::Time;
 use crate::wan::Transmit;
 
@@ -122,20 +122,15 @@ impl Turn {
     }
 
     /// Sends what the site has for the data center.
+    /// Each packet goes from where the site holds it straight to the
+    /// backend (`Site::transmit_dc`): the only copy left on the way out is
+    /// the backend's own (into a UMEM frame; none for a tun `write`).
     pub fn send_dc(site: &mut Site, dc: &mut impl DcPort) {
-        while let Some(t) = site.poll_dc_transmit() {
-            let outcome = dc.send(&t.packet, t.dst);
-            let c = site.dc_counters_mut();
-            match outcome {
-                TxOutcome::Sent => {
-                    c.tx_packets += 1;
-                    c.tx_bytes += t.packet.len() as u64;
-                }
-                TxOutcome::NoPeer => c.tx_no_peer += 1,
-                TxOutcome::Error => c.tx_errors += 1,
-            }
-            site.recycle(t.packet);
-        }
+        site.transmit_dc(|packet, dst| match dc.send(packet, dst) {
+            TxOutcome::Sent => DcSent::Sent,
+            TxOutcome::NoPeer => DcSent::NoPeer,
+            TxOutcome::Error => DcSent::Error,
+        });
         dc.flush();
     }
 

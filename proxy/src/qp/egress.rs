@@ -49,7 +49,7 @@ use crate::time::Time;
 
 use super::half::HalfKey;
 use super::ingress::span_of;
-use super::outbox::{Outbox, Output};
+use super::outbox::{HeldRef, Outbox, Output};
 use super::poison::InProgress;
 use super::twin::TwinMsg;
 
@@ -566,7 +566,7 @@ impl Reinjector {
             }
             p.sent_at = Some(now);
             let used = p.last().diff(first) as u32 + 1;
-            let mut v = out.pool.copy_of(&p.held.bytes);
+            let psn = p.psn;
             // Fills the window: the next packet (queued or still to come)
             // does not fit until an ACK moves it.
             let fills = self
@@ -581,15 +581,19 @@ impl Reinjector {
                 .ack_req_out
                 .is_some_and(|r| self.acked.is_none_or(|a| r.after(a)));
             let tail = self.next + 1 == self.queue.len() && !asking;
-            let mut asks = p_ack_req(&v);
-            if (fills || tail) && set_ack_req(&mut v).unwrap_or(false) {
+            // AckReq is set on the held packet itself, not on a copy: the
+            // DC side sends the held bytes in place (`Output::DcHeld`), and
+            // a retransmission that asks for an ACK does no harm.
+            let held = &mut self.queue[self.next].held.bytes;
+            let mut asks = p_ack_req(held);
+            if (fills || tail) && set_ack_req(held).unwrap_or(false) {
                 self.stats.ack_reqs_added += 1;
                 asks = true;
             }
             if asks {
                 self.ack_req_out = Some(self.queue[self.next].last());
             }
-            out.push_back(Output::Dc(v));
+            out.push_back(Output::DcHeld(HeldRef { key: self.key, psn }));
             self.next += 1;
         }
         self.arm(now, false);
@@ -932,16 +936,34 @@ impl Reinjector {
         let p = &mut self.queue[i];
         p.retransmitted = true;
         p.sent_at = Some(now);
-        let last = p.last();
-        let mut v = out.pool.copy_of(&p.held.bytes);
-        if set_ack_req(&mut v).unwrap_or(false) {
+        let (last, psn) = (p.last(), p.psn);
+        if set_ack_req(&mut p.held.bytes).unwrap_or(false) {
             self.stats.ack_reqs_added += 1;
         }
         self.stats.retransmitted += 1;
         self.stats.tail_probes += 1;
         self.ack_req_out = Some(last);
-        out.push_back(Output::Dc(v));
+        out.push_back(Output::DcHeld(HeldRef { key: self.key, psn }));
         self.arm(now, true);
+    }
+
+    /// The held request that starts at `psn`, as it is to be (re)sent:
+    /// what an [`Output::DcHeld`] names. `None` once it is released (the
+    /// responder acknowledged it, or the half failed).
+    pub fn held_request(&self, psn: Psn) -> Option<&[u8]> {
+        let first = self.queue.front()?.psn;
+        // The queue is in PSN order and a request's PSNs are contiguous
+        // with the next one's: search by distance from the head (which
+        // also holds across the 24-bit wrap).
+        let d = psn.diff(first);
+        if d < 0 {
+            return None;
+        }
+        let i = self.queue.partition_point(|p| p.psn.diff(first) < d);
+        self.queue
+            .get(i)
+            .filter(|p| p.psn == psn)
+            .map(|p| &p.held.bytes[..])
     }
 
     pub fn release_all(&mut self, buf: &mut DeepBuffer) {

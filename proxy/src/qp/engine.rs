@@ -23,7 +23,7 @@ use crate::time::Time;
 use super::egress::{EgressTuning, Reinjector, RequestInfo};
 use super::half::HalfKey;
 use super::ingress::{AckTuning, PseudoAcker};
-pub use super::outbox::{Outbox, Output};
+pub use super::outbox::{HeldRef, Outbox, Output};
 use super::poison::{Orphan, Probe};
 use super::twin::{Carry, TwinMsg};
 
@@ -303,6 +303,35 @@ impl QpEngine {
     /// back with [`Self::recycle`] once sent, or it is simply freed.
     pub fn poll_output(&mut self) -> Option<Output> {
         self.out.pop_front()
+    }
+
+    /// The bytes an [`Output::DcHeld`] names, as they are to be sent now;
+    /// `None` once the request is released (see `Output::DcHeld`).
+    pub fn held_packet(&self, r: &HeldRef) -> Option<&[u8]> {
+        self.egress.get(&r.key)?.held_request(r.psn)
+    }
+
+    /// A pooled copy of what `r` names, for a caller that must own the
+    /// packet (`Site::poll_dc_transmit`).
+    pub fn held_copy(&mut self, r: &HeldRef) -> Option<Vec<u8>> {
+        let bytes = self.egress.get(&r.key)?.held_request(r.psn)?;
+        Some(self.out.pool.copy_of(bytes))
+    }
+
+    /// [`Self::poll_output`] for a driver that must own every DC packet
+    /// (tests, models): an [`Output::DcHeld`] comes as an `Output::Dc` of a
+    /// pooled copy, made now; a released one is skipped.
+    pub fn poll_output_owned(&mut self) -> Option<Output> {
+        loop {
+            match self.out.pop_front()? {
+                Output::DcHeld(r) => {
+                    if let Some(v) = self.held_copy(&r) {
+                        return Some(Output::Dc(v));
+                    }
+                }
+                o => return Some(o),
+            }
+        }
     }
 
     /// Returns a packet buffer to the engine's pool (an `Output::Dc` after

@@ -31,7 +31,7 @@ pub mod outbox;
 pub mod poison;
 pub mod twin;
 
-pub use engine::{EngineConfig, EngineStats, Outbox, Output, QpEngine, TwinLostSummary};
+pub use engine::{EngineConfig, EngineStats, HeldRef, Outbox, Output, QpEngine, TwinLostSummary};
 pub use half::HalfKey;
 pub use twin::TwinMsg;
 
@@ -39,5 +39,7 @@ pub use twin::TwinMsg;
 mod tests;
 #[cfg(test)]
 mod tests_far_error;
+#[cfg(test)]
+mod tests_held;
 #[cfg(test)]
 mod tests_twin_lost;

@@ -10,13 +10,29 @@ use std::collections::VecDeque;
 use crate::buffer::PacketPool;
 use crate::roce::RoceRepr;
 
+use super::half::HalfKey;
 use super::twin::TwinMsg;
+use crate::roce::Psn;
+
+/// Names a request held by an egress half: its half and its first PSN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeldRef {
+    pub key: HalfKey,
+    pub psn: Psn,
+}
 
 /// Something the engine wants sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
     /// An IP packet for the local DC side.
     Dc(Vec<u8>),
+    /// A request the egress holds, to be (re)sent toward the local
+    /// responder from where it is held: no copy. Its bytes are
+    /// [`QpEngine::held_packet`](super::QpEngine::held_packet) until the
+    /// responder acknowledges it (an ACK cannot come before it is sent) or
+    /// the half fails, after which the reference finds nothing and the
+    /// send is skipped: a failed half sends nothing more anyway.
+    DcHeld(HeldRef),
     /// A message for the twin gateway.
     Twin(TwinMsg),
 }

@@ -105,7 +105,7 @@ pub(super) fn ingress_engine(policy: AckPolicy) -> QpEngine {
 }
 
 pub(super) fn drain(e: &mut QpEngine) -> Vec<Output> {
-    std::iter::from_fn(|| e.poll_output()).collect()
+    std::iter::from_fn(|| e.poll_output_owned()).collect()
 }
 
 /// The (PSN, syndrome, MSN) of every ACK/NAK sent to the DC side.

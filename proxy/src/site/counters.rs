@@ -32,6 +32,11 @@ pub struct DcCounters {
     /// Destination not a local host (never expected from the engine).
     pub tx_acl: u64,
     pub tx_errors: u64,
+    /// Requests held by an egress half and queued to be sent, released
+    /// before their turn (the half failed): not sent, as a failed half
+    /// sends nothing more.
+    #[serde(default)]
+    pub tx_released: u64,
     /// udp backend: hosts learned, and datagrams refused because their host
     /// is bound to another, still active UDP address.
     pub lab_hosts: u64,

@@ -9,9 +9,10 @@
 //! ```
 //!
 //! A driver feeds input with `handle_dc`, `handle_wan` and
-//! `handle_timeout`, then drains `poll_dc_transmit` (returning each buffer
-//! with `recycle`), `poll_wan_transmit` and `poll_event`, and sleeps until
-//! `poll_timeout`. The site moves traffic between engine and transport
+//! `handle_timeout`, then drains the DC side (`transmit_dc`, which lends
+//! each packet where it lies, or `poll_dc_transmit`, which hands out owned
+//! copies to return with `recycle`), `poll_wan_transmit` and `poll_event`,
+//! and sleeps until `poll_timeout`. The site moves traffic between engine and transport
 //! lazily, on the first poll after an input, so a driver that feeds a batch
 //! of packets pays for one pass.
 //!
@@ -41,7 +42,7 @@ use std::time::Duration;
 
 use crate::buffer::PacketPool;
 use crate::qp::keyed::HashKey;
-use crate::qp::{Output, QpEngine, TwinMsg};
+use crate::qp::{HeldRef, Output, QpEngine, TwinMsg};
 use crate::roce::RocePacket;
 use crate::time::Time;
 use crate::wan::{CipherOffer, Event, Transmit, WanConnection};
@@ -110,6 +111,25 @@ pub struct DcTransmit {
     pub dst: IpAddr,
 }
 
+/// What became of a packet [`Site::transmit_dc`] lent to the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DcSent {
+    Sent,
+    /// udp backend: the destination host's UDP address is not learned yet.
+    NoPeer,
+    Error,
+}
+
+/// A packet waiting for the DC side: one the engine handed over (an ACK,
+/// a response, a raw packet), or a request an egress half holds, sent
+/// from where it is held (`qp::Output::DcHeld`: the re-injection path
+/// copies nothing between the WAN's decode and the DC backend).
+#[derive(Debug)]
+enum DcOut {
+    Owned(DcTransmit),
+    Held(HeldRef, IpAddr),
+}
+
 pub struct Site {
     params: SiteParams,
     engine: QpEngine,
@@ -117,7 +137,7 @@ pub struct Site {
     nonces: NonceSource,
     pending: Pending,
     twin: TwinWatch,
-    dc_out: VecDeque<DcTransmit>,
+    dc_out: VecDeque<DcOut>,
     events: VecDeque<SiteEvent>,
     dcc: DcCounters,
     tw: TwinCounters,
@@ -248,9 +268,55 @@ impl Site {
     }
 
     /// The next packet for the local data center.
+    ///
+    /// The packet is the caller's: a held request is copied out for it
+    /// (a driver that can send from a borrowed slice should use
+    /// [`Self::transmit_dc`], which copies nothing).
     pub fn poll_dc_transmit(&mut self) -> Option<DcTransmit> {
         self.settle();
-        self.dc_out.pop_front()
+        loop {
+            match self.dc_out.pop_front()? {
+                DcOut::Owned(t) => return Some(t),
+                DcOut::Held(r, dst) => match self.engine.held_copy(&r) {
+                    Some(packet) => return Some(DcTransmit { packet, dst }),
+                    None => self.dcc.tx_released += 1,
+                },
+            }
+        }
+    }
+
+    /// Sends everything waiting for the data center through `send`, which
+    /// gets each packet where it lies (no copy, nothing to recycle) and its
+    /// local destination, and says what became of it (counted in
+    /// [`DcCounters`]). The same packets in the same order as
+    /// [`Self::poll_dc_transmit`].
+    pub fn transmit_dc(&mut self, mut send: impl FnMut(&[u8], IpAddr) -> DcSent) {
+        self.settle();
+        while let Some(out) = self.dc_out.pop_front() {
+            let (bytes, dst) = match &out {
+                DcOut::Owned(t) => (&t.packet[..], t.dst),
+                DcOut::Held(r, dst) => match self.engine.held_packet(r) {
+                    Some(b) => (b, *dst),
+                    None => {
+                        self.dcc.tx_released += 1;
+                        continue;
+                    }
+                },
+            };
+            let len = bytes.len() as u64;
+            let c = &mut self.dcc;
+            match send(bytes, dst) {
+                DcSent::Sent => {
+                    c.tx_packets += 1;
+                    c.tx_bytes += len;
+                }
+                DcSent::NoPeer => c.tx_no_peer += 1,
+                DcSent::Error => c.tx_errors += 1,
+            }
+            if let DcOut::Owned(t) = out {
+                self.engine.recycle(t.packet);
+            }
+        }
     }
 
     /// Gives a sent packet's buffer back.
@@ -335,6 +401,7 @@ impl Site {
                 moved = true;
                 match out {
                     Output::Dc(packet) => self.queue_for_dc(packet),
+                    Output::DcHeld(r) => self.queue_held_for_dc(r),
                     Output::Twin(msg) => match flows::flow_of(&msg) {
                         Some(flow) => {
                             self.tw.msgs_out += 1;
@@ -362,10 +429,27 @@ impl Site {
     }
 
     /// An engine packet for the DC side: only ever toward a local host.
+    /// Queues a request held by an egress half (same checks as
+    /// [`Self::queue_for_dc`]; its bytes stay where they are held).
+    fn queue_held_for_dc(&mut self, r: HeldRef) {
+        let Some(bytes) = self.engine.held_packet(&r) else {
+            self.dcc.tx_released += 1;
+            return;
+        };
+        match acl::addresses(bytes) {
+            Some((_, dst)) if self.params.acl.is_local(dst) => {
+                self.dc_out.push_back(DcOut::Held(r, dst));
+            }
+            Some(_) => self.dcc.tx_acl += 1,
+            None => self.dcc.tx_errors += 1,
+        }
+    }
+
     fn queue_for_dc(&mut self, packet: Vec<u8>) {
         match acl::addresses(&packet) {
             Some((_, dst)) if self.params.acl.is_local(dst) => {
-                self.dc_out.push_back(DcTransmit { packet, dst });
+                self.dc_out
+                    .push_back(DcOut::Owned(DcTransmit { packet, dst }));
             }
             Some(_) => {
                 self.dcc.tx_acl += 1;
@@ -491,6 +575,9 @@ impl Site {
         while let Some(out) = self.engine.poll_output() {
             match out {
                 Output::Dc(packet) => self.queue_for_dc(packet),
+                // Requests of the twin's egress halves, which `fail_all`
+                // drops: they find nothing when their turn comes.
+                Output::DcHeld(r) => self.queue_held_for_dc(r),
                 Output::Twin(msg) => {
                     self.pending.discarded += 1;
                     if let TwinMsg::Request { packet, .. }

@@ -252,7 +252,7 @@ fn through_a_gateway_then_twin_lost(
     let mut acks_left = deliver_acks;
     let pump = |e: &mut QpEngine, b: &mut RcQp, buf: &mut [u8], acks_left: &mut usize| loop {
         let mut moved = false;
-        while let Some(o) = e.poll_output() {
+        while let Some(o) = e.poll_output_owned() {
             if let Output::Dc(v) = o {
                 b.handle_packet(now, &v);
                 moved = true;
@@ -399,10 +399,11 @@ fn pseudo_acked_writer_then_twin_lost(b_epsn: u32) -> (RcQp, soya::qp::QpEngine,
                 moved = true;
                 e.handle_dc(now, &buf[..n]);
             }
-            while let Some(o) = e.poll_output() {
+            while let Some(o) = e.poll_output_owned() {
                 moved = true;
                 match o {
                     Output::Dc(v) => b.handle_packet(now, &v),
+                    Output::DcHeld(_) => unreachable!("poll_output_owned copies them out"),
                     Output::Twin(m) => {
                         if failed {
                             *twin_after += 1;
