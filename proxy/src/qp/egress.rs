@@ -54,10 +54,6 @@ use super::poison::InProgress;
 use super::twin::TwinMsg;
 
 /// Does this (valid) request packet carry AckReq?
-fn p_ack_req(v: &[u8]) -> bool {
-    RocePacket::parse(v).is_ok_and(|p| p.bth.ack_req)
-}
-
 /// Injection window at the start (PSNs).
 const INITIAL_CWND: u32 = 64;
 /// Floor of the window after a sequence NAK halves it.
@@ -188,6 +184,8 @@ pub struct RequestInfo {
     pub span: u32,
     pub needs_response: bool,
     pub op: Opcode,
+    /// The requester set AckReq on it.
+    pub ack_req: bool,
 }
 
 impl RequestInfo {
@@ -197,6 +195,7 @@ impl RequestInfo {
             span: span_of(p),
             needs_response: p.info.needs_real_response(),
             op: p.bth.opcode,
+            ack_req: p.bth.ack_req,
         }
     }
 }
@@ -210,6 +209,9 @@ struct Pending {
     needs_response: bool,
     /// Its opcode (what it leaves in progress at the responder).
     op: Opcode,
+    /// The held packet has AckReq set (by the requester, or by us: see
+    /// `pump`); kept here so that no (re)send parses the packet for it.
+    ack_req: bool,
     sent_at: Option<Time>,
     retransmitted: bool,
 }
@@ -531,6 +533,7 @@ impl Reinjector {
             },
             needs_response: info.needs_response,
             op: info.op,
+            ack_req: info.ack_req,
             sent_at: None,
             retransmitted: false,
         });
@@ -584,12 +587,12 @@ impl Reinjector {
             // AckReq is set on the held packet itself, not on a copy: the
             // DC side sends the held bytes in place (`Output::DcHeld`), and
             // a retransmission that asks for an ACK does no harm.
-            let held = &mut self.queue[self.next].held.bytes;
-            let mut asks = p_ack_req(held);
-            if (fills || tail) && set_ack_req(held).unwrap_or(false) {
+            let p = &mut self.queue[self.next];
+            if (fills || tail) && !p.ack_req && set_ack_req(&mut p.held.bytes).unwrap_or(false) {
                 self.stats.ack_reqs_added += 1;
-                asks = true;
+                p.ack_req = true;
             }
+            let asks = p.ack_req;
             if asks {
                 self.ack_req_out = Some(self.queue[self.next].last());
             }
@@ -937,8 +940,9 @@ impl Reinjector {
         p.retransmitted = true;
         p.sent_at = Some(now);
         let (last, psn) = (p.last(), p.psn);
-        if set_ack_req(&mut p.held.bytes).unwrap_or(false) {
+        if !p.ack_req && set_ack_req(&mut p.held.bytes).unwrap_or(false) {
             self.stats.ack_reqs_added += 1;
+            p.ack_req = true;
         }
         self.stats.retransmitted += 1;
         self.stats.tail_probes += 1;
