@@ -429,19 +429,15 @@ impl Site {
     }
 
     /// An engine packet for the DC side: only ever toward a local host.
-    /// Queues a request held by an egress half (same checks as
-    /// [`Self::queue_for_dc`]; its bytes stay where they are held).
+    /// Queues a request held by an egress half (the ACL check of
+    /// [`Self::queue_for_dc`]; its bytes stay where they are held and are
+    /// not even looked at here: a request goes to its half's responder).
     fn queue_held_for_dc(&mut self, r: HeldRef) {
-        let Some(bytes) = self.engine.held_packet(&r) else {
-            self.dcc.tx_released += 1;
-            return;
-        };
-        match acl::addresses(bytes) {
-            Some((_, dst)) if self.params.acl.is_local(dst) => {
-                self.dc_out.push_back(DcOut::Held(r, dst));
-            }
-            Some(_) => self.dcc.tx_acl += 1,
-            None => self.dcc.tx_errors += 1,
+        let dst = r.key.responder;
+        if self.params.acl.is_local(dst) {
+            self.dc_out.push_back(DcOut::Held(r, dst));
+        } else {
+            self.dcc.tx_acl += 1;
         }
     }
 
