@@ -22,7 +22,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use soya::gateway::ports::{Clock, DcPort, TxOutcome, WanPort};
+use soya::gateway::ports::{Clock, DcPort, DcRx, TxOutcome, WanPort};
 use soya::gateway::turn::Turn;
 use soya::site::Site;
 use soya::time::Time;
@@ -39,15 +39,28 @@ struct MemDc {
 }
 
 impl DcPort for MemDc {
+    /// As tun does: into a buffer the site lent while there is one (the
+    /// simulator's side feeds the same packets borrowed, so the trace
+    /// also checks that both ways into the site behave the same), then
+    /// into the scratch buffer.
     fn recv_batch(
         &mut self,
         buf: &mut [u8],
-        mut f: impl FnMut(&[u8], Option<SocketAddr>) -> Option<IpAddr>,
+        lent: &mut Vec<Vec<u8>>,
+        mut f: impl FnMut(DcRx<'_>, Option<SocketAddr>) -> Option<IpAddr>,
     ) -> io::Result<(usize, bool)> {
         let mut n = 0;
         while let Some(p) = self.rx.pop_front() {
-            buf[..p.len()].copy_from_slice(&p);
-            f(&buf[..p.len()], None);
+            match lent.pop() {
+                Some(mut v) => {
+                    v.extend_from_slice(&p);
+                    f(DcRx::Lent(v), None);
+                }
+                None => {
+                    buf[..p.len()].copy_from_slice(&p);
+                    f(DcRx::Borrowed(&buf[..p.len()]), None);
+                }
+            }
             n += 1;
         }
         Ok((n, true))

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use soya_config::{DcBackend, Prefix};
 
+use super::ports::DcRx;
 use super::xdp::{self, SendError, XdpDc};
 use crate::sys;
 use crate::sys::udpio::{IoMode, IoStats, TxDatagram, UdpIo};
@@ -340,8 +341,9 @@ impl DcIo {
     pub fn recv_batch(
         &mut self,
         buf: &mut [u8],
+        lent: &mut Vec<Vec<u8>>,
         now: Instant,
-        mut f: impl FnMut(&[u8], Option<SocketAddr>) -> Option<IpAddr>,
+        mut f: impl FnMut(DcRx<'_>, Option<SocketAddr>) -> Option<IpAddr>,
     ) -> io::Result<(usize, bool)> {
         match self {
             DcIo::Udp(u) => {
@@ -353,7 +355,7 @@ impl DcIo {
                     ..
                 } = &mut **u;
                 let n = io.recv(|pkt, from| {
-                    if let (Some(src), Some(from)) = (f(pkt, from), from) {
+                    if let (Some(src), Some(from)) = (f(DcRx::Borrowed(pkt), from), from) {
                         learn(peers, peer_conflicts, peers_learned, src, from, now);
                     }
                 });
@@ -362,25 +364,38 @@ impl DcIo {
             DcIo::Tun(t) => {
                 let mut n = 0;
                 while n < TUN_BATCH {
-                    match t.file.read(buf) {
-                        Ok(len) => {
-                            n += 1;
-                            f(&buf[..len], None);
+                    // Straight into a buffer the site lent: the deep buffer
+                    // keeps the packet there (the kernel's copy is the
+                    // only one on the way in).
+                    let Some(mut v) = lent.pop() else {
+                        match t.file.read(buf) {
+                            Ok(len) => {
+                                n += 1;
+                                f(DcRx::Borrowed(&buf[..len]), None);
+                                continue;
+                            }
+                            Err(e) if would_block(&e) => return Ok((n, true)),
+                            Err(e) => return Err(e),
                         }
-                        Err(e)
-                            if matches!(
-                                e.kind(),
-                                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                            ) =>
-                        {
+                    };
+                    match crate::sys::read_packet_into(t.file.as_raw_fd(), &mut v, buf) {
+                        Ok(true) => {
+                            n += 1;
+                            f(DcRx::Lent(v), None);
+                        }
+                        Ok(false) => {
+                            lent.push(v);
                             return Ok((n, true));
                         }
-                        Err(e) => return Err(e),
+                        Err(e) => {
+                            lent.push(v);
+                            return Err(e);
+                        }
                     }
                 }
                 Ok((n, false))
             }
-            DcIo::Xdp(x) => Ok(x.recv_batch(buf, |pkt| {
+            DcIo::Xdp(x) => Ok(x.recv_batch(buf, lent, |pkt| {
                 f(pkt, None);
             })),
         }
@@ -488,6 +503,14 @@ pub fn tun_tx_dropped(proc_net_dev: &str, name: &str) -> Option<u64> {
         // tx: bytes packets errs drop ...
         counters.split_whitespace().nth(11)?.parse().ok()
     })
+}
+
+/// No packet waiting (or a signal): try again at the next readiness.
+fn would_block(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
 }
 
 #[cfg(test)]

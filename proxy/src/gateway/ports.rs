@@ -13,6 +13,24 @@ use crate::time::Time;
 
 pub use super::backend::TxOutcome;
 
+/// A packet a DC backend read.
+pub enum DcRx<'a> {
+    /// In the backend's own memory (a socket batch, a UMEM chunk).
+    Borrowed(&'a [u8]),
+    /// In a buffer the site lent the backend ([`DcPort::recv_batch`]): the
+    /// site takes it back, with the packet in it.
+    Lent(Vec<u8>),
+}
+
+impl DcRx<'_> {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            DcRx::Borrowed(b) => b,
+            DcRx::Lent(v) => v,
+        }
+    }
+}
+
 /// The local data center side of a shard.
 pub trait DcPort {
     /// Reads one batch, calling `f(packet, from)` for each packet (`from`:
@@ -20,10 +38,18 @@ pub trait DcPort {
     /// returns the packet's inner source address, the backend may learn
     /// where that host is. Returns the packets read and whether the source
     /// was emptied.
+    ///
+    /// `lent` holds empty pooled buffers the site lent for this batch: a
+    /// backend that has to put a packet somewhere anyway (tun's `read`, the
+    /// gather of an xdp frame that spans two UMEM chunks) takes one, reads
+    /// into it and hands it over as [`DcRx::Lent`], so that the deep
+    /// buffer keeps the packet where it landed instead of copying it
+    /// again. `buf` is scratch for the rest.
     fn recv_batch(
         &mut self,
         buf: &mut [u8],
-        f: impl FnMut(&[u8], Option<SocketAddr>) -> Option<IpAddr>,
+        lent: &mut Vec<Vec<u8>>,
+        f: impl FnMut(DcRx<'_>, Option<SocketAddr>) -> Option<IpAddr>,
     ) -> io::Result<(usize, bool)>;
     /// Sends (or stages until [`Self::flush`]) one IP packet toward local
     /// host `dst`.
@@ -85,9 +111,10 @@ impl DcPort for super::backend::DcIo {
     fn recv_batch(
         &mut self,
         buf: &mut [u8],
-        f: impl FnMut(&[u8], Option<SocketAddr>) -> Option<IpAddr>,
+        lent: &mut Vec<Vec<u8>>,
+        f: impl FnMut(DcRx<'_>, Option<SocketAddr>) -> Option<IpAddr>,
     ) -> io::Result<(usize, bool)> {
-        super::backend::DcIo::recv_batch(self, buf, Instant::now(), f)
+        super::backend::DcIo::recv_batch(self, buf, lent, Instant::now(), f)
     }
 
     fn send(&mut self, packet: &[u8], dst: IpAddr) -> TxOutcome {

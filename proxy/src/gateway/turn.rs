@@ -21,7 +21,7 @@ use crate::site::{DcSent, Site};
 use crate::time::Time;
 use crate::wan::Transmit;
 
-use super::ports::{Clock, DcPort, TxOutcome, WanPort};
+use super::ports::{Clock, DcPort, DcRx, TxOutcome, WanPort};
 
 /// Batches read from one socket per turn before the others get their turn.
 pub const RX_BATCHES: usize = 4;
@@ -33,11 +33,16 @@ const TX_BATCH: usize = 512;
 pub const SPIN: Duration = Duration::from_micros(50);
 /// Largest DC packet read.
 const RX_BYTES: usize = 65_536;
+/// Buffers lent to the DC backend per batch: a tun batch's worth (the xdp
+/// backend needs one per multi-chunk frame, the udp one none).
+const LENT: usize = 64;
 
 /// A shard's buffers for one turn after another.
 pub struct Turn {
-    /// DC packets are read into this.
+    /// DC packets are read into this, unless into a lent buffer.
     pub rx: Vec<u8>,
+    /// The site's buffers lent to the DC backend ([`DcPort::recv_batch`]).
+    lent: Vec<Vec<u8>>,
     /// A held (paced, not yet due) datagram's bytes.
     tx: Vec<u8>,
     held: Option<Transmit>,
@@ -60,6 +65,7 @@ impl Turn {
         let max_datagram = max_datagram.max(crate::wan::MIN_MAX_DATAGRAM);
         Turn {
             rx: vec![0; RX_BYTES],
+            lent: Vec::with_capacity(LENT),
             tx: vec![0; crate::wan::MAX_MAX_DATAGRAM],
             held: None,
             stage: vec![0; STAGE_SLOTS * max_datagram],
@@ -89,9 +95,21 @@ impl Turn {
         mut route: impl FnMut(&[u8], Option<SocketAddr>) -> Route,
     ) -> io::Result<()> {
         for _ in 0..RX_BATCHES {
-            let (_, drained) = dc.recv_batch(&mut self.rx, |pkt, from| match route(pkt, from) {
-                Route::Mine => site.handle_dc(now, pkt),
-                Route::Elsewhere => None,
+            // Lend the backend a batch's worth of the site's buffers (those
+            // not used stay here for the next batch).
+            while self.lent.len() < LENT {
+                self.lent.push(site.rx_buffer());
+            }
+            let (_, drained) = dc.recv_batch(&mut self.rx, &mut self.lent, |pkt, from| {
+                match (route(pkt.bytes(), from), pkt) {
+                    (Route::Mine, DcRx::Borrowed(b)) => site.handle_dc(now, b),
+                    (Route::Mine, DcRx::Lent(v)) => site.handle_dc_owned(now, v),
+                    (Route::Elsewhere, DcRx::Lent(v)) => {
+                        site.return_rx_buffer(v);
+                        None
+                    }
+                    (Route::Elsewhere, DcRx::Borrowed(_)) => None,
+                }
             })?;
             if drained {
                 break;

@@ -22,7 +22,7 @@ use crate::time::Time;
 
 use super::egress::{EgressTuning, Reinjector, RequestInfo};
 use super::half::HalfKey;
-use super::ingress::{AckTuning, PseudoAcker};
+use super::ingress::{AckTuning, Admitted, PseudoAcker};
 pub use super::outbox::{HeldRef, Outbox, Output};
 use super::poison::{Orphan, Probe};
 use super::twin::{Carry, TwinMsg};
@@ -401,18 +401,60 @@ impl QpEngine {
         self.egress.values()
     }
 
-    /// A packet from the local DC side.
+    /// A packet from the local DC side. A request accepted into the deep
+    /// buffer is held as a pooled copy of `packet`.
     pub fn handle_dc(&mut self, now: Time, packet: &[u8]) {
+        if let Some((key, admitted)) = self.dc_packet(now, packet) {
+            let bytes = self.out.pool.copy_of(packet);
+            self.hold(now, key, admitted, bytes);
+        }
+    }
+
+    /// A packet from the local DC side that the backend read into a pooled
+    /// buffer ([`Self::rx_buffer`]): a request accepted into the deep
+    /// buffer is held in that very buffer, uncopied, until the twin has it.
+    /// Anything else is handled as by [`Self::handle_dc`] and the buffer
+    /// goes back to the pool.
+    pub fn handle_dc_owned(&mut self, now: Time, packet: Vec<u8>) {
+        match self.dc_packet(now, &packet) {
+            Some((key, admitted)) => self.hold(now, key, admitted, packet),
+            None => self.out.pool.put(packet),
+        }
+    }
+
+    /// An empty pooled buffer for a DC backend to read a packet into and
+    /// hand to [`Self::handle_dc_owned`] (capacity
+    /// [`crate::buffer::pool::PACKET_BUF_BYTES`]).
+    pub fn rx_buffer(&mut self) -> Vec<u8> {
+        self.out.pool.take()
+    }
+
+    /// Gives back a buffer from [`Self::rx_buffer`] that was not used.
+    pub fn return_rx_buffer(&mut self, buf: Vec<u8>) {
+        self.out.pool.put(buf);
+    }
+
+    fn hold(&mut self, now: Time, key: HalfKey, admitted: Admitted, bytes: Vec<u8>) {
+        match self.ingress.get_mut(&key) {
+            Some(a) => a.hold(now, admitted, bytes, &self.buffer, &mut self.out),
+            // `dc_packet` admitted it into this half a moment ago.
+            None => self.out.pool.put(bytes),
+        }
+    }
+
+    /// Handles a DC packet; a request admitted into an ingress half comes
+    /// back to be held (its bytes are still borrowed here).
+    fn dc_packet(&mut self, now: Time, packet: &[u8]) -> Option<(HalfKey, Admitted)> {
         self.stats.dc_packets += 1;
         if IpHeader::split(packet).is_err() {
             self.stats.dc_malformed += 1;
-            return;
+            return None;
         }
         if !is_roce(packet) {
             // Other IP traffic between the sites travels as a datagram.
             self.stats.dc_not_roce += 1;
             self.out.twin(packet, |packet| TwinMsg::Datagram { packet });
-            return;
+            return None;
         }
         let p = match RocePacket::parse_verified(packet) {
             Ok(p) => p,
@@ -421,13 +463,13 @@ impl QpEngine {
                     WireError::BadIcrc { .. } => self.stats.dc_bad_icrc += 1,
                     _ => self.stats.dc_malformed += 1,
                 }
-                return;
+                return None;
             }
         };
         if cm::is_qp1_mad(&p) {
             self.on_cm(&p, true);
             self.out.twin(packet, |packet| TwinMsg::Datagram { packet });
-            return;
+            return None;
         }
         match p.info.kind {
             OpKind::Cnp => {
@@ -455,14 +497,17 @@ impl QpEngine {
             _ if p.info.is_request() && p.info.is_rc() => {
                 let key = HalfKey::of_request(&p);
                 let tuning = self.cfg.ack;
-                self.ingress
+                let admitted = self
+                    .ingress
                     .entry(key)
                     .or_insert_with(|| PseudoAcker::new_raw(key, tuning))
                     .on_request(now, &p, &mut self.buffer, &mut self.out);
+                return admitted.map(|a| (key, a));
             }
             _ if p.info.is_response() => self.dc_response(now, &p),
             _ => self.out.twin(packet, |packet| TwinMsg::Datagram { packet }),
         }
+        None
     }
 
     /// A response from a local responder, to a requester at the far site.

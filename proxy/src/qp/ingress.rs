@@ -86,6 +86,12 @@ pub struct IngressStats {
 }
 
 /// One accepted request packet, kept until delivered and acknowledged.
+/// A request the ingress accepted, waiting for its bytes
+/// ([`PseudoAcker::hold`]).
+#[derive(Debug)]
+#[must_use = "an admitted request must be held"]
+pub struct Admitted(Entry);
+
 #[derive(Debug)]
 struct Entry {
     psn: Psn,
@@ -102,10 +108,10 @@ struct Entry {
     answered: bool,
     /// Its place in the deep buffer's quotas, until delivered.
     slot: Option<SlotHandle>,
-    /// The packet itself, in a pooled buffer (copied there once, from the
-    /// DC side), until forwarded: then it moves, uncopied, into the
-    /// message for the twin, and the WAN transport holds it until the twin
-    /// has it.
+    /// The packet itself, in a pooled buffer (the one the DC backend read
+    /// it into, or a copy made once on arrival), until forwarded: then it
+    /// moves, uncopied, into the message for the twin, and the WAN
+    /// transport holds it until the twin has it.
     bytes: Option<Vec<u8>>,
     forwarded: bool,
     accepted_at: Time,
@@ -259,21 +265,50 @@ impl PseudoAcker {
         self.msn_base.unwrap_or(0).wrapping_add(msgs_after as u32) & 0xFF_FFFF
     }
 
-    /// A request packet from the requester.
+    /// A request packet from the requester. When the packet is accepted
+    /// into the deep buffer the answer is [`Admitted`]: the caller then
+    /// hands its bytes to [`Self::hold`], either a pooled copy or, when the
+    /// DC backend read it into a pooled buffer, that buffer itself (no
+    /// copy). The split exists because `p` borrows those bytes: they can
+    /// only move once the parse is done with them.
     pub fn on_request(
         &mut self,
         now: Time,
         p: &RocePacket<'_>,
         buf: &mut DeepBuffer,
         out: &mut Outbox,
-    ) {
+    ) -> Option<Admitted> {
         if self.failed.is_some() {
-            return self.nak_failed(p, out);
+            self.nak_failed(p, out);
+            return None;
         }
         match self.mode {
-            Mode::Raw => self.forward_raw(p, out),
+            Mode::Raw => {
+                self.forward_raw(p, out);
+                None
+            }
             Mode::Switching | Mode::Accelerated => self.on_reliable(now, p, buf, out),
         }
+    }
+
+    /// Holds an admitted request's bytes (`bytes`: the whole packet that
+    /// [`Self::on_request`] parsed), forwards what the window allows and
+    /// pseudo-ACKs what policy allows.
+    pub fn hold(
+        &mut self,
+        now: Time,
+        admitted: Admitted,
+        bytes: Vec<u8>,
+        buf: &DeepBuffer,
+        out: &mut Outbox,
+    ) {
+        let mut e = admitted.0;
+        self.stats.packets += 1;
+        self.stats.bytes += bytes.len() as u64;
+        e.bytes = Some(bytes);
+        self.entries.push_back(e);
+        self.forward(out);
+        self.maybe_ack(now, buf, out);
     }
 
     /// Could a response with this PSN answer one of our requests? Used to
@@ -322,7 +357,7 @@ impl PseudoAcker {
         p: &RocePacket<'_>,
         buf: &mut DeepBuffer,
         out: &mut Outbox,
-    ) {
+    ) -> Option<Admitted> {
         let psn = p.psn();
         let Some(expected) = self.expected else {
             // Learned without a starting PSN: take the first packet's.
@@ -330,7 +365,8 @@ impl PseudoAcker {
             return self.on_reliable(now, p, buf, out);
         };
         if psn.before(expected) {
-            return self.on_duplicate(p, out);
+            self.on_duplicate(p, out);
+            return None;
         }
         if psn.after(expected) && self.read_slack.is_some() {
             // Beyond our guess of a READ's span: the READ was longer, or a
@@ -339,7 +375,7 @@ impl PseudoAcker {
             // once the span is known, NAK the true expected PSN.
             self.stats.out_of_order_dropped += 1;
             self.nak_after_read = true;
-            return;
+            return None;
         }
         if psn.after(expected) {
             // Loss inside the DC: one NAK with the expected PSN, then
@@ -349,7 +385,7 @@ impl PseudoAcker {
                 self.nak_sent = true;
                 self.send_gap_nak(expected, out);
             }
-            return;
+            return None;
         }
         let slot = match buf.reserve(self.flow_id, p.as_bytes().len()) {
             Ok(s) => s,
@@ -358,7 +394,7 @@ impl PseudoAcker {
                 // after our NAK for the gap that follows, or its timeout.
                 self.stats.backpressure_drops += 1;
                 self.maybe_cnp(now, out);
-                return;
+                return None;
             }
         };
         self.nak_sent = false;
@@ -368,7 +404,9 @@ impl PseudoAcker {
         if p.info.completes_message() {
             self.msgs += 1;
         }
-        self.entries.push_back(Entry {
+        self.expected = Some(psn.add(span));
+        // Its bytes come with `hold`.
+        Some(Admitted(Entry {
             psn,
             span,
             span_max,
@@ -378,16 +416,11 @@ impl PseudoAcker {
             needs_response: p.info.needs_real_response(),
             answered: false,
             slot: Some(slot),
-            bytes: Some(out.pool.copy_of(p.as_bytes())),
+            bytes: None,
             forwarded: false,
             accepted_at: now,
             op: p.bth.opcode,
-        });
-        self.expected = Some(psn.add(span));
-        self.stats.packets += 1;
-        self.stats.bytes += p.as_bytes().len() as u64;
-        self.forward(out);
-        self.maybe_ack(now, buf, out);
+        }))
     }
 
     /// First and Middle packets (requests and READ responses alike) carry

@@ -193,6 +193,43 @@ impl Site {
     /// A packet from the local data center. Returns its source address when
     /// it passed the ACL (the udp lab backend learns hosts from it).
     pub fn handle_dc(&mut self, now: Time, packet: &[u8]) -> Option<IpAddr> {
+        let (accepted, src) = self.screen_dc(now, packet);
+        if accepted {
+            self.engine.handle_dc(now, packet);
+        }
+        src
+    }
+
+    /// [`Self::handle_dc`] for a packet the backend read into a buffer from
+    /// [`Self::rx_buffer`]: the site keeps that buffer (a request is held
+    /// in it, uncopied) or recycles it.
+    pub fn handle_dc_owned(&mut self, now: Time, packet: Vec<u8>) -> Option<IpAddr> {
+        let (accepted, src) = self.screen_dc(now, &packet);
+        if accepted {
+            self.engine.handle_dc_owned(now, packet);
+        } else {
+            self.engine.return_rx_buffer(packet);
+        }
+        src
+    }
+
+    /// An empty pooled buffer for the DC backend to read one packet into
+    /// and pass to [`Self::handle_dc_owned`] (or back to
+    /// [`Self::return_rx_buffer`]). Its capacity holds any RoCE packet
+    /// ([`crate::buffer::pool::PACKET_BUF_BYTES`]).
+    pub fn rx_buffer(&mut self) -> Vec<u8> {
+        self.engine.rx_buffer()
+    }
+
+    /// Gives back an unused buffer from [`Self::rx_buffer`].
+    pub fn return_rx_buffer(&mut self, buf: Vec<u8>) {
+        self.engine.return_rx_buffer(buf);
+    }
+
+    /// Counts a DC packet and applies the ACL and the refusals below.
+    /// Returns whether it goes into the engine, and its source address when
+    /// it passed the ACL.
+    fn screen_dc(&mut self, now: Time, packet: &[u8]) -> (bool, Option<IpAddr>) {
         self.input(now);
         self.dcc.rx_packets += 1;
         self.dcc.rx_bytes += packet.len() as u64;
@@ -201,19 +238,16 @@ impl Site {
             Verdict::Malformed => self.dcc.rx_malformed += 1,
             Verdict::BadSource => self.dcc.rx_acl_source += 1,
             Verdict::BadDestination => self.dcc.rx_acl_destination += 1,
-            Verdict::Pass => {
-                self.accept(now, packet);
-                return addrs.map(|(src, _)| src);
-            }
+            Verdict::Pass => return (self.accept(packet), addrs.map(|(src, _)| src)),
         }
-        None
+        (false, None)
     }
 
     /// Into the engine, unless it is a new request that must be refused:
     /// while draining or while the twin queue is above its high water the
     /// gateway does not take it (the requester resends it: backpressure, not
     /// loss).
-    fn accept(&mut self, now: Time, packet: &[u8]) {
+    fn accept(&mut self, packet: &[u8]) -> bool {
         let refuse = self.draining || self.pending.bytes > PENDING_HIGH_WATER;
         if refuse && is_request(packet) {
             if self.draining {
@@ -221,7 +255,7 @@ impl Site {
             } else {
                 self.dcc.rx_backpressure += 1;
             }
-            return;
+            return false;
         }
         if self.twin.state().is_lost() && is_request(packet) {
             // The engine answers it with an error NAK (it is not
@@ -229,7 +263,7 @@ impl Site {
             self.tw.rx_refused_twin_lost += 1;
         }
         self.dcc.rx_accepted += 1;
-        self.engine.handle_dc(now, packet);
+        true
     }
 
     /// A datagram from the WAN on path `path`; decrypted in place.

@@ -434,6 +434,47 @@ pub fn read_packet(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
     }
 }
 
+/// Reads one packet into the spare capacity of `v` (after its contents),
+/// without initialising that memory first; a packet longer than the spare
+/// capacity continues into `overflow` (one `readv`) and is then appended
+/// to `v` (a copy, for such packets only). `Ok(false)` when none is
+/// waiting.
+pub fn read_packet_into(fd: RawFd, v: &mut Vec<u8>, overflow: &mut [u8]) -> io::Result<bool> {
+    let len = v.len();
+    let spare = v.spare_capacity_mut();
+    let room = spare.len();
+    let iov = [
+        libc::iovec {
+            iov_base: spare.as_mut_ptr().cast(),
+            iov_len: room,
+        },
+        libc::iovec {
+            iov_base: overflow.as_mut_ptr().cast(),
+            iov_len: overflow.len(),
+        },
+    ];
+    // SAFETY: both iovecs describe memory we own for the call's duration
+    // (`v`'s spare capacity, uninitialised but writable, and `overflow`).
+    let r = unsafe { libc::readv(fd, iov.as_ptr(), 2) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(false),
+            _ => Err(e),
+        };
+    }
+    let n = r as usize;
+    let first = n.min(room);
+    // SAFETY: the kernel initialised the first `first` bytes of the spare
+    // capacity (readv fills the iovecs in order).
+    unsafe { v.set_len(len + first) };
+    if n > first {
+        crate::copies::note(n - first);
+        v.extend_from_slice(&overflow[..n - first]);
+    }
+    Ok(true)
+}
+
 fn write_once(fd: RawFd, buf: &[u8]) -> io::Result<()> {
     // SAFETY: a valid buffer of the given length.
     let r = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };

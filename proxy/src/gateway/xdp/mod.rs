@@ -64,6 +64,7 @@ use std::time::Instant;
 
 use soya_config::Prefix;
 
+use super::ports::DcRx;
 use neigh::Neighbours;
 use program::Steering;
 use xsk::{Area, Ring, CHUNK};
@@ -416,7 +417,12 @@ impl XdpDc {
 
     /// Reads up to one batch of frames; calls `f` with each IP packet.
     /// Returns the packets read and whether the RX ring was emptied.
-    pub fn recv_batch(&mut self, buf: &mut [u8], mut f: impl FnMut(&[u8])) -> (usize, bool) {
+    pub fn recv_batch(
+        &mut self,
+        buf: &mut [u8],
+        lent: &mut Vec<Vec<u8>>,
+        mut f: impl FnMut(DcRx<'_>),
+    ) -> (usize, bool) {
         let ready = self.rx.ready();
         let n = ready.min(RX_BATCH);
         let mut k = 0;
@@ -442,27 +448,50 @@ impl XdpDc {
             if end == n {
                 break;
             }
+            // Gathered into a buffer the site lent (it keeps the packet
+            // there: this is the one copy on the way in), else into `buf`.
+            let mut into = lent.pop();
             let mut len = 0;
             let mut fits = true;
             for j in k..=end {
                 let d = self.rx.peek(j);
                 self.rx_done.push(chunk_of(d.addr));
                 let part = area.slice(d.addr, d.len as usize);
-                if fits && len + part.len() <= buf.len() {
-                    buf[len..len + part.len()].copy_from_slice(part);
-                    len += part.len();
+                // The Ethernet header stays behind (what `deliver` strips).
+                let part = if j == k {
+                    if !is_ip_frame(part) {
+                        fits = false;
+                    }
+                    part.get(ETH..).unwrap_or(&[])
                 } else {
-                    fits = false;
+                    part
+                };
+                match &mut into {
+                    _ if !fits => {}
+                    Some(v) => v.extend_from_slice(part),
+                    None if len + part.len() <= buf.len() => {
+                        buf[len..len + part.len()].copy_from_slice(part)
+                    }
+                    None => fits = false,
                 }
+                len += part.len();
             }
             k = end + 1;
             packets += 1;
             self.stats.rx_multi_buffer += 1;
-            if fits {
-                crate::copies::note(len);
-                deliver(&buf[..len], &mut self.stats, &mut f);
-            } else {
+            if !fits || len == 0 {
                 self.stats.rx_dropped += 1;
+                lent.extend(into.map(|mut v| {
+                    v.clear();
+                    v
+                }));
+                continue;
+            }
+            crate::copies::note(len);
+            self.stats.rx_packets += 1;
+            match into {
+                Some(v) => f(DcRx::Lent(v)),
+                None => f(DcRx::Borrowed(&buf[..len])),
             }
         }
         if k > 0 {
@@ -577,14 +606,18 @@ impl XdpDc {
     }
 }
 
-fn deliver(frame: &[u8], stats: &mut XdpStats, f: &mut impl FnMut(&[u8])) {
-    // The program redirects untagged IPv4 / IPv6 only.
-    if frame.len() <= ETH || !matches!(&frame[12..14], [0x08, 0x00] | [0x86, 0xdd]) {
+fn deliver(frame: &[u8], stats: &mut XdpStats, f: &mut impl FnMut(DcRx<'_>)) {
+    if !is_ip_frame(frame) {
         stats.rx_dropped += 1;
         return;
     }
     stats.rx_packets += 1;
-    f(&frame[ETH..]);
+    f(DcRx::Borrowed(&frame[ETH..]));
+}
+
+/// The program redirects untagged IPv4 / IPv6 only.
+fn is_ip_frame(frame: &[u8]) -> bool {
+    frame.len() > ETH && matches!(&frame[12..14], [0x08, 0x00] | [0x86, 0xdd])
 }
 
 /// Why a packet was not queued.
