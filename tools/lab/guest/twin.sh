@@ -153,6 +153,9 @@ twin_case() {  # tool victim
 
 twin_run() {  # list of twin_<tool>_<victim>
   local t
+  # bash's process substitution (the stamped stderr) needs /dev/fd, which
+  # the guest's devtmpfs lacks
+  [ -e /dev/fd ] || ln -s /proc/self/fd /dev/fd
   printf 'case\ttool\tvictim\tsends_before_kill\trc\tkill_to_exit_s\tverdict\tclient_said\tserver_said\ttwin_status\n' > "$OUT/twin.tsv"
   for t in ${1//,/ }; do
     t=${t#twin_}
