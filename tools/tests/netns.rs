@@ -1358,8 +1358,8 @@ fn killing_the_far_gateway_fails_the_requester_qp() {
 /// handshake, then two of its 67 ms ACK timeouts). Never a silent success.
 ///
 /// Before the orphaned-requester NAK the test accepted a stall: in ~1 run
-/// of 6 the client (then with a 2 s stall timeout) gave up first and gwA
-/// counted the QP unattributable, its probes unanswered.
+/// of 6 the client (then with a 2 s stall timeout) stalled and gwA counted
+/// the QP unattributable, its probes unanswered.
 #[test]
 fn killing_the_near_gateway_fails_the_requester_qp() {
     let _turn = serial();
