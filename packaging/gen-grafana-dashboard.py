@@ -309,6 +309,20 @@ panels.append(panel("Twin losses and what they failed", [
     (f"increase(soya_twin_failed_total{I}[$__rate_interval])", "{{instance}} failed {{what}}")],
     "none", 12, y))
 y += 8
+panels.append(panel("Failing QPs with nothing outstanding: probes and far errors", [
+    (f"increase(soya_qp_probes_total{I}[$__rate_interval])", "{{instance}} probes {{what}}"),
+    (f"increase(soya_far_errors_total{I}[$__rate_interval])", "{{instance}} far errors {{what}}")],
+    "none", 0, y,
+    desc="A local QP whose expected PSN is unknown is probed before the poison that moves it to error: "
+         "`unanswered` QPs stayed unfailed (also counted as unattributable). Far errors: requests the far "
+         "side refused for good, and how a requester with nothing outstanding was failed."))
+panels.append(panel("Orphans of a gateway restart", [
+    (f"increase(soya_orphans_total{I}[$__rate_interval])", "{{instance}} {{what}}")],
+    "none", 12, y,
+    desc="QPs orphaned by a gateway restart: told to the twin that came back; received from it and "
+         "poisoned, probed, skipped or unattributable; requesters of this site watched for their "
+         "retransmissions and failed with a NAK at their oldest outstanding PSN (docs/semantics.md)."))
+y += 8
 
 dash = {
     "title": "Sōya gateways",

@@ -115,6 +115,56 @@ pub struct EngineCounters {
     pub dreqs_sent: u64,
     #[serde(default)]
     pub requests_refused_unreachable: u64,
+    /// Learning a local QP's expected PSN by probing (`qp::poison`): QPs
+    /// probed, probe packets sent, answers absorbed, QPs then in error,
+    /// QPs given up (their probes unanswered). Tell a QP whose probes went
+    /// unanswered from one that could not be probed at all (no far QPN):
+    /// both count in `poison_unattributable`.
+    #[serde(default)]
+    pub qps_probed: u64,
+    #[serde(default)]
+    pub probes_sent: u64,
+    #[serde(default)]
+    pub probe_answers: u64,
+    #[serde(default)]
+    pub qps_poisoned_after_probe: u64,
+    #[serde(default)]
+    pub probes_unanswered: u64,
+    /// The far side refused a request for good (`TwinMsg::Error`,
+    /// `QpEngine::on_far_error`), and what it took to fail the requester
+    /// (`EngineStats::far_error_*`).
+    #[serde(default)]
+    pub far_errors: u64,
+    #[serde(default)]
+    pub far_error_qps_poisoned: u64,
+    #[serde(default)]
+    pub far_error_qps_probed: u64,
+    #[serde(default)]
+    pub far_error_unattributable: u64,
+    #[serde(default)]
+    pub far_error_reverse_failed: u64,
+    #[serde(default)]
+    pub far_error_dreqs: u64,
+    /// QPs orphaned by a gateway restart (`qp::orphan`): told to a twin
+    /// that came back; received from the twin, and what became of them.
+    #[serde(default)]
+    pub orphans_told: u64,
+    #[serde(default)]
+    pub orphans_received: u64,
+    #[serde(default)]
+    pub orphan_qps_poisoned: u64,
+    #[serde(default)]
+    pub orphan_qps_probed: u64,
+    #[serde(default)]
+    pub orphans_skipped: u64,
+    #[serde(default)]
+    pub orphans_unattributable: u64,
+    #[serde(default)]
+    pub orphan_requesters_watched: u64,
+    #[serde(default)]
+    pub orphan_requesters_failed: u64,
+    #[serde(default)]
+    pub orphan_requester_naks: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]

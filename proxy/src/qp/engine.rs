@@ -24,7 +24,7 @@ use super::egress::{EgressTuning, Reinjector, RequestInfo};
 use super::half::HalfKey;
 use super::ingress::{AckTuning, Admitted, PseudoAcker};
 pub use super::outbox::{HeldRef, Outbox, Output};
-use super::poison::{Orphan, Probe};
+use super::poison::{Orphan, OrphanRequester, Probe};
 use super::twin::{Carry, TwinMsg};
 
 #[derive(Clone, Copy, Debug)]
@@ -193,6 +193,17 @@ pub struct EngineStats {
     pub orphans_skipped: u64,
     /// ...or not attributable (no candidate ePSN and no far QPN to probe).
     pub orphans_unattributable: u64,
+    /// Orphaned requesters of this site watched for their retransmissions
+    /// (`qp::orphan`: the half of their requests named by an orphan
+    /// message, not learned by this incarnation)...
+    pub orphan_requesters_watched: u64,
+    /// ...proven to retransmit from their oldest outstanding PSN (seen
+    /// twice as the lowest) and answered there with a fatal NAK...
+    pub orphan_requesters_failed: u64,
+    /// ...the NAKs sent (one per retry of that PSN)...
+    pub orphan_requester_naks: u64,
+    /// ...and the probes of their responder role that this made moot.
+    pub orphan_probes_superseded: u64,
 }
 
 /// What one [`QpEngine::fail_all`] did (for the daemon's log line; the
@@ -274,6 +285,9 @@ pub struct QpEngine {
     /// (`qp::orphan`).
     pub(super) orphans: Vec<Orphan>,
     pub(super) orphan_dreqs: Vec<CmConn>,
+    /// Requesters of this site orphaned by this gateway's restart, watched
+    /// for their retransmissions, by the half of their requests.
+    pub(super) orphan_requesters: KeyedMap<HalfKey, OrphanRequester>,
     pub(super) out: Outbox,
     pub stats: EngineStats,
 }
@@ -294,6 +308,7 @@ impl QpEngine {
             probes: BTreeMap::new(),
             orphans: Vec::new(),
             orphan_dreqs: Vec::new(),
+            orphan_requesters: KeyedMap::with_hasher(cfg.hash_key),
             out: Outbox::default(),
             stats: EngineStats::default(),
         }
@@ -477,6 +492,11 @@ impl QpEngine {
                 // the far requester cannot act on it. Counted, not carried.
                 self.stats.cnps_absorbed += 1;
             }
+            // A requester orphaned by this gateway's restart (`qp::orphan`).
+            _ if p.info.is_request()
+                && p.info.is_rc()
+                && !self.orphan_requesters.is_empty()
+                && self.orphan_request(now, &p) => {}
             _ if p.info.is_request() && p.info.is_rc() && !self.twin_reachable => {
                 // Refused at once: nothing buffered, nothing pseudo-ACKed,
                 // nothing carried. A half whose requester QPN is unknown
@@ -648,6 +668,10 @@ impl QpEngine {
             self.stats.flows_learned_traffic += 1;
             Some(k)
         });
+        if let Some(k) = key {
+            // Answered through this incarnation: a live QP, not an orphan.
+            self.forget_orphan_requester(&k, Some(p.psn()));
+        }
         let delivered = match key.and_then(|k| self.ingress.get_mut(&k)) {
             Some(a) => a.on_response(now, p, &mut self.buffer, &mut self.out),
             None => {
@@ -769,6 +793,8 @@ impl QpEngine {
         let Some(ip) = IpHeader::between(key.responder, key.requester) else {
             return;
         };
+        // A connection set up through this incarnation: not an orphan.
+        self.forget_orphan_requester(&key, None);
         if self.ingress.get(&key).is_some_and(|a| !a.is_idle()) {
             return; // traffic already flowing: keep learning from it
         }

@@ -242,3 +242,15 @@ pub(super) struct Orphan {
     pub(super) hint: Option<Psn>,
     pub(super) candidates: Vec<(Psn, InProgress)>,
 }
+
+/// A requester at this site orphaned by this gateway's restart, watched
+/// for its retransmissions (`qp::orphan`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct OrphanRequester {
+    /// Where its NAK goes (its QPN, from the orphan message).
+    pub(super) reply: crate::roce::builders::ReplyTo,
+    /// The lowest PSN seen from it since the orphan message, and how many
+    /// times.
+    pub(super) low: Option<(Psn, u32)>,
+    pub(super) until: Time,
+}

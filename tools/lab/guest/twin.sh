@@ -25,6 +25,10 @@ TW_TRAFFIC=${TW_TRAFFIC:-20}  # rdma_sends at hostA before the kill
 TW_WAIT=${TW_WAIT:-60}        # s after the kill for the client to exit
 
 now() { date +%s.%N; }
+# each line of the client's stderr with the time it was read (rping prints
+# its CM events there, unbuffered): when the application *learned* of the
+# loss, apart from how long its own teardown took
+stamp_lines() { while IFS= read -r l; do echo "$(now) $l"; done; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.2f", b-a}'; }
 
 # surviving gateways' status + kernel RDMA state, tagged
@@ -49,7 +53,13 @@ twin_case() {  # tool victim
   mkdir -p "$OUT/twin"
   log "== $c (RTT $RTT ms, wan.twin_timeout ${GW_TWIN_TIMEOUT:-5s default})"
   gw_start "$RTT" "$c" || { printf '%s\t%s\t%s\t-\t-\t-\tFAIL\tgateways did not start\t-\t-\n' "$c" "$tool" "$victim" >> "$OUT/twin.tsv"; return; }
-  rm -f /tmp/tw.done /tmp/tw.cpid /tmp/tw.spid
+  rm -f /tmp/tw.done /tmp/tw.cpid /tmp/tw.spid /tmp/tw.client.err
+  # Warm the 9p root's caches for what a client opens only when it ends:
+  # rping's threads end in pthread_exit, which dlopens libgcc_s for the
+  # unwinding; cold, over 9p under TCG, that read held rping's exit 1.7 s
+  # after the DISCONNECTED event (strace, 2026-11-26), a delay of this VM,
+  # not of the application or the gateways.
+  cat /lib/x86_64-linux-gnu/libgcc_s.so.1 > /dev/null 2>&1
   s0=$(tw_sends)
   case $tool in
     rping|rpingdreq)
@@ -59,13 +69,13 @@ twin_case() {  # tool victim
       fi
       ( timeout 300 rping -s -a $B_IP -V -C $TW_COUNT -S $TW_SIZE > "$OUT/twin/$c.server.log" 2>&1 & echo $! > /tmp/tw.spid; wait $! ) &
       sleep 2
-      ( timeout 300 rping -c -a $B_IP -V -C $TW_COUNT -S $TW_SIZE > /tmp/tw.client.log 2>&1 &
+      ( timeout 300 rping -c -a $B_IP -V -C $TW_COUNT -S $TW_SIZE > /tmp/tw.client.log 2> >(stamp_lines > /tmp/tw.client.err) &
         echo $! > /tmp/tw.cpid; wait $!; echo "$? $(now)" > /tmp/tw.done ) < /dev/null &
       ;;
     pingpong)
       ( timeout 300 ibv_rc_pingpong -d $B_DEV -g $B_GID -s $TW_SIZE -n $TW_COUNT -e > "$OUT/twin/$c.server.log" 2>&1 & echo $! > /tmp/tw.spid; wait $! ) &
       sleep 2
-      ( timeout 300 ibv_rc_pingpong -d $A_DEV -g $A_GID -s $TW_SIZE -n $TW_COUNT -e $B_IP > /tmp/tw.client.log 2>&1 &
+      ( timeout 300 ibv_rc_pingpong -d $A_DEV -g $A_GID -s $TW_SIZE -n $TW_COUNT -e $B_IP > /tmp/tw.client.log 2> >(stamp_lines > /tmp/tw.client.err) &
         echo $! > /tmp/tw.cpid; wait $!; echo "$? $(now)" > /tmp/tw.done ) < /dev/null &
       ;;
   esac
@@ -123,7 +133,7 @@ twin_case() {  # tool victim
     sleep 2
     kill -9 "$(cat /tmp/tw.cpid 2>/dev/null)" "$(cat /tmp/tw.spid 2>/dev/null)" 2>/dev/null
     kill $cap 2>/dev/null
-    cp /tmp/tw.client.log "$OUT/twin/$c.client.log"
+    cat /tmp/tw.client.log /tmp/tw.client.err > "$OUT/twin/$c.client.log" 2>/dev/null
     cl=$(grep -v '^ *$' "$OUT/twin/$c.client.log" | grep -viE 'ping data|^ *local address|^ *remote address' | tail -3 | tr '\n\t' '  ' | cut -c1-200)
     sl=$(grep -v '^ *$' "$OUT/twin/$c.server.log" | grep -viE 'ping data|^ *local address|^ *remote address' | tail -2 | tr '\n\t' '  ' | cut -c1-160)
     line=$(tw_twin_line "$OUT/twin/$c.lost.site-a.status.txt"; tw_twin_line "$OUT/twin/$c.lost.site-b.status.txt")
@@ -143,6 +153,9 @@ twin_case() {  # tool victim
 
 twin_run() {  # list of twin_<tool>_<victim>
   local t
+  # bash's process substitution (the stamped stderr) needs /dev/fd, which
+  # the guest's devtmpfs lacks
+  [ -e /dev/fd ] || ln -s /proc/self/fd /dev/fd
   printf 'case\ttool\tvictim\tsends_before_kill\trc\tkill_to_exit_s\tverdict\tclient_said\tserver_said\ttwin_status\n' > "$OUT/twin.tsv"
   for t in ${1//,/ }; do
     t=${t#twin_}

@@ -370,7 +370,7 @@ struct Run {
     lat: Vec<u64>,
     start: Time,
     errors: Vec<String>,
-    /// Wall-clock time of the first failure (wait-send).
+    /// Wall-clock time of the first failed completion.
     failed_at: Option<std::time::SystemTime>,
 }
 
@@ -389,6 +389,7 @@ fn drive(cfg: &ClientConfig, ep: &mut Endpoint, layout: Layout, theirs: &[QpInfo
     let mut last_report = start;
     let mut last_done = 0u64;
     let mut last_move = start;
+    let mut failed_at = None;
     loop {
         let now = ep.now();
         let mut moved = ep.receive(now) > 0;
@@ -407,6 +408,11 @@ fn drive(cfg: &ClientConfig, ep: &mut Endpoint, layout: Layout, theirs: &[QpInfo
             );
         }
         moved |= ep.transmit(now) > 0;
+        if failed_at.is_none() && drivers.iter().any(QpDriver::has_failed) {
+            // When the application learned of the failure (a gateway's
+            // bound is measured against it).
+            failed_at = Some(std::time::SystemTime::now());
+        }
 
         let done: u64 = drivers.iter().map(QpDriver::done).sum();
         if done != last_done {
@@ -460,7 +466,7 @@ fn drive(cfg: &ClientConfig, ep: &mut Endpoint, layout: Layout, theirs: &[QpInfo
         lat,
         start,
         errors,
-        failed_at: None,
+        failed_at,
     }
 }
 

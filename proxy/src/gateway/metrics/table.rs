@@ -546,6 +546,59 @@ pub static METRICS: &[Metric] = &[
         },
     },
     Metric {
+        name: "soya_qp_probes_total",
+        kind: Counter,
+        help: "Learning a local QP's expected PSN by probing before moving it to error: QPs probed, probe packets sent, answers absorbed, QPs then in error, QPs given up with their probes unanswered (also counted as unattributable).",
+        labels: &["what"],
+        samples: |s| {
+            let e = &s.engine;
+            by("what", &[
+                ("qps_probed", e.qps_probed),
+                ("probes_sent", e.probes_sent),
+                ("answers", e.probe_answers),
+                ("qps_poisoned", e.qps_poisoned_after_probe),
+                ("unanswered", e.probes_unanswered),
+            ])
+        },
+    },
+    Metric {
+        name: "soya_far_errors_total",
+        kind: Counter,
+        help: "Requests the far side refused for good (fatal NAK, or its gateway gave up), and how a requester with nothing outstanding was failed: QPs poisoned, probed, unattributable, reverse halves failed, RDMA-CM DREQs sent.",
+        labels: &["what"],
+        samples: |s| {
+            let e = &s.engine;
+            by("what", &[
+                ("errors", e.far_errors),
+                ("qps_poisoned", e.far_error_qps_poisoned),
+                ("qps_probed", e.far_error_qps_probed),
+                ("unattributable", e.far_error_unattributable),
+                ("reverse_failed", e.far_error_reverse_failed),
+                ("rdma_cm_dreqs", e.far_error_dreqs),
+            ])
+        },
+    },
+    Metric {
+        name: "soya_orphans_total",
+        kind: Counter,
+        help: "QPs orphaned by a gateway restart: told to the twin that came back; received from the twin and poisoned, probed, skipped (a live QP behind the number), unattributable; requesters of this site watched for their retransmissions, failed with a NAK at their oldest outstanding PSN, and the NAKs sent.",
+        labels: &["what"],
+        samples: |s| {
+            let e = &s.engine;
+            by("what", &[
+                ("told", e.orphans_told),
+                ("received", e.orphans_received),
+                ("qps_poisoned", e.orphan_qps_poisoned),
+                ("qps_probed", e.orphan_qps_probed),
+                ("skipped", e.orphans_skipped),
+                ("unattributable", e.orphans_unattributable),
+                ("requesters_watched", e.orphan_requesters_watched),
+                ("requesters_failed", e.orphan_requesters_failed),
+                ("requester_naks", e.orphan_requester_naks),
+            ])
+        },
+    },
+    Metric {
         name: "soya_twin_lost_total",
         kind: Counter,
         help: "Times the twin was declared lost (no WAN path for wan.twin_timeout).",
