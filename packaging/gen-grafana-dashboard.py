@@ -246,12 +246,16 @@ panels.append(panel("Engine intake by verdict", [
     desc="soya_engine_dc_packets_total{kind=all|malformed|bad_icrc|not_roce}, soya_engine_twin_messages_total"
          "{kind=all|malformed} and soya_engine_unmatched_responses_total (responses forwarded without a known half). "
          "Every kind but all should stay near 0; bad_icrc from a host sending with UDP GSO: see soya-perf --gso."))
-panels.append(panel("Engine events", [
+panels.append(panel("Engine events and WAN flows", [
     (f"increase(soya_engine_flows_learned_total{I}[$__rate_interval])", "{{instance}} halves learned by {{how}}"),
     (f"increase(soya_engine_cm_messages_total{I}[$__rate_interval])", "{{instance}} RDMA-CM MADs"),
-    (f"rate(soya_engine_cnps_absorbed_total{I}[$__rate_interval])", "{{instance}} CNPs absorbed/s")], "none", 12, y,
+    (f"rate(soya_engine_cnps_absorbed_total{I}[$__rate_interval])", "{{instance}} CNPs absorbed/s"),
+    (f"soya_wan_flows{I}", "{{instance}} WAN flows {{dir}}"),
+    (f"increase(soya_wan_flows_retired_total{I}[$__rate_interval])", "{{instance}} WAN flows retired")], "none", 12, y,
     desc="soya_engine_flows_learned_total{how=cm|traffic}, soya_engine_cm_messages_total (per interval) and "
-         "soya_engine_cnps_absorbed_total (CNPs from local responders, not forwarded)."))
+         "soya_engine_cnps_absorbed_total (CNPs from local responders, not forwarded). soya_wan_flows{dir}: WAN "
+         "flows open now (idle ones retire, so under QP churn it stays near the halves recently active, far below "
+         "65 536); soya_wan_flows_retired_total per interval."))
 y += 8
 panels.append(panel("WAN packets and datagrams", [
     (f"rate(soya_wan_packets_total{I}[$__rate_interval])", "{{instance}} packets {{dir}}"),

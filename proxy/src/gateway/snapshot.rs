@@ -199,6 +199,15 @@ pub struct WanCounters {
     pub datagrams_dropped: u64,
     pub send_buffered_bytes: u64,
     pub recv_buffered_bytes: u64,
+    /// WAN flows this side sends on (live, or closing: FIN unacknowledged).
+    #[serde(default)]
+    pub flows_live: u64,
+    /// WAN flows of the twin open here (receiving).
+    #[serde(default)]
+    pub recv_flows_live: u64,
+    /// WAN flows this side retired (idle, FIN acknowledged: `wan::flow`).
+    #[serde(default)]
+    pub flows_retired: u64,
     /// Datagrams from no path's remote on a multi-path socket.
     pub unknown_source: u64,
     /// Datagrams from another address on a single-path socket (handed to the

@@ -15,10 +15,16 @@
 //! them), so the site evens them out: in steady state no packet buffer is
 //! allocated.
 //!
-//! # Flow ids
+//! # Flow keys
 //!
 //! The transport keeps order within a flow and never across flows; a lost
-//! packet stalls only its own flow. What must stay in order:
+//! packet stalls only its own flow. The site names a flow by a *key*; the
+//! transport maps each key to a wire id of its own and retires the flow
+//! once it has been idle (everything acknowledged) for
+//! `wan::Tuning::flow_idle_timeout`: the key's next message starts a new
+//! flow, ordered after the old one (`wan::flow` has the argument). So a
+//! key may be reused forever (a NIC recycling a QPN maps the new QP to the
+//! old key) and flows never pile up over QP churn. What must stay in order:
 //!
 //! - the Requests of one half (its PSN stream): flow
 //!   `H("req", requester, responder, responder QPN)`, the [`HalfKey`] parsed
@@ -40,9 +46,9 @@
 //!   datagrams and need no flow.
 //!
 //! `H` is FNV-1a 64 over a tag and the fields, stable across builds and
-//! restarts. Flow 0 is the transport's control flow: a hash of 0 maps to 1.
-//! Messages whose packet does not parse use flow 1 (the engine never
-//! produces those; the counter `unparsable` says if it ever did).
+//! restarts (a hash of 0 maps to 1). Two halves whose keys collide share
+//! one ordered flow: harmless, merely ordered together. Messages whose
+//! packet does not parse use key 1 (the engine never produces those).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;

@@ -142,7 +142,26 @@ pub struct Tuning {
     pub pacing_lookahead: Duration,
     /// RTT assumed for paths without `rtt_hint` until measured.
     pub initial_rtt: Duration,
+    /// A flow with nothing queued or unacknowledged for this long is closed
+    /// (a FIN) and its state dropped on both sides; the half's next message
+    /// opens a new flow (`flow`: why that keeps order). Clamped to
+    /// [[`FLOW_IDLE_MIN`], [`FLOW_IDLE_MAX`]].
+    pub flow_idle_timeout: Duration,
 }
+
+/// Default [`Tuning::flow_idle_timeout`]. Closing costs a FIN and its ACK,
+/// and reopening a flow nothing more than a table entry, so the timeout
+/// need not wait for long lulls; it should exceed the gaps within a
+/// transfer (milliseconds) so that busy halves do not churn, and bound the
+/// flows a gateway holds: `max_flows` (65 536) / 5 s lets ~13 000 new QP
+/// halves a second come and go, beyond any RDMA-CM connection rate seen.
+pub const FLOW_IDLE_DEFAULT: Duration = Duration::from_secs(5);
+/// Shortest idle timeout: below it a flow would close between the bursts of
+/// one transfer (correct, but a FIN per burst).
+pub const FLOW_IDLE_MIN: Duration = Duration::from_millis(1);
+/// Longest idle timeout: beyond it a gateway with QP churn holds flows of
+/// long-gone QPs for so long that `max_flows` becomes reachable again.
+pub const FLOW_IDLE_MAX: Duration = Duration::from_secs(3600);
 
 /// Most packets a late sender may catch up at once (`Tuning::pacing_burst_time`).
 pub const PACING_BURST_CAP_PACKETS: u64 = 64;
@@ -162,6 +181,7 @@ impl Default for Tuning {
             pacing_burst_time: Duration::from_millis(1),
             pacing_lookahead: Duration::from_micros(20),
             initial_rtt: Duration::from_millis(50),
+            flow_idle_timeout: FLOW_IDLE_DEFAULT,
         }
     }
 }
@@ -287,8 +307,16 @@ pub struct ConnStats {
     pub connected: bool,
     /// The session's packet AEAD (`None`: no session, or lab mode).
     pub cipher: Option<Cipher>,
-    /// Flows this side has sent on.
+    /// Flows this side sends on now (live and closing).
     pub flows: usize,
+    /// Flows this side closed and forgot (FIN acknowledged).
+    pub flows_retired: u64,
+    /// Flows of the peer open here (receiving).
+    pub recv_flows: usize,
+    /// Flows of the peer closed here (FIN delivered).
+    pub recv_flows_closed: u64,
+    /// Ranges of closed peer flow ids remembered (bounded: `flow`).
+    pub recv_closed_ranges: usize,
     pub packets_sent: u64,
     pub packets_received: u64,
     pub packets_lost: u64,
@@ -450,6 +478,7 @@ impl WanConnection {
                 tuning.flow_queue_bytes,
                 tuning.max_buffered_bytes,
                 tuning.max_flows,
+                tuning.flow_idle_timeout.clamp(FLOW_IDLE_MIN, FLOW_IDLE_MAX),
             ),
             recv: RecvFlows::new(window, tuning.max_flows),
             session: Session::new(
@@ -507,7 +536,8 @@ impl WanConnection {
         self.send.max_message()
     }
 
-    /// Queues a message for the twin on `flow`.
+    /// Queues a message for the twin on the flow of `flow` (a key: the
+    /// wire id is the transport's, fresh after the flow retired).
     pub fn send(&mut self, _now: Time, flow: u64, msg: TwinMsg) -> Result<(), SendError> {
         if self.state != State::Open {
             return Err(SendError::Closed);
@@ -869,6 +899,11 @@ impl WanConnection {
                 }
             }
             Frame::Credit { flow, max_offset } => self.send.on_credit(flow, max_offset),
+            Frame::Fin { flow, seq } => {
+                if self.recv.on_fin(flow, seq) == DataOutcome::Violation {
+                    self.counters.protocol_violations += 1;
+                }
+            }
             Frame::Datagram(d) => {
                 if let Some(dg) = self.drecv.on_frame(&d, &mut self.pool) {
                     self.counters.datagrams_received += 1;
@@ -910,8 +945,12 @@ impl WanConnection {
         for sp in res.acked.drain(..) {
             p.note_loss_sample(false);
             for f in &sp.frames {
-                if let SentFrame::Data { flow, seq, frag } = *f {
-                    self.send.on_acked(flow, seq, frag, &mut self.pool);
+                match *f {
+                    SentFrame::Data { flow, seq, frag } => {
+                        self.send.on_acked(now, flow, seq, frag, &mut self.pool)
+                    }
+                    SentFrame::Fin { flow } => self.send.on_fin_acked(flow),
+                    SentFrame::Credit { .. } => {}
                 }
             }
             self.frame_lists.put(sp.frames);
@@ -950,6 +989,7 @@ impl WanConnection {
                 match f {
                     SentFrame::Data { flow, seq, frag } => self.send.on_lost(flow, seq, frag),
                     SentFrame::Credit { flow } => self.recv.requeue_credit(flow),
+                    SentFrame::Fin { flow } => self.send.on_fin_lost(flow),
                 }
             }
             self.frame_lists.put(sp.frames);
@@ -987,6 +1027,7 @@ impl WanConnection {
                 at(Some(p.next_probe));
             }
         }
+        at(self.send.idle_deadline());
         if self.has_data() {
             match self.choose_data_path(self.last_now) {
                 scheduler::Choice::Now(_) => at(Some(self.last_now)),
@@ -1031,6 +1072,7 @@ impl WanConnection {
         if self.session.peer.is_none() {
             return;
         }
+        self.send.close_idle(now);
         let d = self.tuning.max_ack_delay;
         for i in 0..self.paths.len() {
             if self.paths[i].state == PathState::Retired {
@@ -1302,6 +1344,7 @@ impl WanConnection {
                     let before = sent.len();
                     send.write_retransmissions(w, sent);
                     retransmission = sent.len() > before;
+                    send.write_fins(w, sent);
                     eliciting |= dsend.write(w, pool);
                     send.write_new(w, sent);
                 } else {
@@ -1369,7 +1412,9 @@ impl WanConnection {
         let tag = peer.keys.seal(i as u8, pn, &head, &mut rest[..len]);
         rest[len..len + TAG_LEN].copy_from_slice(&tag);
         let total = HEADER_LEN + len + TAG_LEN;
-        let has_data = sent.iter().any(|f| matches!(f, SentFrame::Data { .. }));
+        let has_data = sent
+            .iter()
+            .any(|f| matches!(f, SentFrame::Data { .. } | SentFrame::Fin { .. }));
         let record = if eliciting {
             Some(SentPacket::new(now, total as u32, sent))
         } else {
@@ -1429,6 +1474,10 @@ impl WanConnection {
             connected: self.is_connected(),
             cipher: self.session.peer.as_ref().and_then(|p| p.keys.cipher()),
             flows: self.send.flow_count(),
+            flows_retired: self.send.flows_retired,
+            recv_flows: self.recv.flow_count(),
+            recv_flows_closed: self.recv.flows_closed,
+            recv_closed_ranges: self.recv.closed_ranges(),
             packets_sent: sum(|c| c.packets_sent),
             packets_received: sum(|c| c.packets_received),
             packets_lost: sum(|c| c.packets_lost),
@@ -1449,7 +1498,9 @@ impl WanConnection {
             no_session: c.no_session,
             role_conflicts: c.role_conflicts,
             cipher_mismatches: c.cipher_mismatches,
-            protocol_violations: c.protocol_violations + self.recv.offset_mismatches,
+            protocol_violations: c.protocol_violations
+                + self.recv.offset_mismatches
+                + self.recv.closed_overflow,
             peer_restarts: c.peer_restarts,
             events_dropped: c.events_dropped,
             send_buffered: self.send.buffered,

@@ -1,5 +1,6 @@
-//! The WAN wire format, version 2: packet header, HELLO body and frames.
-//! (Version 2 added the cipher offer to HELLO; see docs/wan-protocol.md.)
+//! The WAN wire format, version 3: packet header, HELLO body and frames.
+//! (Version 2 added the cipher offer to HELLO; version 3 the FIN frame and
+//! flow retirement, see `flow` and docs/wan-protocol.md.)
 //!
 //! Byte layouts are documented in `docs/wan-protocol.md`; keep the two in
 //! step. Everything here is pure parsing and emitting: no crypto, no state.
@@ -13,7 +14,7 @@ use thiserror::Error;
 use super::cipher::CipherOffer;
 
 /// Protocol version carried in byte 0 of every datagram.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Cleartext header (authenticated as AEAD associated data).
 pub const HEADER_LEN: usize = 24;
 pub use super::cipher::TAG_LEN;
@@ -444,6 +445,12 @@ pub enum Frame<'a> {
         code: u64,
         reason: &'a [u8],
     },
+    /// The sender of this frame closes `flow`: its messages were numbered
+    /// `0..seq`, and the id is never used again in this connection.
+    Fin {
+        flow: u64,
+        seq: u64,
+    },
 }
 
 const T_PADDING: u8 = 0x00;
@@ -453,6 +460,7 @@ const T_DATA: u8 = 0x03;
 const T_CREDIT: u8 = 0x04;
 const T_DATAGRAM: u8 = 0x05;
 const T_CLOSE: u8 = 0x06;
+const T_FIN: u8 = 0x07;
 
 impl Frame<'_> {
     /// Whether receiving this frame obliges the peer to acknowledge the packet.
@@ -491,6 +499,7 @@ impl Frame<'_> {
                 let reason = &reason[..reason.len().min(MAX_REASON)];
                 w.u8(T_CLOSE) && w.varint(*code) && w.varint(reason.len() as u64) && w.bytes(reason)
             }
+            Frame::Fin { flow, seq } => w.u8(T_FIN) && w.u64(*flow) && w.varint(*seq),
         }
     }
 }
@@ -661,6 +670,13 @@ fn next_frame<'a>(r: &mut Reader<'a>) -> Result<Option<Frame<'a>>, FrameError> {
                     left,
                 })?;
                 Frame::Close { code, reason }
+            }
+            T_FIN => {
+                let mut f = FrameReader { r, frame: "FIN" };
+                Frame::Fin {
+                    flow: f.u64("flow id")?,
+                    seq: f.varint("sequence number")?,
+                }
             }
             t => return Err(FrameError::UnknownType(t)),
         };
@@ -886,6 +902,17 @@ mod tests {
             code: 2,
             reason: b"bye",
         });
+        roundtrip(Frame::Fin {
+            flow: 1 << 40,
+            seq: 1 << 35,
+        });
+        assert_eq!(
+            parse_frames(&[T_FIN, 0, 0, 0, 0, 0, 0, 0, 9]),
+            Err(FrameError::Truncated {
+                frame: "FIN",
+                field: "sequence number"
+            })
+        );
     }
 
     #[test]
@@ -908,6 +935,12 @@ mod tests {
             Header::decode(&bad),
             Err(HeaderError::Version(1)),
             "version 1 (no cipher offer)"
+        );
+        bad[0] = 2;
+        assert_eq!(
+            Header::decode(&bad),
+            Err(HeaderError::Version(2)),
+            "version 2 (flows never retired: DATA of a closed id would open a new flow)"
         );
         let mut bad = b;
         bad[1] |= 0b0010_0000;

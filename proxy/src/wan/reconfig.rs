@@ -189,6 +189,7 @@ impl WanConnection {
                 match f {
                     SentFrame::Data { flow, seq, frag } => self.send.on_lost(flow, seq, frag),
                     SentFrame::Credit { flow } => self.recv.requeue_credit(flow),
+                    SentFrame::Fin { flow } => self.send.on_fin_lost(flow),
                 }
             }
             self.frame_lists.put(sp.frames);

@@ -34,6 +34,8 @@ pub enum SentFrame {
     Data { flow: u64, seq: u64, frag: u8 },
     /// A FLOW_CREDIT for `flow` (re-sent with the latest value if lost).
     Credit { flow: u64 },
+    /// The FIN of `flow` (re-sent if lost; the flow is forgotten once acked).
+    Fin { flow: u64 },
 }
 
 /// Recycled frame lists: every packet sent records its frames in a

@@ -1336,3 +1336,5 @@ fn path_states_visible_in_stats() {
 }
 
 mod reconfig;
+
+mod churn;

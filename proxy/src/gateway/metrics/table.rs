@@ -763,6 +763,20 @@ pub static METRICS: &[Metric] = &[
         labels: &["dir"],
         samples: |s| by("dir", &[("send", s.wan.send_buffered_bytes), ("recv", s.wan.recv_buffered_bytes)]),
     },
+    Metric {
+        name: "soya_wan_flows",
+        kind: Gauge,
+        help: "WAN flows open: send (live or closing), recv (the twin's, open here).",
+        labels: &["dir"],
+        samples: |s| by("dir", &[("send", s.wan.flows_live), ("recv", s.wan.recv_flows_live)]),
+    },
+    Metric {
+        name: "soya_wan_flows_retired_total",
+        kind: Counter,
+        help: "WAN flows closed after idling (FIN acknowledged by the twin).",
+        labels: &[],
+        samples: |s| one(s.wan.flows_retired),
+    },
     // Per path.
     Metric {
         name: "soya_path_state",
