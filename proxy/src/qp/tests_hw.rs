@@ -74,8 +74,15 @@ fn egress_counts_the_responders_progress_through_the_tunnel_phase() {
     for psn in 10..20 {
         now += Duration::from_millis(400);
         let out = run_timers(&mut e, now);
-        assert_eq!(errors(&out), 0, "gave up at {now:?}, before the raw ACK of {psn}");
-        e.handle_dc(now, &response(Opcode::RC_ACK, psn, Syndrome::ACK_UNLIMITED, 0));
+        assert_eq!(
+            errors(&out),
+            0,
+            "gave up at {now:?}, before the raw ACK of {psn}"
+        );
+        e.handle_dc(
+            now,
+            &response(Opcode::RC_ACK, psn, Syndrome::ACK_UNLIMITED, 0),
+        );
         assert_eq!(errors(&drain(&mut e)), 0, "gave up on the raw ACK of {psn}");
     }
     // The tunnel phase is all acknowledged: 20 and 21 are next. The
