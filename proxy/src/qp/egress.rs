@@ -660,8 +660,15 @@ impl Reinjector {
             self.ack_req_out = r.asked.filter(|a| a.after(psn));
             self.rto_recovery = None;
         }
+        // The responder's acknowledged PSN moved (we returned above if it
+        // did not): it is alive and executing, even when what it covered
+        // was the tunnel phase's and ours still wait behind it. Only the
+        // packets it acknowledged count, though, for the timer and backoff.
+        // (Counting only ours, a tunnel phase slower than `give_up`, a
+        // requester's own recovery of DC losses, failed a healthy flow
+        // the moment it was all acknowledged: issue 18, seed 4259.)
+        self.progress_at = now;
         if progressed || self.queue.is_empty() {
-            self.progress_at = now;
             self.rnr_since = None;
             self.backoff = 0;
             self.arm(now, true);

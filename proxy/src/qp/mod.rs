@@ -42,6 +42,8 @@ mod tests_far_error;
 #[cfg(test)]
 mod tests_held;
 #[cfg(test)]
+mod tests_hw;
+#[cfg(test)]
 mod tests_orphan;
 #[cfg(test)]
 mod tests_twin_lost;

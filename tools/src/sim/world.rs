@@ -13,8 +13,8 @@
 //! endpoints, never the gateway: what a gateway does here, it does in the
 //! daemon.
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 use rand_chacha::ChaCha8Rng;
 use soya::qp::QpEngine;
@@ -90,6 +90,13 @@ impl Ord for Event {
 }
 
 /// A host: its QPs, found by QPN.
+///
+/// With 1,024 QPs, visiting every QP at every step (its timer, whether it
+/// has a packet, whether it completed work) cost more than everything else
+/// the simulator does. A QP can only have something new to send or
+/// complete after it was given a packet, fired a timer or was posted to:
+/// the host keeps those (`dirty`, `touched`), and each QP's deadline in the
+/// world's timer heap, so that a step costs what it touches.
 #[derive(Default)]
 pub struct Host {
     pub qps: Vec<RcQp>,
@@ -105,20 +112,96 @@ pub struct Host {
     next_turn: usize,
     /// The port is busy until then with more to send.
     port_wake: Option<Time>,
+    /// QPs that may have a packet to send (touched since they last had
+    /// none), in index order: the round robin visits only these.
+    ready: BTreeSet<usize>,
+    /// QPs touched since the last flush (to poll and re-arm), and a flag
+    /// per QP so that each is listed once.
+    dirty: Vec<usize>,
+    is_dirty: Vec<bool>,
+    /// QPs given a packet or a timer since the driver last asked
+    /// ([`Host::take_touched`]): only they can have new completions.
+    touched: Vec<usize>,
+    is_touched: Vec<bool>,
+    /// Each QP's deadline as the timer heap has it.
+    armed: Vec<Option<Time>>,
 }
 
 impl Host {
     pub fn add(&mut self, qpn: u32, qp: RcQp) -> usize {
         self.qps.push(qp);
-        self.by_qpn.insert(qpn, self.qps.len() - 1);
-        self.qps.len() - 1
+        let i = self.qps.len() - 1;
+        self.by_qpn.insert(qpn, i);
+        self.is_dirty.push(false);
+        self.is_touched.push(false);
+        self.armed.push(None);
+        self.mark(i);
+        i
+    }
+
+    /// QP `i`, for the driver to post work or receives to: it may have
+    /// something to send afterwards.
+    pub fn qp_mut(&mut self, i: usize) -> &mut RcQp {
+        self.mark(i);
+        &mut self.qps[i]
+    }
+
+    /// Every QP, for the driver to post to (all become candidates).
+    pub fn qps_mut(&mut self) -> &mut [RcQp] {
+        for i in 0..self.qps.len() {
+            self.mark(i);
+        }
+        &mut self.qps
+    }
+
+    /// The QPs given a packet or a timer (or added) since the last call,
+    /// in index order: the only ones that can have new completions.
+    pub fn take_touched(&mut self) -> Vec<usize> {
+        let mut v = std::mem::take(&mut self.touched);
+        for &i in &v {
+            self.is_touched[i] = false;
+        }
+        v.sort_unstable();
+        v
+    }
+
+    fn mark(&mut self, i: usize) {
+        if !self.is_dirty[i] {
+            self.is_dirty[i] = true;
+            self.dirty.push(i);
+        }
+        self.touch(i);
+    }
+
+    fn touch(&mut self, i: usize) {
+        if !self.is_touched[i] {
+            self.is_touched[i] = true;
+            self.touched.push(i);
+        }
+    }
+
+    /// The dirty QPs, in index order (the order every QP used to be
+    /// visited in, so runs stay what they were).
+    fn take_dirty(&mut self) -> Vec<usize> {
+        let mut v = std::mem::take(&mut self.dirty);
+        for &i in &v {
+            self.is_dirty[i] = false;
+        }
+        v.sort_unstable();
+        v
     }
 }
+
+/// A QP deadline in the world's timer heap: (when, host, QP index).
+type QpTimer = Reverse<(Time, u8, usize)>;
 
 pub struct World {
     pub now: Time,
     pub rng: ChaCha8Rng,
     heap: BinaryHeap<Event>,
+    /// Every QP's deadline (stale entries skipped: `Host::armed` says which
+    /// is current).
+    qp_timers: BinaryHeap<QpTimer>,
     seq: u64,
     pub host_a: Host,
     pub host_b: Host,
@@ -174,6 +257,7 @@ impl World {
             now: Time::ZERO,
             rng,
             heap: BinaryHeap::new(),
+            qp_timers: BinaryHeap::new(),
             seq: 0,
             host_a: Host::default(),
             host_b: Host::default(),
@@ -261,27 +345,65 @@ impl World {
     /// Lets every node send what it has at `now`.
     pub fn flush(&mut self) {
         for node in [Node::HostA, Node::HostB] {
+            let dirty = self.host_mut(node).take_dirty();
             if self.host(node).port_scheduled {
+                self.host_mut(node).ready.extend(dirty.iter().copied());
                 self.flush_port(node);
-                continue;
-            }
-            let mut pending = Vec::new();
-            let host = if node == Node::HostA {
-                &mut self.host_a
             } else {
-                &mut self.host_b
-            };
-            for qp in host.qps.iter_mut() {
-                while let Some(n) = qp.poll_transmit(self.now, &mut self.scratch) {
-                    pending.push(self.scratch[..n].to_vec());
+                let mut pending = Vec::new();
+                let host = if node == Node::HostA {
+                    &mut self.host_a
+                } else {
+                    &mut self.host_b
+                };
+                for &i in &dirty {
+                    while let Some(n) = host.qps[i].poll_transmit(self.now, &mut self.scratch) {
+                        pending.push(self.scratch[..n].to_vec());
+                    }
+                }
+                for p in pending {
+                    self.send(node, true, Payload::Ip(p));
                 }
             }
-            for p in pending {
-                self.send(node, true, Payload::Ip(p));
-            }
+            // Sending (or polling) arms the requesters' timers.
+            self.rearm(node, &dirty);
         }
         for node in [Node::GwA, Node::GwB] {
             self.drain_gateway(node);
+        }
+    }
+
+    /// Puts the deadlines of `qps` (of `node`) that changed into the timer
+    /// heap, and drops stale entries from its top so that its first one is
+    /// current.
+    fn rearm(&mut self, node: Node, qps: &[usize]) {
+        let h = u8::from(node == Node::HostB);
+        let host = if node == Node::HostA {
+            &mut self.host_a
+        } else {
+            &mut self.host_b
+        };
+        for &i in qps {
+            // (Polled: the driver looks at it next, as at every QP before.)
+            host.touch(i);
+            let t = host.qps[i].poll_timeout();
+            if t != host.armed[i] {
+                host.armed[i] = t;
+                if let Some(t) = t {
+                    self.qp_timers.push(Reverse((t, h, i)));
+                }
+            }
+        }
+        self.drop_stale_timers();
+    }
+
+    fn drop_stale_timers(&mut self) {
+        while let Some(&Reverse((t, h, i))) = self.qp_timers.peek() {
+            let host = if h == 0 { &self.host_a } else { &self.host_b };
+            if host.armed[i] == Some(t) {
+                break;
+            }
+            self.qp_timers.pop();
         }
     }
 
@@ -293,11 +415,22 @@ impl World {
         }
     }
 
+    fn host_mut(&mut self, node: Node) -> &mut Host {
+        if node == Node::HostA {
+            &mut self.host_a
+        } else {
+            &mut self.host_b
+        }
+    }
+
     /// A hardware host's port: while it is free, the next QP in turn that
     /// has a packet sends one; when it is busy, it wakes when it frees.
+    /// (Only QPs that may have a packet are visited, in the order a scan
+    /// of all of them from the next turn would find them.)
     fn flush_port(&mut self, node: Node) {
         let to = self.hop(node, true);
         let now = self.now;
+        let mut polled = Vec::new();
         loop {
             let free_at = self.links.get(&(node, to)).map_or(now, |l| l.free_at());
             let host = if node == Node::HostA {
@@ -307,23 +440,32 @@ impl World {
             };
             if free_at > now {
                 host.port_wake = Some(free_at);
-                return;
+                break;
             }
             host.port_wake = None;
-            let n = host.qps.len();
             let mut sent = None;
-            for k in 0..n {
-                let i = (host.next_turn + k) % n;
+            while let Some(i) = host
+                .ready
+                .range(host.next_turn..)
+                .next()
+                .or_else(|| host.ready.iter().next())
+                .copied()
+            {
+                polled.push(i);
                 if let Some(len) = host.qps[i].poll_transmit(now, &mut self.scratch) {
-                    host.next_turn = (i + 1) % n;
+                    host.next_turn = (i + 1) % host.qps.len();
                     sent = Some(len);
                     break;
                 }
+                host.ready.remove(&i);
             }
-            let Some(len) = sent else { return };
+            let Some(len) = sent else { break };
             let p = self.scratch[..len].to_vec();
             self.send(node, true, Payload::Ip(p));
         }
+        polled.sort_unstable();
+        polled.dedup();
+        self.rearm(node, &polled);
     }
 
     /// Sends what a gateway's site has for its data center and for the
@@ -374,9 +516,8 @@ impl World {
                 t = Some(t.map_or(x, |t| t.min(x)));
             }
         };
-        for qp in self.host_a.qps.iter().chain(self.host_b.qps.iter()) {
-            consider(qp.poll_timeout());
-        }
+        // (Its top is current: `rearm` drops stale ones after each flush.)
+        consider(self.qp_timers.peek().map(|r| r.0 .0));
         consider(self.host_a.port_wake);
         consider(self.host_b.port_wake);
         for gw in self.gw_a.iter().chain(self.gw_b.iter()) {
@@ -406,10 +547,26 @@ impl World {
         if let Some(tr) = self.trace_a.as_mut() {
             tr.push(TraceItem::Turn(now));
         }
-        for qp in self.host_a.qps.iter_mut().chain(self.host_b.qps.iter_mut()) {
-            if qp.poll_timeout().is_some_and(|d| d <= now) {
-                qp.handle_timeout(now);
+        // QP timers due (a packet just delivered may have moved one: the
+        // QP's own deadline decides, as it did when every QP was asked).
+        while let Some(&Reverse((at, h, i))) = self.qp_timers.peek() {
+            if at > now {
+                break;
             }
+            self.qp_timers.pop();
+            let host = if h == 0 {
+                &mut self.host_a
+            } else {
+                &mut self.host_b
+            };
+            if host.armed[i] != Some(at) {
+                continue;
+            }
+            host.armed[i] = None;
+            if host.qps[i].poll_timeout().is_some_and(|d| d <= now) {
+                host.qps[i].handle_timeout(now);
+            }
+            host.mark(i);
         }
         for gw in self.gw_a.iter_mut().chain(self.gw_b.iter_mut()) {
             if gw.poll_timeout().is_some_and(|d| d <= now) {
@@ -462,8 +619,11 @@ impl World {
                     &mut self.host_b
                 };
                 let qpn = RocePacket::parse(&v).map(|p| p.bth.dest_qp).ok();
-                match qpn.and_then(|q| host.by_qpn.get(&q)) {
-                    Some(&i) => host.qps[i].handle_packet(now, &v),
+                match qpn.and_then(|q| host.by_qpn.get(&q)).copied() {
+                    Some(i) => {
+                        host.qps[i].handle_packet(now, &v);
+                        host.mark(i);
+                    }
                     None => host.misaddressed += 1,
                 }
             }

@@ -1,0 +1,100 @@
+//! Packet-level tests of rules the hardware endpoint model of `soya-sim`
+//! (`--endpoint hw`: adaptive 2/4/8/16 ms retransmission timer, whole
+//! send-queue windows) revealed (issue 18).
+
+use std::time::Duration;
+
+use soya_config::AckPolicy;
+
+use super::engine::{Output, QpEngine};
+use super::tests::{cfg, drain, request, response};
+use super::twin::{Carry, TwinMsg};
+use crate::roce::{Opcode, Syndrome};
+use crate::time::Time;
+
+fn errors(out: &[Output]) -> usize {
+    out.iter()
+        .filter(|o| matches!(o, Output::Twin(TwinMsg::Error { .. })))
+        .count()
+}
+
+/// Runs the engine's timers up to `until`, collecting everything output.
+fn run_timers(e: &mut QpEngine, until: Time) -> Vec<Output> {
+    let mut out = Vec::new();
+    while let Some(d) = e.poll_timeout().filter(|&d| d <= until) {
+        e.handle_timeout(d);
+        out.extend(drain(e));
+    }
+    out
+}
+
+/// Sweep seed 4259 (3,000 km, `edge`, WRITE, 3 % loss in the requester's
+/// datacenter, hardware endpoints): the requester's 2 ms timer resends its
+/// whole window through the tunnel long before the first real ACK (RTT
+/// 29 ms), and the DC loss keeps the tunnel phase going for seconds, the
+/// responder acknowledging it a little at a time. The packets pseudo-ACKed
+/// after the switch wait behind it at the egress. The egress counted only
+/// ACKs of *its* packets as the responder's progress: the moment the tunnel
+/// phase was all acknowledged (its longer raw wait no longer applied), the
+/// responder looked stalled since the first pseudo-ACKed packet arrived,
+/// seconds earlier, and the egress gave up on a healthy flow at its next
+/// timer. Every move of the responder's acknowledged PSN is progress.
+#[test]
+fn egress_counts_the_responders_progress_through_the_tunnel_phase() {
+    let mut c = cfg(AckPolicy::Edge);
+    c.egress.give_up = Duration::from_secs(1);
+    let give_up = c.egress.give_up;
+    let mut e = QpEngine::new(c);
+    let t0 = Time::from_micros(1);
+    // The tunnel phase: 10..=19 forwarded raw.
+    for psn in 10..20 {
+        e.handle_twin(
+            t0,
+            TwinMsg::Request {
+                carry: Carry::Raw,
+                packet: request(Opcode::RC_SEND_ONLY, psn, true, 64, 0),
+            },
+        );
+    }
+    // Then 20 and 21, pseudo-ACKed at the twin, held here.
+    for psn in [20, 21] {
+        e.handle_twin(
+            t0,
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet: request(Opcode::RC_SEND_ONLY, psn, true, 64, 0),
+            },
+        );
+    }
+    drain(&mut e);
+    // The responder works through the tunnel phase slowly (the requester
+    // refills its DC losses), one PSN every 0.4 s: 4 s in all, four times
+    // the give-up time, never a give-up time without progress.
+    let mut now = t0;
+    for psn in 10..20 {
+        now += Duration::from_millis(400);
+        let out = run_timers(&mut e, now);
+        assert_eq!(
+            errors(&out),
+            0,
+            "gave up at {now:?}, before the raw ACK of {psn}"
+        );
+        e.handle_dc(
+            now,
+            &response(Opcode::RC_ACK, psn, Syndrome::ACK_UNLIMITED, 0),
+        );
+        assert_eq!(errors(&drain(&mut e)), 0, "gave up on the raw ACK of {psn}");
+    }
+    // The tunnel phase is all acknowledged: 20 and 21 are next. The
+    // responder last moved just now; the egress must wait a give-up time.
+    let out = run_timers(&mut e, now + (give_up - Duration::from_millis(1)));
+    assert_eq!(
+        errors(&out),
+        0,
+        "gave up less than {give_up:?} after the responder's last progress"
+    );
+    // The rule still holds: a give-up time without progress fails the flow.
+    let out = run_timers(&mut e, now + give_up + c.egress.max_rto);
+    assert_eq!(errors(&out), 1, "a responder that stopped is given up on");
+    assert_eq!(e.occupancy().slots_used, 0);
+}
