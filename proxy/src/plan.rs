@@ -691,7 +691,10 @@ fn notes(p: &Plan) -> Vec<String> {
                  Sōya alike (a pseudo-ACK cannot shorten that loop); raise NCCL_BUFFSIZE or \
                  the channels until channels × NCCL_BUFFSIZE ≥ WAN rate × RTT; comm also counts one \
                  RTT of ring latency (the first grants cross the WAN before the first byte, the \
-                 last chunk after it left)"
+                 last chunk after it left); not counted, so optimistic: small AllReduces \
+                 (a step per channel shorter than a WAN crossing: the ring's dependent steps \
+                 cross the WAN up to 4 times), and WAN loss, which delays the chunk a lost \
+                 packet belongs to by about an RTT on the ring's critical path"
                     .to_string(),
             );
         }
