@@ -75,6 +75,23 @@
 //! idle = max(0, comm − backward)
 //! ```
 //!
+//! With `--nccl-buffsize` (and `--channels`), NCCL's own flow control bounds
+//! the rate too: a connection's receiver grants `NCCL_BUFFSIZE` bytes and
+//! grants a buffer again only once its data arrived, by an RDMA WRITE that
+//! crosses the WAN back to the sender; so at most channels × NCCL_BUFFSIZE
+//! per end-to-end RTT (+ DC RTT through Sōya) per direction, whatever the
+//! gateways do:
+//!
+//! ```text
+//! rate = min(goodput, channels × NCCL_BUFFSIZE × 8 / RTT)
+//! comm = 2(N − 1)/N × G × 8 / rate + RTT
+//! ```
+//!
+//! and the ring's latency is counted: the receivers' first grants cross the
+//! WAN one way before the first byte can, and the last chunk one way after
+//! it left. `soya-sim allreduce` checks this against the real engines
+//! (docs/benchmarks.md).
+//!
 //! Communication overlaps the backward pass bucket by bucket, so the GPUs only
 //! idle when communication outlasts it. Bandwidth term only: the ring's
 //! latency (a few WAN one-way delays when pipelined) is not counted.
@@ -108,6 +125,8 @@ pub const MAX_TX_DEPTH: u32 = 1 << 23;
 pub const MAX_QPS: u32 = 65_536;
 /// Most GPUs the planner accepts.
 pub const MAX_GPUS: u32 = 1_000_000;
+/// Most NCCL channels the planner accepts.
+pub const MAX_CHANNELS: u32 = 1024;
 
 /// `soya plan`'s arguments: WAN delay, BDP, deep-buffer size, goodput
 /// direct vs. through Sōya, and a data-parallel job's AllReduce time vs. its
@@ -145,6 +164,11 @@ pub struct PlanArgs {
     pub backward_ms: Option<f64>,
     /// Print one JSON object instead of the table
     pub json: bool,
+    /// NCCL's buffer per connection (`NCCL_BUFFSIZE`), bytes: the receiver
+    /// grants that much, and no more, per end-to-end round trip
+    pub nccl_buffsize: Option<u64>,
+    /// NCCL channels: connections per WAN direction (1 if not given)
+    pub channels: Option<u32>,
 }
 
 /// Why a plan's arguments were refused: the text `soya plan` prints.
@@ -208,6 +232,10 @@ pub struct PlanInputs {
     pub bytes_per_param: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backward_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl_buffsize: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channels: Option<u32>,
 }
 
 /// The result of [`plan`]. Rates are payload (goodput) unless named `wan_gbps`.
@@ -268,6 +296,11 @@ pub struct Workload {
     pub direct_comm_ms: Option<f64>,
     pub direct_idle_ms: Option<f64>,
     pub direct_hidden_by_backward: bool,
+    /// With `nccl_buffsize`: what NCCL's receiver-driven flow control
+    /// allows, channels × NCCL_BUFFSIZE per end-to-end round trip, Gbit/s
+    /// (through Sōya; direct it is the same over the WAN RTT alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl_window_gbps: Option<f64>,
 }
 
 // ---------------------------------------------------------------------------
@@ -358,6 +391,16 @@ fn check_params(v: f64) -> Result<f64, PlanError> {
 fn check_backward_ms(v: f64) -> Result<f64, PlanError> {
     in_range(v, true, 0.0, 1e9, "backward time must be > 0 ms")
 }
+fn check_nccl_buffsize(v: u64) -> Result<u64, PlanError> {
+    in_range(
+        v as f64,
+        false,
+        4096.0,
+        (1u64 << 40) as f64,
+        "NCCL buffer must be 4 KiB to 1 TiB",
+    )
+    .map(|_| v)
+}
 fn check_int(v: u32, lo: u32, hi: u32, what: &'static str) -> Result<u32, PlanError> {
     if (lo..=hi).contains(&v) {
         Ok(v)
@@ -432,6 +475,12 @@ fn validate(a: &PlanArgs) -> Result<(), PlanError> {
     check_dc_rtt_us(a.dc_rtt_us).map_err(flag("dc-rtt-us"))?;
     check_safety_factor(a.safety_factor).map_err(flag("safety-factor"))?;
     check_int(a.bytes_per_param, 1, 16, "bytes per parameter").map_err(flag("bytes-per-param"))?;
+    if let Some(b) = a.nccl_buffsize {
+        check_nccl_buffsize(b).map_err(flag("nccl-buffsize"))?;
+    }
+    if let Some(c) = a.channels {
+        check_int(c, 1, MAX_CHANNELS, "channel count").map_err(flag("channels"))?;
+    }
     match (a.gpus, a.params, a.backward_ms) {
         (None, None, None) => {}
         (Some(g), Some(p), Some(b)) => {
@@ -502,8 +551,26 @@ pub fn plan(a: &PlanArgs) -> Result<Plan, PlanError> {
             let n = f64::from(gpus);
             let gradient_bytes = params * f64::from(a.bytes_per_param);
             let per_gpu = 2.0 * (n - 1.0) / n * gradient_bytes;
-            let comm_ms = per_gpu * 8.0 / accelerated * 1e3;
-            let direct_comm_ms = (direct > 0.0).then(|| per_gpu * 8.0 / direct * 1e3);
+            // NCCL's receiver grants its buffers across the WAN: a
+            // pseudo-ACK cannot shorten that loop (module docs).
+            let nccl = |loop_s: f64| {
+                a.nccl_buffsize
+                    .map(|b| b as f64 * 8.0 * f64::from(a.channels.unwrap_or(1)) / loop_s)
+            };
+            let nccl_soya = nccl(rtt_s + a.dc_rtt_us * 1e-6);
+            let soya_rate = nccl_soya.map_or(accelerated, |r| r.min(accelerated));
+            let direct_rate = nccl(rtt_s).map_or(direct, |r| r.min(direct));
+            // With NCCL's flow control modelled, its latency too: the
+            // receivers' first grants cross the WAN before the first byte
+            // can, and the last chunk crosses after it left (one RTT).
+            let latency_ms = if a.nccl_buffsize.is_some() {
+                rtt_s * 1e3
+            } else {
+                0.0
+            };
+            let comm_ms = per_gpu * 8.0 / soya_rate * 1e3 + latency_ms;
+            let direct_comm_ms =
+                (direct_rate > 0.0).then(|| per_gpu * 8.0 / direct_rate * 1e3 + latency_ms);
             Some(Workload {
                 gradient_bytes,
                 allreduce_bytes_per_gpu: per_gpu,
@@ -514,6 +581,7 @@ pub fn plan(a: &PlanArgs) -> Result<Plan, PlanError> {
                 direct_comm_ms,
                 direct_idle_ms: direct_comm_ms.map(|c| (c - backward_ms).max(0.0)),
                 direct_hidden_by_backward: direct_comm_ms.is_some_and(|c| c <= backward_ms),
+                nccl_window_gbps: nccl_soya.map(|r| r / 1e9),
             })
         }
         _ => None,
@@ -534,6 +602,8 @@ pub fn plan(a: &PlanArgs) -> Result<Plan, PlanError> {
             params: a.params,
             bytes_per_param: a.gpus.map(|_| a.bytes_per_param),
             backward_ms: a.backward_ms,
+            nccl_buffsize: a.nccl_buffsize,
+            channels: a.channels,
         },
         one_way_ms: rtt_ns as f64 / 2e6,
         rtt_ms: rtt_ns as f64 / 1e6,
@@ -613,6 +683,21 @@ fn notes(p: &Plan) -> Vec<String> {
              backward, else the GPUs idle max(0, comm − backward) per step"
                 .to_string(),
         );
+        if i.nccl_buffsize.is_some() {
+            n.push(
+                "NCCL: each connection's receiver grants NCCL_BUFFSIZE bytes (8 buffers) and \
+                 grants a buffer again only once its data arrived, by a write that crosses the \
+                 WAN: at most channels × NCCL_BUFFSIZE per end-to-end RTT, direct or through \
+                 Sōya alike (a pseudo-ACK cannot shorten that loop); raise NCCL_BUFFSIZE or \
+                 the channels until channels × NCCL_BUFFSIZE ≥ WAN rate × RTT; comm also counts one \
+                 RTT of ring latency (the first grants cross the WAN before the first byte, the \
+                 last chunk after it left); not counted, so optimistic: small AllReduces \
+                 (a step per channel shorter than a WAN crossing: the ring's dependent steps \
+                 cross the WAN up to 4 times), and WAN loss, which delays the chunk a lost \
+                 packet belongs to by about an RTT on the ring's critical path"
+                    .to_string(),
+            );
+        }
     }
     n
 }
@@ -806,6 +891,18 @@ impl Plan {
                 format_bytes(w.wan_bytes_per_direction.round() as u64),
                 "each way: two ring edges cross the WAN, one in each direction".into(),
             );
+            if let Some(g) = w.nccl_window_gbps {
+                row(
+                    &mut out,
+                    "NCCL window",
+                    gbps(g),
+                    format!(
+                        "{} channel(s) × {} per end-to-end RTT",
+                        i.channels.unwrap_or(1),
+                        format_bytes(i.nccl_buffsize.unwrap_or(0))
+                    ),
+                );
+            }
             row(
                 &mut out,
                 "backward pass",

@@ -96,6 +96,26 @@ pub struct PlanCli {
           help_heading = "Data-parallel training step (give all of --gpus, --params, --backward-ms)")]
     pub backward_ms: Option<f64>,
 
+    /// NCCL_BUFFSIZE, in bytes (NCCL's default is 4194304): a connection's
+    /// receiver grants that much per end-to-end round trip, which no
+    /// pseudo-ACK shortens
+    #[arg(
+        long,
+        value_name = "BYTES",
+        requires = "gpus",
+        help_heading = "Data-parallel training step (give all of --gpus, --params, --backward-ms)"
+    )]
+    pub nccl_buffsize: Option<u64>,
+
+    /// NCCL channels: connections per WAN direction, each with its own buffer
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "nccl_buffsize",
+        help_heading = "Data-parallel training step (give all of --gpus, --params, --backward-ms)"
+    )]
+    pub channels: Option<u32>,
+
     /// Print one JSON object instead of the table
     #[arg(long)]
     pub json: bool,
@@ -119,6 +139,8 @@ impl From<PlanCli> for PlanArgs {
             bytes_per_param: c.bytes_per_param,
             backward_ms: c.backward_ms,
             json: c.json,
+            nccl_buffsize: c.nccl_buffsize,
+            channels: c.channels,
         }
     }
 }

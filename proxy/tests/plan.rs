@@ -522,3 +522,33 @@ fn plan_rejects_arguments_built_in_code() {
         has(&e.to_string(), msg);
     }
 }
+
+/// NCCL's receiver-driven flow control (`--nccl-buffsize`, `--channels`):
+/// channels × NCCL_BUFFSIZE per end-to-end round trip bounds the AllReduce
+/// direct and through Sōya alike, and one RTT of ring latency is added.
+/// `soya-sim allreduce` measured 170.0 ms through Sōya for this job
+/// (docs/benchmarks.md §9).
+#[test]
+fn nccl_buffers_bound_the_allreduce_through_soya_too() {
+    let job = "--distance-km 300 --link-gbps 400 --tx-depth 256 --qps 16 --gpus 16 --params 1e9 \
+               --bytes-per-param 1 --backward-ms 1";
+    let bare = plan_of(job).workload.unwrap();
+    let nccl = plan_of(&format!("{job} --nccl-buffsize 4194304 --channels 8"))
+        .workload
+        .unwrap();
+    // 8 × 4 MiB × 8 bit / (2.94 ms + 10 µs) = 91.0 Gbit/s, far below the
+    // 400 Gbit/s line the bare plan pipes the 1.875 GB through.
+    let rate = 8.0 * 4_194_304.0 * 8.0 / (2.94e-3 + 10e-6);
+    close(nccl.nccl_window_gbps.unwrap(), rate / 1e9);
+    close(nccl.comm_ms, 1.875e9 * 8.0 / rate * 1e3 + 2.94);
+    assert!(nccl.comm_ms > 4.0 * bare.comm_ms, "{nccl:?} vs {bare:?}");
+    // Direct is bounded by the same loop (over the WAN RTT alone).
+    let direct = nccl.direct_comm_ms.unwrap();
+    assert!((direct - nccl.comm_ms).abs() / direct < 0.01, "{direct}");
+    assert_eq!(bare.nccl_window_gbps, None);
+    // Large enough buffers: the line rate again, plus the RTT.
+    let big = plan_of(&format!("{job} --nccl-buffsize 33554432 --channels 8"))
+        .workload
+        .unwrap();
+    close(big.comm_ms, bare.comm_ms + 2.94);
+}

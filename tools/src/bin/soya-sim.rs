@@ -30,6 +30,97 @@ enum Command {
     Run(RunArgs),
     /// Run many randomized scenarios and check every invariant.
     Sweep(SweepArgs),
+    /// A ring AllReduce between two sites (NCCL-style traffic on the two
+    /// ring edges that cross the WAN): communication time at 0 km, direct
+    /// at the distance and through Sōya, next to `soya plan`'s prediction.
+    Allreduce(AllreduceArgs),
+}
+
+#[derive(clap::Args)]
+struct AllreduceArgs {
+    /// GPUs at each of the two sites (the ring has twice as many).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=512))]
+    gpus_per_site: u32,
+    /// Gradient bytes per GPU: the AllReduce's size (1e9 or 1000000000).
+    #[arg(long, default_value = "1e9", value_parser = parse_bytes)]
+    gradient_bytes: u64,
+    /// Fibre distance between the sites (4.9 µs per km one way).
+    #[arg(long, default_value_t = 300.0, value_parser = parse_km)]
+    distance_km: f64,
+    /// Rate of each WAN path, Gbit/s.
+    #[arg(long, default_value_t = 400.0, value_parser = parse_gbps)]
+    link_gbps: f64,
+    /// WAN paths between the gateways.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    paths: u32,
+    /// Random loss on the WAN (direct and through Sōya alike).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_prob)]
+    loss: f64,
+    /// RC endpoints: hw (ConnectX-class) or rxe.
+    #[arg(long, default_value = "hw")]
+    endpoint: EndpointModel,
+    /// NCCL channels: rings side by side, each with its own connection
+    /// (and buffer) per WAN edge.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
+    channels: u32,
+    /// NCCL_IB_QPS_PER_CONNECTION.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
+    qps_per_connection: u32,
+    /// NCCL_BUFFSIZE in bytes (NCCL's default 4 MiB: 512 KiB chunks).
+    #[arg(long, default_value_t = soya_tools::sim::nccl::DEFAULT_BUFFSIZE,
+          value_parser = clap::value_parser!(u32).range(8192..=(1 << 30)))]
+    nccl_buffsize: u32,
+    /// Intra-site hop rate, Gbit/s, shared by the channels (default: the
+    /// WAN's, paths × link).
+    #[arg(long, value_parser = parse_gbps)]
+    intra_gbps: Option<f64>,
+    /// Intra-site hop one-way latency, µs.
+    #[arg(long, default_value_t = 5.0)]
+    intra_latency_us: f64,
+    /// Host NIC / DC link rate, Gbit/s (default: the WAN's, at least 100).
+    #[arg(long, value_parser = parse_gbps)]
+    dc_gbps: Option<f64>,
+    /// Path MTU in bytes.
+    #[arg(long, default_value_t = 4096, value_parser = parse_mtu)]
+    mtu: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// One JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (1.0..=1e13).contains(&v) && v.fract() == 0.0 => Ok(v as u64),
+        _ => Err("bytes must be a whole number from 1 to 1e13 (e.g. 1e9)".into()),
+    }
+}
+
+fn allreduce(a: AllreduceArgs) -> ExitCode {
+    use soya_tools::sim::allreduce::AllreduceConfig;
+    use soya_tools::sim::nccl::NcclParams;
+    let wan = a.link_gbps * f64::from(a.paths);
+    let c = AllreduceConfig {
+        gpus_per_site: a.gpus_per_site,
+        gradient_bytes: a.gradient_bytes,
+        distance_km: a.distance_km,
+        link_gbps: a.link_gbps,
+        paths: a.paths,
+        loss: a.loss,
+        endpoint: a.endpoint,
+        channels: a.channels,
+        nccl: NcclParams {
+            buffsize: a.nccl_buffsize,
+            qps_per_conn: a.qps_per_connection,
+        },
+        intra_gbps: a.intra_gbps.unwrap_or(wan),
+        intra_latency: std::time::Duration::from_secs_f64(a.intra_latency_us.max(0.0) * 1e-6),
+        dc_gbps: a.dc_gbps.unwrap_or(wan.max(100.0)),
+        mtu: a.mtu,
+        seed: a.seed,
+    };
+    soya_tools::sim::allreduce_cli::report(&c, a.json)
 }
 
 #[derive(clap::Args)]
@@ -167,6 +258,7 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Run(a) => run(a),
         Command::Sweep(a) => sweep_cmd(a),
+        Command::Allreduce(a) => allreduce(a),
     }
 }
 

@@ -208,7 +208,7 @@ pub struct Outcome {
 const MEM_BASE: u64 = 0x10_0000;
 const RKEY: u32 = 0x1234;
 
-fn qp_config(s: &Scenario, mem_size: usize) -> QpConfig {
+pub(crate) fn qp_config(s: &Scenario, mem_size: usize) -> QpConfig {
     let base = rxe_qp_config(s, mem_size);
     match s.endpoint {
         EndpointModel::Rxe => base,
@@ -271,8 +271,9 @@ fn mem_size(s: &Scenario) -> usize {
     (3 * slot(s) + 4096) as usize
 }
 
-/// Builds the world a scenario describes.
-fn build(s: &Scenario) -> Result<World, String> {
+/// Builds the world a scenario describes (with `qps: 0`: links and
+/// gateways only, for workloads that add their own QPs: `super::nccl`).
+pub(crate) fn build(s: &Scenario) -> Result<World, String> {
     let mut rng = ChaCha8Rng::seed_from_u64(s.seed);
     let wan_delay = LinkProfile::fibre(s.distance_km);
     let mut w = World::new(ChaCha8Rng::seed_from_u64(rng.random()));
@@ -760,7 +761,7 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
 /// Runs the world until both WAN endpoints have a session and live paths (at most a
 /// second of virtual time) when the scenario asks for a warm start, and
 /// returns when the workload starts. Link outages are relative to it.
-fn warm_up(s: &Scenario, w: &mut World) -> Time {
+pub(crate) fn warm_up(s: &Scenario, w: &mut World) -> Time {
     if s.warm_start && w.accelerated() {
         let limit = Time::ZERO + Duration::from_secs(1);
         // A session, and every path has seen a round trip (data only goes

@@ -6,6 +6,7 @@
 
 mod harness;
 mod hw;
+mod imm;
 mod ops;
 mod recovery;
 mod twin_lost;
