@@ -301,8 +301,8 @@ fn directions_have_their_own_profiles() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let mut fwd = echo.join().unwrap();
-    // SAFETY: signalling the child we started, not yet waited for.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    // The child we started, not yet waited for.
+    let _ = soya::sys::kill(child.id(), libc::SIGTERM);
     let (a2b, b2a) = (percentile(&mut fwd, 0.5), percentile(&mut back, 0.5));
     let fastest = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     let (fa, fb) = (fastest(&fwd), fastest(&back));
@@ -451,8 +451,7 @@ fn sigterm_prints_the_summary() {
     // The signal goes once all ten have come through (not after a pause
     // that a slow machine might not honour).
     receive_all(&server, 10, 5);
-    // SAFETY: signalling the child we started.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let _ = soya::sys::kill(child.id(), libc::SIGTERM);
     let s = summary(child);
     assert_eq!(s["paths"][0]["a_to_b"]["forwarded"], 10, "{s}");
     assert_eq!(s["paths"][0]["a_to_b"]["forwarded_bytes"], 50, "{s}");
@@ -489,8 +488,7 @@ fn slack_moderates_wakeups() {
     // Every datagram must come out (the queue holds them all) before the
     // relay is stopped.
     receive_all(&server, N, 1000);
-    // SAFETY: signalling the child we started.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let _ = soya::sys::kill(child.id(), libc::SIGTERM);
     let s = summary(child);
     let a2b = &s["paths"][0]["a_to_b"];
     assert_eq!(a2b["forwarded"], N, "{s}");

@@ -583,10 +583,56 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Clock ticks per second, the unit of the CPU times in `/proc/PID/stat`
+/// (`sysconf(_SC_CLK_TCK)`).
+pub fn clock_ticks_per_sec() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    // Linux reports USER_HZ, 100, everywhere; never below 1.
+    hz.max(1) as u64
+}
+
 /// kill(2): sends `sig` to process `pid`.
 pub fn kill(pid: u32, sig: libc::c_int) -> io::Result<()> {
     // SAFETY: kill(2) has no memory preconditions.
     cvt(unsafe { libc::kill(pid as libc::pid_t, sig) }).map(|_| ())
+}
+
+/// A packet socket (AF_PACKET, SOCK_DGRAM: IP packets without their link
+/// header) bound to device `dev` of the caller's network namespace, seeing
+/// every packet the device sends or receives: a tap on a link (blocking).
+pub fn open_link_tap(dev: &str) -> io::Result<OwnedFd> {
+    let name = std::ffi::CString::new(dev)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a device name"))?;
+    // SAFETY: a NUL-terminated name.
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if ifindex == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // ETH_P_ALL: only "all protocols" taps see outgoing packets.
+    let proto = (libc::ETH_P_ALL as u16).to_be();
+    // SAFETY: socket(2); the fd is owned by the OwnedFd at once.
+    let fd = unsafe {
+        OwnedFd::from_raw_fd(cvt(libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            i32::from(proto),
+        ))?)
+    };
+    // SAFETY: an all-zero sockaddr_ll is valid; its fields are set below.
+    let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = proto;
+    sll.sll_ifindex = ifindex as i32;
+    // SAFETY: bind with a live sockaddr_ll of its size.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    })?;
+    Ok(fd)
 }
 
 /// Moves the calling thread into the network namespace `ns` (an open
