@@ -149,6 +149,21 @@ pub fn real_ns() -> u64 {
     clock_ns(libc::CLOCK_REALTIME)
 }
 
+/// CPU time of the calling thread in nanoseconds (CLOCK_THREAD_CPUTIME_ID).
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CPU time of the whole process, user + system, in seconds (getrusage).
+pub fn process_cpu_secs() -> f64 {
+    // SAFETY: an all-zero rusage is valid; getrusage fills the one we pass.
+    let mut u: libc::rusage = unsafe { zeroed() };
+    // SAFETY: RUSAGE_SELF and a live rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
 fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -659,5 +674,50 @@ pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
             Ok(())
         })
+    }
+}
+
+/// A change of the heap, as [`CountingAlloc`] reports it.
+#[derive(Clone, Copy, Debug)]
+pub enum HeapChange {
+    /// Bytes allocated (`alloc` or `alloc_zeroed`).
+    Alloc(usize),
+    /// Bytes freed.
+    Dealloc(usize),
+    /// A block resized from `old` to `new` bytes.
+    Realloc { old: usize, new: usize },
+}
+
+/// A global allocator for the tests and benches that count allocations:
+/// the system allocator, telling `.0` of every change first. The hook runs
+/// inside the allocator, so it must not allocate (a thread-local `Cell` or
+/// an atomic is the way to count).
+pub struct CountingAlloc(pub fn(HeapChange));
+
+// SAFETY: every call goes to the system allocator unchanged; the hook only
+// sees sizes.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        (self.0)(HeapChange::Alloc(l.size()));
+        // SAFETY: the caller's contract, forwarded as is.
+        unsafe { std::alloc::System.alloc(l) }
+    }
+
+    unsafe fn alloc_zeroed(&self, l: std::alloc::Layout) -> *mut u8 {
+        (self.0)(HeapChange::Alloc(l.size()));
+        // SAFETY: as for `alloc`.
+        unsafe { std::alloc::System.alloc_zeroed(l) }
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        (self.0)(HeapChange::Dealloc(l.size()));
+        // SAFETY: as for `alloc`.
+        unsafe { std::alloc::System.dealloc(p, l) }
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, new: usize) -> *mut u8 {
+        (self.0)(HeapChange::Realloc { old: l.size(), new });
+        // SAFETY: as for `alloc`.
+        unsafe { std::alloc::System.realloc(p, l, new) }
     }
 }
