@@ -19,6 +19,8 @@
 //! egress (B) role. The machine may be shared: the per-core figure, not the
 //! wall-clock rate, is the comparable one.
 
+#![deny(unsafe_code)]
+
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -3,6 +3,8 @@
 //! processes (the binary). Every test uses its own address pair so the
 //! tests can run in parallel; all are bounded in time.
 
+#![deny(unsafe_code)]
+
 use std::net::{IpAddr, SocketAddr};
 use std::process::{Child, Command, Output, Stdio};
 use std::thread;

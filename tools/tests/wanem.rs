@@ -5,6 +5,8 @@
 //! are printed (`cargo test -- --nocapture`) and measured precisely by
 //! `soya-wanem selftest`.
 
+#![deny(unsafe_code)]
+
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
 use std::process::{Child, Command, Stdio};

@@ -519,6 +519,13 @@ pub fn run<I: PacketIo>(
 pub type DirectionFn =
     Box<dyn FnOnce(&EngineOptions, Clock, &DirCounters, &AtomicBool, &LinkProfile) + Send>;
 
+/// The direction that builds its I/O with `make_io` on its own thread (I/O
+/// state such as batch headers stays with the thread that uses it) and
+/// runs the engine over it.
+pub fn direction<I: PacketIo>(make_io: impl FnOnce() -> I + Send + 'static) -> DirectionFn {
+    Box::new(move |o, clock, counters, stop, prof| run(make_io(), prof, o, clock, counters, stop))
+}
+
 /// Counters of one path, both directions.
 #[derive(Clone, Debug, Serialize)]
 pub struct PathSnapshot {

@@ -20,11 +20,9 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use super::engine::{self, DirectionFn, Emulator, EngineOptions, PacketIo};
-use super::stats::DirCounters;
 use crate::sim::link::LinkProfile;
 use soya::sys;
 use soya::sys::batch::{RxMeta, SendOutcome};
@@ -76,15 +74,7 @@ impl PacketIo for TunIo {
 }
 
 fn direction(rx: Arc<OwnedFd>, tx: Arc<OwnedFd>) -> DirectionFn {
-    Box::new(
-        move |o: &EngineOptions,
-              clock,
-              counters: &DirCounters,
-              stop: &AtomicBool,
-              prof: &LinkProfile| {
-            engine::run(TunIo { rx, tx }, prof, o, clock, counters, stop)
-        },
-    )
+    engine::direction(move || TunIo { rx, tx })
 }
 
 /// Creates devices `a_dev` and `b_dev` (TAP if `tap`) and starts

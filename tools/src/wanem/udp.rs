@@ -14,11 +14,10 @@
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::engine::{self, DirectionFn, Emulator, EngineOptions, PacketIo};
-use super::stats::DirCounters;
 use crate::sim::link::LinkProfile;
 use soya::sys::batch::{RecvBatch, RxMeta, SendBatch, SendOutcome};
 use soya::sys::{self, RawAddr};
@@ -129,23 +128,14 @@ fn direction(
     } else {
         0
     };
-    Box::new(
-        move |o: &EngineOptions,
-              clock,
-              counters: &DirCounters,
-              stop: &AtomicBool,
-              prof: &LinkProfile| {
-            let io = UdpDir {
-                rx,
-                tx,
-                rb: RecvBatch::new(batch, landing),
-                sb: SendBatch::new(batch, gso),
-                client,
-                role,
-            };
-            engine::run(io, prof, o, clock, counters, stop)
-        },
-    )
+    engine::direction(move || UdpDir {
+        rx,
+        tx,
+        rb: RecvBatch::new(batch, landing),
+        sb: SendBatch::new(batch, gso),
+        client,
+        role,
+    })
 }
 
 fn bind(addr: SocketAddr, what: &str) -> io::Result<UdpSocket> {
