@@ -36,7 +36,7 @@ use soya::gateway::Snapshot;
 use soya_tools::perf::PerfReport;
 
 mod common;
-use common::{in_netns, ip_in, netns_missing, netns_required, skip};
+use common::{in_netns, ip_in};
 
 #[path = "netns/lab.rs"]
 mod lab;
@@ -134,15 +134,13 @@ fn write_send_read_verified_over_two_lossy_paths() {
 
 /// A lab whose gateways run two shards each (on the xdp backend if `xdp`,
 /// else tun), where the hosts' pair (10.1.0.1, 10.2.0.1) hashes to shard 1.
-fn two_shard_lab(test: &'static str, xdp: bool) -> Option<Lab> {
-    let lab = Lab::new(
-        test,
-        Wan {
-            shards: 2,
-            xdp,
-            ..CLEAN
-        },
-    )?;
+fn two_shard_lab(test: &'static str, xdp: bool, needs: &[&str]) -> Option<Lab> {
+    let wan = Wan {
+        shards: 2,
+        xdp,
+        ..CLEAN
+    };
+    let lab = Lab::needing(test, wan, needs)?;
     assert_eq!(
         soya::gateway::shard::shard_of_pair(HOST[0].into(), HOST[1].into(), 2),
         1,
@@ -171,11 +169,11 @@ fn verify_ops(lab: &mut Lab, ops: &[&str]) {
 #[test]
 fn two_shards_on_tun_hand_over_and_verify() {
     let _turn = serial();
-    let Some(mut lab) = two_shard_lab("two_shards_on_tun_hand_over_and_verify", false) else {
+    let Some(mut lab) = two_shard_lab("two_shards_on_tun_hand_over_and_verify", false, &[]) else {
         return;
     };
     verify_ops(&mut lab, &["write", "read"]);
-    for (s, name) in [(lab.status(Site::A), "gwA"), (lab.status(Site::B), "gwB")] {
+    for (s, name) in lab.statuses() {
         let (s0, s1) = two_shards(&s, name);
         assert!(s0.handoff_out > 0, "{name}: shard 0 handed nothing over");
         assert_eq!(s0.handoff_out, s1.handoff_in, "{name}");
@@ -196,11 +194,7 @@ fn two_shards_on_tun_hand_over_and_verify() {
 fn two_shards_on_xdp_verify_without_handoff() {
     const TEST: &str = "two_shards_on_xdp_verify_without_handoff";
     let _turn = serial();
-    if let Some(why) = netns_missing(&["ping", "ethtool"]) {
-        skip(TEST, &why, netns_required());
-        return;
-    }
-    let Some(mut lab) = two_shard_lab(TEST, true) else {
+    let Some(mut lab) = two_shard_lab(TEST, true, &["ping", "ethtool"]) else {
         return;
     };
     verify_ops(&mut lab, &["write", "send", "read"]);
@@ -210,7 +204,7 @@ fn two_shards_on_xdp_verify_without_handoff() {
     let data: Vec<u8> = (0..256u32 << 10).map(|i| (i % 253) as u8).collect();
     lab.tcp_echo(&data);
 
-    for (s, name) in [(lab.status(Site::A), "gwA"), (lab.status(Site::B), "gwB")] {
+    for (s, name) in lab.statuses() {
         assert!(s.backend.contains("copy mode"), "{name}: {}", s.backend);
         let (s0, s1) = two_shards(&s, name);
         for sh in [s0, s1] {
@@ -230,12 +224,8 @@ fn two_shards_on_xdp_verify_without_handoff() {
 fn tcp_udp_and_ping_cross_the_gateways() {
     const TEST: &str = "tcp_udp_and_ping_cross_the_gateways";
     let _turn = serial();
-    if let Some(why) = netns_missing(&["ping"]) {
-        skip(TEST, &why, netns_required());
-        return;
-    }
     let t0 = Instant::now();
-    let Some(lab) = Lab::new(TEST, LOSSY) else {
+    let Some(lab) = Lab::needing(TEST, LOSSY, &["ping"]) else {
         return;
     };
     let before = [lab.snapshot(Site::A), lab.snapshot(Site::B)];

@@ -11,6 +11,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use soya_tools::perf::server::Server;
+
+mod common;
 use soya_tools::perf::{
     run_client, run_server, ClientConfig, Op, PerfReport, ProgressTo, RunLimit, ServerConfig,
 };
@@ -333,12 +335,7 @@ fn spawn_server(addr: &str, extra: &[&str]) -> Reaper {
 }
 
 fn run_bin(args: &[&str]) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn_piped(BIN, args);
     let deadline = Instant::now() + Duration::from_secs(60);
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {

@@ -9,7 +9,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -185,12 +185,7 @@ fn link_down_window_drops_then_recovers() {
 
 /// Starts the binary and waits until it has bound its sockets (its banner).
 fn spawn_wanem(args: &[&str]) -> (Child, mpsc::Receiver<String>) {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn_piped(BIN, args);
     let (tx, rx) = mpsc::channel();
     let err = child.stderr.take().unwrap();
     std::thread::spawn(move || {

@@ -120,3 +120,13 @@ impl PerfClient {
         Ok((report, status))
     }
 }
+
+/// Starts `bin` with `args`, its stdout and stderr piped to this test.
+pub fn spawn_piped(bin: &str, args: &[&str]) -> std::process::Child {
+    std::process::Command::new(bin)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"))
+}

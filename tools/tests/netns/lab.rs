@@ -121,7 +121,13 @@ pub struct Lab {
 impl Lab {
     /// Builds the lab, or prints why it cannot and returns `None`.
     pub fn new(test: &'static str, wan: Wan) -> Option<Lab> {
-        if let Some(why) = netns_missing(&[]) {
+        Lab::needing(test, wan, &[])
+    }
+
+    /// [`Lab::new`] for a test that also runs `commands` (in the hosts'
+    /// namespaces).
+    pub fn needing(test: &'static str, wan: Wan, commands: &[&str]) -> Option<Lab> {
+        if let Some(why) = netns_missing(commands) {
             skip(test, &why, netns_required());
             return None;
         }
@@ -482,6 +488,11 @@ impl Lab {
     fn gw_log(&self, s: Site) -> String {
         let f = format!("gw{}.log", ["a", "b"][s.i()]);
         format!("--- {f} ---\n{}", self.tail(&f))
+    }
+
+    /// Both gateways' `soya status --json`, with their names.
+    pub fn statuses(&self) -> [(Snapshot, &'static str); 2] {
+        [(self.status(Site::A), "gwA"), (self.status(Site::B), "gwB")]
     }
 
     /// ping, both ways between the hosts (the exit status is 0 when a
