@@ -9,6 +9,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -23,8 +24,14 @@ use common::{in_netns, ip, netns_missing, netns_required, skip, Netns};
 
 const BIN: &str = env!("CARGO_BIN_EXE_soya-wanem");
 
+/// A UDP socket on loopback whose receive buffer holds a whole test's
+/// datagrams (16 MiB, forced beyond rmem_max as root, else the most the
+/// kernel grants): a receiver the scheduler leaves waiting while the relay
+/// sends must find them queued, not dropped.
 fn loopback() -> UdpSocket {
-    UdpSocket::bind("127.0.0.1:0").unwrap()
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    soya::sys::tune_udp_socket(s.as_raw_fd(), 16 << 20);
+    s
 }
 
 /// A port that was free a moment ago.
