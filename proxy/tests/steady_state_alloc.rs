@@ -534,6 +534,19 @@ fn check_copies(max_datagram: usize, packets: u32, carried: u64, a: Copies, b: C
     }
 }
 
+/// The counter the bounds below rely on sees an allocation (a counter
+/// that saw nothing would pass them all).
+#[test]
+fn the_counting_allocator_counts() {
+    COUNT_HERE.with(|c| c.set(true));
+    let (a0, b0) = (ALLOCS.with(Cell::get), BYTES.with(Cell::get));
+    let v = std::hint::black_box(vec![0u8; 1000]);
+    let (a1, b1) = (ALLOCS.with(Cell::get), BYTES.with(Cell::get));
+    COUNT_HERE.with(|c| c.set(false));
+    drop(v);
+    assert_eq!((a1 - a0, b1 - b0), (1, 1000));
+}
+
 #[test]
 fn steady_state_allocates_nothing_per_packet_jumbo_wan() {
     steady_state(soya::wan::DEFAULT_MAX_DATAGRAM, WINDOW, BURST);
