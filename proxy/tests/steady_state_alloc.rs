@@ -534,17 +534,20 @@ fn check_copies(max_datagram: usize, packets: u32, carried: u64, a: Copies, b: C
     }
 }
 
-/// The counter the bounds below rely on sees an allocation (a counter
-/// that saw nothing would pass them all).
+/// The counter the bounds below rely on sees every kind of allocation (a
+/// counter that saw nothing would pass them all): a plain one, a zeroed
+/// one and a growth.
 #[test]
 fn the_counting_allocator_counts() {
     COUNT_HERE.with(|c| c.set(true));
     let (a0, b0) = (ALLOCS.with(Cell::get), BYTES.with(Cell::get));
-    let v = std::hint::black_box(vec![0u8; 1000]);
+    let mut v: Vec<u8> = std::hint::black_box(Vec::with_capacity(1000));
+    let z = std::hint::black_box(vec![0u8; 1000]);
+    v.reserve_exact(3000);
     let (a1, b1) = (ALLOCS.with(Cell::get), BYTES.with(Cell::get));
     COUNT_HERE.with(|c| c.set(false));
-    drop(v);
-    assert_eq!((a1 - a0, b1 - b0), (1, 1000));
+    drop((v, z));
+    assert_eq!((a1 - a0, b1 - b0), (3, 5000));
 }
 
 #[test]
