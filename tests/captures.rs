@@ -3,6 +3,8 @@
 //! the data packets then use, and the responder's MSN must follow the rule
 //! the pseudo-ACK engine relies on.
 
+#![deny(unsafe_code)]
+
 use std::collections::HashMap;
 use std::net::IpAddr;
 

@@ -133,6 +133,19 @@ fn start(path: &Path) -> Gateway {
     Gateway::start(&soya_config::load(path).unwrap()).unwrap()
 }
 
+/// `l`'s two gateways started and connected to each other, the time of
+/// that (the hosts' epoch), and a host at each site: A with QP 0x11, B
+/// with QP 0x22, each the other's peer.
+fn two_sites(l: &Lab) -> (Gateway, Gateway, Instant, Host, Host) {
+    let ga = start(&l.fa);
+    let gb = start(&l.fb);
+    wait_for(&ga, "twin", |s| s.connected);
+    let epoch = Instant::now();
+    let a = Host::new(A_IP, 0x11, B_IP, 0x22, l.a.dc, true);
+    let b = Host::new(B_IP, 0x22, A_IP, 0x11, l.b.dc, true);
+    (ga, gb, epoch, a, b)
+}
+
 fn wait_for(gw: &Gateway, what: &str, f: impl Fn(&Snapshot) -> bool) -> Snapshot {
     let t0 = Instant::now();
     loop {
@@ -168,21 +181,9 @@ struct Host {
 }
 
 /// A plain UDP/IPv4 packet from `src` to `dst`'s discard port: how a lab
-/// host announces its UDP address to its gateway.
+/// host announces its UDP address to its gateway (soya-perf's own).
 fn announce_packet(src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
-    let mut p = vec![0u8; 28];
-    p[0] = 0x45;
-    p[2..4].copy_from_slice(&28u16.to_be_bytes());
-    p[8] = 64;
-    p[9] = 17;
-    p[12..16].copy_from_slice(&src.octets());
-    p[16..20].copy_from_slice(&dst.octets());
-    let ck = soya::roce::ip::ipv4_checksum(&p[..20]);
-    p[10..12].copy_from_slice(&ck.to_be_bytes());
-    p[20..22].copy_from_slice(&9u16.to_be_bytes());
-    p[22..24].copy_from_slice(&9u16.to_be_bytes());
-    p[24..26].copy_from_slice(&8u16.to_be_bytes());
-    p
+    soya_tools::perf::wire::announce_packet(src.into(), dst.into()).expect("IPv4")
 }
 
 impl Host {
@@ -353,12 +354,7 @@ fn cpu_seconds_of_threads(name: &str) -> f64 {
 /// throughput figure.
 fn transfer(keyed: bool) {
     let l = lab(if keyed { "keyed" } else { "insecure" }, keyed, "10gbit");
-    let ga = start(&l.fa);
-    let gb = start(&l.fb);
-    wait_for(&ga, "twin", |s| s.connected);
-    let epoch = Instant::now();
-    let mut a = Host::new(A_IP, 0x11, B_IP, 0x22, l.a.dc, true);
-    let mut b = Host::new(B_IP, 0x22, A_IP, 0x11, l.b.dc, true);
+    let (ga, gb, epoch, mut a, mut b) = two_sites(&l);
     // Both gateways learn their host before any RoCE flows.
     drive(
         &mut [&mut a, &mut b],
@@ -616,12 +612,7 @@ fn write_send_read_through_a_gateway_pair_keyed() {
 fn killing_the_far_gateway_never_yields_silent_success() {
     // A slow WAN so that gateway A holds plenty pseudo-ACKed data.
     let l = lab("kill", false, "200mbit");
-    let ga = start(&l.fa);
-    let gb = start(&l.fb);
-    wait_for(&ga, "twin", |s| s.connected);
-    let epoch = Instant::now();
-    let mut a = Host::new(A_IP, 0x11, B_IP, 0x22, l.a.dc, true);
-    let mut b = Host::new(B_IP, 0x22, A_IP, 0x11, l.b.dc, true);
+    let (ga, gb, epoch, mut a, mut b) = two_sites(&l);
     let (rkey, base) = (b.rkey(), b.base());
     const W: u32 = 64 << 10;
     let mut posted = 0u64;

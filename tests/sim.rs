@@ -2,6 +2,8 @@
 //! invariants over randomized scenarios, and latency hiding at 300 km.
 //! Virtual time, so the figures are deterministic (not wall-clock timings).
 
+#![deny(unsafe_code)]
+
 use soya_tools::rc::hw::EndpointModel;
 use soya_tools::sim::scenario::{run, Op, Scenario};
 use soya_tools::sim::sweep::{sweep, SweepConfig};

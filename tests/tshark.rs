@@ -6,6 +6,8 @@
 //! the test fails under CI (CI=true or SOYA_REQUIRE_TSHARK=1) and otherwise
 //! says it skipped.
 
+#![deny(unsafe_code)]
+
 use std::path::Path;
 use std::process::Command;
 

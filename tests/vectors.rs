@@ -2,6 +2,8 @@
 //! ConnectX-4 Lx CNP and three gateway-generated packets that our builders
 //! must reproduce byte for byte.
 
+#![deny(unsafe_code)]
+
 use std::net::Ipv4Addr;
 
 use soya::roce::builders::{self, ReplyTo};

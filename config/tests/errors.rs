@@ -1,6 +1,8 @@
 //! Every rule, broken once: the diagnostic must name the right line, the key
 //! path and what would be accepted.
 
+#![deny(unsafe_code)]
+
 mod common;
 
 use common::*;

@@ -1,6 +1,8 @@
 //! The shipped example configs: they load, they describe a consistent pair of
 //! twins, and their derived values match numbers computed by hand.
 
+#![deny(unsafe_code)]
+
 mod common;
 
 use std::net::SocketAddr;

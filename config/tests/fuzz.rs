@@ -3,6 +3,8 @@
 //! diagnostics whose positions lie inside the text. (A cargo-fuzz target can
 //! reuse `parse_str` directly; this keeps a cheap version in every test run.)
 
+#![deny(unsafe_code)]
+
 use proptest::prelude::*;
 use soya_config::{parse_str, ConfigError};
 

@@ -27,7 +27,8 @@
 //!
 //! Building the input packets (their ICRC) happens outside the timed part.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+#![deny(unsafe_code)]
+
 use std::hint::black_box;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
@@ -39,6 +40,7 @@ use soya::qp::ingress::{Mode, PseudoAcker};
 use soya::qp::twin::Carry;
 use soya::qp::{EngineConfig, HalfKey, Output, QpEngine, TwinMsg};
 use soya::roce::{builders, IpHeader, Opcode, Psn, Reth, RocePacket};
+use soya::sys::{CountingAlloc, HeapChange};
 use soya::time::Time;
 use soya::wan::{msg, CcKind, Cipher, CipherPolicy, Event, PathConfig, WanConfig, WanConnection};
 
@@ -46,44 +48,22 @@ use soya::wan::{msg, CcKind, Cipher, CipherPolicy, Event, PathConfig, WanConfig,
 // A global allocator that counts live heap bytes while `COUNTING` is set
 // (only during the memory measurement: the timed benches pay one relaxed load).
 
-struct Counting;
-
 static COUNTING: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        }
-        // SAFETY: forwarded as is.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        }
-        // SAFETY: forwarded as is.
-        unsafe { System.alloc_zeroed(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        if COUNTING.load(Ordering::Relaxed) {
-            LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        }
-        // SAFETY: forwarded as is.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
-        }
-        // SAFETY: forwarded as is.
-        unsafe { System.realloc(p, l, new) }
+fn note(change: HeapChange) {
+    if COUNTING.load(Ordering::Relaxed) {
+        let delta = match change {
+            HeapChange::Alloc(n) => n as isize,
+            HeapChange::Dealloc(n) => -(n as isize),
+            HeapChange::Realloc { old, new } => new as isize - old as isize,
+        };
+        LIVE.fetch_add(delta, Ordering::Relaxed);
     }
 }
 
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc(note);
 
 fn live() -> isize {
     LIVE.load(Ordering::Relaxed)

@@ -32,6 +32,8 @@
 //! The machine may be shared: compare the ratios to the insecure run,
 //! measured in the same process minutes apart.
 
+#![deny(unsafe_code)]
+
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
@@ -155,21 +157,11 @@ fn thread_cpu() -> f64 {
     if !PER_SIDE.load(std::sync::atomic::Ordering::Relaxed) {
         return 0.0;
     }
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and a live timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+    soya::sys::thread_cpu_ns() as f64 / 1e9
 }
 
 fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage fills the struct we pass.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(u.ru_utime) + tv(u.ru_stime)
+    soya::sys::process_cpu_secs()
 }
 
 fn run(cipher: Option<Cipher>, mode: IoMode, secs: f64, size: usize, window: u64) -> Outcome {
@@ -251,17 +243,9 @@ fn run(cipher: Option<Cipher>, mode: IoMode, secs: f64, size: usize, window: u64
                 .min()
                 .map_or(Duration::from_millis(1), |d| d.since(t))
                 .min(Duration::from_millis(1));
-            let mut fds = [a.sock.as_raw_fd(), b.sock.as_raw_fd()].map(|fd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            });
-            let ts = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: next.as_nanos() as libc::c_long,
-            };
-            // SAFETY: two live pollfds, a valid timespec, no signal mask.
-            unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+            let mut fds = [a.sock.as_raw_fd(), b.sock.as_raw_fd()]
+                .map(|fd| soya::sys::pollfd(fd, libc::POLLIN));
+            let _ = soya::sys::ppoll(&mut fds, Some(next));
         }
     }
     let (w0, c0, d0) = t0.expect("warm-up ended");

@@ -1,5 +1,7 @@
 //! The `soya` command as a user runs it.
 
+#![deny(unsafe_code)]
+
 use std::process::Command;
 
 fn soya() -> Command {

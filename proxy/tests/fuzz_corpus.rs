@@ -9,6 +9,8 @@
 //! It is no campaign (that is `proxy/fuzz/run.sh`): a regression net for CI,
 //! where installing and building cargo-fuzz would take too long.
 
+#![deny(unsafe_code)]
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 

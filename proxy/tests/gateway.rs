@@ -7,6 +7,8 @@
 //! with real processes in network namespaces (root), is
 //! `tools/tests/netns.rs`.
 
+#![deny(unsafe_code)]
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -579,8 +581,7 @@ fn spawn_daemon(cfg: &Path, socket: &Path) -> Child {
 }
 
 fn signal(c: &Child, sig: i32) {
-    // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(c.id() as i32, sig) }, 0);
+    soya::sys::kill(c.id(), sig).unwrap();
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! spec (packaging/metrics-spec.json), the Grafana dashboard generated from
 //! it and the Prometheus examples must agree with it.
 
+#![deny(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::Command;
 

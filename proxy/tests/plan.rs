@@ -4,6 +4,8 @@
 //! Every expected number below is worked out by hand in the comment above it
 //! (to more digits than the 1e-6 relative tolerance needs).
 
+#![deny(unsafe_code)]
+
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use soya::plan::{self, Plan, PlanArgs};

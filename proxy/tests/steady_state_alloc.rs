@@ -20,7 +20,8 @@
 //! [`MAX_COPIES_B`]. (Without the feature the copies are not counted and
 //! the test says so; `.ci/run` runs it with the feature.)
 
-use std::alloc::{GlobalAlloc, Layout, System};
+#![deny(unsafe_code)]
+
 use std::cell::Cell;
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -29,6 +30,7 @@ use soya::copies::{self, Copies};
 use soya::qp::EngineConfig;
 use soya::roce::{builders, is_roce, IpHeader, OpKind, Opcode, Psn, Reth, RocePacket, Syndrome};
 use soya::site::{Acl, DcSent, Site, SiteParams};
+use soya::sys::{CountingAlloc, HeapChange};
 use soya::time::Time;
 use soya::wan::{CcKind, PathConfig, WanConfig};
 
@@ -39,8 +41,6 @@ trait DcHost {
 
 // ----- counting allocator -----
 
-struct Counting;
-
 thread_local! {
     // Per thread: the tests run in parallel. (Const-initialised cells
     // without destructors: using them never allocates.)
@@ -49,37 +49,20 @@ thread_local! {
     static BYTES: Cell<u64> = const { Cell::new(0) };
 }
 
-fn note(size: usize) {
+fn note(change: HeapChange) {
+    // Every allocation and growth, by its new size; frees do not count.
+    let size = match change {
+        HeapChange::Alloc(n) | HeapChange::Realloc { new: n, .. } => n,
+        HeapChange::Dealloc(_) => return,
+    };
     if COUNT_HERE.with(Cell::get) {
         ALLOCS.with(|c| c.set(c.get() + 1));
         BYTES.with(|c| c.set(c.get() + size as u64));
     }
 }
 
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        note(l.size());
-        // SAFETY: forwarded as is.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        note(l.size());
-        // SAFETY: forwarded as is.
-        unsafe { System.alloc_zeroed(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: forwarded as is.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        note(new);
-        // SAFETY: forwarded as is.
-        unsafe { System.realloc(p, l, new) }
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc(note);
 
 // ----- counting copies -----
 
@@ -556,6 +539,22 @@ fn check_copies(max_datagram: usize, packets: u32, carried: u64, a: Copies, b: C
             per_packet(c)
         );
     }
+}
+
+/// The counter the bounds below rely on sees every kind of allocation (a
+/// counter that saw nothing would pass them all): a plain one, a zeroed
+/// one and a growth.
+#[test]
+fn the_counting_allocator_counts() {
+    COUNT_HERE.with(|c| c.set(true));
+    let (a0, b0) = (ALLOCS.with(Cell::get), BYTES.with(Cell::get));
+    let mut v: Vec<u8> = std::hint::black_box(Vec::with_capacity(1000));
+    let z = std::hint::black_box(vec![0u8; 1000]);
+    v.reserve_exact(3000);
+    let (a1, b1) = (ALLOCS.with(Cell::get), BYTES.with(Cell::get));
+    COUNT_HERE.with(|c| c.set(false));
+    drop((v, z));
+    assert_eq!((a1 - a0, b1 - b0), (3, 5000));
 }
 
 #[test]

@@ -19,6 +19,8 @@
 //! egress (B) role. The machine may be shared: the per-core figure, not the
 //! wall-clock rate, is the comparable one.
 
+#![deny(unsafe_code)]
+
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -49,8 +51,7 @@ fn cpu_of(pid: u32) -> f64 {
         .unwrap_or("")
         .split_whitespace()
         .collect();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let hz = soya::sys::clock_ticks_per_sec() as f64;
     if f.len() > 13 {
         (f[11].parse::<f64>().unwrap_or(0.0) + f[12].parse::<f64>().unwrap_or(0.0)) / hz
     } else {
@@ -91,8 +92,8 @@ struct Kill(Vec<Child>);
 impl Drop for Kill {
     fn drop(&mut self) {
         for c in &mut self.0 {
-            // SAFETY: SIGTERM to a child we spawned (drain and exit).
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            // SIGTERM to a child we spawned (drain and exit); it may be gone.
+            let _ = soya::sys::kill(c.id(), libc::SIGTERM);
         }
         for c in &mut self.0 {
             let _ = c.wait();

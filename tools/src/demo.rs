@@ -43,6 +43,7 @@ use serde_json::{json, Value};
 
 use crate::demo_common::{demo_gateway_env, flow_quota, path_rate, RELAY_SLACK_US, US_PER_KM};
 pub use crate::demo_common::{Binaries, DemoOptions, DEFAULT_RATE_BPS};
+use crate::size::{parse_size, MAX_SIZE};
 
 const HOST_A: &str = "10.1.0.1";
 const HOST_B: &str = "10.2.0.1";
@@ -398,6 +399,51 @@ fn gateway_config(g: &GwSide, rtt_us: f64, o: &DemoOptions) -> String {
     s
 }
 
+/// A bottleneck rate ("2gbit", "800mbit"); "unlimited", "none" or 0: none.
+fn parse_demo_rate(s: &str) -> Result<u64, String> {
+    match crate::wanem::profile::rate_of(&crate::wanem::profile::Quantity::Text(s.into()))? {
+        Some(r) => Ok(r),
+        None => Ok(0),
+    }
+}
+
+/// `soya-perf demo` (what `soya demo` runs): the demo's arguments as the
+/// command line gave them; `soya_bin` is the `soya` binary (soya-perf and
+/// soya-wanem are looked up beside it). Returns the exit status.
+pub fn main(soya_bin: &Path, d: &soya::demo_args::DemoArgs) -> i32 {
+    let (size, rate) = match (parse_size(&d.size), parse_demo_rate(&d.rate)) {
+        (Ok(s), Ok(r)) => (s, r),
+        (Err(e), _) => {
+            eprintln!("soya demo: --size {}: {e}", d.size);
+            return 2;
+        }
+        (_, Err(e)) => {
+            eprintln!("soya demo: --rate {}: {e}", d.rate);
+            return 2;
+        }
+    };
+    let bins = match Binaries::beside(soya_bin) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("soya demo: {e}");
+            return 1;
+        }
+    };
+    run(
+        &DemoOptions {
+            distance_km: d.distance_km,
+            loss: d.loss,
+            paths: d.paths,
+            duration: d.duration,
+            size,
+            json: d.json,
+            netns: d.netns,
+            rate_bps: (rate > 0).then_some(rate),
+        },
+        &bins,
+    )
+}
+
 fn validate(o: &DemoOptions) -> Result<(), String> {
     if !(o.distance_km.is_finite() && (0.0..=40_000.0).contains(&o.distance_km)) {
         return Err(format!("--distance-km {}: 0..=40000", o.distance_km));
@@ -411,8 +457,8 @@ fn validate(o: &DemoOptions) -> Result<(), String> {
     if !(o.duration.is_finite() && o.duration > 0.0 && o.duration <= 3600.0) {
         return Err(format!("--duration {}: (0, 3600] seconds", o.duration));
     }
-    if o.size == 0 || o.size > crate::perf::MAX_SIZE {
-        return Err(format!("--size {}: 1..={}", o.size, crate::perf::MAX_SIZE));
+    if o.size == 0 || o.size > MAX_SIZE {
+        return Err(format!("--size {}: 1..={}", o.size, MAX_SIZE));
     }
     Ok(())
 }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use crate::demo_common::{
     demo_gateway_env, flow_quota, path_rate, Binaries, DemoOptions, RELAY_SLACK_US, US_PER_KM,
 };
-use crate::netns::{net_sysctl, netns_missing, try_ip_in, Netns, Proc};
+use crate::netns::{netns_missing, try_ip_in, Netns, Proc};
 
 pub const HOST: [&str; 2] = ["10.1.0.1", "10.2.0.1"];
 const PREFIX: [&str; 2] = ["10.1.0.0/16", "10.2.0.0/16"];
@@ -141,25 +141,8 @@ impl Sites {
 
     /// hostX ──veth── gwX; gwX forwards.
     fn wire_site(&mut self, i: usize) -> Result<(), String> {
-        let (h, g) = (self.host[i].clone(), self.gw[i].clone());
-        for n in [&h, &g] {
-            // No IPv6 chatter into soya0 (the ACL would count it as drops).
-            for k in ["all", "default"] {
-                net_sysctl(n, &format!("ipv6/conf/{k}/disable_ipv6"), "1");
-            }
-        }
-        if !net_sysctl(&g, "ipv4/ip_forward", "1") {
-            return Err(format!("cannot enable ip_forward in {g}"));
-        }
-        crate::netns::try_ip(&[
-            "link", "add", "dc", "netns", &h, "type", "veth", "peer", "name", "host", "netns", &g,
-        ])?;
         let gw_ip = if i == 0 { "10.1.0.254" } else { "10.2.0.254" };
-        try_ip_in(&h, &format!("addr add {}/24 dev dc", HOST[i]))?;
-        try_ip_in(&g, &format!("addr add {gw_ip}/24 dev host"))?;
-        try_ip_in(&h, "link set dc up mtu 9000")?;
-        try_ip_in(&g, "link set host up mtu 9000")?;
-        try_ip_in(&h, &format!("route add default via {gw_ip}"))
+        crate::netns::wire_site(&self.host[i], &self.gw[i], &[HOST[i]], gw_ip)
     }
 
     fn start_wanem(

@@ -13,5 +13,6 @@ pub mod netns;
 pub mod perf;
 pub mod rc;
 pub mod sim;
+pub mod size;
 pub mod soak;
 pub mod wanem;

@@ -200,3 +200,28 @@ pub fn net_sysctl(ns: &str, key: &str, value: &str) -> bool {
     let value = value.to_string();
     try_in_netns(ns, move || std::fs::write(path, value).is_ok()).unwrap_or(false)
 }
+
+/// A site's DC link: `host` (device `dc`, addresses `host_ips`, default
+/// route via `gw_ip`) ──veth── `gw` (device `host`, address `gw_ip`, all
+/// /24), both up at MTU 9000; `gw` forwards; no IPv6 in either namespace
+/// (its chatter into soya0 would count as ACL drops).
+pub fn wire_site(host: &str, gw: &str, host_ips: &[&str], gw_ip: &str) -> Result<(), String> {
+    for n in [host, gw] {
+        for k in ["all", "default"] {
+            net_sysctl(n, &format!("ipv6/conf/{k}/disable_ipv6"), "1");
+        }
+    }
+    if !net_sysctl(gw, "ipv4/ip_forward", "1") {
+        return Err(format!("cannot enable ip_forward in {gw}"));
+    }
+    try_ip(&[
+        "link", "add", "dc", "netns", host, "type", "veth", "peer", "name", "host", "netns", gw,
+    ])?;
+    for a in host_ips {
+        try_ip_in(host, &format!("addr add {a}/24 dev dc"))?;
+    }
+    try_ip_in(gw, &format!("addr add {gw_ip}/24 dev host"))?;
+    try_ip_in(host, "link set dc up mtu 9000")?;
+    try_ip_in(gw, "link set host up mtu 9000")?;
+    try_ip_in(host, &format!("route add default via {gw_ip}"))
+}

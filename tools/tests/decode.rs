@@ -3,6 +3,8 @@
 //! decoded, is marked truncated, and skips the ICRC check; whole frames of
 //! the same capture are still checked. The captures are generated here.
 
+#![deny(unsafe_code)]
+
 use std::fs::File;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};

@@ -5,6 +5,8 @@
 //! package's `soya-perf` (a workspace build puts them side by side). When it
 //! is missing the test is skipped with a printed reason, unless `CI=true`.
 
+#![deny(unsafe_code)]
+
 use std::process::Command;
 
 use serde_json::Value;

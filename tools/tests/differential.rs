@@ -16,6 +16,8 @@
 //! flow key of their own), since the sweep's verdicts are only worth
 //! anything if the simulator runs what the daemon runs.
 
+#![deny(unsafe_code)]
+
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io;

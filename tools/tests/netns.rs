@@ -23,588 +23,24 @@
 //! sets it). The tests take turns (a lock): each one loads both cores.
 //! No timing is asserted; only correctness and counters.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+#![deny(unsafe_code)]
+
+use std::io::Read;
+use std::net::{Ipv4Addr, UdpSocket};
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use soya::gateway::{control, Snapshot};
+use soya::gateway::Snapshot;
 use soya_tools::perf::PerfReport;
 
 mod common;
-use common::{
-    in_netns, ip, ip_in, must_ip, net_sysctl, netns_missing, netns_required, skip, soya_binary,
-    Netns, Proc,
-};
+use common::{in_netns, ip_in};
 
-const PERF: &str = env!("CARGO_BIN_EXE_soya-perf");
-const WANEM: &str = env!("CARGO_BIN_EXE_soya-wanem");
-
-const HOST: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 1, 0, 1), Ipv4Addr::new(10, 2, 0, 1)];
-const PREFIX: [&str; 2] = ["10.1.0.0/16", "10.2.0.0/16"];
-const WAN_PORT: u16 = 7400;
-
-/// One lab at a time: each loads the machine's two cores.
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Site {
-    A,
-    B,
-}
-
-impl Site {
-    fn i(self) -> usize {
-        self as usize
-    }
-
-    fn other(self) -> Site {
-        match self {
-            Site::A => Site::B,
-            Site::B => Site::A,
-        }
-    }
-}
-
-/// The emulated WAN.
-#[derive(Clone, Copy, Debug)]
-struct Wan {
-    paths: usize,
-    /// One-way delay of path 0; path k adds k × 1.5 ms.
-    delay_ms: f64,
-    /// Random loss per packet and direction, on every path.
-    loss: f64,
-    /// Each gateway's rate per path (`wan.paths.rate`).
-    rate: &'static str,
-    /// Device threads per gateway (`gateway.shards`).
-    shards: usize,
-    /// DC backend of both gateways: `xdp` on their veth ("host") instead
-    /// of `tun`.
-    xdp: bool,
-    /// `wan.twin_timeout` of both gateways (default when `None`).
-    twin_timeout: Option<&'static str>,
-}
-
-/// Two paths, 0.5 % loss per direction.
-const LOSSY: Wan = Wan {
-    paths: 2,
-    delay_ms: 3.0,
-    loss: 0.005,
-    rate: "1gbit",
-    shards: 1,
-    xdp: false,
-    twin_timeout: None,
-};
-/// Two paths, no loss.
-const CLEAN: Wan = Wan { loss: 0.0, ..LOSSY };
-/// Two slow paths (100 Mbit/s each): the near gateway's buffer fills.
-const SLOW: Wan = Wan {
-    rate: "100mbit",
-    ..CLEAN
-};
-
-impl Wan {
-    fn delay(&self, k: usize) -> f64 {
-        self.delay_ms + 1.5 * k as f64
-    }
-}
-
-fn wan_ip(site: Site, k: usize) -> Ipv4Addr {
-    Ipv4Addr::new(169, 254, 10 + k as u8, 1 + site as u8)
-}
-
-/// One topology: five namespaces, the WAN emulators, two gateways and a
-/// soya-perf server at hostB.
-struct Lab {
-    test: &'static str,
-    dir: PathBuf,
-    soya: PathBuf,
-    host: [String; 2],
-    gw: [String; 2],
-    wan_ns: String,
-    wan: Wan,
-    cfg: [PathBuf; 2],
-    sock: [PathBuf; 2],
-    gateway: [Option<Proc>; 2],
-    generation: [u64; 2],
-    wanem: Vec<Proc>,
-    clients: u32,
-    /// Last: killing the processes and deleting the namespaces.
-    procs: Netns,
-}
-
-impl Lab {
-    /// Builds the lab, or prints why it cannot and returns `None`.
-    fn new(test: &'static str, wan: Wan) -> Option<Lab> {
-        if let Some(why) = netns_missing(&[]) {
-            skip(test, &why, netns_required());
-            return None;
-        }
-        let Some(soya) = soya_binary() else {
-            skip(
-                test,
-                "the soya binary next to soya-perf (cargo build --workspace)",
-                netns_required(),
-            );
-            return None;
-        };
-        static N: AtomicU32 = AtomicU32::new(0);
-        let id = format!(
-            "{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        let dir = std::env::temp_dir().join(format!("soya-netns-{id}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut procs = Netns::new();
-        let ns = |role: &str| format!("soya-{id}-{role}");
-        let host = [procs.add(&ns("hA")).unwrap(), procs.add(&ns("hB")).unwrap()];
-        let gw = [procs.add(&ns("gA")).unwrap(), procs.add(&ns("gB")).unwrap()];
-        let wan_ns = procs.add(&ns("wan")).unwrap();
-        let mut lab = Lab {
-            test,
-            sock: [dir.join("a.sock"), dir.join("b.sock")],
-            cfg: [dir.join("a.toml"), dir.join("b.toml")],
-            dir,
-            soya,
-            host,
-            gw,
-            wan_ns,
-            wan,
-            gateway: [None, None],
-            generation: [0, 0],
-            wanem: Vec::new(),
-            clients: 0,
-            procs,
-        };
-        lab.wire_sites();
-        for k in 0..wan.paths {
-            lab.start_wanem(k);
-        }
-        lab.write_configs();
-        lab.start_gateway(Site::A);
-        lab.start_gateway(Site::B);
-        for s in [Site::A, Site::B] {
-            lab.wait_for(s, "connected, every path up", |s| {
-                s.connected && s.paths.iter().all(|p| p.state == "up")
-            });
-        }
-        lab.start_server();
-        Some(lab)
-    }
-
-    /// hostX ──veth── gwX; gwX forwards.
-    fn wire_sites(&mut self) {
-        for s in [Site::A, Site::B] {
-            let (h, g) = (&self.host[s.i()], &self.gw[s.i()]);
-            for n in [h, g] {
-                // Quiet namespaces: no IPv6 chatter into soya0 (it would be
-                // counted as ACL drops), no reverse-path filter for the
-                // forged sources.
-                for k in ["all", "default"] {
-                    net_sysctl(n, &format!("ipv6/conf/{k}/disable_ipv6"), "1");
-                }
-                for k in ["all", "default"] {
-                    assert!(net_sysctl(n, &format!("ipv4/conf/{k}/rp_filter"), "0"));
-                }
-            }
-            assert!(net_sysctl(g, "ipv4/ip_forward", "1"), "ip_forward in {g}");
-            // One queue each way: the xdp backend's sockets read queue 0.
-            must_ip(&[
-                "link",
-                "add",
-                "dc",
-                "netns",
-                h,
-                "numtxqueues",
-                "1",
-                "numrxqueues",
-                "1",
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "host",
-                "netns",
-                g,
-                "numtxqueues",
-                "1",
-                "numrxqueues",
-                "1",
-            ]);
-            let gw_ip = Ipv4Addr::from(u32::from(HOST[s.i()]) + 253);
-            ip_in(h, &format!("addr add {}/24 dev dc", HOST[s.i()]));
-            ip_in(g, &format!("addr add {gw_ip}/24 dev host"));
-            ip_in(h, "link set dc up mtu 9000");
-            ip_in(g, "link set host up mtu 9000");
-            ip_in(h, &format!("route add default via {gw_ip}"));
-            if self.wan.xdp {
-                // A veth hands frames over with the TCP/UDP checksum left
-                // to "hardware" (CHECKSUM_PARTIAL); AF_XDP takes the bytes
-                // as they are, so the host computes checksums itself (a
-                // real NIC's frames are complete on the wire).
-                let ok = Command::new("ip")
-                    .args(["netns", "exec", h, "ethtool", "-K", "dc", "tx", "off"])
-                    .stdout(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success());
-                assert!(ok, "ethtool -K dc tx off in {h}");
-            }
-            assert!(net_sysctl(g, "ipv4/conf/host/rp_filter", "0"));
-        }
-    }
-
-    /// `soya-wanem tun` for path k in the wan namespace; its devices go to
-    /// the gateways' namespaces.
-    fn start_wanem(&mut self, k: usize) {
-        let (a, b) = (format!("a{k}"), format!("b{k}"));
-        let out = std::fs::File::create(self.dir.join(format!("wanem{k}.json"))).unwrap();
-        let err = std::fs::File::create(self.dir.join(format!("wanem{k}.log"))).unwrap();
-        let args = format!(
-            "tun --a-dev {a} --b-dev {b} --delay-ms {} --loss {} --seed {} \
-             --no-realtime --spin-us 0 --stats-interval 0 --json",
-            self.wan.delay(k),
-            self.wan.loss,
-            k + 1
-        );
-        let args: Vec<&str> = args.split_whitespace().collect();
-        let p = self
-            .procs
-            .spawn(&self.wan_ns, Path::new(WANEM), &args, |c| {
-                c.stdout(out).stderr(err);
-            })
-            .unwrap();
-        self.wanem.push(p);
-        let t0 = Instant::now();
-        while !(ip(&["-n", &self.wan_ns, "link", "show", &a])
-            && ip(&["-n", &self.wan_ns, "link", "show", &b]))
-        {
-            assert!(
-                self.procs.running(p) && t0.elapsed() < Duration::from_secs(10),
-                "soya-wanem did not make its devices: {}",
-                self.tail(&format!("wanem{k}.log"))
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        for (dev, s) in [(&a, Site::A), (&b, Site::B)] {
-            let g = &self.gw[s.i()];
-            ip_in(&self.wan_ns, &format!("link set {dev} netns {g}"));
-            ip_in(g, &format!("addr add {}/30 dev {dev}", wan_ip(s, k)));
-            ip_in(g, &format!("link set {dev} up mtu 9000"));
-        }
-    }
-
-    fn write_configs(&self) {
-        use std::os::unix::fs::PermissionsExt;
-        // A throwaway key (the forgeries below do not know it either way).
-        let key = self.dir.join("psk.key");
-        let seed = std::process::id().wrapping_mul(2_654_435_761);
-        let hex: String = (0..32u32)
-            .map(|i| format!("{:02x}", (seed.rotate_left(i) ^ (i * 37)) as u8))
-            .collect();
-        std::fs::write(&key, hex + "\n").unwrap();
-        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
-        for s in [Site::A, Site::B] {
-            let binds: Vec<String> = (0..self.wan.paths)
-                .map(|k| format!("\"{}:{WAN_PORT}\"", wan_ip(s, k)))
-                .collect();
-            let mut text = format!(
-                "site = \"netns-{site}\"\n\
-                 [dc]\n{backend}\n\
-                 local_prefixes = [\"{local}\"]\nremote_prefixes = [\"{remote}\"]\n\
-                 [buffer]\nsize = \"32MiB\"\n\
-                 [pseudo_ack]\npolicy = \"edge\"\n\
-                 [control]\nmetrics = \"\"\nsocket = \"{sock}\"\n\
-                 [log]\nlevel = \"info\"\n\
-                 [gateway]\nshards = {shards}\n\
-                 [wan]\nbind = [{binds}]\nkey_file = \"{key}\"\n{twin_timeout}",
-                site = if s == Site::A { "a" } else { "b" },
-                local = PREFIX[s.i()],
-                remote = PREFIX[s.other().i()],
-                sock = self.sock[s.i()].display(),
-                binds = binds.join(", "),
-                key = key.display(),
-                twin_timeout = self
-                    .wan
-                    .twin_timeout
-                    .map_or(String::new(), |t| format!("twin_timeout = \"{t}\"\n")),
-                shards = self.wan.shards,
-                backend = if self.wan.xdp {
-                    "backend = \"xdp\"\ninterface = \"host\""
-                } else {
-                    "backend = \"tun\"\ninterface = \"soya0\""
-                },
-            );
-            for k in 0..self.wan.paths {
-                text += &format!(
-                    "[[wan.paths]]\nname = \"p{k}\"\nremote = \"{}:{WAN_PORT}\"\nbind = {k}\n\
-                     rate = \"{}\"\nrtt = \"{}ms\"\n",
-                    wan_ip(s.other(), k),
-                    self.wan.rate,
-                    2.0 * self.wan.delay(k)
-                );
-            }
-            std::fs::write(&self.cfg[s.i()], text).unwrap();
-        }
-    }
-
-    /// Starts (or restarts) a gateway: waits until its control socket
-    /// answers with a new generation, then routes the remote prefix into
-    /// its soya0 (the device is the process's: a restart makes a new one).
-    fn start_gateway(&mut self, s: Site) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("gw{}.log", ["a", "b"][s.i()])))
-            .unwrap();
-        let log2 = log.try_clone().unwrap();
-        let cfg = self.cfg[s.i()].display().to_string();
-        let p = self
-            .procs
-            .spawn(
-                &self.gw[s.i()],
-                &self.soya.clone(),
-                &["gateway", "-c", &cfg],
-                |c| {
-                    // Keep the device thread at normal priority on a shared
-                    // machine.
-                    c.env("SOYA_NORMAL_PRIORITY", "1").stdout(log).stderr(log2);
-                },
-            )
-            .unwrap();
-        self.gateway[s.i()] = Some(p);
-        let t0 = Instant::now();
-        let snap = loop {
-            if let Ok(snap) = control::query(&self.sock[s.i()]) {
-                if snap.state == "running" && snap.generation != self.generation[s.i()] {
-                    break snap;
-                }
-            }
-            assert!(
-                self.procs.running(p) && t0.elapsed() < Duration::from_secs(10),
-                "gateway {s:?} did not start:\n{}",
-                self.gw_log(s)
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        self.generation[s.i()] = snap.generation;
-        if self.wan.xdp {
-            // AF_XDP on the veth toward the host: no route, no device; the
-            // XDP program steers the host's packets for the remote prefix.
-            assert!(snap.backend.starts_with("xdp host"), "{}", snap.backend);
-            return;
-        }
-        assert_eq!(snap.backend, "tun soya0");
-        let route = format!("route replace {} dev soya0", PREFIX[s.other().i()]);
-        ip_in(&self.gw[s.i()], &route);
-    }
-
-    /// `kill -9` of a gateway.
-    fn kill_gateway(&mut self, s: Site) {
-        let p = self.gateway[s.i()].take().expect("gateway running");
-        self.procs.kill(p);
-    }
-
-    fn start_server(&mut self) {
-        let out = std::fs::File::create(self.dir.join("server.json")).unwrap();
-        let err = std::fs::File::create(self.dir.join("server.log")).unwrap();
-        let bind = HOST[1].to_string();
-        self.procs
-            .spawn(
-                &self.host[1],
-                Path::new(PERF),
-                &[
-                    "server",
-                    "--bind-ip",
-                    &bind,
-                    "--json",
-                    "-q",
-                    "--drain-timeout",
-                    "2",
-                ],
-                |c| {
-                    c.stdout(out).stderr(err);
-                },
-            )
-            .unwrap();
-    }
-
-    /// Starts `soya-perf client` at hostA toward hostB's server.
-    fn spawn_client(&mut self, args: &[&str]) -> Client {
-        self.clients += 1;
-        let n = self.clients;
-        let json = self.dir.join(format!("client{n}.json"));
-        let log = self.dir.join(format!("client{n}.log"));
-        let (a, b) = (HOST[0].to_string(), HOST[1].to_string());
-        let mut all = vec!["client", &b, "--bind-ip", &a, "--json", "-q"];
-        all.extend_from_slice(args);
-        let (out, err) = (
-            std::fs::File::create(&json).unwrap(),
-            std::fs::File::create(&log).unwrap(),
-        );
-        let proc = self
-            .procs
-            .spawn(&self.host[0], Path::new(PERF), &all, |c| {
-                c.stdout(out).stderr(err);
-            })
-            .unwrap();
-        Client {
-            proc,
-            json,
-            log,
-            what: args.join(" "),
-        }
-    }
-
-    /// Waits for a client's report (at most `within`).
-    fn finish_client(&mut self, c: Client, within: Duration) -> (PerfReport, ExitStatus) {
-        let status = self.procs.wait(c.proc, within).unwrap_or_else(|| {
-            self.procs.kill(c.proc);
-            panic!(
-                "soya-perf client {} did not finish within {within:?}:\n{}\n{}\n{:#?}",
-                c.what,
-                std::fs::read_to_string(&c.log).unwrap_or_default(),
-                self.gw_log(Site::A),
-                self.snapshot(Site::A)
-            )
-        });
-        let text = std::fs::read_to_string(&c.json).unwrap();
-        let report: PerfReport = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
-            panic!(
-                "soya-perf client {} printed no report ({e}, {status}): {text}\n{}",
-                c.what,
-                std::fs::read_to_string(&c.log).unwrap_or_default()
-            )
-        });
-        (report, status)
-    }
-
-    fn run_client(&mut self, args: &[&str]) -> (PerfReport, ExitStatus) {
-        let c = self.spawn_client(args);
-        self.finish_client(c, Duration::from_secs(60))
-    }
-
-    fn snapshot(&self, s: Site) -> Snapshot {
-        control::query(&self.sock[s.i()]).expect("control socket")
-    }
-
-    /// What `soya status --json` prints, parsed.
-    fn status(&self, s: Site) -> Snapshot {
-        let out = Command::new(&self.soya)
-            .args(["status", "--json", "--socket"])
-            .arg(&self.sock[s.i()])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "soya status: {out:?}");
-        serde_json::from_slice(&out.stdout).expect("soya status --json")
-    }
-
-    /// Polls a gateway until `f` holds (20 s at most).
-    fn wait_for(&self, s: Site, what: &str, f: impl Fn(&Snapshot) -> bool) -> Snapshot {
-        let t0 = Instant::now();
-        loop {
-            if let Ok(snap) = control::query(&self.sock[s.i()]) {
-                if f(&snap) {
-                    return snap;
-                }
-                assert!(
-                    t0.elapsed() < Duration::from_secs(20),
-                    "gateway {s:?}: timed out waiting for {what}:\n{snap:#?}\n{}",
-                    self.gw_log(s)
-                );
-            }
-            assert!(t0.elapsed() < Duration::from_secs(20), "no gateway {s:?}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn tail(&self, file: &str) -> String {
-        let text = std::fs::read_to_string(self.dir.join(file)).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-
-    fn gw_log(&self, s: Site) -> String {
-        let f = format!("gw{}.log", ["a", "b"][s.i()]);
-        format!("--- {f} ---\n{}", self.tail(&f))
-    }
-
-    /// Stops the emulators (SIGTERM) and returns their exit summaries.
-    fn stop_wanem(&mut self) -> Vec<serde_json::Value> {
-        let mut out = Vec::new();
-        for (k, p) in std::mem::take(&mut self.wanem).into_iter().enumerate() {
-            self.procs.signal(p, libc::SIGTERM);
-            self.procs.wait(p, Duration::from_secs(5));
-            let text = std::fs::read_to_string(self.dir.join(format!("wanem{k}.json")))
-                .unwrap_or_default();
-            out.push(serde_json::from_str(text.trim()).unwrap_or_default());
-        }
-        out
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "{}: lab files kept in {}\n{}\n{}",
-                self.test,
-                self.dir.display(),
-                self.gw_log(Site::A),
-                self.gw_log(Site::B)
-            );
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
-struct Client {
-    proc: Proc,
-    json: PathBuf,
-    log: PathBuf,
-    what: String,
-}
-
-fn pseudo_acks(s: &Snapshot) -> u64 {
-    s.flows
-        .iter()
-        .filter(|f| f.role == "ingress")
-        .map(|f| f.pseudo_acks)
-        .sum()
-}
-
-fn assert_clean(r: &PerfReport, status: ExitStatus, what: &str) {
-    let server = r.server.as_deref();
-    assert!(
-        r.ok && status.success(),
-        "{what}: not clean ({status}): {:?}\n{r:#?}",
-        r.errors
-    );
-    assert_eq!(r.data_errors, 0, "{what}");
-    assert_eq!(r.bytes_lost, 0, "{what}");
-    assert_eq!(r.failed_completions + r.incomplete, 0, "{what}");
-    assert_eq!(r.remote_data_errors, Some(0), "{what}");
-    // Every payload byte was checked against the pattern at its receiver
-    // (the server for WRITE/SEND, this side for READ).
-    assert!(r.bytes > 0 && r.bytes_verified >= r.bytes, "{what}: {r:#?}");
-    let server = server.expect("server report");
-    assert!(server.ok, "{what}: server: {:?}", server.errors);
-    // Nothing malformed or misaddressed reached either host.
-    for (side, rep) in [("client", r), ("server", server)] {
-        assert_eq!(rep.io.bad_datagrams, 0, "{what}: {side} {:?}", rep.io);
-        assert_eq!(rep.packets.malformed_dropped, 0, "{what}: {side}");
-        assert_eq!(rep.packets.misaddressed_dropped, 0, "{what}: {side}");
-    }
-}
+#[path = "netns/lab.rs"]
+mod lab;
+use lab::*;
 
 /// WRITE, SEND and READ from hostA to hostB (4 QPs each), every byte
 /// verified, through two lossy WAN paths (0.5 % loss per direction, 6 and
@@ -696,35 +132,52 @@ fn write_send_read_verified_over_two_lossy_paths() {
     );
 }
 
+/// A lab whose gateways run two shards each (on the xdp backend if `xdp`,
+/// else tun), where the hosts' pair (10.1.0.1, 10.2.0.1) hashes to shard 1.
+fn two_shard_lab(test: &'static str, xdp: bool, needs: &[&str]) -> Option<Lab> {
+    let wan = Wan {
+        shards: 2,
+        xdp,
+        ..CLEAN
+    };
+    let lab = Lab::needing(test, wan, needs)?;
+    assert_eq!(
+        soya::gateway::shard::shard_of_pair(HOST[0].into(), HOST[1].into(), 2),
+        1,
+        "the test relies on the host pair living on shard 1"
+    );
+    Some(lab)
+}
+
+/// Each of `ops` from hostA: 2 QPs x 64 messages of 64 KiB, every byte
+/// verified.
+fn verify_ops(lab: &mut Lab, ops: &[&str]) {
+    for &op in ops {
+        let (r, status) = lab.run_client(&["--op", op, "--qps", "2", "--iters", "64"]);
+        assert_clean(&r, status, op);
+        assert_eq!(r.bytes, 128 * 65536, "{op}");
+        println!(
+            "{op}: {} bytes verified, {:.3} Gb/s, {} requester retransmissions",
+            r.bytes_verified, r.goodput_gbps, r.retransmissions
+        );
+    }
+}
+
 /// Two shards per gateway on the tun backend: shard 0 reads the one tun
 /// queue, and the hosts' pair (10.1.0.1, 10.2.0.1) hashes to shard 1, so
 /// every DC packet at both gateways goes through the handoff ring.
 #[test]
 fn two_shards_on_tun_hand_over_and_verify() {
     let _turn = serial();
-    let wan = Wan { shards: 2, ..CLEAN };
-    let Some(mut lab) = Lab::new("two_shards_on_tun_hand_over_and_verify", wan) else {
+    let Some(mut lab) = two_shard_lab("two_shards_on_tun_hand_over_and_verify", false, &[]) else {
         return;
     };
-    assert_eq!(
-        soya::gateway::shard::shard_of_pair(HOST[0].into(), HOST[1].into(), 2),
-        1,
-        "the test relies on the host pair living on shard 1"
-    );
-    for op in ["write", "read"] {
-        let (r, status) = lab.run_client(&["--op", op, "--qps", "2", "--iters", "64"]);
-        assert_clean(&r, status, op);
-        assert_eq!(r.bytes, 128 * 65536, "{op}");
-    }
-    for (s, name) in [(lab.status(Site::A), "gwA"), (lab.status(Site::B), "gwB")] {
-        assert_eq!(s.shards.len(), 2, "{name}: {:?}", s.shards);
-        let (s0, s1) = (&s.shards[0], &s.shards[1]);
-        assert!(s0.connected && s1.connected, "{name}: {:?}", s.shards);
+    verify_ops(&mut lab, &["write", "read"]);
+    for (s, name) in lab.statuses() {
+        let (s0, s1) = two_shards(&s, name);
         assert!(s0.handoff_out > 0, "{name}: shard 0 handed nothing over");
         assert_eq!(s0.handoff_out, s1.handoff_in, "{name}");
         assert_eq!(s0.handoff_dropped, 0, "{name}");
-        assert!(s1.twin_msgs_out > 0 && s1.twin_msgs_in > 0, "{name}");
-        assert_eq!(s.dc.rx_kernel_drops, 0, "{name}");
         println!(
             "{name}: shard 0 handed over {}, shard 1 twin msgs out/in {}/{}",
             s0.handoff_out, s1.twin_msgs_out, s1.twin_msgs_in
@@ -741,80 +194,22 @@ fn two_shards_on_tun_hand_over_and_verify() {
 fn two_shards_on_xdp_verify_without_handoff() {
     const TEST: &str = "two_shards_on_xdp_verify_without_handoff";
     let _turn = serial();
-    if let Some(why) = netns_missing(&["ping", "ethtool"]) {
-        skip(TEST, &why, netns_required());
-        return;
-    }
-    let wan = Wan {
-        shards: 2,
-        xdp: true,
-        ..CLEAN
-    };
-    let Some(mut lab) = Lab::new(TEST, wan) else {
+    let Some(mut lab) = two_shard_lab(TEST, true, &["ping", "ethtool"]) else {
         return;
     };
-    assert_eq!(
-        soya::gateway::shard::shard_of_pair(HOST[0].into(), HOST[1].into(), 2),
-        1,
-        "the test relies on the host pair living on shard 1"
-    );
-    for op in ["write", "send", "read"] {
-        let (r, status) = lab.run_client(&["--op", op, "--qps", "2", "--iters", "64"]);
-        assert_clean(&r, status, op);
-        assert_eq!(r.bytes, 128 * 65536, "{op}");
-        println!(
-            "{op}: {} bytes verified, {:.3} Gb/s, {} requester retransmissions",
-            r.bytes_verified, r.goodput_gbps, r.retransmissions
-        );
-    }
+    verify_ops(&mut lab, &["write", "send", "read"]);
     // ping both ways (ARP resolved by the kernels: the program passes it).
-    for (from, to) in [(0, 1), (1, 0)] {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &lab.host[from], "ping", "-c", "3"])
-            .args(["-i", "0.2", "-W", "2", &HOST[to].to_string()])
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "ping {}: {text}", HOST[to]);
-    }
+    lab.ping_both_ways();
     // A TCP connection: 256 KiB echoed (jumbo frames: multi-buffer).
-    let listener = in_netns(&lab.host[1], || TcpListener::bind((HOST[1], 5001))).unwrap();
-    let server = std::thread::spawn(move || -> std::io::Result<()> {
-        let (mut s, _) = listener.accept()?;
-        s.set_read_timeout(Some(Duration::from_secs(20)))?;
-        let mut r = s.try_clone()?;
-        std::io::copy(&mut r, &mut s)?;
-        Ok(())
-    });
-    let mut c = in_netns(&lab.host[0], || {
-        TcpStream::connect_timeout(&SocketAddr::from((HOST[1], 5001)), Duration::from_secs(10))
-    })
-    .expect("TCP connect from hostA to hostB");
-    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let data: Vec<u8> = (0..256u32 << 10).map(|i| (i % 253) as u8).collect();
-    let mut w = c.try_clone().unwrap();
-    let sent = data.clone();
-    let writer = std::thread::spawn(move || {
-        w.write_all(&sent).unwrap();
-        w.shutdown(std::net::Shutdown::Write).unwrap();
-    });
-    let mut back = Vec::new();
-    c.read_to_end(&mut back).expect("echo");
-    writer.join().unwrap();
-    server.join().unwrap().expect("TCP server");
-    assert!(back == data, "TCP echo differs: {} bytes", back.len());
+    lab.tcp_echo(&data);
 
-    for (s, name) in [(lab.status(Site::A), "gwA"), (lab.status(Site::B), "gwB")] {
+    for (s, name) in lab.statuses() {
         assert!(s.backend.contains("copy mode"), "{name}: {}", s.backend);
-        assert_eq!(s.shards.len(), 2, "{name}: {:?}", s.shards);
-        let (s0, s1) = (&s.shards[0], &s.shards[1]);
-        assert!(s0.connected && s1.connected, "{name}: {:?}", s.shards);
+        let (s0, s1) = two_shards(&s, name);
         for sh in [s0, s1] {
             assert_eq!(sh.handoff_out + sh.handoff_in, 0, "{name}: {:?}", s.shards);
         }
-        assert!(s1.twin_msgs_out > 0 && s1.twin_msgs_in > 0, "{name}");
-        assert_eq!(s.dc.rx_kernel_drops, 0, "{name}: {:?}", s.dc);
         println!(
             "{name}: {}; shard 1 twin msgs out/in {}/{}, handoffs 0",
             s.backend, s1.twin_msgs_out, s1.twin_msgs_in
@@ -829,64 +224,18 @@ fn two_shards_on_xdp_verify_without_handoff() {
 fn tcp_udp_and_ping_cross_the_gateways() {
     const TEST: &str = "tcp_udp_and_ping_cross_the_gateways";
     let _turn = serial();
-    if let Some(why) = netns_missing(&["ping"]) {
-        skip(TEST, &why, netns_required());
-        return;
-    }
     let t0 = Instant::now();
-    let Some(lab) = Lab::new(TEST, LOSSY) else {
+    let Some(lab) = Lab::needing(TEST, LOSSY, &["ping"]) else {
         return;
     };
     let before = [lab.snapshot(Site::A), lab.snapshot(Site::B)];
 
-    // TCP: an echo server at hostB, a client at hostA.
-    let listener = in_netns(&lab.host[1], || TcpListener::bind((HOST[1], 5001))).unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let server = std::thread::spawn(move || -> std::io::Result<SocketAddr> {
-        let t0 = Instant::now();
-        let (mut s, peer) = loop {
-            match listener.accept() {
-                Ok(x) => break x,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if t0.elapsed() > Duration::from_secs(20) {
-                        return Err(e);
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        s.set_nonblocking(false)?;
-        s.set_read_timeout(Some(Duration::from_secs(20)))?;
-        let mut r = s.try_clone()?;
-        std::io::copy(&mut r, &mut s)?;
-        Ok(peer)
-    });
-    let mut c = in_netns(&lab.host[0], || {
-        TcpStream::connect_timeout(&SocketAddr::from((HOST[1], 5001)), Duration::from_secs(10))
-    })
-    .expect("TCP connect from hostA to hostB");
-    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // TCP: 1 MiB echoed by hostB for hostA.
     let data: Vec<u8> = (0..1u32 << 20)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
-    let mut w = c.try_clone().unwrap();
-    let sent = data.clone();
-    let writer = std::thread::spawn(move || {
-        w.write_all(&sent).unwrap();
-        w.shutdown(std::net::Shutdown::Write).unwrap();
-    });
-    let mut back = Vec::new();
-    c.read_to_end(&mut back).expect("echo");
-    writer.join().unwrap();
-    let peer = server.join().unwrap().expect("TCP server");
+    let peer = lab.tcp_echo(&data);
     assert_eq!(peer.ip(), HOST[0], "the server saw another address");
-    assert!(
-        back == data,
-        "TCP echo differs: {} of {} bytes",
-        back.len(),
-        data.len()
-    );
 
     // UDP: an echo socket at hostB; small, MTU-size and jumbo datagrams.
     let echo = in_netns(&lab.host[1], || UdpSocket::bind((HOST[1], 9000))).unwrap();
@@ -923,31 +272,7 @@ fn tcp_udp_and_ping_cross_the_gateways() {
     stop.store(true, Ordering::Relaxed);
     echoer.join().unwrap();
 
-    // ping, both ways (the exit status is 0 when a reply came).
-    for (from, to) in [(0, 1), (1, 0)] {
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &lab.host[from],
-                "ping",
-                "-c",
-                "3",
-                "-i",
-                "0.2",
-            ])
-            .args(["-W", "2", &HOST[to].to_string()])
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "ping {}: {text}", HOST[to]);
-        println!(
-            "ping {}: {}",
-            HOST[to],
-            text.lines().last().unwrap_or_default()
-        );
-    }
+    lab.ping_both_ways();
 
     for (s, b) in [Site::A, Site::B].iter().zip(&before) {
         let a = lab.status(*s);
@@ -1028,45 +353,22 @@ fn a_path_cut_mid_transfer_loses_nothing() {
     );
 }
 
-/// A raw IPv4 socket (IP_HDRINCL) in namespace `ns`: sends packets with
-/// any source address.
-fn raw_socket(ns: &str) -> std::os::fd::OwnedFd {
-    use std::os::fd::FromRawFd;
+/// A raw IPv4 socket (IPPROTO_RAW: IP_HDRINCL) in namespace `ns`: sends
+/// packets with any source address.
+fn raw_socket(ns: &str) -> socket2::Socket {
     in_netns(ns, || {
-        // SAFETY: socket(2); the fd is owned by the OwnedFd at once.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
-        assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
-        // SAFETY: a fresh, valid fd nobody else owns.
-        unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+        let proto = socket2::Protocol::from(libc::IPPROTO_RAW);
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::RAW, Some(proto))
+            .unwrap_or_else(|e| panic!("raw socket: {e}"))
     })
 }
 
-fn send_raw(fd: &std::os::fd::OwnedFd, packet: &[u8], dst: Ipv4Addr) {
-    let sa = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: 0,
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(dst).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
-    // SAFETY: sendto(2) with a live buffer and a sockaddr_in of its size.
-    let n = unsafe {
-        libc::sendto(
-            fd.as_raw_fd(),
-            packet.as_ptr().cast(),
-            packet.len(),
-            0,
-            (&sa as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(
-        n,
-        packet.len() as isize,
-        "{}",
-        std::io::Error::last_os_error()
-    );
+fn send_raw(sock: &socket2::Socket, packet: &[u8], dst: Ipv4Addr) {
+    let to = std::net::SocketAddrV4::new(dst, 0);
+    let n = sock
+        .send_to(packet, &to.into())
+        .unwrap_or_else(|e| panic!("send to {dst}: {e}"));
+    assert_eq!(n, packet.len());
 }
 
 /// A RoCEv2 IP packet (an RC ACK toward QP 0x22) from `src` to `dst`,
@@ -1086,47 +388,13 @@ fn roce_packet(src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
 /// 7400 on device `dev` of namespace `ns` (a packet socket on the link:
 /// what an attacker on the WAN sees).
 fn capture_wan_packet(ns: &str, dev: &str, src: Ipv4Addr) -> Vec<u8> {
-    let dev = std::ffi::CString::new(dev).unwrap();
+    let dev = dev.to_string();
     in_netns(ns, move || {
-        // ETH_P_ALL: only "all protocols" taps see outgoing packets.
-        let proto = (libc::ETH_P_ALL as u16).to_be();
-        // SAFETY: socket(2), closed below.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM, i32::from(proto)) };
-        assert!(
-            fd >= 0,
-            "packet socket: {}",
-            std::io::Error::last_os_error()
-        );
-        // SAFETY: a NUL-terminated name.
-        let ifindex = unsafe { libc::if_nametoindex(dev.as_ptr()) };
-        assert!(ifindex > 0, "no device {dev:?}");
-        // SAFETY: an all-zero sockaddr_ll is valid; fields set below.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = proto;
-        sll.sll_ifindex = ifindex as i32;
-        let tv = libc::timeval {
-            tv_sec: 0,
-            tv_usec: 100_000,
-        };
-        // SAFETY: bind and setsockopt with live structs of their sizes.
-        unsafe {
-            assert_eq!(
-                libc::bind(
-                    fd,
-                    (&sll as *const libc::sockaddr_ll).cast(),
-                    std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t
-                ),
-                0
-            );
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            );
-        }
+        let tap = soya::sys::open_link_tap(&dev)
+            .unwrap_or_else(|e| panic!("packet socket on {dev:?}: {e}"));
+        let tap = socket2::Socket::from(tap);
+        tap.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
         let mut buf = vec![0u8; 9216];
         let t0 = Instant::now();
         let found = loop {
@@ -1134,12 +402,12 @@ fn capture_wan_packet(ns: &str, dev: &str, src: Ipv4Addr) -> Vec<u8> {
                 t0.elapsed() < Duration::from_secs(10),
                 "no WAN packet seen on {dev:?}"
             );
-            // SAFETY: recv(2) into a live buffer of its length.
-            let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+            // A timeout (WouldBlock) reads as nothing: look again.
+            let n = (&tap).read(&mut buf).unwrap_or(0);
             if n < 28 + 24 + 16 + 8 {
                 continue;
             }
-            let p = &buf[..n as usize];
+            let p = &buf[..n];
             let ihl = usize::from(p[0] & 0x0f) * 4;
             let udp = &p[ihl..];
             let payload = &udp[8..];
@@ -1154,8 +422,6 @@ fn capture_wan_packet(ns: &str, dev: &str, src: Ipv4Addr) -> Vec<u8> {
                 break payload.to_vec();
             }
         };
-        // SAFETY: our fd.
-        unsafe { libc::close(fd) };
         found
     })
 }

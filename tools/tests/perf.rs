@@ -3,12 +3,16 @@
 //! processes (the binary). Every test uses its own address pair so the
 //! tests can run in parallel; all are bounded in time.
 
+#![deny(unsafe_code)]
+
 use std::net::{IpAddr, SocketAddr};
 use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use soya_tools::perf::server::Server;
+
+mod common;
 use soya_tools::perf::{
     run_client, run_server, ClientConfig, Op, PerfReport, ProgressTo, RunLimit, ServerConfig,
 };
@@ -209,21 +213,13 @@ fn wrong_rkey_is_a_remote_access_error() {
 /// so and passes.
 #[test]
 fn wire_packets_carry_valid_icrcs() {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    // SAFETY: plain socket creation.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_INET,
-            libc::SOCK_RAW | libc::SOCK_NONBLOCK,
-            libc::IPPROTO_UDP,
-        )
-    };
-    if fd < 0 {
+    use socket2::{Domain, Protocol, Socket, Type};
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let Ok(raw) = Socket::new(Domain::IPV4, Type::RAW.nonblocking(), Some(Protocol::UDP)) else {
         eprintln!("wire_packets_carry_valid_icrcs: skipped (raw sockets need CAP_NET_RAW)");
         return;
-    }
-    // SAFETY: a descriptor we just opened and own.
-    let raw = unsafe { OwnedFd::from_raw_fd(fd) };
+    };
     // Only 127.0.50.0/24 (this test's pair), so the other tests' traffic
     // cannot fill the buffer: a classic BPF filter on the IPv4 destination.
     let prog = [
@@ -258,30 +254,11 @@ fn wire_packets_carry_valid_icrcs() {
             k: 0,
         }, // ret none
     ];
-    let fprog = libc::sock_fprog {
-        len: prog.len() as u16,
-        filter: prog.as_ptr() as *mut libc::sock_filter,
-    };
-    let big: libc::c_int = 16 << 20;
-    // SAFETY: option values of the right types and sizes (SO_RCVBUFFORCE
-    // = 33); the filter outlives the call (the kernel copies it).
-    unsafe {
-        libc::setsockopt(
-            raw.as_raw_fd(),
-            libc::SOL_SOCKET,
-            33,
-            &big as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-        let r = libc::setsockopt(
-            raw.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ATTACH_FILTER,
-            &fprog as *const libc::sock_fprog as *const libc::c_void,
-            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
-        );
-        assert_eq!(r, 0, "attach filter: {}", std::io::Error::last_os_error());
-    }
+    // A large buffer (SO_RCVBUFFORCE, beyond rmem_max: we have the
+    // capability, raw sockets need it too), so the whole run fits.
+    let _ = soya::sys::setsockopt_int(raw.as_raw_fd(), libc::SOL_SOCKET, 33, 16 << 20);
+    raw.attach_filter(&prog)
+        .unwrap_or_else(|e| panic!("attach filter: {e}"));
     for op in [Op::Write, Op::Read] {
         let (c, s) = pair("127.0.50.3", "127.0.50.2", |c| {
             c.op = op;
@@ -295,19 +272,12 @@ fn wire_packets_carry_valid_icrcs() {
     let mut buf = vec![0u8; 70_000];
     let (mut ok, mut bad) = (0, Vec::new());
     loop {
-        // SAFETY: a valid buffer of the given length.
-        let n = unsafe {
-            libc::recv(
-                raw.as_raw_fd(),
-                buf.as_mut_ptr() as *mut libc::c_void,
-                buf.len(),
-                0,
-            )
-        };
-        if n <= 0 {
+        // Nothing more waiting (WouldBlock) ends the loop.
+        let n = (&raw).read(&mut buf).unwrap_or(0);
+        if n == 0 {
             break;
         }
-        let p = &buf[..n as usize];
+        let p = &buf[..n];
         // Only ours: 127.0.50.x on both ends, UDP to 4791.
         let ours = p.len() > 28
             && p[12..15] == [127, 0, 50]
@@ -365,12 +335,7 @@ fn spawn_server(addr: &str, extra: &[&str]) -> Reaper {
 }
 
 fn run_bin(args: &[&str]) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn_piped(BIN, args);
     let deadline = Instant::now() + Duration::from_secs(60);
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {

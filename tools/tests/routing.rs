@@ -28,6 +28,8 @@
 //! the `soya` binary beside `soya-perf`; skips without them unless
 //! `SOYA_REQUIRE_NETNS=1`. Namespaces are `rt-<pid>-<role>`.
 
+#![deny(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -37,7 +39,7 @@ use soya_tools::perf::PerfReport;
 
 mod common;
 use common::{ip, ip_in, must_ip, net_sysctl, netns_missing, netns_required, skip, soya_binary};
-use common::{Netns, Proc};
+use common::{Netns, PerfClient, Proc};
 
 const PERF: &str = env!("CARGO_BIN_EXE_soya-perf");
 const WANEM: &str = env!("CARGO_BIN_EXE_soya-wanem");
@@ -433,48 +435,21 @@ impl Lab {
     }
 
     /// Starts `soya-perf client` in `ns` (address `from`) toward `to`.
-    fn spawn_client(&mut self, ns: &str, from: &str, to: &str, args: &[&str]) -> Client {
+    fn spawn_client(&mut self, ns: &str, from: &str, to: &str, args: &[&str]) -> PerfClient {
         self.clients += 1;
-        let json = self.dir.join(format!("client{}.json", self.clients));
-        let log = self.dir.join(format!("client{}.log", self.clients));
-        let mut all = vec!["client", to, "--bind-ip", from, "--json", "-q"];
-        all.extend_from_slice(args);
-        let (out, err) = (
-            std::fs::File::create(&json).unwrap(),
-            std::fs::File::create(&log).unwrap(),
-        );
-        let proc = self
-            .procs
-            .spawn(ns, Path::new(PERF), &all, |c| {
-                c.stdout(out).stderr(err);
-            })
-            .unwrap();
-        Client {
-            proc,
-            json,
-            log,
-            what: format!("{from} -> {to} {}", args.join(" ")),
-        }
+        PerfClient::spawn(
+            &mut self.procs,
+            &self.dir,
+            self.clients,
+            ns,
+            (from, to),
+            args,
+        )
     }
 
-    fn finish_client(&mut self, c: Client) -> (PerfReport, ExitStatus) {
-        let status = self.procs.wait(c.proc, HANG).unwrap_or_else(|| {
-            self.procs.kill(c.proc);
-            panic!(
-                "soya-perf client {} did not finish:\n{}",
-                c.what,
-                std::fs::read_to_string(&c.log).unwrap_or_default()
-            )
-        });
-        let text = std::fs::read_to_string(&c.json).unwrap();
-        let r = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
-            panic!(
-                "soya-perf client {} printed no report ({e}, {status}): {text}\n{}",
-                c.what,
-                std::fs::read_to_string(&c.log).unwrap_or_default()
-            )
-        });
-        (r, status)
+    fn finish_client(&mut self, c: PerfClient) -> (PerfReport, ExitStatus) {
+        c.finish(&mut self.procs, HANG)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn snapshot(&self, site: usize, pair: usize) -> Snapshot {
@@ -569,13 +544,6 @@ impl Drop for Lab {
 
 fn wan_ip(site: usize, pair: usize) -> String {
     format!("169.254.{}.{}", 20 + pair, 1 + site)
-}
-
-struct Client {
-    proc: Proc,
-    json: PathBuf,
-    log: PathBuf,
-    what: String,
 }
 
 fn assert_clean(r: &PerfReport, status: ExitStatus, what: &str) {

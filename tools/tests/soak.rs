@@ -10,6 +10,8 @@
 //! asserted: the run lasts as long as it lasts on a loaded machine, and
 //! only the accounting is checked.
 
+#![deny(unsafe_code)]
+
 mod common;
 
 use std::path::PathBuf;

@@ -5,9 +5,12 @@
 //! are printed (`cargo test -- --nocapture`) and measured precisely by
 //! `soya-wanem selftest`.
 
+#![deny(unsafe_code)]
+
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
-use std::process::{Child, Command, Stdio};
+use std::os::fd::AsRawFd;
+use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -21,8 +24,14 @@ use common::{in_netns, ip, netns_missing, netns_required, skip, Netns};
 
 const BIN: &str = env!("CARGO_BIN_EXE_soya-wanem");
 
+/// A UDP socket on loopback whose receive buffer holds a whole test's
+/// datagrams (16 MiB, forced beyond rmem_max as root, else the most the
+/// kernel grants): a receiver the scheduler leaves waiting while the relay
+/// sends must find them queued, not dropped.
 fn loopback() -> UdpSocket {
-    UdpSocket::bind("127.0.0.1:0").unwrap()
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    soya::sys::tune_udp_socket(s.as_raw_fd(), 16 << 20);
+    s
 }
 
 /// A port that was free a moment ago.
@@ -183,12 +192,7 @@ fn link_down_window_drops_then_recovers() {
 
 /// Starts the binary and waits until it has bound its sockets (its banner).
 fn spawn_wanem(args: &[&str]) -> (Child, mpsc::Receiver<String>) {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn_piped(BIN, args);
     let (tx, rx) = mpsc::channel();
     let err = child.stderr.take().unwrap();
     std::thread::spawn(move || {
@@ -301,8 +305,8 @@ fn directions_have_their_own_profiles() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let mut fwd = echo.join().unwrap();
-    // SAFETY: signalling the child we started, not yet waited for.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    // The child we started, not yet waited for.
+    let _ = soya::sys::kill(child.id(), libc::SIGTERM);
     let (a2b, b2a) = (percentile(&mut fwd, 0.5), percentile(&mut back, 0.5));
     let fastest = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     let (fa, fb) = (fastest(&fwd), fastest(&back));
@@ -451,8 +455,7 @@ fn sigterm_prints_the_summary() {
     // The signal goes once all ten have come through (not after a pause
     // that a slow machine might not honour).
     receive_all(&server, 10, 5);
-    // SAFETY: signalling the child we started.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let _ = soya::sys::kill(child.id(), libc::SIGTERM);
     let s = summary(child);
     assert_eq!(s["paths"][0]["a_to_b"]["forwarded"], 10, "{s}");
     assert_eq!(s["paths"][0]["a_to_b"]["forwarded_bytes"], 50, "{s}");
@@ -489,8 +492,7 @@ fn slack_moderates_wakeups() {
     // Every datagram must come out (the queue holds them all) before the
     // relay is stopped.
     receive_all(&server, N, 1000);
-    // SAFETY: signalling the child we started.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let _ = soya::sys::kill(child.id(), libc::SIGTERM);
     let s = summary(child);
     let a2b = &s["paths"][0]["a_to_b"];
     assert_eq!(a2b["forwarded"], N, "{s}");

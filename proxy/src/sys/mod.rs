@@ -149,6 +149,21 @@ pub fn real_ns() -> u64 {
     clock_ns(libc::CLOCK_REALTIME)
 }
 
+/// CPU time of the calling thread in nanoseconds (CLOCK_THREAD_CPUTIME_ID).
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CPU time of the whole process, user + system, in seconds (getrusage).
+pub fn process_cpu_secs() -> f64 {
+    // SAFETY: an all-zero rusage is valid; getrusage fills the one we pass.
+    let mut u: libc::rusage = unsafe { zeroed() };
+    // SAFETY: RUSAGE_SELF and a live rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
 fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -624,10 +639,56 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Clock ticks per second, the unit of the CPU times in `/proc/PID/stat`
+/// (`sysconf(_SC_CLK_TCK)`).
+pub fn clock_ticks_per_sec() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    // Linux reports USER_HZ, 100, everywhere; never below 1.
+    hz.max(1) as u64
+}
+
 /// kill(2): sends `sig` to process `pid`.
 pub fn kill(pid: u32, sig: libc::c_int) -> io::Result<()> {
     // SAFETY: kill(2) has no memory preconditions.
     cvt(unsafe { libc::kill(pid as libc::pid_t, sig) }).map(|_| ())
+}
+
+/// A packet socket (AF_PACKET, SOCK_DGRAM: IP packets without their link
+/// header) bound to device `dev` of the caller's network namespace, seeing
+/// every packet the device sends or receives: a tap on a link (blocking).
+pub fn open_link_tap(dev: &str) -> io::Result<OwnedFd> {
+    let name = std::ffi::CString::new(dev)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a device name"))?;
+    // SAFETY: a NUL-terminated name.
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if ifindex == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // ETH_P_ALL: only "all protocols" taps see outgoing packets.
+    let proto = (libc::ETH_P_ALL as u16).to_be();
+    // SAFETY: socket(2); the fd is owned by the OwnedFd at once.
+    let fd = unsafe {
+        OwnedFd::from_raw_fd(cvt(libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            i32::from(proto),
+        ))?)
+    };
+    // SAFETY: an all-zero sockaddr_ll is valid; its fields are set below.
+    let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = proto;
+    sll.sll_ifindex = ifindex as i32;
+    // SAFETY: bind with a live sockaddr_ll of its size.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    })?;
+    Ok(fd)
 }
 
 /// Moves the calling thread into the network namespace `ns` (an open
@@ -654,5 +715,50 @@ pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
             Ok(())
         })
+    }
+}
+
+/// A change of the heap, as [`CountingAlloc`] reports it.
+#[derive(Clone, Copy, Debug)]
+pub enum HeapChange {
+    /// Bytes allocated (`alloc` or `alloc_zeroed`).
+    Alloc(usize),
+    /// Bytes freed.
+    Dealloc(usize),
+    /// A block resized from `old` to `new` bytes.
+    Realloc { old: usize, new: usize },
+}
+
+/// A global allocator for the tests and benches that count allocations:
+/// the system allocator, telling `.0` of every change first. The hook runs
+/// inside the allocator, so it must not allocate (a thread-local `Cell` or
+/// an atomic is the way to count).
+pub struct CountingAlloc(pub fn(HeapChange));
+
+// SAFETY: every call goes to the system allocator unchanged; the hook only
+// sees sizes.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        (self.0)(HeapChange::Alloc(l.size()));
+        // SAFETY: the caller's contract, forwarded as is.
+        unsafe { std::alloc::System.alloc(l) }
+    }
+
+    unsafe fn alloc_zeroed(&self, l: std::alloc::Layout) -> *mut u8 {
+        (self.0)(HeapChange::Alloc(l.size()));
+        // SAFETY: as for `alloc`.
+        unsafe { std::alloc::System.alloc_zeroed(l) }
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        (self.0)(HeapChange::Dealloc(l.size()));
+        // SAFETY: as for `alloc`.
+        unsafe { std::alloc::System.dealloc(p, l) }
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, new: usize) -> *mut u8 {
+        (self.0)(HeapChange::Realloc { old: l.size(), new });
+        // SAFETY: as for `alloc`.
+        unsafe { std::alloc::System.realloc(p, l, new) }
     }
 }

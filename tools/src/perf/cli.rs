@@ -42,6 +42,7 @@ use super::report::PerfReport;
 use super::server::{Server, ServerConfig};
 use super::workload::Op;
 use super::{PerfError, ProgressTo, Transport};
+use crate::size::parse_size;
 
 /// A RoCEv2 RC endpoint in software (UDP port 4791, modelled on Linux rxe),
 /// driven like perftest. Every payload carries a verifiable pattern, so loss,
@@ -71,49 +72,6 @@ struct DemoArgs {
     soya_bin: std::path::PathBuf,
     #[command(flatten)]
     demo: soya::demo_args::DemoArgs,
-}
-
-/// A bottleneck rate ("2gbit", "800mbit"); "unlimited", "none" or 0: none.
-fn parse_demo_rate(s: &str) -> Result<u64, String> {
-    match crate::wanem::profile::rate_of(&crate::wanem::profile::Quantity::Text(s.into()))? {
-        Some(r) => Ok(r),
-        None => Ok(0),
-    }
-}
-
-fn demo(a: DemoArgs) -> i32 {
-    let d = a.demo;
-    let (size, rate) = match (parse_size(&d.size), parse_demo_rate(&d.rate)) {
-        (Ok(s), Ok(r)) => (s, r),
-        (Err(e), _) => {
-            eprintln!("soya demo: --size {}: {e}", d.size);
-            return 2;
-        }
-        (_, Err(e)) => {
-            eprintln!("soya demo: --rate {}: {e}", d.rate);
-            return 2;
-        }
-    };
-    let bins = match crate::demo::Binaries::beside(&a.soya_bin) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("soya demo: {e}");
-            return 1;
-        }
-    };
-    crate::demo::run(
-        &crate::demo::DemoOptions {
-            distance_km: d.distance_km,
-            loss: d.loss,
-            paths: d.paths,
-            duration: d.duration,
-            size,
-            json: d.json,
-            netns: d.netns,
-            rate_bps: (rate > 0).then_some(rate),
-        },
-        &bins,
-    )
 }
 
 #[derive(Args, Debug)]
@@ -313,26 +271,6 @@ fn parse_secs(s: &str) -> Result<Duration, String> {
         return Err(format!("{s:?}: seconds must be in (0, 86400]"));
     }
     Ok(Duration::from_secs_f64(v))
-}
-
-/// Bytes with an optional binary suffix: 4096, 4K, 4KiB, 1M, 1MiB.
-pub fn parse_size(s: &str) -> Result<u32, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (e.g. 4096, 64K, 1MiB)"))?;
-    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return Err(format!("{s:?}: unknown size unit {unit:?}")),
-    };
-    n.checked_mul(mult)
-        .and_then(|v| u32::try_from(v).ok())
-        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 fn progress(c: &Common) -> ProgressTo {
@@ -552,24 +490,13 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
     match cli.command {
         Command::Server(a) => server(a),
         Command::Client(a) => client(a),
-        Command::Demo(a) => demo(a),
+        Command::Demo(a) => crate::demo::main(&a.soya_bin, &a.demo),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("4K"), Ok(4096));
-        assert_eq!(parse_size("64KiB"), Ok(65536));
-        assert_eq!(parse_size("1M"), Ok(1 << 20));
-        assert!(parse_size("4G").is_err());
-        assert!(parse_size("x").is_err());
-        assert!(parse_size("4Q").is_err());
-    }
 
     #[test]
     fn usage_errors_exit_2() {

@@ -240,15 +240,8 @@ impl Endpoint {
         }
         let buf = &mut self.rx_bufs[i];
         let dgram = &buf[HEADROOM..HEADROOM + meta.len.min(PKT_BUF)];
-        let (Some(qpn), false) = (dest_qp(dgram), meta.truncated) else {
-            self.io.bad_datagrams += 1;
-            return;
-        };
-        let Some(qp) = qpn
-            .checked_sub(self.qpn_base)
-            .and_then(|k| self.qps.get_mut(k as usize))
-        else {
-            self.io.unknown_qp += 1;
+        let qpn = dest_qp(dgram).filter(|_| !meta.truncated);
+        let Some(qp) = qp_of(&mut self.qps, self.qpn_base, qpn, &mut self.io) else {
             return;
         };
         let Some(src) = self.rx.source(i).to_std() else {
@@ -276,15 +269,8 @@ impl Endpoint {
     fn deliver_ip(&mut self, i: usize, now: Time) {
         let meta = self.rx_meta[i];
         let pkt = &self.rx_bufs[i][HEADROOM..HEADROOM + meta.len.min(PKT_BUF)];
-        let (Some(qpn), false) = (ip_dest_qp(pkt), meta.truncated) else {
-            self.io.bad_datagrams += 1;
-            return;
-        };
-        let Some(qp) = qpn
-            .checked_sub(self.qpn_base)
-            .and_then(|k| self.qps.get_mut(k as usize))
-        else {
-            self.io.unknown_qp += 1;
+        let qpn = ip_dest_qp(pkt).filter(|_| !meta.truncated);
+        let Some(qp) = qp_of(&mut self.qps, self.qpn_base, qpn, &mut self.io) else {
             return;
         };
         if self.tunnel.is_some_and(|t| t.to.is_none()) {
@@ -403,6 +389,28 @@ impl Endpoint {
 /// match `RcQp`'s header: with `IP_PMTUDISC_DO` an unconnected socket's DF
 /// datagrams carry ID 0 (`ip_select_ident_segs`), while the default
 /// (`IP_PMTUDISC_WANT`) gives them hashed IDs, which the ICRC covers.
+/// The QP a received packet is for: `qpn` is its destination QP (`None`:
+/// not RoCE or cut short, counted as a bad datagram), QP `qpn_base + k` is
+/// `qps[k]` (another QPN is counted as unknown).
+fn qp_of<'a>(
+    qps: &'a mut [RcQp],
+    qpn_base: u32,
+    qpn: Option<u32>,
+    io: &mut IoCounters,
+) -> Option<&'a mut RcQp> {
+    let Some(qpn) = qpn else {
+        io.bad_datagrams += 1;
+        return None;
+    };
+    let qp = qpn
+        .checked_sub(qpn_base)
+        .and_then(|k| qps.get_mut(k as usize));
+    if qp.is_none() {
+        io.unknown_qp += 1;
+    }
+    qp
+}
+
 fn never_fragment(sock: &UdpSocket, v4: bool) -> io::Result<()> {
     let (level, opt, val) = if v4 {
         (

@@ -87,8 +87,7 @@ use crate::rc::QpConfig;
 
 /// VA of every QP's registered memory (any value works; perftest-like).
 pub const MEM_BASE: u64 = 0x7f00_0000_0000;
-/// Largest message size accepted.
-pub const MAX_SIZE: u32 = 64 << 20;
+pub use crate::size::MAX_SIZE;
 /// Most QPs per session.
 pub const MAX_QPS: u32 = 64;
 /// Most registered memory per side (all QPs), bytes.

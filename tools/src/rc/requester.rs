@@ -232,19 +232,9 @@ impl Requester {
                 len,
                 imm,
             } => {
-                let resid = len - wqe.sent;
-                let n = resid.min(mtu);
-                start = wqe.sent == 0;
-                end = resid <= mtu;
-                npkts = resid.div_ceil(mtu).max(1);
-                opcode = match (start, end, imm.is_some()) {
-                    (true, true, false) => Opcode::RC_WRITE_ONLY,
-                    (true, true, true) => Opcode::RC_WRITE_ONLY_IMM,
-                    (true, false, _) => Opcode::RC_WRITE_FIRST,
-                    (false, false, _) => Opcode::RC_WRITE_MIDDLE,
-                    (false, true, false) => Opcode::RC_WRITE_LAST,
-                    (false, true, true) => Opcode::RC_WRITE_LAST_IMM,
-                };
+                let n;
+                (n, start, end, npkts) = segment(len, wqe.sent, mtu);
+                opcode = segment_opcode(WRITE_OPCODES, start, end, imm.is_some());
                 if start {
                     ext.reth = Reth {
                         va: remote_va,
@@ -263,19 +253,9 @@ impl Requester {
                 wqe.sent += n;
             }
             WorkRequest::Send { len, imm } => {
-                let resid = len - wqe.sent;
-                let n = resid.min(mtu);
-                start = wqe.sent == 0;
-                end = resid <= mtu;
-                npkts = resid.div_ceil(mtu).max(1);
-                opcode = match (start, end, imm.is_some()) {
-                    (true, true, false) => Opcode::RC_SEND_ONLY,
-                    (true, true, true) => Opcode::RC_SEND_ONLY_IMM,
-                    (true, false, _) => Opcode::RC_SEND_FIRST,
-                    (false, false, _) => Opcode::RC_SEND_MIDDLE,
-                    (false, true, false) => Opcode::RC_SEND_LAST,
-                    (false, true, true) => Opcode::RC_SEND_LAST_IMM,
-                };
+                let n;
+                (n, start, end, npkts) = segment(len, wqe.sent, mtu);
+                opcode = segment_opcode(SEND_OPCODES, start, end, imm.is_some());
                 if end {
                     ext.imm = imm.unwrap_or(0);
                 }
@@ -834,5 +814,51 @@ impl Requester {
             self.rearm(now, cfg);
         }
         Flow::Continue
+    }
+}
+
+/// The next packet of a WRITE or SEND of `len` bytes of which `sent` went
+/// out already: (its payload bytes, whether it is the first, whether it is
+/// the last, the packets left with it).
+fn segment(len: u32, sent: u32, mtu: u32) -> (u32, bool, bool, u32) {
+    let resid = len - sent;
+    (
+        resid.min(mtu),
+        sent == 0,
+        resid <= mtu,
+        resid.div_ceil(mtu).max(1),
+    )
+}
+
+/// A WRITE's opcodes, in [`segment_opcode`]'s order.
+const WRITE_OPCODES: [Opcode; 6] = [
+    Opcode::RC_WRITE_ONLY,
+    Opcode::RC_WRITE_ONLY_IMM,
+    Opcode::RC_WRITE_FIRST,
+    Opcode::RC_WRITE_MIDDLE,
+    Opcode::RC_WRITE_LAST,
+    Opcode::RC_WRITE_LAST_IMM,
+];
+
+/// A SEND's opcodes, in [`segment_opcode`]'s order.
+const SEND_OPCODES: [Opcode; 6] = [
+    Opcode::RC_SEND_ONLY,
+    Opcode::RC_SEND_ONLY_IMM,
+    Opcode::RC_SEND_FIRST,
+    Opcode::RC_SEND_MIDDLE,
+    Opcode::RC_SEND_LAST,
+    Opcode::RC_SEND_LAST_IMM,
+];
+
+/// The opcode of a packet of a message from its kind's `[ONLY, ONLY_IMM,
+/// FIRST, MIDDLE, LAST, LAST_IMM]` (an immediate rides on the last packet).
+fn segment_opcode(ops: [Opcode; 6], start: bool, end: bool, imm: bool) -> Opcode {
+    match (start, end, imm) {
+        (true, true, false) => ops[0],
+        (true, true, true) => ops[1],
+        (true, false, _) => ops[2],
+        (false, false, _) => ops[3],
+        (false, true, false) => ops[4],
+        (false, true, true) => ops[5],
     }
 }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::demo_common::{demo_gateway_env, Binaries};
-use crate::netns::{net_sysctl, try_ip, try_ip_in, Netns, Proc};
+use crate::netns::{try_ip_in, Netns, Proc};
 
 pub const PREFIX: [&str; 2] = ["10.1.0.0/16", "10.2.0.0/16"];
 const WAN_PORT: u16 = 7400;
@@ -118,25 +118,11 @@ impl Lab {
 
     /// hostX (two addresses) ──veth── gwX; gwX forwards.
     fn wire_site(&mut self, i: usize) -> Result<(), String> {
-        let (h, g) = (self.host[i].clone(), self.gw[i].clone());
-        for n in [&h, &g] {
-            for k in ["all", "default"] {
-                net_sysctl(n, &format!("ipv6/conf/{k}/disable_ipv6"), "1");
-            }
-        }
-        if !net_sysctl(&g, "ipv4/ip_forward", "1") {
-            return Err(format!("cannot enable ip_forward in {g}"));
-        }
-        try_ip(&[
-            "link", "add", "dc", "netns", &h, "type", "veth", "peer", "name", "host", "netns", &g,
-        ])?;
         let net = 1 + i;
-        try_ip_in(&h, &format!("addr add 10.{net}.0.1/24 dev dc"))?;
-        try_ip_in(&h, &format!("addr add 10.{net}.0.2/24 dev dc"))?;
-        try_ip_in(&g, &format!("addr add 10.{net}.0.254/24 dev host"))?;
-        try_ip_in(&h, "link set dc up mtu 9000")?;
-        try_ip_in(&g, "link set host up mtu 9000")?;
-        try_ip_in(&h, &format!("route add default via 10.{net}.0.254"))
+        let hosts = [format!("10.{net}.0.1"), format!("10.{net}.0.2")];
+        let gw_ip = format!("10.{net}.0.254");
+        let hosts = [hosts[0].as_str(), hosts[1].as_str()];
+        crate::netns::wire_site(&self.host[i], &self.gw[i], &hosts, &gw_ip)
     }
 
     fn start_wanem(

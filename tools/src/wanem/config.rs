@@ -238,12 +238,26 @@ fn engine_options(file: &FileConfig, cli: &CliInput) -> Result<EngineOptions, St
 }
 
 /// Shared part of both modes: file, engine options, timing.
+/// What both modes start from: the file (and its name) and the run's
+/// settings, its paths aside.
 struct Common {
     file: FileConfig,
     fname: String,
-    engine: EngineOptions,
-    stats_interval: Option<Duration>,
-    duration: Option<Duration>,
+    run: RunConfig,
+}
+
+impl Common {
+    /// The file's and the command line's profile layers, each validated.
+    fn layers<'a>(&'a self, cli: &'a CliInput) -> Result<Layers<'a>, String> {
+        let layers = Layers {
+            file: &self.file,
+            fname: self.fname.clone(),
+            cli,
+        };
+        layers.validate_file()?;
+        layers.validate_cli()?;
+        Ok(layers)
+    }
 }
 
 fn common(cli: &CliInput) -> Result<Common, String> {
@@ -262,28 +276,21 @@ fn common(cli: &CliInput) -> Result<Common, String> {
     Ok(Common {
         file,
         fname,
-        engine,
-        stats_interval,
-        duration,
+        run: RunConfig {
+            paths: Vec::new(),
+            engine,
+            stats_interval,
+            duration,
+            json: cli.json,
+        },
     })
 }
 
 /// UDP relay mode.
 pub fn build_udp(cli: &CliInput) -> Result<RunConfig, String> {
-    let Common {
-        file,
-        fname,
-        engine,
-        stats_interval,
-        duration,
-    } = common(cli)?;
-    let layers = Layers {
-        file: &file,
-        fname,
-        cli,
-    };
-    layers.validate_file()?;
-    layers.validate_cli()?;
+    let c = common(cli)?;
+    let file = &c.file;
+    let layers = c.layers(cli)?;
     if cli.listen.len() != cli.forward.len() {
         return Err(format!(
             "--listen given {} time(s) but --forward {} time(s): give them in pairs, one pair per path",
@@ -329,45 +336,21 @@ pub fn build_udp(cli: &CliInput) -> Result<RunConfig, String> {
             return Err(format!("--listen: {} is used by two paths", p.listen));
         }
     }
-    Ok(RunConfig {
-        paths,
-        engine,
-        stats_interval,
-        duration,
-        json: cli.json,
-    })
+    Ok(RunConfig { paths, ..c.run })
 }
 
 /// TUN/TAP mode: the two directions' profiles (paths are ignored).
 pub fn build_tun(cli: &CliInput) -> Result<(LinkProfile, LinkProfile, RunConfig), String> {
-    let Common {
-        file,
-        fname,
-        engine,
-        stats_interval,
-        duration,
-    } = common(cli)?;
-    let layers = Layers {
-        file: &file,
-        fname,
-        cli,
-    };
-    layers.validate_file()?;
-    layers.validate_cli()?;
-    if !file.path.is_empty() {
+    let c = common(cli)?;
+    let layers = c.layers(cli)?;
+    if !c.file.path.is_empty() {
         return Err(format!(
             "--config {}: [[path]] is for udp mode; tun mode uses [profile], [a_to_b] and [b_to_a]",
             layers.fname
         ));
     }
-    let run = RunConfig {
-        paths: Vec::new(),
-        engine,
-        stats_interval,
-        duration,
-        json: cli.json,
-    };
-    Ok((layers.profile(None, true), layers.profile(None, false), run))
+    let (a_to_b, b_to_a) = (layers.profile(None, true), layers.profile(None, false));
+    Ok((a_to_b, b_to_a, c.run))
 }
 
 #[cfg(test)]

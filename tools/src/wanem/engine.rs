@@ -122,16 +122,9 @@ pub trait PacketIo {
     /// Descriptor that becomes readable when packets arrive.
     fn rx_fd(&self) -> RawFd;
 
-    /// Reads up to `bufs.len()` packets without blocking.
-    ///
-    /// # Safety
-    /// Every pointer in `bufs` must be valid for writes of `buf_len` bytes.
-    unsafe fn recv(
-        &mut self,
-        bufs: &[*mut u8],
-        buf_len: usize,
-        meta: &mut [RxMeta],
-    ) -> io::Result<usize>;
+    /// Reads up to `bufs.len()` packets without blocking, packet `i` into
+    /// `bufs[i]` (the buffers are all as long).
+    fn recv(&mut self, bufs: &mut [&mut [u8]], meta: &mut [RxMeta]) -> io::Result<usize>;
 
     /// Bytes of packet `i` of the last batch beyond its buffer (UDP GRO
     /// batches); empty if the source has no landing area.
@@ -151,13 +144,8 @@ pub trait PacketIo {
     }
 
     /// Writes packets to the egress side.
-    ///
-    /// # Safety
-    /// Every `(ptr, len)` must be valid for reads of `len` bytes.
-    unsafe fn send(&mut self, pkts: &[(*const u8, usize)]) -> SendOutcome;
+    fn send(&mut self, pkts: &[&[u8]]) -> SendOutcome;
 }
-
-const CHUNK_SLOTS: usize = 64;
 
 /// SCHED_FIFO priority of engine threads with `realtime`.
 pub const REALTIME_PRIORITY: i32 = 50;
@@ -165,11 +153,13 @@ pub const REALTIME_PRIORITY: i32 = 50;
 /// Window over which an engine thread's busy share is judged.
 const RT_WINDOW_NS: u64 = 10_000_000;
 
-/// Packet buffers, allocated in chunks as needed up to a cap.
+/// Packet buffers, allocated one by one as needed up to a cap and reused.
+/// A buffer is owned by whoever holds it (the free list, the batch armed
+/// for the next read, a held packet), so lending one to the I/O is a plain
+/// borrow.
 struct Pool {
     slot: usize,
-    chunks: Vec<Box<[u8]>>,
-    free: Vec<u32>,
+    free: Vec<Box<[u8]>>,
     allocated: usize,
     cap: usize,
 }
@@ -178,45 +168,73 @@ impl Pool {
     fn new(max_datagram: usize, cap: usize) -> Pool {
         Pool {
             slot: max_datagram.div_ceil(64) * 64,
-            chunks: Vec::new(),
             free: Vec::new(),
             allocated: 0,
             cap,
         }
     }
 
-    fn get(&mut self) -> Option<u32> {
-        if let Some(i) = self.free.pop() {
-            return Some(i);
+    fn get(&mut self) -> Option<Box<[u8]>> {
+        if let Some(b) = self.free.pop() {
+            return Some(b);
         }
         if self.allocated >= self.cap {
             return None;
         }
-        if self.allocated % CHUNK_SLOTS == 0 {
-            self.chunks
-                .push(vec![0u8; self.slot * CHUNK_SLOTS].into_boxed_slice());
-        }
         self.allocated += 1;
-        Some((self.allocated - 1) as u32)
+        Some(vec![0u8; self.slot].into_boxed_slice())
     }
 
-    fn put(&mut self, i: u32) {
-        self.free.push(i);
-    }
-
-    fn ptr(&mut self, i: u32) -> *mut u8 {
-        let i = i as usize;
-        let off = (i % CHUNK_SLOTS) * self.slot;
-        self.chunks[i / CHUNK_SLOTS][off..].as_mut_ptr()
+    fn put(&mut self, b: Box<[u8]>) {
+        self.free.push(b);
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+/// A packet waiting for its release time; the heap orders by `(release,
+/// seq)` (`seq` is unique, so ties leave in arrival order).
 struct Held {
     release: Time,
     seq: u64,
-    slot: u32,
+    buf: Box<[u8]>,
     len: u32,
+}
+
+impl Held {
+    fn key(&self) -> (Time, u64) {
+        (self.release, self.seq)
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len as usize]
+    }
+}
+
+impl PartialEq for Held {
+    fn eq(&self, o: &Held) -> bool {
+        self.key() == o.key()
+    }
+}
+
+impl Eq for Held {}
+
+impl PartialOrd for Held {
+    fn partial_cmp(&self, o: &Held) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+impl Ord for Held {
+    fn cmp(&self, o: &Held) -> std::cmp::Ordering {
+        self.key().cmp(&o.key())
+    }
+}
+
+/// `v` emptied, its allocation kept for elements of another type of the
+/// same size (a vector of borrows for the next batch, whose lifetime
+/// differs), so the loop allocates no vector per batch.
+fn recycle<A, B>(mut v: Vec<A>) -> Vec<B> {
+    v.clear();
+    v.into_iter().map(|_| unreachable!()).collect()
 }
 
 /// Runs one direction until `stop` is set.
@@ -243,14 +261,14 @@ pub fn run<I: PacketIo>(
     let slot_len = opts.max_datagram.max(1);
     let mut heap: BinaryHeap<Reverse<Held>> = BinaryHeap::new();
     let mut st = DirStats::default();
-    let mut armed: Vec<u32> = Vec::with_capacity(batch);
-    let mut ptrs: Vec<*mut u8> = Vec::with_capacity(batch);
+    let mut armed: Vec<Box<[u8]>> = Vec::with_capacity(batch);
+    let mut bufs_spare: Vec<&mut [u8]> = Vec::with_capacity(batch);
     let mut meta = vec![RxMeta::default(); batch];
     let mut scratch: Vec<u8> = Vec::new();
     let mut times: Vec<Time> = Vec::with_capacity(2);
-    let mut segs: Vec<(u32, usize)> = Vec::with_capacity(64);
+    let mut segs: Vec<(Box<[u8]>, usize)> = Vec::with_capacity(64);
     let mut due: Vec<Held> = Vec::with_capacity(batch);
-    let mut out: Vec<(*const u8, usize)> = Vec::with_capacity(batch);
+    let mut out_spare: Vec<&[u8]> = Vec::with_capacity(batch);
     let mut seq = 0u64;
     let spin = opts.spin.as_nanos() as u64;
     // Wake-up moderation (see `EngineOptions::slack`). Why: on a virtual
@@ -292,20 +310,16 @@ pub fn run<I: PacketIo>(
         let horizon = clock.now() + opts.slack;
         while heap.peek().is_some_and(|h| h.0.release <= horizon) {
             due.clear();
-            out.clear();
             while due.len() < batch {
                 match heap.peek() {
-                    Some(h) if h.0.release <= horizon => {
-                        let h = heap.pop().unwrap().0;
-                        out.push((pool.ptr(h.slot) as *const u8, h.len as usize));
-                        due.push(h);
-                    }
+                    Some(h) if h.0.release <= horizon => due.push(heap.pop().unwrap().0),
                     _ => break,
                 }
             }
-            // SAFETY: the pointers are pool slots holding `len` bytes,
-            // not reused until returned below.
-            let o = unsafe { io.send(&out) };
+            let mut out = recycle(std::mem::take(&mut out_spare));
+            out.extend(due.iter().map(Held::bytes));
+            let o = io.send(&out);
+            out_spare = recycle(out);
             let sent_at = clock.now();
             for h in &due {
                 let late = sent_at.since(h.release).as_nanos() as u64;
@@ -315,8 +329,8 @@ pub fn run<I: PacketIo>(
             st.forwarded += o.sent as u64;
             st.forwarded_bytes += o.sent_bytes as u64;
             st.drop_send += o.failed as u64;
-            for h in &due {
-                pool.put(h.slot);
+            for h in due.drain(..) {
+                pool.put(h.buf);
             }
         }
 
@@ -327,19 +341,21 @@ pub fn run<I: PacketIo>(
                 None => break,
             }
         }
-        ptrs.clear();
-        ptrs.extend(armed.iter().map(|&s| pool.ptr(s)));
-        let overflow = ptrs.is_empty();
+        let overflow = armed.is_empty();
+        let mut bufs = recycle(std::mem::take(&mut bufs_spare));
         if overflow {
             // No buffer free: read into scratch and drop, so the socket
             // keeps draining and the drops are ours to count.
             if scratch.is_empty() {
                 scratch = vec![0u8; slot_len * batch];
             }
-            ptrs.extend((0..batch).map(|i| scratch[i * slot_len..].as_mut_ptr()));
+            bufs.extend(scratch.chunks_exact_mut(slot_len));
+        } else {
+            bufs.extend(armed.iter_mut().map(|b| &mut b[..slot_len]));
         }
-        // SAFETY: each pointer is a distinct buffer of `slot_len` bytes.
-        let n = match unsafe { io.recv(&ptrs, slot_len, &mut meta) } {
+        let got = io.recv(&mut bufs, &mut meta);
+        bufs_spare = recycle(bufs);
+        let n = match got {
             Ok(n) => n,
             Err(e) => {
                 if e.raw_os_error() != Some(libc::ECONNREFUSED) {
@@ -351,7 +367,8 @@ pub fn run<I: PacketIo>(
         if n > 0 {
             let (real_now, mono_now) = (sys::real_ns(), sys::mono_ns());
             let fallback = clock.now();
-            let mut used = 0;
+            // One armed buffer per packet read (none on overflow).
+            let mut filled = armed.drain(..if overflow { 0 } else { n });
             for (i, m) in meta[..n].iter().enumerate() {
                 // A GRO batch holds several datagrams of `seg` bytes.
                 let seg = m.segment.unwrap_or(m.len).max(1);
@@ -362,43 +379,30 @@ pub fn run<I: PacketIo>(
                     st.drop_overflow += count;
                     continue;
                 }
-                let slot = armed[used];
-                used += 1;
+                let first = filled.next().expect("a buffer per packet read");
                 if m.truncated || seg > slot_len {
                     st.drop_oversize += count;
-                    pool.put(slot);
+                    pool.put(first);
                     continue;
                 }
                 // The first datagram is in place; the others are copied
                 // out of the buffer and its landing area.
                 segs.clear();
-                segs.push((slot, seg.min(m.len)));
                 let mut off = seg;
                 while off < m.len {
                     let l = seg.min(m.len - off);
                     match pool.get() {
-                        Some(d) => {
-                            let dst = pool.ptr(d);
-                            let src = pool.ptr(slot);
+                        Some(mut d) => {
                             let land = io.landing(i);
                             let head = slot_len.saturating_sub(off).min(l);
-                            // SAFETY: `dst` is a free slot of slot_len >= l
-                            // bytes; the sources are in bounds: [off, off+head)
-                            // of the first buffer, the rest of its landing area.
-                            unsafe {
-                                std::ptr::copy_nonoverlapping(
-                                    src.add(off.min(slot_len)),
-                                    dst,
-                                    head,
+                            // [off, off+head) of the first buffer, the rest
+                            // from its landing area.
+                            let from = off.min(slot_len);
+                            d[..head].copy_from_slice(&first[from..from + head]);
+                            if l > head {
+                                d[head..l].copy_from_slice(
+                                    &land[off + head - slot_len..off + l - slot_len],
                                 );
-                                if l > head {
-                                    let rest = &land[off + head - slot_len..off + l - slot_len];
-                                    std::ptr::copy_nonoverlapping(
-                                        rest.as_ptr(),
-                                        dst.add(head),
-                                        l - head,
-                                    );
-                                }
                             }
                             segs.push((d, l));
                         }
@@ -410,47 +414,43 @@ pub fn run<I: PacketIo>(
                     .rx_real_ns
                     .map(|r| clock.at_realtime(r, real_now, mono_now))
                     .unwrap_or(fallback);
-                for &(slot, len) in &segs {
+                let first_len = seg.min(m.len);
+                for (buf, len) in std::iter::once((first, first_len)).chain(segs.drain(..)) {
                     match imp.transmit(at, len, &mut rng, &mut times) {
                         Err(r) => {
                             st.count_drop(r);
-                            pool.put(slot);
+                            pool.put(buf);
                         }
+                        Ok(()) if times.is_empty() => pool.put(buf),
                         Ok(()) => {
-                            if times.is_empty() {
-                                pool.put(slot);
-                            }
-                            for (k, &release) in times.iter().enumerate() {
-                                let s = if k == 0 {
-                                    slot
-                                } else {
-                                    // A duplicate gets its own copy.
-                                    match pool.get() {
-                                        Some(d) => {
-                                            let (src, dst) = (pool.ptr(slot), pool.ptr(d));
-                                            // SAFETY: two distinct slots of >= len bytes.
-                                            unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
-                                            d
-                                        }
-                                        None => {
-                                            st.drop_overflow += 1;
-                                            continue;
-                                        }
+                            // Release k gets sequence number base + 1 + k;
+                            // a duplicate (k >= 1) gets its own copy.
+                            let base = seq;
+                            for (k, &release) in times.iter().enumerate().skip(1) {
+                                match pool.get() {
+                                    Some(mut d) => {
+                                        d[..len].copy_from_slice(&buf[..len]);
+                                        heap.push(Reverse(Held {
+                                            release,
+                                            seq: base + 1 + k as u64,
+                                            buf: d,
+                                            len: len as u32,
+                                        }));
                                     }
-                                };
-                                seq += 1;
-                                heap.push(Reverse(Held {
-                                    release,
-                                    seq,
-                                    slot: s,
-                                    len: len as u32,
-                                }));
+                                    None => st.drop_overflow += 1,
+                                }
                             }
+                            heap.push(Reverse(Held {
+                                release: times[0],
+                                seq: base + 1,
+                                buf,
+                                len: len as u32,
+                            }));
+                            seq = base + times.len() as u64;
                         }
                     }
                 }
             }
-            armed.drain(..used);
         }
 
         // 3. Publish counters.
@@ -518,6 +518,13 @@ pub fn run<I: PacketIo>(
 /// Runs one direction on its own thread: builds its I/O and calls [`run`].
 pub type DirectionFn =
     Box<dyn FnOnce(&EngineOptions, Clock, &DirCounters, &AtomicBool, &LinkProfile) + Send>;
+
+/// The direction that builds its I/O with `make_io` on its own thread (I/O
+/// state such as batch headers stays with the thread that uses it) and
+/// runs the engine over it.
+pub fn direction<I: PacketIo>(make_io: impl FnOnce() -> I + Send + 'static) -> DirectionFn {
+    Box::new(move |o, clock, counters, stop, prof| run(make_io(), prof, o, clock, counters, stop))
+}
 
 /// Counters of one path, both directions.
 #[derive(Clone, Debug, Serialize)]
@@ -659,5 +666,124 @@ impl Emulator {
 impl Drop for Emulator {
     fn drop(&mut self) {
         self.halt();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::os::fd::AsRawFd;
+    use std::sync::Mutex;
+
+    /// A source that hands out one GRO batch, once: `batch` holds datagrams
+    /// of `seg` bytes (the last may be shorter); what does not fit the
+    /// engine's buffer lands in the landing area, as with `RecvBatch`. The
+    /// sink records every datagram sent.
+    struct Fake {
+        idle: UdpSocket,
+        batch: Vec<u8>,
+        seg: usize,
+        land: Vec<u8>,
+        given: bool,
+        sent: Arc<Mutex<Vec<Vec<u8>>>>,
+    }
+
+    impl PacketIo for Fake {
+        fn rx_fd(&self) -> RawFd {
+            // Never readable: the engine's idle waits time out.
+            self.idle.as_raw_fd()
+        }
+
+        fn recv(&mut self, bufs: &mut [&mut [u8]], meta: &mut [RxMeta]) -> io::Result<usize> {
+            if self.given {
+                return Ok(0);
+            }
+            self.given = true;
+            let head = bufs[0].len().min(self.batch.len());
+            bufs[0][..head].copy_from_slice(&self.batch[..head]);
+            self.land = self.batch[head..].to_vec();
+            meta[0] = RxMeta {
+                len: self.batch.len(),
+                truncated: false,
+                rx_real_ns: None,
+                segment: Some(self.seg),
+            };
+            Ok(1)
+        }
+
+        fn landing(&self, _i: usize) -> &[u8] {
+            &self.land
+        }
+
+        fn send(&mut self, pkts: &[&[u8]]) -> SendOutcome {
+            let mut sent = self.sent.lock().unwrap();
+            sent.extend(pkts.iter().map(|p| p.to_vec()));
+            SendOutcome {
+                sent: pkts.len(),
+                sent_bytes: pkts.iter().map(|p| p.len()).sum(),
+                failed: 0,
+            }
+        }
+    }
+
+    /// Runs one direction over a [`Fake`] holding one 2,500-byte batch of
+    /// 300-byte datagrams into 1,000-byte buffers (so datagrams lie in the
+    /// buffer, across its end, and in the landing area) until `want`
+    /// datagrams left; returns the batch and what left.
+    fn forward_one_batch(profile: LinkProfile, want: usize) -> (Vec<u8>, Vec<Vec<u8>>) {
+        let batch: Vec<u8> = (0..2_500u32).map(|i| (i * 7 % 251) as u8).collect();
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let io = Fake {
+            idle: UdpSocket::bind("127.0.0.1:0").unwrap(),
+            batch: batch.clone(),
+            seg: 300,
+            land: Vec::new(),
+            given: false,
+            sent: sent.clone(),
+        };
+        let opts = EngineOptions {
+            max_datagram: 1_000,
+            realtime: false,
+            ..EngineOptions::default()
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(DirCounters::default());
+        let (s, c) = (stop.clone(), counters.clone());
+        let t = std::thread::spawn(move || run(io, &profile, &opts, Clock::start(), &c, &s));
+        // Wait for the datagrams (the deadline only turns a hang into a
+        // failure; a correct engine sends them at once).
+        let t0 = Instant::now();
+        while sent.lock().unwrap().len() < want && t0.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap();
+        let out = sent.lock().unwrap().clone();
+        (batch, out)
+    }
+
+    #[test]
+    fn a_gro_batch_leaves_as_its_datagrams_in_order() {
+        let (batch, out) = forward_one_batch(LinkProfile::new(Duration::ZERO, None), 9);
+        let want: Vec<Vec<u8>> = batch.chunks(300).map(<[u8]>::to_vec).collect();
+        assert_eq!(out.len(), want.len());
+        for (i, (o, w)) in out.iter().zip(&want).enumerate() {
+            assert!(o == w, "datagram {i} differs");
+        }
+    }
+
+    #[test]
+    fn a_duplicate_is_a_copy_of_its_datagram() {
+        let profile = LinkProfile {
+            duplicate: 1.0,
+            ..LinkProfile::new(Duration::ZERO, None)
+        };
+        let (batch, mut out) = forward_one_batch(profile, 18);
+        let mut want: Vec<Vec<u8>> = batch.chunks(300).map(<[u8]>::to_vec).collect();
+        want.extend(want.clone());
+        want.sort();
+        out.sort();
+        assert!(out == want, "{} datagrams, not each one twice", out.len());
     }
 }

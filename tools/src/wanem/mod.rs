@@ -21,15 +21,10 @@
 
 pub mod cli;
 pub mod config;
-// The packet pool hands raw slots to `PacketIo` (see engine.rs).
-#[allow(unsafe_code)]
 pub mod engine;
 pub mod impair;
 pub mod profile;
 pub mod selftest;
 pub mod stats;
-// `PacketIo` implementations over raw pool slots.
-#[allow(unsafe_code)]
 pub mod tun;
-#[allow(unsafe_code)]
 pub mod udp;

@@ -20,11 +20,9 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use super::engine::{self, DirectionFn, Emulator, EngineOptions, PacketIo};
-use super::stats::DirCounters;
 use crate::sim::link::LinkProfile;
 use soya::sys;
 use soya::sys::batch::{RxMeta, SendOutcome};
@@ -39,16 +37,11 @@ impl PacketIo for TunIo {
         self.rx.as_raw_fd()
     }
 
-    unsafe fn recv(
-        &mut self,
-        bufs: &[*mut u8],
-        buf_len: usize,
-        meta: &mut [RxMeta],
-    ) -> io::Result<usize> {
+    fn recv(&mut self, bufs: &mut [&mut [u8]], meta: &mut [RxMeta]) -> io::Result<usize> {
         let mut n = 0;
         while n < bufs.len().min(meta.len()) {
-            let buf = std::slice::from_raw_parts_mut(bufs[n], buf_len);
-            match sys::read_packet(self.rx.as_raw_fd(), buf)? {
+            let buf_len = bufs[n].len();
+            match sys::read_packet(self.rx.as_raw_fd(), bufs[n])? {
                 Some(len) => {
                     meta[n] = RxMeta {
                         len,
@@ -65,13 +58,13 @@ impl PacketIo for TunIo {
         Ok(n)
     }
 
-    unsafe fn send(&mut self, pkts: &[(*const u8, usize)]) -> SendOutcome {
+    fn send(&mut self, pkts: &[&[u8]]) -> SendOutcome {
         let mut o = SendOutcome::default();
-        for &(p, len) in pkts {
-            match sys::write_packet(self.tx.as_raw_fd(), std::slice::from_raw_parts(p, len)) {
+        for p in pkts {
+            match sys::write_packet(self.tx.as_raw_fd(), p) {
                 Ok(()) => {
                     o.sent += 1;
-                    o.sent_bytes += len;
+                    o.sent_bytes += p.len();
                 }
                 Err(_) => o.failed += 1,
             }
@@ -81,15 +74,7 @@ impl PacketIo for TunIo {
 }
 
 fn direction(rx: Arc<OwnedFd>, tx: Arc<OwnedFd>) -> DirectionFn {
-    Box::new(
-        move |o: &EngineOptions,
-              clock,
-              counters: &DirCounters,
-              stop: &AtomicBool,
-              prof: &LinkProfile| {
-            engine::run(TunIo { rx, tx }, prof, o, clock, counters, stop)
-        },
-    )
+    engine::direction(move || TunIo { rx, tx })
 }
 
 /// Creates devices `a_dev` and `b_dev` (TAP if `tap`) and starts

@@ -14,11 +14,10 @@
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::engine::{self, DirectionFn, Emulator, EngineOptions, PacketIo};
-use super::stats::DirCounters;
 use crate::sim::link::LinkProfile;
 use soya::sys::batch::{RecvBatch, RxMeta, SendBatch, SendOutcome};
 use soya::sys::{self, RawAddr};
@@ -40,33 +39,39 @@ struct ClientSlot {
     addr: Mutex<Option<RawAddr>>,
 }
 
-struct ToForward {
+/// What a direction does with its path's most recent client.
+enum Role {
+    /// A→B: publishes the source of what it reads (the client) for B→A.
+    ToForward { last: Option<RawAddr> },
+    /// B→A: sends to the client A→B saw last.
+    ToClient { seen: u64, dest: Option<RawAddr> },
+}
+
+/// One direction of a path: reads `rx`, sends on `tx`.
+struct UdpDir {
     rx: Arc<UdpSocket>,
     tx: Arc<UdpSocket>,
     rb: RecvBatch,
     sb: SendBatch,
     client: Arc<ClientSlot>,
-    last: Option<RawAddr>,
+    role: Role,
 }
 
-impl PacketIo for ToForward {
+impl PacketIo for UdpDir {
     fn rx_fd(&self) -> RawFd {
         self.rx.as_raw_fd()
     }
 
-    unsafe fn recv(
-        &mut self,
-        bufs: &[*mut u8],
-        buf_len: usize,
-        meta: &mut [RxMeta],
-    ) -> io::Result<usize> {
-        let n = self.rb.recv(self.rx.as_raw_fd(), bufs, buf_len, meta)?;
-        if n > 0 {
-            let src = self.rb.source(n - 1);
-            if !self.last.is_some_and(|l| l.same(&src)) {
-                self.last = Some(src);
-                *self.client.addr.lock().unwrap() = Some(src);
-                self.client.generation.fetch_add(1, Ordering::Release);
+    fn recv(&mut self, bufs: &mut [&mut [u8]], meta: &mut [RxMeta]) -> io::Result<usize> {
+        let n = self.rb.recv_into(self.rx.as_raw_fd(), bufs, meta)?;
+        if let Role::ToForward { last } = &mut self.role {
+            if n > 0 {
+                let src = self.rb.source(n - 1);
+                if !last.is_some_and(|l| l.same(&src)) {
+                    *last = Some(src);
+                    *self.client.addr.lock().unwrap() = Some(src);
+                    self.client.generation.fetch_add(1, Ordering::Release);
+                }
             }
         }
         Ok(n)
@@ -84,62 +89,53 @@ impl PacketIo for ToForward {
         self.rb.kernel_drops
     }
 
-    unsafe fn send(&mut self, pkts: &[(*const u8, usize)]) -> SendOutcome {
-        self.sb.send(self.tx.as_raw_fd(), pkts, None)
+    fn send(&mut self, pkts: &[&[u8]]) -> SendOutcome {
+        let fd = self.tx.as_raw_fd();
+        match &mut self.role {
+            // Connected to `forward`.
+            Role::ToForward { .. } => self.sb.send_slices(fd, pkts, None),
+            Role::ToClient { seen, dest } => {
+                let g = self.client.generation.load(Ordering::Acquire);
+                if g != *seen {
+                    *seen = g;
+                    *dest = *self.client.addr.lock().unwrap();
+                }
+                match dest {
+                    Some(d) => self.sb.send_slices(fd, pkts, Some(d)),
+                    // No client has spoken yet: nobody to reply to.
+                    None => SendOutcome {
+                        failed: pkts.len(),
+                        ..Default::default()
+                    },
+                }
+            }
+        }
     }
 }
 
-struct ToClient {
-    rx: Arc<UdpSocket>,
-    tx: Arc<UdpSocket>,
-    rb: RecvBatch,
-    sb: SendBatch,
+/// A direction's engine thread: builds its I/O state there (batch headers
+/// and scratch are per thread), then runs the engine.
+fn direction(
+    (rx, tx): (Arc<UdpSocket>, Arc<UdpSocket>),
     client: Arc<ClientSlot>,
-    seen: u64,
-    dest: Option<RawAddr>,
-}
-
-impl PacketIo for ToClient {
-    fn rx_fd(&self) -> RawFd {
-        self.rx.as_raw_fd()
-    }
-
-    unsafe fn recv(
-        &mut self,
-        bufs: &[*mut u8],
-        buf_len: usize,
-        meta: &mut [RxMeta],
-    ) -> io::Result<usize> {
-        self.rb.recv(self.rx.as_raw_fd(), bufs, buf_len, meta)
-    }
-
-    fn landing(&self, i: usize) -> &[u8] {
-        self.rb.landing(i)
-    }
-
-    fn kernel_timestamps(&self) -> bool {
-        true
-    }
-
-    fn kernel_drops(&self) -> u64 {
-        self.rb.kernel_drops
-    }
-
-    unsafe fn send(&mut self, pkts: &[(*const u8, usize)]) -> SendOutcome {
-        let g = self.client.generation.load(Ordering::Acquire);
-        if g != self.seen {
-            self.seen = g;
-            self.dest = *self.client.addr.lock().unwrap();
-        }
-        match &self.dest {
-            Some(d) => self.sb.send(self.tx.as_raw_fd(), pkts, Some(d)),
-            // No client has spoken yet: nobody to reply to.
-            None => SendOutcome {
-                failed: pkts.len(),
-                ..Default::default()
-            },
-        }
-    }
+    role: Role,
+    opts: &EngineOptions,
+) -> DirectionFn {
+    let (batch, gso) = (opts.batch, opts.offload);
+    let landing = if opts.offload {
+        soya::sys::batch::MAX_UDP_PAYLOAD
+            .saturating_sub(opts.max_datagram.min(soya::sys::batch::MAX_UDP_PAYLOAD))
+    } else {
+        0
+    };
+    engine::direction(move || UdpDir {
+        rx,
+        tx,
+        rb: RecvBatch::new(batch, landing),
+        sb: SendBatch::new(batch, gso),
+        client,
+        role,
+    })
 }
 
 fn bind(addr: SocketAddr, what: &str) -> io::Result<UdpSocket> {
@@ -178,16 +174,11 @@ pub fn start(paths: Vec<PathSpec>, opts: &EngineOptions) -> io::Result<Emulator>
     for (i, (p, (listen, up))) in paths.into_iter().zip(socks).enumerate() {
         let client = Arc::new(ClientSlot::default());
         let listen_addr = listen.local_addr()?;
-        let (l2, u2, c2) = (listen.clone(), up.clone(), client.clone());
-        let batch = opts.batch;
-        let gso = opts.offload;
-        let landing = if opts.offload {
-            soya::sys::batch::MAX_UDP_PAYLOAD
-                .saturating_sub(opts.max_datagram.min(soya::sys::batch::MAX_UDP_PAYLOAD))
-        } else {
-            0
+        let to_forward = Role::ToForward { last: None };
+        let to_client = Role::ToClient {
+            seen: 0,
+            dest: None,
         };
-        // The I/O state holds raw pointers, so each thread builds its own.
         emu.add_path(
             &p.name,
             listen_addr.to_string(),
@@ -195,45 +186,14 @@ pub fn start(paths: Vec<PathSpec>, opts: &EngineOptions) -> io::Result<Emulator>
             [
                 (
                     p.a_to_b,
-                    Box::new(
-                        move |o: &EngineOptions,
-                              clock,
-                              counters: &DirCounters,
-                              stop: &AtomicBool,
-                              prof: &LinkProfile| {
-                            let io = ToForward {
-                                rx: l2,
-                                tx: u2,
-                                rb: RecvBatch::new(batch, landing),
-                                sb: SendBatch::new(batch, gso),
-                                client: c2,
-                                last: None,
-                            };
-                            engine::run(io, prof, o, clock, counters, stop)
-                        },
-                    ) as DirectionFn,
-                ),
-                (
-                    p.b_to_a,
-                    Box::new(
-                        move |o: &EngineOptions,
-                              clock,
-                              counters: &DirCounters,
-                              stop: &AtomicBool,
-                              prof: &LinkProfile| {
-                            let io = ToClient {
-                                rx: up,
-                                tx: listen,
-                                rb: RecvBatch::new(batch, landing),
-                                sb: SendBatch::new(batch, gso),
-                                client,
-                                seen: 0,
-                                dest: None,
-                            };
-                            engine::run(io, prof, o, clock, counters, stop)
-                        },
+                    direction(
+                        (listen.clone(), up.clone()),
+                        client.clone(),
+                        to_forward,
+                        opts,
                     ),
                 ),
+                (p.b_to_a, direction((up, listen), client, to_client, opts)),
             ],
             opts,
             i,
