@@ -620,13 +620,10 @@ fn churn_over_a_lossy_network(seed: u64, loss: f64, dup: f64, idle_ms: u64) {
         now = Time::from_micros(step * 100);
         // Each half is active in bursts: on for 10 ms, then off (and
         // retired) for 40 ms, staggered.
-        for key in 0..KEYS {
-            let window = (step / 100 + key as u64 * 3) % 5;
-            if window == 0 && net.rng.random_bool(0.2) {
-                let m = msg(key as u64, pushed[key]);
-                if s.push(key as u64, m.into()).is_ok() {
-                    pushed[key] += 1;
-                }
+        for (key, n) in (0u64..).zip(pushed.iter_mut()) {
+            let window = (step / 100 + key * 3) % 5;
+            if window == 0 && net.rng.random_bool(0.2) && s.push(key, msg(key, *n).into()).is_ok() {
+                *n += 1;
             }
         }
         net.step(&mut s, &mut r, now, &mut seen);
