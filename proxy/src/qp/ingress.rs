@@ -499,10 +499,18 @@ impl PseudoAcker {
             return self.forward_raw(p, out);
         }
         if p.info.needs_real_response() {
-            let pending = self
-                .entries
-                .iter()
-                .any(|e| e.psn == psn && e.needs_response && !e.answered);
+            // A `Delivered` past a READ comes behind its responses (one WAN
+            // flow): delivered and not answered here, its answer was lost
+            // on the way (the twin's queue dropped it at its bound), and
+            // only a replay by the responder can bring it (issue 18, seed
+            // 3408: dropping these resends hung the QP for good).
+            let delivered = self.delivered;
+            let pending = self.entries.iter().any(|e| {
+                e.psn == psn
+                    && e.needs_response
+                    && !e.answered
+                    && delivered.is_none_or(|d| e.last().after(d))
+            });
             if pending {
                 // The answer is on its way; a second request would only
                 // make the responder replay it.

@@ -98,3 +98,78 @@ fn egress_counts_the_responders_progress_through_the_tunnel_phase() {
     assert_eq!(errors(&out), 1, "a responder that stopped is given up on");
     assert_eq!(e.occupancy().slots_used, 0);
 }
+
+/// Sweep seed 3408 (10 km, `strict`, READ of 183 KiB at 1 KiB MTU, 3 %
+/// loss in one datacenter, 1 % on the WAN, hardware endpoints): the
+/// requesters' 2 ms timers and their go-back-N after each response lost in
+/// the DC had the responder replay READs faster than the 10 Gb/s WAN
+/// carried them; the twin's queue for the response flow reached its bound
+/// and dropped messages, among them the last response of one READ (and the
+/// `Delivered` after it). The ingress dropped every resend of that READ
+/// ("its answer is on its way"), forever: the requester retried for the
+/// rest of the run and one buffer slot stayed held. A `Delivered` past a
+/// READ travels behind its responses (one WAN flow): once it has come and
+/// the last response has not, the answer was lost on the way, and a resend
+/// must reach the responder, which replays it.
+#[test]
+fn a_resent_read_whose_answer_was_lost_on_the_way_reaches_the_responder() {
+    use super::tests::{ingress_engine, key};
+    use crate::roce::{Psn, RocePacket};
+    let mut e = ingress_engine(AckPolicy::Strict);
+    let t = Time::from_micros(1);
+    // READ of 2 x 4096 at 100 (PSNs 100 and 101), forwarded to the twin.
+    let read = request(Opcode::RC_READ_REQUEST, 100, true, 0, 8192);
+    e.handle_dc(t, &read);
+    drain(&mut e);
+    // Its first response arrives; the last one is lost on the way, then
+    // the far side reports the READ delivered (it saw the last response).
+    let first = response(
+        Opcode::RC_READ_RESPONSE_FIRST,
+        100,
+        Syndrome::ACK_UNLIMITED,
+        4096,
+    );
+    e.handle_twin(t, TwinMsg::Response { packet: first });
+    e.handle_twin(
+        t,
+        TwinMsg::Delivered {
+            half: key(),
+            psn: Psn::new(101),
+            msn: None,
+        },
+    );
+    drain(&mut e);
+    // The requester never got the last response: it asks again.
+    let later = t + Duration::from_millis(2);
+    e.handle_dc(later, &read);
+    let out = drain(&mut e);
+    let resent: Vec<(Carry, u32)> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Twin(TwinMsg::Request { carry, packet }) => {
+                Some((*carry, RocePacket::parse(packet).unwrap().psn().value()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        resent,
+        vec![(Carry::Raw, 100)],
+        "the resent READ goes to the responder to be replayed"
+    );
+    // Its replayed answer completes the READ.
+    let last = response(
+        Opcode::RC_READ_RESPONSE_LAST,
+        101,
+        Syndrome::ACK_UNLIMITED,
+        4096,
+    );
+    e.handle_twin(
+        later,
+        TwinMsg::Response {
+            packet: last.clone(),
+        },
+    );
+    assert_eq!(drain(&mut e), vec![Output::Dc(last)]);
+    assert_eq!(e.occupancy().slots_used, 0);
+}

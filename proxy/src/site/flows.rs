@@ -170,12 +170,20 @@ impl Pending {
             self.send(wan, now, flow, msg);
             return;
         }
-        if self.bytes + len > PENDING_BYTES
+        // `Delivered`, `Error` and `Orphaned` are a few dozen bytes and
+        // nothing resends them: one dropped leaves a buffer slot held, or a
+        // requester never told, for good (issue 18, seed 3408). Only
+        // packets count against the bounds.
+        let control = matches!(
+            msg,
+            TwinMsg::Delivered { .. } | TwinMsg::Error { .. } | TwinMsg::Orphaned { .. }
+        );
+        let full = self.bytes + len > PENDING_BYTES
             || self
                 .flows
                 .get(&flow)
-                .is_some_and(|q| q.len() >= PENDING_PER_FLOW)
-        {
+                .is_some_and(|q| q.len() >= PENDING_PER_FLOW);
+        if full && !control {
             self.overflow += 1;
             tracing::error!(
                 flow = format_args!("{flow:#018x}"),
@@ -275,5 +283,51 @@ mod tests {
         assert_ne!(request_flow(&h), response_flow(h.requester, h.responder));
         assert_eq!(flow_of(&TwinMsg::Datagram { packet: vec![] }), None);
         assert_ne!(request_flow(&h), 0);
+    }
+
+    /// Issue 18, sweep seed 3408: a response flow at its bound dropped the
+    /// `Delivered` behind the READ responses it dropped; the ingress kept a
+    /// buffer slot for it forever. Packets may be refused at the bound
+    /// (READ responses are asked for again); `Delivered` and `Error` never.
+    #[test]
+    fn the_bound_refuses_packets_never_delivered_or_error() {
+        use crate::wan::{PathConfig, WanConfig};
+        let h = HalfKey {
+            requester: "10.1.0.1".parse().unwrap(),
+            responder: "10.2.0.1".parse().unwrap(),
+            responder_qpn: 0x22,
+        };
+        // No twin yet: once the transport's flow window is full (nothing
+        // is ever acknowledged), messages wait here, up to the bound.
+        let cfg = WanConfig::new(vec![PathConfig::new("p")], Some([1; 32]), true);
+        let mut wan = WanConnection::new(cfg, Time::ZERO, 1);
+        let flow = response_flow(h.requester, h.responder);
+        let mut p = Pending::default();
+        let response = || TwinMsg::Response {
+            packet: vec![0x45; 64],
+        };
+        for _ in 0..10 * PENDING_PER_FLOW {
+            if p.messages == PENDING_PER_FLOW {
+                break;
+            }
+            p.submit(&mut wan, Time::ZERO, flow, response());
+        }
+        assert_eq!((p.messages, p.overflow), (PENDING_PER_FLOW, 0));
+        p.submit(&mut wan, Time::ZERO, flow, response());
+        assert_eq!(p.overflow, 1, "a packet beyond the bound is refused");
+        let delivered = TwinMsg::Delivered {
+            half: h,
+            psn: Psn::new(5),
+            msn: None,
+        };
+        let error = TwinMsg::Error {
+            half: h,
+            psn: Psn::new(6),
+            code: NakCode::RemoteOperationalError,
+        };
+        p.submit(&mut wan, Time::ZERO, flow, delivered);
+        p.submit(&mut wan, Time::ZERO, flow, error);
+        assert_eq!(p.overflow, 1, "Delivered and Error are never dropped");
+        assert_eq!(p.messages, PENDING_PER_FLOW + 2);
     }
 }
