@@ -268,7 +268,7 @@ impl Conn {
         let n = self.p.qps_per_conn;
         let rh = host_mut(w, self.receiver);
         for (q, &i) in self.recv_qps.iter().enumerate() {
-            while let Some(c) = rh.qps[i].poll_recv_completion() {
+            while let Some(c) = rh.qp_mut(i).poll_recv_completion() {
                 let k = self.recv_done[q];
                 let want = self.lens.get(k).map(|&l| split(l, n, q as u32));
                 if c.status != CompletionStatus::Success {
@@ -283,7 +283,7 @@ impl Conn {
                 }
             }
             // The CTS writes the receiver posted complete here too.
-            while let Some(c) = rh.qps[i].poll_completion() {
+            while let Some(c) = rh.qp_mut(i).poll_completion() {
                 if c.status != CompletionStatus::Success {
                     self.failures += 1;
                 }
@@ -303,7 +303,7 @@ impl Conn {
             );
             let rh = host_mut(w, self.receiver);
             for &i in &self.recv_qps {
-                rh.qps[i].post_recv(1);
+                rh.qp_mut(i).post_recv(1);
             }
             let cts = WorkRequest::Write {
                 remote_va: va,
@@ -311,7 +311,7 @@ impl Conn {
                 len: FIFO_ENTRY,
                 imm: None,
             };
-            if rh.qps[self.recv_qps[0]].post_send(cts).is_err() {
+            if rh.qp_mut(self.recv_qps[0]).post_send(cts).is_err() {
                 self.failures += 1;
                 break;
             }
@@ -320,13 +320,13 @@ impl Conn {
         // Sender: its WRITE completions free its buffers.
         let sh = host_mut(w, self.sender);
         for (q, &i) in self.send_qps.iter().enumerate() {
-            while let Some(c) = sh.qps[i].poll_completion() {
+            while let Some(c) = sh.qp_mut(i).poll_completion() {
                 if c.status != CompletionStatus::Success {
                     self.failures += 1;
                 }
                 self.send_done[q] += 1;
             }
-            while sh.qps[i].poll_recv_completion().is_some() {
+            while sh.qp_mut(i).poll_recv_completion().is_some() {
                 self.bad_completions += 1;
             }
         }
@@ -359,7 +359,7 @@ impl Conn {
                     len: part,
                     imm: Some(part),
                 };
-                if sh.qps[i].post_send(wr).is_err() {
+                if sh.qp_mut(i).post_send(wr).is_err() {
                     self.failures += 1;
                 }
             }
