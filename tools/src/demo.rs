@@ -87,7 +87,39 @@ impl Drop for Children {
     }
 }
 
+/// A port for a process the demo starts, free when picked. Picked below
+/// the kernel's ephemeral range: a port found with `bind(0)` and then
+/// released could be handed to another socket's `bind(0)` before the
+/// gateway or relay binds it (seen in CI: "Address already in use" with
+/// the demo tests running side by side), while the kernel never hands out
+/// ports below that range on its own. A counter shared by the process
+/// keeps its demos (tests run them in parallel threads) off each other's
+/// picks.
+fn free_port(free: impl Fn(u16) -> bool) -> Option<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let lo = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    const SPAN: u32 = 8_192;
+    if lo > SPAN + 1_024 {
+        let base = lo - SPAN;
+        let start = std::process::id().wrapping_mul(2_654_435_761) % SPAN;
+        for _ in 0..SPAN {
+            let p = base + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN;
+            if free(p as u16) {
+                return Some(p as u16);
+            }
+        }
+    }
+    None
+}
+
 fn free_udp() -> Result<u16, String> {
+    if let Some(p) = free_port(|p| UdpSocket::bind((LO, p)).is_ok()) {
+        return Ok(p);
+    }
     UdpSocket::bind((LO, 0))
         .and_then(|s| s.local_addr())
         .map(|a| a.port())
@@ -95,6 +127,9 @@ fn free_udp() -> Result<u16, String> {
 }
 
 fn free_tcp() -> Result<u16, String> {
+    if let Some(p) = free_port(|p| TcpListener::bind((LO, p)).is_ok()) {
+        return Ok(p);
+    }
     TcpListener::bind((LO, 0))
         .and_then(|s| s.local_addr())
         .map(|a| a.port())
