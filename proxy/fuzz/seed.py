@@ -36,3 +36,22 @@ for pcap in glob.glob(os.path.join(shared, 'lab', '*.pcap')) + [os.path.join(sha
 for toml in glob.glob(os.path.join(here, '..', '..', 'config', 'examples', '*.toml')):
     put('site_config', open(toml, 'rb').read())
 print(f'seeded {n} frames')
+
+# WAN FIN frames (0x07: flow u64, seq varint; protocol v3): alone, several in
+# a row, and inside a lab-mode packet for `wan_connection` (mode 0, op 2 =
+# fuzzed frames with a valid tag; its template flows are wire ids 1-4).
+def varint(v):
+    if v < 0x40:
+        return bytes([v])
+    if v < 0x4000:
+        return struct.pack('>H', 0x4000 | v)
+    return struct.pack('>I', 0x80000000 | v)
+
+def fin(flow, seq):
+    return b'\x07' + struct.pack('>Q', flow) + varint(seq)
+
+for flow, seq in [(1, 0), (1, 1), (4, 2), (2**63, 0x3fff)]:
+    put('wan_frames', fin(flow, seq))
+    frames = fin(flow, seq) + fin(flow + 1, seq)
+    put('wan_frames', frames)
+    put('wan_connection', b'\x00\x02' + struct.pack('>H', len(frames)) + frames + b'\x03\x08')

@@ -2,6 +2,22 @@
 //! and hands them on to `soya-perf demo` (the demo lives with the lab tools,
 //! in their own crate), which parses the same struct.
 
+/// The gateways' DC backend in the namespace demo.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DemoBackend {
+    Tun,
+    Xdp,
+}
+
+impl DemoBackend {
+    pub fn name(self) -> &'static str {
+        match self {
+            DemoBackend::Tun => "tun",
+            DemoBackend::Xdp => "xdp",
+        }
+    }
+}
+
 #[derive(clap::Args, Clone, Debug, PartialEq)]
 pub struct DemoArgs {
     /// Fibre length between the two sites (4.9 µs one way per km).
@@ -23,10 +39,15 @@ pub struct DemoArgs {
     #[arg(long)]
     pub json: bool,
     /// Run between network namespaces instead of on loopback: real RoCEv2
-    /// on UDP 4791, the gateways' tun backend, soya-wanem tun paths, kernel
-    /// routing for the direct runs (needs root, /dev/net/tun, iproute2).
+    /// on UDP 4791, soya-wanem tun paths, kernel routing for the direct
+    /// runs (needs root, /dev/net/tun, iproute2).
     #[arg(long)]
     pub netns: bool,
+    /// The gateways' DC backend with --netns: "xdp" (AF_XDP on the veth
+    /// toward each site's host, needs ethtool) or "tun" (a routed tun
+    /// device).
+    #[arg(long, value_enum, default_value_t = DemoBackend::Tun, requires = "netns")]
+    pub backend: DemoBackend,
     /// Rate of each emulated WAN path, a provisioned circuit: the gateways'
     /// paths are configured with it, and the 0 km run crosses a relay of the
     /// same rate, so only the distance differs. "unlimited": no bottleneck,
@@ -58,6 +79,8 @@ impl DemoArgs {
         }
         if self.netns {
             v.push("--netns".into());
+            v.push("--backend".into());
+            v.push(self.backend.name().into());
         }
         v
     }
@@ -83,6 +106,8 @@ mod tests {
             "--loss",
             "0.01",
             "--netns",
+            "--backend",
+            "xdp",
             "--rate",
             "1gbit",
         ])

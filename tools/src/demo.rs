@@ -473,6 +473,7 @@ pub fn main(soya_bin: &Path, d: &soya::demo_args::DemoArgs) -> i32 {
             size,
             json: d.json,
             netns: d.netns,
+            backend: d.backend,
             rate_bps: (rate > 0).then_some(rate),
         },
         &bins,
@@ -619,6 +620,7 @@ fn run_in(o: &DemoOptions, ctx: &Ctx) -> Result<i32, String> {
         let v = json!({
             "distance_km": o.distance_km,
             "netns": o.netns,
+            "backend": if o.netns { o.backend.name() } else { "udp" },
             "loss": o.loss,
             "paths": o.paths,
             "duration_s": o.duration,
@@ -838,12 +840,11 @@ fn run_loopback(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
     Ok(([r0, rd, ra_], gw_alive))
 }
 
-/// The three runs between network namespaces (tun backend, real RoCEv2).
+/// The three runs between network namespaces (real RoCEv2).
 fn run_netns(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
     use crate::demo_netns::{Sites, Via};
-    ctx.say("setting up network namespaces, WAN emulators and the gateways (tun backend) ...");
+    ctx.say("setting up network namespaces and WAN emulators ...");
     let mut sites = Sites::build(o, ctx.bins, &ctx.dir)?;
-    sites.wait_connected(&ctx.dir)?;
     let route = Route::Netns {
         a: sites.host[0].clone(),
         b: sites.host[1].clone(),
@@ -852,6 +853,11 @@ fn run_netns(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
     let r0 = ctx.scenario(1, "direct, 0 km (kernel routing)", &route, 0, o);
     sites.route(Via::Wan)?;
     let rd = ctx.scenario(2, &format!("direct, {} km", o.distance_km), &route, 0, o);
+    ctx.say(&format!(
+        "starting the gateways ({} backend) ...",
+        o.backend.name()
+    ));
+    sites.start_gateways(ctx.bins, &ctx.dir)?;
     sites.route(Via::Soya)?;
     let ra = ctx.scenario(
         3,

@@ -6,6 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub use soya::demo_args::DemoBackend;
+
 /// What `soya demo` was asked to do.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DemoOptions {
@@ -21,8 +23,10 @@ pub struct DemoOptions {
     pub size: u32,
     /// One JSON object on stdout instead of the table.
     pub json: bool,
-    /// Between network namespaces with the tun backend (root).
+    /// Between network namespaces (root).
     pub netns: bool,
+    /// The gateways' DC backend there.
+    pub backend: DemoBackend,
     /// Bottleneck rate of each emulated WAN path, bits per second (`None`:
     /// unlimited). With a rate, the 0 km run crosses a relay of the same
     /// rate too, so the three runs differ only in distance and in Sōya.
@@ -44,6 +48,7 @@ impl Default for DemoOptions {
             size: 65_536,
             json: false,
             netns: false,
+            backend: DemoBackend::Tun,
             rate_bps: Some(DEFAULT_RATE_BPS),
         }
     }

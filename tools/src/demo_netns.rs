@@ -1,15 +1,25 @@
 //! `soya demo --netns`: the same three runs as the loopback demo, but
-//! between network namespaces with real RoCEv2 (UDP port 4791) and the
-//! gateways' `tun` backend, as a deployment routes traffic (root only).
+//! between network namespaces with real RoCEv2 (UDP port 4791), as a
+//! deployment carries traffic (root only). The gateways run the `tun`
+//! backend (the site routes the other site into their soya0) or `xdp`
+//! (their XDP program on the veth toward the host steers the other site's
+//! traffic into AF_XDP sockets before the kernel routes it).
 //!
 //! ```text
 //!  hA 10.1.0.1 ── gA (kernel router) ══ soya-wanem tun, one per path ══ gB ── hB 10.2.0.1
 //!                   └──── veth "zero": 0 km, kernel forwarding ────┘
 //! 1. direct, 0 km:  gA and gB route the other site over the zero veth
 //! 2. direct, D km:  ... over WAN path 0 (soya-wanem, D km)
-//! 3. through Sōya:  ... into soya0, the gateways' tun device; the gateways
-//!                   carry it over every WAN path (authenticated, keyed)
+//! 3. through Sōya:  tun: ... into soya0, the gateways' tun device;
+//!                   xdp: taken at gX's veth "host" by the gateway's XDP
+//!                   program (the kernel's route is a blackhole then, so a
+//!                   packet the program missed is lost, never carried
+//!                   direct); the gateways carry it over every WAN path
+//!                   (authenticated, keyed)
 //! ```
+//!
+//! The gateways start only for the third run: an xdp gateway takes the
+//! other site's traffic from the moment its program is attached.
 //!
 //! With `--rate`, every path's soya-wanem has that bottleneck, and the
 //! 0 km link is a soya-wanem tun pair of the same rate with no delay
@@ -22,7 +32,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::demo_common::{
-    demo_gateway_env, flow_quota, path_rate, Binaries, DemoOptions, RELAY_SLACK_US, US_PER_KM,
+    demo_gateway_env, flow_quota, path_rate, Binaries, DemoBackend, DemoOptions, RELAY_SLACK_US,
+    US_PER_KM,
 };
 use crate::netns::{netns_missing, try_ip_in, Netns, Proc};
 
@@ -45,6 +56,7 @@ pub struct Sites {
     path_rate: String,
     /// Their per-flow buffer quota.
     flow_quota: String,
+    backend: DemoBackend,
 }
 
 /// One soya-wanem tun link between the gateway namespaces.
@@ -72,8 +84,15 @@ impl Sites {
     /// Builds the namespaces, the WAN emulators and the zero-km veth, and
     /// starts both gateways (which stay idle until routed to).
     pub fn build(o: &DemoOptions, bins: &Binaries, dir: &Path) -> Result<Sites, String> {
-        if let Some(missing) = netns_missing(&[]) {
-            return Err(format!("--netns needs {missing}"));
+        let tools: &[&str] = match o.backend {
+            DemoBackend::Xdp => &["ethtool"],
+            DemoBackend::Tun => &[],
+        };
+        if let Some(missing) = netns_missing(tools) {
+            return Err(format!(
+                "--netns --backend {} needs {missing}",
+                o.backend.name()
+            ));
         }
         let id = std::process::id();
         let mut procs = Netns::new();
@@ -90,6 +109,7 @@ impl Sites {
             zero_dev: ["zero".into(), "zero".into()],
             path_rate: path_rate(o),
             flow_quota: flow_quota(o),
+            backend: o.backend,
         };
         for i in 0..2 {
             s.wire_site(i)?;
@@ -133,16 +153,46 @@ impl Sites {
             s.start_wanem(bins, &wan, dir, &path)?;
         }
         s.write_key_and_configs(dir, 2.0 * one_way_ms)?;
-        for i in 0..2 {
-            s.start_gateway(bins, dir, i)?;
-        }
         Ok(s)
+    }
+
+    /// Starts both gateways and waits until they have a session and every
+    /// path is up.
+    pub fn start_gateways(&mut self, bins: &Binaries, dir: &Path) -> Result<(), String> {
+        for i in 0..2 {
+            self.start_gateway(bins, dir, i)?;
+        }
+        self.wait_connected(dir)
     }
 
     /// hostX ──veth── gwX; gwX forwards.
     fn wire_site(&mut self, i: usize) -> Result<(), String> {
         let gw_ip = if i == 0 { "10.1.0.254" } else { "10.2.0.254" };
-        crate::netns::wire_site(&self.host[i], &self.gw[i], &[HOST[i]], gw_ip)
+        crate::netns::wire_site(&self.host[i], &self.gw[i], &[HOST[i]], gw_ip)?;
+        if self.backend == DemoBackend::Xdp {
+            // A veth hands frames over with the UDP/TCP checksum left to
+            // "hardware" (CHECKSUM_PARTIAL); AF_XDP takes the bytes as they
+            // are, so the host computes its checksums itself, as a real
+            // NIC's frames are complete on the wire.
+            let ok = std::process::Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &self.host[i],
+                    "ethtool",
+                    "-K",
+                    "dc",
+                    "tx",
+                    "off",
+                ])
+                .stdout(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                return Err(format!("ethtool -K dc tx off in {} failed", self.host[i]));
+            }
+        }
+        Ok(())
     }
 
     fn start_wanem(
@@ -200,13 +250,17 @@ impl Sites {
                 .map(|k| format!("\"{}:{WAN_PORT}\"", wan_ip(i, k)))
                 .collect();
             let mut text = format!(
-                "site = \"demo-{}\"\n[dc]\nbackend = \"tun\"\ninterface = \"soya0\"\n\
+                "site = \"demo-{}\"\n[dc]\n{}\n\
                  local_prefixes = [\"{}\"]\nremote_prefixes = [\"{}\"]\n\
                  [buffer]\nsize = \"256MiB\"\nper_flow_quota = \"{}\"\n\
                  [pseudo_ack]\npolicy = \"edge\"\n\
                  [control]\nmetrics = \"\"\nsocket = \"{}\"\n[log]\nlevel = \"warn\"\n\
                  [wan]\nbind = [{}]\nkey_file = \"{}\"\n",
                 if i == 0 { "a" } else { "b" },
+                match self.backend {
+                    DemoBackend::Tun => "backend = \"tun\"\ninterface = \"soya0\"",
+                    DemoBackend::Xdp => "backend = \"xdp\"\ninterface = \"host\"",
+                },
                 PREFIX[i],
                 PREFIX[1 - i],
                 self.flow_quota,
@@ -248,7 +302,7 @@ impl Sites {
     }
 
     /// Waits until both gateways have a session and every path is up.
-    pub fn wait_connected(&mut self, dir: &Path) -> Result<(), String> {
+    fn wait_connected(&mut self, dir: &Path) -> Result<(), String> {
         let t0 = Instant::now();
         loop {
             self.check()?;
@@ -280,15 +334,26 @@ impl Sites {
     }
 
     /// Routes each site's traffic for the other: over the zero veth, WAN
-    /// path 0 (kernel forwarding), or into the gateway's soya0.
+    /// path 0 (kernel forwarding), or into the gateway's soya0 (tun; with
+    /// xdp the gateway takes it before the route, which is a blackhole).
     pub fn route(&self, via: Via) -> Result<(), String> {
         for i in 0..2 {
-            let r = match via {
-                Via::Zero => format!("via {} dev {}", zero_ip(1 - i), self.zero_dev[i]),
-                Via::Wan => format!("via {} dev {}0", wan_ip(1 - i, 0), ["a", "b"][i]),
-                Via::Soya => "dev soya0".to_string(),
+            let prefix = PREFIX[1 - i];
+            let route = match (via, self.backend) {
+                (Via::Zero, _) => format!(
+                    "route replace {prefix} via {} dev {}",
+                    zero_ip(1 - i),
+                    self.zero_dev[i]
+                ),
+                (Via::Wan, _) => format!(
+                    "route replace {prefix} via {} dev {}0",
+                    wan_ip(1 - i, 0),
+                    ["a", "b"][i]
+                ),
+                (Via::Soya, DemoBackend::Tun) => format!("route replace {prefix} dev soya0"),
+                (Via::Soya, DemoBackend::Xdp) => format!("route replace blackhole {prefix}"),
             };
-            try_ip_in(&self.gw[i], &format!("route replace {} {r}", PREFIX[1 - i]))?;
+            try_ip_in(&self.gw[i], &route)?;
         }
         Ok(())
     }
