@@ -38,16 +38,21 @@ pub struct DemoArgs {
     /// One JSON object on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Run between network namespaces instead of on loopback: real RoCEv2
-    /// on UDP 4791, soya-wanem tun paths, kernel routing for the direct
-    /// runs (needs root, /dev/net/tun, iproute2).
-    #[arg(long)]
+    /// Run between network namespaces: real RoCEv2 on UDP 4791, soya-wanem
+    /// tun paths, kernel routing for the direct runs (needs root,
+    /// /dev/net/tun, iproute2). The default when those are there.
+    #[arg(long, conflicts_with = "loopback")]
     pub netns: bool,
-    /// The gateways' DC backend with --netns: "xdp" (AF_XDP on the veth
-    /// toward each site's host, needs ethtool) or "tun" (a routed tun
-    /// device).
-    #[arg(long, value_enum, default_value_t = DemoBackend::Tun, requires = "netns")]
-    pub backend: DemoBackend,
+    /// Run on loopback (the gateways' `udp` lab backend, no root): the
+    /// default without root or iproute2.
+    #[arg(long)]
+    pub loopback: bool,
+    /// The gateways' DC backend between namespaces: "xdp" (their XDP
+    /// program takes the other site's traffic at the veth toward each
+    /// host; needs ethtool and a build with clang) or "tun" (a routed tun
+    /// device). Default: xdp where it can run, else tun.
+    #[arg(long, value_enum, conflicts_with = "loopback")]
+    pub backend: Option<DemoBackend>,
     /// Rate of each emulated WAN path, a provisioned circuit: the gateways'
     /// paths are configured with it, and the 0 km run crosses a relay of the
     /// same rate, so only the distance differs. "unlimited": no bottleneck,
@@ -79,8 +84,13 @@ impl DemoArgs {
         }
         if self.netns {
             v.push("--netns".into());
+        }
+        if self.loopback {
+            v.push("--loopback".into());
+        }
+        if let Some(b) = self.backend {
             v.push("--backend".into());
-            v.push(self.backend.name().into());
+            v.push(b.name().into());
         }
         v
     }

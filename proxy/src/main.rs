@@ -41,12 +41,15 @@ enum Command {
     /// Plan capacity: WAN delay, BDP, deep-buffer size, goodput direct vs. through
     /// Sōya, and whether a data-parallel job's AllReduce hides behind backward.
     Plan(plan_cli::PlanCli),
-    /// Run the two-site demo on loopback (direct vs. through Sōya at 300 km).
+    /// Run the two-site demo (direct vs. through Sōya at 300 km): between
+    /// network namespaces on the xdp backend as root, else on loopback.
     ///
     /// Starts two gateways, soya-wanem relays and soya-perf endpoints as
-    /// child processes (loopback only, no root) and runs the same RDMA WRITE
-    /// workload direct at 0 km, direct over the emulated WAN and through
-    /// Sōya. Needs soya-perf and soya-wanem next to this binary
+    /// child processes and runs the same RDMA WRITE workload direct at 0 km,
+    /// direct over the emulated WAN and through Sōya. As root (with
+    /// iproute2 and /dev/net/tun) the hosts and gateways live in network
+    /// namespaces and exchange real RoCEv2; otherwise, or with --loopback,
+    /// everything runs on loopback without root. Needs soya-perf and soya-wanem next to this binary
     /// (`cargo build --release --workspace`).
     Demo(soya::demo_args::DemoArgs),
     /// Run the gateway daemon of one site (SIGTERM/SIGINT drain and exit,

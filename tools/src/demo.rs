@@ -1,4 +1,6 @@
-//! `soya demo`: the two-site demo on loopback, run as child processes.
+//! `soya demo`: the two-site demo, run as child processes: between network
+//! namespaces where the machine allows it (`crate::demo_netns`), else on
+//! loopback (below).
 //!
 //! ```text
 //! 1. direct, 0 km:   perf client ─IP-in-UDP─▶ perf server
@@ -25,8 +27,10 @@
 //! (tx-depth 128, MTU 4096) followed by a short latency run (64-byte
 //! WRITEs, one outstanding) for the RTT the requester sees.
 //!
-//! `--netns` (root): the same three runs between network namespaces with
-//! real RoCEv2 and the gateways' tun backend (`crate::demo_netns`).
+//! Between network namespaces (root; the default there, or `--netns`): the
+//! same three runs with real RoCEv2 and the gateways' xdp backend (or tun:
+//! `--backend`, and where xdp cannot run) (`crate::demo_netns`).
+//! `--loopback` forces the loopback lab.
 //!
 //! The orchestration only spawns the `soya`, `soya-perf` and `soya-wanem`
 //! binaries (found next to each other, as `cargo build --release
@@ -41,7 +45,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::demo_common::{demo_gateway_env, flow_quota, path_rate, RELAY_SLACK_US, US_PER_KM};
+use crate::demo_common::{
+    demo_gateway_env, flow_quota, path_rate, DemoBackend, RELAY_SLACK_US, US_PER_KM,
+};
 pub use crate::demo_common::{Binaries, DemoOptions, DEFAULT_RATE_BPS};
 use crate::size::{parse_size, MAX_SIZE};
 
@@ -464,6 +470,7 @@ pub fn main(soya_bin: &Path, d: &soya::demo_args::DemoArgs) -> i32 {
             return 1;
         }
     };
+    let (netns, backend) = where_to_run(d);
     run(
         &DemoOptions {
             distance_km: d.distance_km,
@@ -472,12 +479,51 @@ pub fn main(soya_bin: &Path, d: &soya::demo_args::DemoArgs) -> i32 {
             duration: d.duration,
             size,
             json: d.json,
-            netns: d.netns,
-            backend: d.backend,
+            netns,
+            backend,
             rate_bps: (rate > 0).then_some(rate),
         },
         &bins,
     )
+}
+
+/// The fastest set-up this machine allows unless told: between network
+/// namespaces with the xdp backend as root, else tun there, else the
+/// loopback lab, saying why on stderr.
+fn where_to_run(d: &soya::demo_args::DemoArgs) -> (bool, DemoBackend) {
+    let xdp_missing = || {
+        if !soya::gateway::xdp::program::is_built() {
+            Some("the XDP program (this build had no clang/libbpf-dev)".to_string())
+        } else {
+            crate::netns::netns_missing(&["ethtool"])
+        }
+    };
+    let backend = |explicit: Option<DemoBackend>| match explicit {
+        Some(b) => b,
+        None => match xdp_missing() {
+            None => DemoBackend::Xdp,
+            Some(why) => {
+                eprintln!("soya demo: the tun backend between namespaces (xdp needs {why})");
+                DemoBackend::Tun
+            }
+        },
+    };
+    if d.loopback {
+        return (false, DemoBackend::Tun);
+    }
+    if d.netns || d.backend.is_some() {
+        return (true, backend(d.backend));
+    }
+    match crate::netns::netns_missing(&[]) {
+        None => (true, backend(None)),
+        Some(why) => {
+            eprintln!(
+                "soya demo: on loopback (the gateways' udp lab backend): network namespaces \
+                 need {why}; as root the demo runs between namespaces on the xdp backend"
+            );
+            (false, DemoBackend::Tun)
+        }
+    }
 }
 
 fn validate(o: &DemoOptions) -> Result<(), String> {
@@ -578,14 +624,22 @@ fn run_in(o: &DemoOptions, ctx: &Ctx) -> Result<i32, String> {
     let one_way_ms = o.distance_km * US_PER_KM / 1000.0;
     ctx.say(&format!(
         "soya demo: {} km ({:.2} ms one way, {:.2} ms RTT), loss {}, {} WAN path(s) of {}, {} B \
-         WRITEs",
+         WRITEs; {}",
         o.distance_km,
         one_way_ms,
         2.0 * one_way_ms,
         o.loss,
         o.paths,
         rate_text(o.rate_bps),
-        o.size
+        o.size,
+        if o.netns {
+            format!(
+                "network namespaces, real RoCEv2, gateways on {}",
+                o.backend.name()
+            )
+        } else {
+            "loopback, gateways on udp".to_string()
+        }
     ));
 
     let ([r0, rd, ra_], gw_alive) = if o.netns {

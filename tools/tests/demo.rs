@@ -25,7 +25,7 @@ fn demo_json_reports_a_clean_comparison() {
         return;
     };
     let out = Command::new(&soya)
-        .args(["demo", "--duration", "2", "--json"])
+        .args(["demo", "--loopback", "--duration", "2", "--json"])
         .output()
         .expect("run soya demo");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -139,6 +139,7 @@ fn demo_rate_bounds_every_run_and_soya_fills_the_link() {
     let out = Command::new(&soya)
         .args([
             "demo",
+            "--loopback",
             "--rate",
             "200mbit",
             "--distance-km",

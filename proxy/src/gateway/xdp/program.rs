@@ -44,6 +44,12 @@ fn err(what: &str, e: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("{what}: {e}"))
 }
 
+/// Whether this build has the XDP steering program (clang and libbpf-dev
+/// were there when it was compiled).
+pub fn is_built() -> bool {
+    !OBJECT.is_empty()
+}
+
 impl Steering {
     /// Loads the program and fills its maps (prefixes, shard count).
     /// Needs CAP_BPF (and CAP_NET_ADMIN to attach).
