@@ -179,18 +179,18 @@ fn main() {
     }
     std::thread::sleep(Duration::from_millis(800));
     let ctl = free_tcp();
+    // soya-perf `words` on loopback, JSON out, control port `ctl`, its RoCE
+    // port picked by the kernel.
+    let perf = |words: &[&str]| {
+        let mut c = Command::new(bin.join("soya-perf"));
+        c.args(words)
+            .args(["--json", "--quiet", "--bind-ip", "127.0.0.1"])
+            .args(["--port", &ctl.to_string(), "--roce-port", "0"]);
+        c
+    };
     let mut kids = Kill(Vec::new());
     kids.0.push(
-        Command::new(bin.join("soya-perf"))
-            .args([
-                "server",
-                "--once",
-                "--json",
-                "--quiet",
-                "--bind-ip",
-                "127.0.0.1",
-            ])
-            .args(["--port", &ctl.to_string(), "--roce-port", "0"])
+        perf(&["server", "--once"])
             .args(["--roce-ip", "10.2.0.1", "--accept-timeout", "20"])
             .args(["--gateway", &format!("127.0.0.1:{dcb}")])
             .stdout(Stdio::null())
@@ -199,16 +199,7 @@ fn main() {
             .unwrap(),
     );
     let (pa, pb) = (gws.0[0].id(), gws.0[1].id());
-    let client = Command::new(bin.join("soya-perf"))
-        .args([
-            "client",
-            "127.0.0.1",
-            "--json",
-            "--quiet",
-            "--bind-ip",
-            "127.0.0.1",
-        ])
-        .args(["--port", &ctl.to_string(), "--roce-port", "0"])
+    let client = perf(&["client", "127.0.0.1"])
         .args(["--roce-ip", "10.1.0.1", "--connect-timeout", "10"])
         .args(["--size", "65536", "--tx-depth", "128", "--mtu", "4096"])
         .args(["--duration", &format!("{secs}")])

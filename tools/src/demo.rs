@@ -123,23 +123,25 @@ fn free_port(free: impl Fn(u16) -> bool) -> Option<u16> {
 }
 
 fn free_udp() -> Result<u16, String> {
-    if let Some(p) = free_port(|p| UdpSocket::bind((LO, p)).is_ok()) {
-        return Ok(p);
-    }
-    UdpSocket::bind((LO, 0))
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free UDP port: {e}"))
+    free_port_or_any("UDP", |p| UdpSocket::bind((LO, p))?.local_addr())
 }
 
 fn free_tcp() -> Result<u16, String> {
-    if let Some(p) = free_port(|p| TcpListener::bind((LO, p)).is_ok()) {
+    free_port_or_any("TCP", |p| TcpListener::bind((LO, p))?.local_addr())
+}
+
+/// A [`free_port`] that `bind` (a bind to loopback port `p`, giving the
+/// address bound) can take, else the port the kernel picks for `bind(0)`.
+fn free_port_or_any(
+    proto: &str,
+    bind: impl Fn(u16) -> std::io::Result<SocketAddr>,
+) -> Result<u16, String> {
+    if let Some(p) = free_port(|p| bind(p).is_ok()) {
         return Ok(p);
     }
-    TcpListener::bind((LO, 0))
-        .and_then(|s| s.local_addr())
+    bind(0)
         .map(|a| a.port())
-        .map_err(|e| format!("no free TCP port: {e}"))
+        .map_err(|e| format!("no free {proto} port: {e}"))
 }
 
 fn addr(port: u16) -> SocketAddr {
@@ -188,6 +190,21 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Starts a [`wanem_cmd`] relay as `soya-wanem (<what>)`, its error
+    /// output in the log `wanem-<what without spaces>`.
+    fn spawn_wanem(
+        &self,
+        kids: &mut Children,
+        o: &DemoOptions,
+        what: &str,
+        zero_km: bool,
+        pairs: &[(u16, u16)],
+    ) -> Result<(), String> {
+        let log = log_file(&self.dir, &format!("wanem-{}", what.replace(' ', "")));
+        let mut c = wanem_cmd(self.bins, o, zero_km, pairs, log);
+        kids.spawn(&format!("soya-wanem ({what})"), &mut c)
+    }
+
     fn say(&self, s: &str) {
         if !self.quiet {
             let mut o = std::io::stderr().lock();
@@ -758,16 +775,7 @@ fn run_loopback(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
         None => s1,
         Some(_) => {
             let relay = free_udp()?;
-            kids.spawn(
-                "soya-wanem (0 km)",
-                &mut wanem_cmd(
-                    ctx.bins,
-                    o,
-                    true,
-                    &[(relay, s1)],
-                    log_file(&ctx.dir, "wanem-0km"),
-                ),
-            )?;
+            ctx.spawn_wanem(&mut kids, o, "0 km", true, &[(relay, s1)])?;
             settle(&mut kids)?;
             relay
         }
@@ -786,16 +794,7 @@ fn run_loopback(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
     // 2. Direct through a relay.
     let s2 = free_udp()?;
     let relay = free_udp()?;
-    kids.spawn(
-        "soya-wanem (direct)",
-        &mut wanem_cmd(
-            ctx.bins,
-            o,
-            false,
-            &[(relay, s2)],
-            log_file(&ctx.dir, "wanem-direct"),
-        ),
-    )?;
+    ctx.spawn_wanem(&mut kids, o, "direct", false, &[(relay, s2)])?;
     settle(&mut kids)?;
     let rd = ctx.scenario(
         2,
@@ -857,16 +856,8 @@ fn run_loopback(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
         ),
     )?;
     for i in 0..n {
-        kids.spawn(
-            &format!("soya-wanem (path {i})"),
-            &mut wanem_cmd(
-                ctx.bins,
-                o,
-                false,
-                &[(ra[i], wb[i]), (rb[i], wa[i])],
-                log_file(&ctx.dir, &format!("wanem-path{i}")),
-            ),
-        )?;
+        let pairs = [(ra[i], wb[i]), (rb[i], wa[i])];
+        ctx.spawn_wanem(&mut kids, o, &format!("path {i}"), false, &pairs)?;
     }
     for (name, f) in [("gateway-a", &fa), ("gateway-b", &fb)] {
         let mut c = Command::new(&ctx.bins.soya);

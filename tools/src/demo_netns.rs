@@ -94,12 +94,8 @@ impl Sites {
                 o.backend.name()
             ));
         }
-        let id = std::process::id();
         let mut procs = Netns::new();
-        let ns = |r: &str| format!("soya-demo-{id}-{r}");
-        let host = [procs.add(&ns("hA"))?, procs.add(&ns("hB"))?];
-        let gw = [procs.add(&ns("gA"))?, procs.add(&ns("gB"))?];
-        let wan = procs.add(&ns("wan"))?;
+        let (host, gw, wan) = procs.add_two_sites(&format!("soya-demo-{}", std::process::id()))?;
         let mut s = Sites {
             host,
             gw,

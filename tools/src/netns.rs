@@ -99,6 +99,19 @@ impl Netns {
         Ok(name.to_string())
     }
 
+    /// Creates the five namespaces of a two-site lab, `<prefix>-` then hA,
+    /// hB (the hosts), gA, gB (their gateways) and wan (between the
+    /// gateways): returns (hosts, gateways, wan).
+    pub fn add_two_sites(
+        &mut self,
+        prefix: &str,
+    ) -> Result<([String; 2], [String; 2], String), String> {
+        let mut add = |r: &str| self.add(&format!("{prefix}-{r}"));
+        let host = [add("hA")?, add("hB")?];
+        let gw = [add("gA")?, add("gB")?];
+        Ok((host, gw, add("wan")?))
+    }
+
     /// Starts `program args` inside namespace `ns` (`ip netns exec`, which
     /// execs it: the child's pid is the program's). `setup` adjusts the
     /// command (environment, redirections) first.

@@ -7,6 +7,7 @@
 
 #![deny(unsafe_code)]
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
@@ -14,29 +15,51 @@ use serde_json::Value;
 mod common;
 use common::{netns_missing, netns_required, skip, soya_binary};
 
-#[test]
-fn demo_json_reports_a_clean_comparison() {
-    let Some(soya) = soya_binary() else {
+/// The `soya` binary, or `None` once `test` is skipped for want of it
+/// (a failure instead when `required`).
+fn soya_or_skip(test: &str, required: bool) -> Option<PathBuf> {
+    let soya = soya_binary();
+    if soya.is_none() {
         skip(
-            "demo_json_reports_a_clean_comparison",
+            test,
             "the `soya` binary next to soya-perf (cargo build --workspace, or cargo test --workspace)",
-            std::env::var("CI").is_ok_and(|v| v == "true"),
+            required,
         );
-        return;
-    };
-    let out = Command::new(&soya)
-        .args(["demo", "--loopback", "--duration", "2", "--json"])
+    }
+    soya
+}
+
+/// Runs `soya demo <args> --json`: the JSON object it printed, its error
+/// output, and whether it exited successfully.
+fn demo_json(soya: &Path, args: &[&str]) -> (Value, String, bool) {
+    let out = Command::new(soya)
+        .arg("demo")
+        .args(args)
+        .arg("--json")
         .output()
         .expect("run soya demo");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     eprintln!("{stderr}");
-    println!("{stdout}");
     let line = stdout
         .lines()
         .find(|l| l.trim_start().starts_with('{'))
-        .unwrap_or_else(|| panic!("no JSON object from soya demo ({}): {stderr}", out.status));
+        .unwrap_or_else(|| panic!("no JSON from soya demo {args:?} ({}): {stderr}", out.status));
     let v: Value = serde_json::from_str(line).expect("valid JSON");
+    println!("{v}");
+    (v, stderr, out.status.success())
+}
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+#[test]
+fn demo_json_reports_a_clean_comparison() {
+    let Some(soya) = soya_or_skip("demo_json_reports_a_clean_comparison", ci()) else {
+        return;
+    };
+    let (v, _, success) = demo_json(&soya, &["--loopback", "--duration", "2"]);
     for k in [
         "distance_km",
         "rtt_ms",
@@ -56,7 +79,7 @@ fn demo_json_reports_a_clean_comparison() {
     assert!(v["direct_gbps"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["accelerated_gbps"].as_f64().unwrap() > 0.0, "{v}");
     // Exit status agrees with the report.
-    assert_eq!(out.status.success(), v["ok"].as_bool() == Some(true), "{v}");
+    assert_eq!(success, v["ok"].as_bool() == Some(true), "{v}");
 }
 
 /// `soya demo --netns`: the same comparison between network namespaces,
@@ -81,13 +104,12 @@ fn netns_demo_hides_the_wan_rtt(test: &str, backend: &str, needs: &[&str]) {
         skip(test, &why, netns_required());
         return;
     }
-    let Some(soya) = soya_binary() else {
-        skip(test, "the soya binary next to soya-perf", netns_required());
+    let Some(soya) = soya_or_skip(test, netns_required()) else {
         return;
     };
-    let out = Command::new(&soya)
-        .args([
-            "demo",
+    let (v, stderr, success) = demo_json(
+        &soya,
+        &[
             "--netns",
             "--backend",
             backend,
@@ -95,23 +117,13 @@ fn netns_demo_hides_the_wan_rtt(test: &str, backend: &str, needs: &[&str]) {
             "1000",
             "--duration",
             "1",
-        ])
-        .arg("--json")
-        .output()
-        .expect("run soya demo --netns");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let line = stdout
-        .lines()
-        .find(|l| l.trim_start().starts_with('{'))
-        .unwrap_or_else(|| panic!("no JSON from soya demo --netns ({}): {stderr}", out.status));
-    let v: Value = serde_json::from_str(line).expect("valid JSON");
-    println!("{v}");
-    assert_eq!(v["netns"].as_bool(), Some(true), "{v}");
+        ],
+    );
     assert_eq!(v["backend"].as_str(), Some(backend), "{v}");
+    assert_eq!(v["netns"].as_bool(), Some(true), "{v}");
     assert_eq!(v["data_errors"].as_u64(), Some(0), "{v}");
     assert_eq!(v["ok"].as_bool(), Some(true), "{v}");
-    assert!(out.status.success(), "{stderr}");
+    assert!(success, "{stderr}");
     let rtt = |run: &str| v["runs"][run]["rtt_ms"].as_f64().unwrap_or(f64::NAN);
     let (direct, accel) = (rtt("direct"), rtt("accelerated"));
     // Direct waits the emulated 9.8 ms round trip.
@@ -128,17 +140,13 @@ fn netns_demo_hides_the_wan_rtt(test: &str, backend: &str, needs: &[&str]) {
 /// trip, Sōya fills the 0.2 Gb/s link that the direct run cannot.
 #[test]
 fn demo_rate_bounds_every_run_and_soya_fills_the_link() {
-    let Some(soya) = soya_binary() else {
-        skip(
-            "demo_rate_bounds_every_run_and_soya_fills_the_link",
-            "the `soya` binary next to soya-perf",
-            std::env::var("CI").is_ok_and(|v| v == "true"),
-        );
+    let test = "demo_rate_bounds_every_run_and_soya_fills_the_link";
+    let Some(soya) = soya_or_skip(test, ci()) else {
         return;
     };
-    let out = Command::new(&soya)
-        .args([
-            "demo",
+    let (v, stderr, _) = demo_json(
+        &soya,
+        &[
             "--loopback",
             "--rate",
             "200mbit",
@@ -146,18 +154,8 @@ fn demo_rate_bounds_every_run_and_soya_fills_the_link() {
             "3000",
             "--duration",
             "3",
-            "--json",
-        ])
-        .output()
-        .expect("run soya demo --rate");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let line = stdout
-        .lines()
-        .find(|l| l.trim_start().starts_with('{'))
-        .unwrap_or_else(|| panic!("no JSON from soya demo --rate ({}): {stderr}", out.status));
-    let v: Value = serde_json::from_str(line).expect("valid JSON");
-    println!("{v}");
+        ],
+    );
     assert_eq!(v["ok"].as_bool(), Some(true), "{v}\n{stderr}");
     assert_eq!(v["data_errors"].as_u64(), Some(0), "{v}");
     assert_eq!(v["rate_gbps"].as_f64(), Some(0.2), "{v}");

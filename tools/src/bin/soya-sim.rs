@@ -424,19 +424,8 @@ fn run(a: RunArgs) -> ExitCode {
             a.distance_km,
             accel.goodput_gbps / direct.goodput_gbps
         );
-        println!(
-            "simulated in {:.2} s of wall time",
-            wall.elapsed().as_secs_f64()
-        );
-        for v in &violations {
-            println!("VIOLATION: {v}");
-        }
     }
-    if violations.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    soya_tools::sim::conclude(a.json, wall, &violations)
 }
 
 fn sweep_cmd(a: SweepArgs) -> ExitCode {

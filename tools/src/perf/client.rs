@@ -136,16 +136,7 @@ pub fn run_client(cfg: &ClientConfig) -> Result<PerfReport, PerfError> {
     cfg.validate()?;
     let layout = Layout::new(MEM_BASE, cfg.size);
     let local_sock = SocketAddr::new(cfg.bind_ip, cfg.roce_port);
-    let mut ep = Endpoint::bind(local_sock).map_err(|e| {
-        PerfError::Failed(format!(
-            "cannot bind the RoCE socket {local_sock}: {e} (another endpoint on this address? use --bind-ip)"
-        ))
-    })?;
-    ep.set_gso(cfg.gso);
-    ep.set_busy_poll(cfg.busy_poll);
-    if let Some(t) = cfg.tunnel {
-        ep.set_tunnel(t);
-    }
+    let mut ep = Endpoint::open(local_sock, cfg.gso, cfg.busy_poll, cfg.tunnel)?;
     let my_ip = ep.roce_ip();
     let mut ctrl = Control::new(connect(cfg.server, cfg.connect_timeout)?);
 

@@ -89,6 +89,28 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// [`Endpoint::bind`] with the data-path options both soya-perf roles
+    /// take (UDP GSO, busy polling, the lab's tunnel); the error says what
+    /// to change.
+    pub fn open(
+        local: SocketAddr,
+        gso: bool,
+        busy_poll: Duration,
+        tunnel: Option<Tunnel>,
+    ) -> Result<Endpoint, super::PerfError> {
+        let mut ep = Endpoint::bind(local).map_err(|e| {
+            super::PerfError::Failed(format!(
+                "cannot bind the RoCE socket {local}: {e} (another endpoint on this address? use --bind-ip)"
+            ))
+        })?;
+        ep.set_gso(gso);
+        ep.set_busy_poll(busy_poll);
+        if let Some(t) = tunnel {
+            ep.set_tunnel(t);
+        }
+        Ok(ep)
+    }
+
     /// Binds `local` (an address on this host, normally port 4791).
     pub fn bind(local: SocketAddr) -> io::Result<Endpoint> {
         let sock = UdpSocket::bind(local)?;

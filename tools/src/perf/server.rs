@@ -95,16 +95,7 @@ impl Server {
         let listener = TcpListener::bind(ctl)
             .map_err(|e| PerfError::Failed(format!("cannot listen on {ctl}: {e} (use --port)")))?;
         let roce = SocketAddr::new(cfg.bind_ip, cfg.roce_port);
-        let mut ep = Endpoint::bind(roce).map_err(|e| {
-            PerfError::Failed(format!(
-                "cannot bind the RoCE socket {roce}: {e} (another endpoint on this address? use --bind-ip)"
-            ))
-        })?;
-        ep.set_gso(cfg.gso);
-        ep.set_busy_poll(cfg.busy_poll);
-        if let Some(t) = cfg.tunnel {
-            ep.set_tunnel(t);
-        }
+        let ep = Endpoint::open(roce, cfg.gso, cfg.busy_poll, cfg.tunnel)?;
         Ok(Server {
             cfg,
             listener,

@@ -181,6 +181,17 @@ mod tests {
     /// Strip on one side, rebuild on the other: the ICRC verifies, the
     /// packet is the original but for the UDP source port, and the peer
     /// accepts it.
+    /// The IP packet of a 10-byte SEND from `a` to `b`, as it leaves `a`.
+    fn a_small_send(a: &str, b: &str) -> Vec<u8> {
+        let (mut qa, _) = pair(a, b);
+        qa.post_send(WorkRequest::Send { len: 10, imm: None })
+            .unwrap();
+        let mut buf = vec![0u8; qa.max_packet_len()];
+        let n = qa.poll_transmit(soya::time::Time::ZERO, &mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
     fn round_trip(a: &str, b: &str) {
         let (mut qa, mut qb) = pair(a, b);
         let rkey = qb.memory().rkey();
@@ -237,12 +248,8 @@ mod tests {
 
     #[test]
     fn ip_in_udp_helpers() {
-        let (mut qa, _) = pair("10.1.0.1", "10.2.0.1");
-        qa.post_send(WorkRequest::Send { len: 10, imm: None })
-            .unwrap();
-        let mut buf = vec![0u8; qa.max_packet_len()];
-        let n = qa.poll_transmit(soya::time::Time::ZERO, &mut buf).unwrap();
-        assert_eq!(ip_dest_qp(&buf[..n]), Some(0x456));
+        let buf = a_small_send("10.1.0.1", "10.2.0.1");
+        assert_eq!(ip_dest_qp(&buf), Some(0x456));
         let a = announce_packet("10.1.0.1".parse().unwrap(), "10.2.0.1".parse().unwrap()).unwrap();
         assert_eq!(a.len(), 28);
         assert_eq!(ip_dest_qp(&a), None);
@@ -251,12 +258,8 @@ mod tests {
 
     #[test]
     fn wrong_source_port_fails_the_icrc() {
-        let (mut qa, _) = pair("127.0.0.2", "127.0.0.3");
-        qa.post_send(WorkRequest::Send { len: 10, imm: None })
-            .unwrap();
-        let mut buf = vec![0u8; qa.max_packet_len()];
-        let n = qa.poll_transmit(soya::time::Time::ZERO, &mut buf).unwrap();
-        let r = to_udp_payload(&mut buf[..n], ROCE_PORT).unwrap();
+        let mut buf = a_small_send("127.0.0.2", "127.0.0.3");
+        let r = to_udp_payload(&mut buf, ROCE_PORT).unwrap();
         let len = r.len();
         let mut rx = vec![0u8; HEADROOM + len];
         rx[HEADROOM..].copy_from_slice(&buf[r]);

@@ -196,17 +196,6 @@ pub fn report(c: &AllreduceConfig, json_out: bool) -> ExitCode {
                 .map_or("nothing".into(), |d| format!("{d:.3} ms")),
             c.wire_bound_ms()
         );
-        println!(
-            "simulated in {:.1} s of wall time",
-            wall.elapsed().as_secs_f64()
-        );
-        for v in &violations {
-            println!("VIOLATION: {v}");
-        }
     }
-    if violations.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    super::conclude(json_out, wall, &violations)
 }

@@ -12,3 +12,27 @@ pub mod nccl;
 pub mod scenario;
 pub mod sweep;
 pub mod world;
+
+/// The end of a `soya-sim` report. In text (`json` false): the wall time the
+/// run took, then every violated invariant, one a line. The exit code fails
+/// when any invariant was violated, in text and JSON alike.
+pub fn conclude<V: std::fmt::Display>(
+    json: bool,
+    wall: std::time::Instant,
+    violations: &[V],
+) -> std::process::ExitCode {
+    if !json {
+        println!(
+            "simulated in {:.2} s of wall time",
+            wall.elapsed().as_secs_f64()
+        );
+        for v in violations {
+            println!("VIOLATION: {v}");
+        }
+    }
+    if violations.is_empty() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    }
+}

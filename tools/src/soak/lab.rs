@@ -83,12 +83,8 @@ impl Lab {
         paths: &[PathSpec],
         horizon_s: f64,
     ) -> Result<Lab, String> {
-        let id = std::process::id();
         let mut procs = Netns::new();
-        let ns = |r: &str| format!("soak-{id}-{r}");
-        let host = [procs.add(&ns("hA"))?, procs.add(&ns("hB"))?];
-        let gw = [procs.add(&ns("gA"))?, procs.add(&ns("gB"))?];
-        let wan = procs.add(&ns("wan"))?;
+        let (host, gw, wan) = procs.add_two_sites(&format!("soak-{}", std::process::id()))?;
         let mut lab = Lab {
             host,
             gw,

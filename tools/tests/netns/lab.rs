@@ -26,8 +26,9 @@ pub const HOST: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 1, 0, 1), Ipv4Addr::new(10, 2
 const PREFIX: [&str; 2] = ["10.1.0.0/16", "10.2.0.0/16"];
 pub const WAN_PORT: u16 = 7400;
 
-/// One lab at a time: each loads the machine's two cores.
-pub fn serial() -> MutexGuard<'static, ()> {
+/// One lab at a time: each loads the machine's two cores. Every [`Lab`]
+/// holds this turn until it is dropped.
+fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -114,8 +115,10 @@ pub struct Lab {
     pub generation: [u64; 2],
     pub wanem: Vec<Proc>,
     pub clients: u32,
-    /// Last: killing the processes and deleting the namespaces.
+    /// Killing the processes and deleting the namespaces.
     pub procs: Netns,
+    /// Last: the next lab's turn comes once this one is gone.
+    _turn: MutexGuard<'static, ()>,
 }
 
 impl Lab {
@@ -139,6 +142,7 @@ impl Lab {
             );
             return None;
         };
+        let turn = serial();
         static N: AtomicU32 = AtomicU32::new(0);
         let id = format!(
             "{}-{}",
@@ -149,10 +153,7 @@ impl Lab {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut procs = Netns::new();
-        let ns = |role: &str| format!("soya-{id}-{role}");
-        let host = [procs.add(&ns("hA")).unwrap(), procs.add(&ns("hB")).unwrap()];
-        let gw = [procs.add(&ns("gA")).unwrap(), procs.add(&ns("gB")).unwrap()];
-        let wan_ns = procs.add(&ns("wan")).unwrap();
+        let (host, gw, wan_ns) = procs.add_two_sites(&format!("soya-{id}")).unwrap();
         let mut lab = Lab {
             test,
             sock: [dir.join("a.sock"), dir.join("b.sock")],
@@ -168,6 +169,7 @@ impl Lab {
             wanem: Vec::new(),
             clients: 0,
             procs,
+            _turn: turn,
         };
         lab.wire_sites();
         for k in 0..wan.paths {
@@ -595,12 +597,17 @@ impl Drop for Lab {
 }
 
 /// A two-shard gateway's shards, both connected, shard 1 (the hosts'
-/// pair's) talking to its twin, and no DC packet dropped by the kernel.
+/// pair's) talking to its twin (printed), and no DC packet dropped by the
+/// kernel.
 pub fn two_shards<'a>(s: &'a Snapshot, name: &str) -> (&'a ShardSnap, &'a ShardSnap) {
     assert_eq!(s.shards.len(), 2, "{name}: {:?}", s.shards);
     let (s0, s1) = (&s.shards[0], &s.shards[1]);
     assert!(s0.connected && s1.connected, "{name}: {:?}", s.shards);
     assert!(s1.twin_msgs_out > 0 && s1.twin_msgs_in > 0, "{name}");
+    println!(
+        "{name}: shard 1 twin msgs out/in {}/{}",
+        s1.twin_msgs_out, s1.twin_msgs_in
+    );
     assert_eq!(s.dc.rx_kernel_drops, 0, "{name}: {:?}", s.dc);
     (s0, s1)
 }

@@ -14,7 +14,7 @@ use soya::roce::{IpHeader, NakCode, OpKind, Opcode, Psn, Reth, RocePacket, Syndr
 use soya::time::Time;
 
 use crate::rc::{
-    Completion, CompletionStatus, QpAddr, QpConfig, RcQp, RecvCompletion, WorkRequest,
+    Completion, CompletionStatus, QpAddr, QpConfig, RcQp, RecvCompletion, WorkRequest, WrOpcode,
 };
 
 pub const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
@@ -362,6 +362,35 @@ impl Harness {
             .iter()
             .filter(|s| s.from == from && f(s))
             .cloned()
+            .collect()
+    }
+
+    /// A posts a WRITE (A's pattern into B) or a READ (B's bytes into A's
+    /// memory at the same VA) of `len` bytes at `va` in B's memory.
+    pub fn post(&mut self, op: WrOpcode, va: u64, len: u32) {
+        let rkey = self.b.memory().rkey();
+        let wr = match op {
+            WrOpcode::Write => WorkRequest::Write {
+                remote_va: va,
+                rkey,
+                len,
+                imm: None,
+            },
+            WrOpcode::Read => WorkRequest::Read {
+                remote_va: va,
+                rkey,
+                len,
+            },
+            _ => panic!("the harness posts WRITEs and READs, not {op:?}"),
+        };
+        self.a.post_send(wr).unwrap();
+    }
+
+    /// One field of every request packet `from` emitted, in order.
+    pub fn requests<T>(&self, from: Side, field: impl Fn(&Sent) -> T) -> Vec<T> {
+        self.sent(from, |s| s.is_request())
+            .iter()
+            .map(field)
             .collect()
     }
 

@@ -38,11 +38,7 @@ fn write_with_imm_carries_the_immediate_on_its_last_packet_and_consumes_one_rece
         let wr = write_imm(&h, 64 << 10, 1000, 0xb2);
         h.a.post_send(wr).unwrap();
         h.run();
-        let ops: Vec<Opcode> = h
-            .sent(Side::A, |s| s.is_request())
-            .iter()
-            .map(|s| s.opcode)
-            .collect();
+        let ops = h.requests(Side::A, |s| s.opcode);
         assert_eq!(
             ops,
             [
@@ -118,11 +114,7 @@ fn zero_length_write_with_imm_consumes_a_receive() {
         let wr = write_imm(&h, 0, 0, 0);
         h.a.post_send(wr).unwrap();
         h.run();
-        let ops: Vec<Opcode> = h
-            .sent(Side::A, |s| s.is_request())
-            .iter()
-            .map(|s| s.opcode)
-            .collect();
+        let ops = h.requests(Side::A, |s| s.opcode);
         assert_eq!(ops, [Opcode::RC_WRITE_ONLY_IMM], "{model}");
         let r = h.recv_completions(Side::B);
         assert_eq!(r.len(), 1, "{model}");

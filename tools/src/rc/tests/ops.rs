@@ -28,17 +28,20 @@ const SIZES: &[u32] = &[
     1 << 20,
 ];
 
-/// Distinct, 4 KiB-aligned regions for `sizes`, from `base`.
-fn layout(base: u64, sizes: &[u32]) -> Vec<u64> {
-    let mut va = base;
-    sizes
+/// A harness with `mtu`, and distinct 4 KiB-aligned regions of B's memory
+/// for SIZES, one after the other.
+fn every_size(mtu: usize) -> (Harness, Vec<u64>) {
+    let h = Harness::new(cfg_mtu(mtu));
+    let mut va = h.b.memory().base();
+    let vas = SIZES
         .iter()
         .map(|&s| {
             let v = va;
             va += u64::from(s).max(1).next_multiple_of(4096);
             v
         })
-        .collect()
+        .collect();
+    (h, vas)
 }
 
 fn pattern(va: u64, len: u32, seq: u32) -> Vec<u8> {
@@ -63,11 +66,16 @@ fn assert_clean(h: &Harness) {
     }
 }
 
-/// A's completions are one success of `op` per size in `sizes`, in order.
-fn assert_each_succeeded(h: &mut Harness, sizes: &[u32], op: WrOpcode) {
+/// A posts one `op` (WRITE or READ) of each of SIZES at its region in
+/// `vas`, runs to the end, and each completes successfully, in order.
+fn each_size_succeeds(h: &mut Harness, op: WrOpcode, vas: &[u64]) {
+    for (&len, &va) in SIZES.iter().zip(vas) {
+        h.post(op, va, len);
+    }
+    h.run();
     let comps = h.completions(Side::A);
-    assert_eq!(comps.len(), sizes.len());
-    for (c, &len) in comps.iter().zip(sizes) {
+    assert_eq!(comps.len(), SIZES.len());
+    for (c, &len) in comps.iter().zip(SIZES) {
         assert_eq!(
             (c.status, c.bytes, c.opcode),
             (CompletionStatus::Success, len, op)
@@ -78,20 +86,8 @@ fn assert_each_succeeded(h: &mut Harness, sizes: &[u32], op: WrOpcode) {
 #[test]
 fn write_of_every_size_lands_verified() {
     for mtu in [1024, 4096] {
-        let mut h = Harness::new(cfg_mtu(mtu));
-        let (base, rkey) = (h.b.memory().base(), h.b.memory().rkey());
-        let vas = layout(base, SIZES);
-        for (&len, &va) in SIZES.iter().zip(&vas) {
-            h.a.post_send(WorkRequest::Write {
-                remote_va: va,
-                rkey,
-                len,
-                imm: None,
-            })
-            .unwrap();
-        }
-        h.run();
-        assert_each_succeeded(&mut h, SIZES, WrOpcode::Write);
+        let (mut h, vas) = every_size(mtu);
+        each_size_succeeds(&mut h, WrOpcode::Write, &vas);
         // The n-th WRITE/SEND posted carries msg_seq n.
         for (i, (&len, &va)) in SIZES.iter().zip(&vas).enumerate() {
             let got = h.b.memory().read(va, len as usize).unwrap();
@@ -167,24 +163,13 @@ fn send_and_write_with_imm_consume_receives() {
 #[test]
 fn read_of_every_size_brings_the_remote_data() {
     for mtu in [1024, 4096] {
-        let mut h = Harness::new(cfg_mtu(mtu));
-        let (base, rkey) = (h.b.memory().base(), h.b.memory().rkey());
-        let vas = layout(base, SIZES);
+        let (mut h, vas) = every_size(mtu);
         // Give B's copy a seq A's memory does not have, so a READ that does
         // nothing cannot pass.
         for (&len, &va) in SIZES.iter().zip(&vas) {
             h.b.memory_mut().write(va, &pattern(va, len, 77));
         }
-        for (&len, &va) in SIZES.iter().zip(&vas) {
-            h.a.post_send(WorkRequest::Read {
-                remote_va: va,
-                rkey,
-                len,
-            })
-            .unwrap();
-        }
-        h.run();
-        assert_each_succeeded(&mut h, SIZES, WrOpcode::Read);
+        each_size_succeeds(&mut h, WrOpcode::Read, &vas);
         for (&len, &va) in SIZES.iter().zip(&vas) {
             assert!(h.a.memory().read(va, len as usize).unwrap() == pattern(va, len, 77));
         }
@@ -286,14 +271,8 @@ fn window_never_exceeds_max_unacked_psns() {
             ..cfg_mtu(1024)
         });
         h.delay = Duration::from_millis(1);
-        let (va, rkey) = (h.b.memory().base(), h.b.memory().rkey());
-        h.a.post_send(WorkRequest::Write {
-            remote_va: va,
-            rkey,
-            len: 1 << 20,
-            imm: None,
-        })
-        .unwrap();
+        let va = h.b.memory().base();
+        h.post(WrOpcode::Write, va, 1 << 20);
         h.run();
         assert_eq!(h.max_inflight[0], window as i32);
         assert_eq!(h.completions(Side::A)[0].status, CompletionStatus::Success);
@@ -349,11 +328,7 @@ fn ack_req_on_last_packet_and_every_64th() {
         h.a.post_send(wr).unwrap();
     }
     h.run();
-    let got: Vec<bool> = h
-        .sent(Side::A, |s| s.is_request())
-        .iter()
-        .map(|s| s.ack_req)
-        .collect();
+    let got = h.requests(Side::A, |s| s.ack_req);
     assert_eq!(got, expected);
     assert!(got[63] && !got[62] && got[127] && got[199] && got[274] && !got[273]);
     // The responder ACKs exactly the AckReq'd SEND/WRITE packets.
@@ -533,20 +508,9 @@ fn ipv6_endpoints() {
     let a6: IpAddr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1).into();
     let b6: IpAddr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2).into();
     let mut h = Harness::between(cfg(), cfg(), Psn::new(1), Psn::new(2), a6, b6);
-    let (va, rkey) = (h.b.memory().base(), h.b.memory().rkey());
-    h.a.post_send(WorkRequest::Write {
-        remote_va: va,
-        rkey,
-        len: 10_000,
-        imm: None,
-    })
-    .unwrap();
-    h.a.post_send(WorkRequest::Read {
-        remote_va: va + (1 << 20),
-        rkey,
-        len: 10_000,
-    })
-    .unwrap();
+    let va = h.b.memory().base();
+    h.post(WrOpcode::Write, va, 10_000);
+    h.post(WrOpcode::Read, va + (1 << 20), 10_000);
     h.run();
     assert_eq!(h.completions(Side::A).len(), 2);
     assert_eq!(h.b.memory().check_region(va, 10_000), Ok(1));

@@ -18,23 +18,43 @@ use crate::rc::*;
 
 const ACK_TIMEOUT: Time = Time::from_nanos(4096 << 14);
 
-/// A lost middle packet: one NAK-seq (later out-of-order packets are dropped
-/// silently), go-back-N from the lost PSN, no timeout.
-#[test]
-fn lost_middle_packet_gives_one_nak_seq_and_go_back_n() {
+/// A's WRITE of `len` bytes to the start of B's memory (1 KiB MTU), with
+/// `fault` done to packet `index` from `from`, run until the wire is quiet.
+fn write_with_fault(from: Side, index: usize, fault: Fault, len: u32) -> Harness {
     let mut h = Harness::new(cfg_mtu(1024));
-    h.fault_from(Side::A, Some(5), Fault::Drop);
-    let wr = write(&h, 0, 20 * 1024);
-    h.a.post_send(wr).unwrap();
+    h.fault_from(from, Some(index), fault);
+    let base = h.b.memory().base();
+    h.post(WrOpcode::Write, base, len);
     h.run();
+    h
+}
+
+/// A's one WRITE completed and B holds its `len` bytes, intact.
+fn assert_write_landed(h: &mut Harness, len: usize) {
     assert_eq!(
         statuses(&h.completions(Side::A)),
         [CompletionStatus::Success]
     );
-    assert_eq!(
-        h.b.memory().check_region(h.b.memory().base(), 20 * 1024),
-        Ok(1)
-    );
+    assert_eq!(h.b.memory().check_region(h.b.memory().base(), len), Ok(1));
+}
+
+/// B's memory holds pattern 5 over its first `len` bytes, and A posts a READ
+/// of them; returns the (va, rkey) it reads.
+fn post_read_of_b(h: &mut Harness, len: u32) -> (u64, u32) {
+    let (va, rkey) = (h.b.memory().base(), h.b.memory().rkey());
+    let mut data = vec![0; len as usize];
+    pattern_fill(&mut data, va, 5);
+    h.b.memory_mut().write(va, &data);
+    h.post(WrOpcode::Read, va, len);
+    (va, rkey)
+}
+
+/// A lost middle packet: one NAK-seq (later out-of-order packets are dropped
+/// silently), go-back-N from the lost PSN, no timeout.
+#[test]
+fn lost_middle_packet_gives_one_nak_seq_and_go_back_n() {
+    let mut h = write_with_fault(Side::A, 5, Fault::Drop, 20 * 1024);
+    assert_write_landed(&mut h, 20 * 1024);
     let (a, b) = (*h.a.stats(), *h.b.stats());
     assert_eq!(a.seq_naks_received, 1);
     assert_eq!(a.naks_received, 1);
@@ -63,11 +83,7 @@ fn lost_middle_packet_gives_one_nak_seq_and_go_back_n() {
 /// responder re-ACKs each duplicate with its last executed PSN.
 #[test]
 fn lost_ack_times_out_and_duplicates_are_reacked() {
-    let mut h = Harness::new(cfg_mtu(1024));
-    h.fault_from(Side::B, Some(0), Fault::Drop);
-    let wr = write(&h, 0, 3 * 1024);
-    h.a.post_send(wr).unwrap();
-    h.run();
+    let mut h = write_with_fault(Side::B, 0, Fault::Drop, 3 * 1024);
     let c = h.completions(Side::A);
     assert_eq!(statuses(&c), [CompletionStatus::Success]);
     assert!(c[0].at >= ACK_TIMEOUT, "{:?}", c[0].at);
@@ -201,16 +217,7 @@ fn ack_covering_a_pending_read_is_an_implied_nak() {
                 Fault::Deliver
             }
         });
-        let (va, rkey) = (h.b.memory().base(), h.b.memory().rkey());
-        let mut data = vec![0; 4096];
-        pattern_fill(&mut data, va, 5);
-        h.b.memory_mut().write(va, &data);
-        h.a.post_send(WorkRequest::Read {
-            remote_va: va,
-            rkey,
-            len: 4096,
-        })
-        .unwrap();
+        let (va, rkey) = post_read_of_b(&mut h, 4096);
         assert!(h.run_until(|h| h.b.stats().responses_sent == 4));
         let last = Psn::new(A_PSN + 3 + past);
         let ack = h.forged_b_to_a(last, Syndrome::ACK_UNLIMITED);
@@ -245,16 +252,7 @@ fn ack_covering_a_pending_read_is_an_implied_nak() {
 fn partly_answered_read_is_reissued_for_the_rest() {
     let mut h = Harness::new(cfg_mtu(1024));
     h.fault_from(Side::B, Some(3), Fault::Drop);
-    let (va, rkey) = (h.b.memory().base(), h.b.memory().rkey());
-    let mut data = vec![0; 8192];
-    pattern_fill(&mut data, va, 5);
-    h.b.memory_mut().write(va, &data);
-    h.a.post_send(WorkRequest::Read {
-        remote_va: va,
-        rkey,
-        len: 8192,
-    })
-    .unwrap();
+    let (va, rkey) = post_read_of_b(&mut h, 8192);
     h.run();
     assert_eq!(
         statuses(&h.completions(Side::A)),
@@ -452,19 +450,13 @@ fn invalid_requests_are_fatal() {
 /// original arrives as a duplicate.
 #[test]
 fn reordered_packet_recovers() {
-    let mut h = Harness::new(cfg_mtu(1024));
-    h.fault_from(Side::A, Some(2), Fault::Delay(Duration::from_micros(50)));
-    let wr = write(&h, 0, 10 * 1024);
-    h.a.post_send(wr).unwrap();
-    h.run();
-    assert_eq!(
-        statuses(&h.completions(Side::A)),
-        [CompletionStatus::Success]
+    let mut h = write_with_fault(
+        Side::A,
+        2,
+        Fault::Delay(Duration::from_micros(50)),
+        10 * 1024,
     );
-    assert_eq!(
-        h.b.memory().check_region(h.b.memory().base(), 10 * 1024),
-        Ok(1)
-    );
+    assert_write_landed(&mut h, 10 * 1024);
     let (a, b) = (*h.a.stats(), *h.b.stats());
     assert_eq!(b.seq_errors_sent, 1);
     assert_eq!(b.duplicate_requests, 1);
@@ -480,19 +472,13 @@ fn duplicated_requests_are_harmless() {
     h.fault_from(Side::A, None, Fault::Duplicate);
     let (base, rkey) = (h.b.memory().base(), h.b.memory().rkey());
     h.b.post_recv(1);
-    let w = write(&h, 0, 64 * 1024);
-    h.a.post_send(w).unwrap();
+    h.post(WrOpcode::Write, base, 64 * 1024);
     h.a.post_send(WorkRequest::Send {
         len: 5000,
         imm: None,
     })
     .unwrap();
-    h.a.post_send(WorkRequest::Read {
-        remote_va: base + (1 << 20),
-        rkey,
-        len: 10_000,
-    })
-    .unwrap();
+    h.post(WrOpcode::Read, base + (1 << 20), 10_000);
     h.a.post_send(WorkRequest::FetchAdd {
         remote_va: base + (2 << 20),
         rkey,

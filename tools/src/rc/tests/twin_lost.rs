@@ -32,6 +32,43 @@ fn recv_statuses(h: &mut Harness, s: Side) -> Vec<CompletionStatus> {
     h.recv_completions(s).iter().map(|r| r.status).collect()
 }
 
+/// A's requests are dropped on their way to B but for their packets of
+/// opcode `first` (a multi-packet request's First): the far gateway died
+/// after forwarding that one.
+fn only_the_first_packet_reaches_b(h: &mut Harness, first: Opcode) {
+    h.set_fault(move |s, _| {
+        if s.from == Side::A && s.is_request() && s.opcode != first {
+            Fault::Drop
+        } else {
+            Fault::Deliver
+        }
+    });
+}
+
+/// The statuses of the receive completions an endpoint without a harness
+/// gives, oldest first.
+fn recv_statuses_of(q: &mut RcQp) -> Vec<CompletionStatus> {
+    std::iter::from_fn(|| q.poll_recv_completion())
+        .map(|c| c.status)
+        .collect()
+}
+
+/// B alone (no harness: a gateway drives it), connected to A, with `cfg`,
+/// its own first PSN B_PSN and `epsn` as its responder's expected PSN.
+fn endpoint_b(cfg: QpConfig, epsn: u32) -> RcQp {
+    let (a, b) = (
+        QpAddr {
+            ip: A_IP.into(),
+            qpn: A_QPN,
+        },
+        QpAddr {
+            ip: B_IP.into(),
+            qpn: B_QPN,
+        },
+    );
+    RcQp::new(cfg, b, a, Psn::new(B_PSN), Psn::new(epsn)).expect("valid config")
+}
+
 fn b_naks(h: &Harness) -> Vec<(Psn, Syndrome)> {
     h.sent(Side::B, |s| s.syndrome.is_some())
         .iter()
@@ -117,13 +154,7 @@ fn poison_in_the_middle_of_a_send_never_continues_it() {
     let mut h = Harness::new(cfg_mtu(1024));
     h.b.post_recv(3);
     // A's 3-packet SEND: only its First reaches B (the far gateway died).
-    h.set_fault(|s, _| {
-        if s.from == Side::A && s.is_request() && s.opcode != Opcode::RC_SEND_FIRST {
-            Fault::Drop
-        } else {
-            Fault::Deliver
-        }
-    });
+    only_the_first_packet_reaches_b(&mut h, Opcode::RC_SEND_FIRST);
     h.a.post_send(WorkRequest::Send {
         len: 3 * 1024,
         imm: None,
@@ -155,21 +186,9 @@ fn poison_in_the_middle_of_a_send_never_continues_it() {
 fn poison_in_the_middle_of_a_write_never_places_data() {
     let mut h = Harness::new(cfg_mtu(1024));
     h.b.post_recv(1);
-    h.set_fault(|s, _| {
-        if s.from == Side::A && s.is_request() && s.opcode != Opcode::RC_WRITE_FIRST {
-            Fault::Drop
-        } else {
-            Fault::Deliver
-        }
-    });
-    let (va, rkey) = (h.b.memory().base(), h.b.memory().rkey());
-    h.a.post_send(WorkRequest::Write {
-        remote_va: va,
-        rkey,
-        len: 3 * 1024,
-        imm: None,
-    })
-    .unwrap();
+    only_the_first_packet_reaches_b(&mut h, Opcode::RC_WRITE_FIRST);
+    let va = h.b.memory().base();
+    h.post(WrOpcode::Write, va, 3 * 1024);
     h.run_for(Duration::from_millis(1));
     assert_eq!(h.b.memory().stats().bytes_placed, 1024);
     assert_eq!(InProgress::Write.poison_opcode(), Opcode::RC_SEND_MIDDLE);
@@ -231,20 +250,7 @@ fn through_a_gateway_then_twin_lost(
     use soya::roce::{builders, IpHeader, Reth};
     use soya::time::Time;
 
-    let mut b = RcQp::new(
-        cfg_mtu(1024),
-        QpAddr {
-            ip: B_IP.into(),
-            qpn: B_QPN,
-        },
-        QpAddr {
-            ip: A_IP.into(),
-            qpn: A_QPN,
-        },
-        Psn::new(B_PSN),
-        Psn::new(A_PSN),
-    )
-    .unwrap();
+    let mut b = endpoint_b(cfg_mtu(1024), A_PSN);
     b.post_recv(3);
     let mut e = QpEngine::new(EngineConfig::default());
     let now = Time::from_micros(1);
@@ -302,11 +308,8 @@ fn the_engines_poison_errors_an_endpoint_that_acknowledged_everything() {
     let (mut b, sum) = through_a_gateway_then_twin_lost(&[(Opcode::RC_SEND_ONLY, 100)], usize::MAX);
     assert_eq!(sum.poison_packets, 1, "exact ePSN");
     assert!(b.is_error());
-    let r: Vec<_> = std::iter::from_fn(|| b.poll_recv_completion())
-        .map(|c| c.status)
-        .collect();
     assert_eq!(
-        r,
+        recv_statuses_of(&mut b),
         vec![
             CompletionStatus::Success,
             CompletionStatus::Flushed,
@@ -332,11 +335,8 @@ fn the_engines_poison_sweep_errors_an_endpoint_whose_acks_it_never_saw() {
     // one at it was fatal (a WRITE Middle: a SEND is in progress).
     assert_eq!(b.stats().duplicate_requests, 2);
     assert_eq!(b.stats().error_naks_sent, 1);
-    let r: Vec<_> = std::iter::from_fn(|| b.poll_recv_completion())
-        .map(|c| c.status)
-        .collect();
     assert_eq!(
-        r,
+        recv_statuses_of(&mut b),
         vec![
             CompletionStatus::Success,
             CompletionStatus::RemoteInvalidRequest,
@@ -364,20 +364,7 @@ fn pseudo_acked_writer_then_twin_lost(b_epsn: u32) -> (RcQp, soya::qp::QpEngine,
     use soya::roce::{IpHeader, RocePacket};
     use soya::time::Time;
 
-    let mut b = RcQp::new(
-        cfg(),
-        QpAddr {
-            ip: B_IP.into(),
-            qpn: B_QPN,
-        },
-        QpAddr {
-            ip: A_IP.into(),
-            qpn: A_QPN,
-        },
-        Psn::new(B_PSN),
-        Psn::new(b_epsn),
-    )
-    .unwrap();
+    let mut b = endpoint_b(cfg(), b_epsn);
     b.post_recv(2);
     let mut e = QpEngine::new(EngineConfig::default());
     let mut now = Time::from_micros(1);
@@ -482,11 +469,8 @@ fn check_probed_and_poisoned(b_epsn: u32) -> (RcQp, soya::qp::QpEngine) {
     assert_eq!(e.stats.probes_unanswered, 0);
     assert_eq!(e.probes_pending(), 0);
     assert_eq!(b.stats().error_naks_sent, 1, "one fatal NAK: the poison's");
-    let r: Vec<_> = std::iter::from_fn(|| b.poll_recv_completion())
-        .map(|c| c.status)
-        .collect();
     assert_eq!(
-        r,
+        recv_statuses_of(&mut b),
         vec![CompletionStatus::Flushed; 2],
         "its posted receives are flushed: the application wakes up"
     );
@@ -534,6 +518,15 @@ fn duplicates_and_out_of_sequence_requests_are_answered_as_rxe_does() {
         h.run();
         b_naks(h)[before..].to_vec()
     };
+    // One request from A executed at B: B's new ePSN, one past the old.
+    let execute = |h: &mut Harness, wr: WorkRequest| {
+        let before = h.b.expected_psn();
+        h.a.post_send(wr).unwrap();
+        h.run();
+        let after = h.b.expected_psn();
+        assert_eq!(after, before.next());
+        after
+    };
     let e0 = h.b.expected_psn();
     // Nothing executed yet: rxe's resp.ack_psn is 0 (the receive PSN is
     // set in resp.psn only), so a duplicate is re-ACKed with 0xffffff.
@@ -557,11 +550,7 @@ fn duplicates_and_out_of_sequence_requests_are_answered_as_rxe_does() {
     assert!(!h.b.is_error());
     // A SEND executed: re-ACKs say ePSN - 1; the sequence recovered, so a
     // packet ahead gets a NAK-seq again.
-    h.a.post_send(WorkRequest::Send { len: 64, imm: None })
-        .unwrap();
-    h.run();
-    let e1 = h.b.expected_psn();
-    assert_eq!(e1, e0.next());
+    let e1 = execute(&mut h, WorkRequest::Send { len: 64, imm: None });
     assert_eq!(
         probe(&mut h, e1.sub(100)),
         vec![(e1.sub(1), Syndrome::ACK_UNLIMITED)]
@@ -573,15 +562,14 @@ fn duplicates_and_out_of_sequence_requests_are_answered_as_rxe_does() {
     // A READ executed: the ePSN moves, rxe's ack_psn does not (read_reply
     // never sets it): the re-ACK lags, the NAK-seq is exact.
     let (va, rkey) = (h.b.memory().base(), h.b.memory().rkey());
-    h.a.post_send(WorkRequest::Read {
-        remote_va: va,
-        rkey,
-        len: 64,
-    })
-    .unwrap();
-    h.run();
-    let e2 = h.b.expected_psn();
-    assert_eq!(e2, e1.next());
+    let e2 = execute(
+        &mut h,
+        WorkRequest::Read {
+            remote_va: va,
+            rkey,
+            len: 64,
+        },
+    );
     assert_eq!(
         probe(&mut h, e2.sub(50)),
         vec![(e1.sub(1), Syndrome::ACK_UNLIMITED)],

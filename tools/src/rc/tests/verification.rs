@@ -32,14 +32,8 @@ fn corrupted_payload_with_valid_icrc_is_a_data_error() {
             }
             Fault::Deliver
         });
-        let (va, rkey) = (h.b.memory().base(), h.b.memory().rkey());
-        h.a.post_send(WorkRequest::Write {
-            remote_va: va,
-            rkey,
-            len: 8192,
-            imm: None,
-        })
-        .unwrap();
+        let va = h.b.memory().base();
+        h.post(WrOpcode::Write, va, 8192);
         h.run();
         // The transport cannot know either way.
         assert_eq!(h.completions(Side::A)[0].status, CompletionStatus::Success);
@@ -79,18 +73,7 @@ fn stale_write_replayed_with_a_fresh_psn_is_detected() {
         }
         Fault::Deliver
     });
-    let (x, rkey) = (h.b.memory().base(), h.b.memory().rkey());
-    for _ in 0..3 {
-        h.a.post_send(WorkRequest::Write {
-            remote_va: x,
-            rkey,
-            len: 2048,
-            imm: None,
-        })
-        .unwrap();
-    }
-    h.run();
-    assert_eq!(h.completions(Side::A).len(), 3);
+    let x = write_again_and_again(&mut h, 3, 2048);
     assert_eq!(h.b.memory().check_region(x, 2048), Ok(3));
     let old = captured.borrow().clone().unwrap();
 
@@ -117,13 +100,7 @@ fn stale_write_replayed_with_a_fresh_psn_is_detected() {
     // duplicate, is re-ACKed and completes at A although nothing was placed.
     // Only the end-to-end data check sees the loss.
     let y = x + (1 << 20);
-    h.a.post_send(WorkRequest::Write {
-        remote_va: y,
-        rkey,
-        len: 2048,
-        imm: None,
-    })
-    .unwrap();
+    h.post(WrOpcode::Write, y, 2048);
     h.run();
     assert_eq!(h.completions(Side::A)[0].status, CompletionStatus::Success);
     assert_eq!(
@@ -153,21 +130,22 @@ fn packet_of_an_older_message_spliced_into_a_new_one_is_detected() {
         }
         Fault::Deliver
     });
-    let (x, rkey) = (h.b.memory().base(), h.b.memory().rkey());
-    for _ in 0..2 {
-        h.a.post_send(WorkRequest::Write {
-            remote_va: x,
-            rkey,
-            len: 4096,
-            imm: None,
-        })
-        .unwrap();
-    }
-    h.run();
-    assert_eq!(h.completions(Side::A).len(), 2);
+    write_again_and_again(&mut h, 2, 4096);
     // The stale First (older seq), and message 2's three later packets
     // (their seq differs from the one its First claimed).
     assert_eq!(h.b.stats().data_errors, 4);
+}
+
+/// A WRITEs `len` bytes `times` times to the start of B's memory (each
+/// message with its own pattern seq) and each completes; returns that VA.
+fn write_again_and_again(h: &mut Harness, times: usize, len: u32) -> u64 {
+    let va = h.b.memory().base();
+    for _ in 0..times {
+        h.post(WrOpcode::Write, va, len);
+    }
+    h.run();
+    assert_eq!(h.completions(Side::A).len(), times);
+    va
 }
 
 fn valid_write(h: &Harness, psn: Psn) -> RoceRepr {
