@@ -13,6 +13,7 @@ use super::tests::{
     acks, cfg, drain, forwarded, ingress_engine, injected, key, request, response, REQUESTER,
     RESPONDER, RQ_QPN, RS_QPN,
 };
+use super::tests_twin::{twin_error, twin_request};
 use super::twin::{Carry, TwinMsg};
 use crate::roce::cm::GSI_QKEY;
 use crate::roce::ip::rxe_udp_sport;
@@ -226,14 +227,7 @@ fn a_failed_half_never_naks_past_a_request_accepted_but_not_acknowledged() {
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, false, 8, 0));
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 101, false, 8, 0));
     assert!(acks(&drain(&mut e)).is_empty(), "coalescing");
-    e.handle_twin(
-        t,
-        TwinMsg::Error {
-            half: key(),
-            psn: Psn::new(0),
-            code: LOST,
-        },
-    );
+    twin_error(&mut e, t, key(), 0, LOST);
     assert_eq!(acks(&drain(&mut e)), vec![(100, Syndrome::Nak(LOST), 0)]);
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 102, true, 8, 0));
     assert_eq!(acks(&drain(&mut e)), vec![(100, Syndrome::Nak(LOST), 0)]);
@@ -251,13 +245,7 @@ fn poison_after(ops: &[Opcode]) -> Vec<(Ipv4Addr, Ipv4Addr, u32, Opcode, u32, us
         } else {
             4096
         };
-        e.handle_twin(
-            t,
-            TwinMsg::Request {
-                carry: Carry::Reliable,
-                packet: request(op, 10 + i as u32, true, payload, 4096),
-            },
-        );
+        twin_request(&mut e, t, request(op, 10 + i as u32, true, payload, 4096));
     }
     let last = 10 + ops.len() as u32 - 1;
     assert_eq!(injected(&drain(&mut e)).len(), ops.len());
@@ -327,13 +315,7 @@ fn unacknowledged_injections_get_one_poison_per_possible_epsn() {
         Opcode::RC_SEND_LAST,
     ];
     for (i, op) in ops.into_iter().enumerate() {
-        e.handle_twin(
-            t,
-            TwinMsg::Request {
-                carry: Carry::Reliable,
-                packet: request(op, 10 + i as u32, i == 2, 4096, 0),
-            },
-        );
+        twin_request(&mut e, t, request(op, 10 + i as u32, i == 2, 4096, 0));
     }
     assert_eq!(injected(&drain(&mut e)), vec![10, 11, 12]);
     // The responder acknowledged 10 only; 11 and 12 may or may not have
@@ -375,12 +357,10 @@ fn a_pseudo_acked_requester_is_poisoned_through_its_responder_role() {
         acks(&drain(&mut e)),
         vec![(100, Syndrome::ACK_UNLIMITED, 1)]
     );
-    e.handle_twin(
+    twin_request(
+        &mut e,
         t,
-        TwinMsg::Request {
-            carry: Carry::Reliable,
-            packet: request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, 7, 16),
-        },
+        request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, 7, 16),
     );
     assert_eq!(drain(&mut e).len(), 1, "injected");
     e.handle_dc(
@@ -454,12 +434,10 @@ fn the_far_sides_traffic_tells_the_epsn_better_than_rdma_cm() {
     let mut e = cm_engine(700, 5000);
     let t = Time::from_micros(1);
     for psn in 700..703 {
-        e.handle_twin(
+        twin_request(
+            &mut e,
             t,
-            TwinMsg::Request {
-                carry: Carry::Reliable,
-                packet: request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, psn, 8),
-            },
+            request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, psn, 8),
         );
     }
     drain(&mut e);
@@ -509,12 +487,10 @@ fn fail_all_drops_the_lost_twins_egress_state_and_frees_its_slots() {
     let mut e = QpEngine::new(cfg(AckPolicy::Edge));
     let t = Time::from_micros(1);
     for psn in 10..20 {
-        e.handle_twin(
+        twin_request(
+            &mut e,
             t,
-            TwinMsg::Request {
-                carry: Carry::Reliable,
-                packet: request(Opcode::RC_WRITE_ONLY, psn, psn == 19, 64, 0),
-            },
+            request(Opcode::RC_WRITE_ONLY, psn, psn == 19, 64, 0),
         );
     }
     drain(&mut e);
