@@ -100,6 +100,18 @@ pub(super) fn ingress_engine(policy: AckPolicy) -> QpEngine {
     e
 }
 
+/// An engine at the responder's site to which the twin forwarded `n`
+/// pseudo-ACKed `op` requests of `payload` bytes from PSN 10, the last
+/// asking for an ACK (what it injected not yet drained), and their time.
+pub(super) fn egress_engine_with(op: Opcode, n: u32, payload: usize) -> (QpEngine, Time) {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    for psn in 10..10 + n {
+        twin_request(&mut e, t, request(op, psn, psn == 9 + n, payload, 0));
+    }
+    (e, t)
+}
+
 pub(super) fn drain(e: &mut QpEngine) -> Vec<Output> {
     std::iter::from_fn(|| e.poll_output_owned()).collect()
 }
@@ -324,15 +336,7 @@ fn backpressure_withholds_acks_instead_of_dropping() {
 
 #[test]
 fn egress_injects_in_order_absorbs_acks_and_goes_back_on_nak() {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
-    for psn in 10..14 {
-        twin_request(
-            &mut e,
-            t,
-            request(Opcode::RC_SEND_ONLY, psn, psn == 13, 8, 0),
-        );
-    }
+    let (mut e, t) = egress_engine_with(Opcode::RC_SEND_ONLY, 4, 8);
     let injected: Vec<u32> = drain(&mut e)
         .iter()
         .map(|o| match o {

@@ -11,7 +11,10 @@ use super::tests::{
     acks, drain, ingress_engine, key, request, REQUESTER, RESPONDER, RQ_QPN, RS_QPN,
 };
 use super::tests_twin::{twin_delivered, twin_error, twin_request};
-use super::tests_twin_lost::{ack_to, cm_engine, dc_requests, dreqs, request_to};
+use super::tests_twin_lost::{
+    ack_to, cm_engine, dc_requests, dreqs, far_send, local_acks_far, poison_answer_absorbed,
+    request_to,
+};
 use super::twin::{Carry, TwinMsg};
 use super::HalfKey;
 use crate::roce::{NakCode, Opcode, Psn, RocePacket, Syndrome};
@@ -55,16 +58,9 @@ fn twin_dreqs(out: &[Output]) -> Vec<(std::net::IpAddr, std::net::IpAddr, u32, u
 fn pseudo_acked_with_reverse_traffic() -> QpEngine {
     let mut e = ingress_engine(AckPolicy::Edge);
     let t = Time::from_micros(1);
-    twin_request(
-        &mut e,
-        t,
-        request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, 7, 16),
-    );
+    far_send(&mut e, t, 7, 16);
     assert_eq!(drain(&mut e).len(), 1, "injected");
-    e.handle_dc(
-        t,
-        &ack_to(REQUESTER, RESPONDER, RS_QPN, 7, Syndrome::ACK_UNLIMITED),
-    );
+    local_acks_far(&mut e, t, 7);
     e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 100, true, 64, 0));
     let out = drain(&mut e);
     assert_eq!(acks(&out), vec![(100, Syndrome::ACK_UNLIMITED, 1)]);
@@ -116,17 +112,7 @@ fn a_far_error_poisons_a_pseudo_acked_requester_with_nothing_outstanding() {
     );
     // Its answer (NAK Invalid Request to the far QP) is absorbed: the far
     // requester did not send that packet.
-    e.handle_dc(
-        t,
-        &ack_to(
-            REQUESTER,
-            RESPONDER,
-            RS_QPN,
-            8,
-            Syndrome::Nak(NakCode::InvalidRequest),
-        ),
-    );
-    assert!(drain(&mut e).is_empty());
+    poison_answer_absorbed(&mut e, t, 8);
     assert_eq!(e.stats.poison_answers_absorbed, 1);
     // A second error for the same half poisons nothing more.
     twin_error(&mut e, t, key(), 100, NakCode::RemoteAccessError);
@@ -149,17 +135,10 @@ fn the_poison_covers_every_possible_epsn_while_far_requests_are_in_flight() {
     let mut e = ingress_engine(AckPolicy::Edge);
     let t = Time::from_micros(1);
     for psn in 7..10 {
-        twin_request(
-            &mut e,
-            t,
-            request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, psn, 16),
-        );
+        far_send(&mut e, t, psn, 16);
     }
     drain(&mut e);
-    e.handle_dc(
-        t,
-        &ack_to(REQUESTER, RESPONDER, RS_QPN, 7, Syndrome::ACK_UNLIMITED),
-    );
+    local_acks_far(&mut e, t, 7);
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, true, 8, 0));
     drain(&mut e);
     twin_error(&mut e, t, key(), 100, NakCode::RemoteOperationalError);
@@ -168,11 +147,7 @@ fn the_poison_covers_every_possible_epsn_while_far_requests_are_in_flight() {
     assert_eq!(v, vec![8, 9, 10]);
     assert_eq!(twin_errors(&out).len(), 1);
     // The twin's next request toward the QP is not injected.
-    twin_request(
-        &mut e,
-        t,
-        request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, 10, 16),
-    );
+    far_send(&mut e, t, 10, 16);
     assert!(drain(&mut e).is_empty());
     assert_eq!(e.occupancy().slots_used, 0);
 }
@@ -268,27 +243,14 @@ fn a_qp_with_no_known_epsn_is_probed_while_the_twin_lives() {
     assert_eq!(e.probes_pending(), 1);
     // Behind the ePSN: re-ACKed with ePSN − 1 = 41; the poison goes to 42,
     // and its fatal answer ends the probe. Nothing reaches the twin.
-    e.handle_dc(
-        t,
-        &ack_to(REQUESTER, RESPONDER, RS_QPN, 41, Syndrome::ACK_UNLIMITED),
-    );
+    local_acks_far(&mut e, t, 41);
     let out = drain(&mut e);
     assert_eq!(
         dc_requests(&out).iter().map(|r| r.4).collect::<Vec<_>>(),
         vec![42]
     );
     assert!(out.iter().all(|o| matches!(o, Output::Dc(_))));
-    e.handle_dc(
-        t,
-        &ack_to(
-            REQUESTER,
-            RESPONDER,
-            RS_QPN,
-            42,
-            Syndrome::Nak(NakCode::InvalidRequest),
-        ),
-    );
-    assert!(drain(&mut e).is_empty());
+    poison_answer_absorbed(&mut e, t, 42);
     assert_eq!(e.probes_pending(), 0);
     assert_eq!(e.stats.qps_poisoned_after_probe, 1);
 }
@@ -303,17 +265,7 @@ fn a_late_answer_of_a_poisoned_qp_is_absorbed_after_the_twin_is_back() {
     e.set_twin_reachable(false);
     assert_eq!(dc_requests(&drain(&mut e)).len(), 1);
     e.set_twin_reachable(true);
-    e.handle_dc(
-        t,
-        &ack_to(
-            REQUESTER,
-            RESPONDER,
-            RS_QPN,
-            8,
-            Syndrome::Nak(NakCode::InvalidRequest),
-        ),
-    );
-    assert!(drain(&mut e).is_empty(), "absorbed");
+    poison_answer_absorbed(&mut e, t, 8);
     // A new QP behind the same number (a new egress half) is served: its
     // answers are its own.
     e.handle_twin(
@@ -324,10 +276,7 @@ fn a_late_answer_of_a_poisoned_qp_is_absorbed_after_the_twin_is_back() {
         },
     );
     assert_eq!(drain(&mut e).len(), 1, "injected");
-    e.handle_dc(
-        t,
-        &ack_to(REQUESTER, RESPONDER, RS_QPN, 300, Syndrome::ACK_UNLIMITED),
-    );
+    local_acks_far(&mut e, t, 300);
     let out = drain(&mut e);
     assert!(
         matches!(out.first(), Some(Output::Twin(TwinMsg::Response { .. }))),
