@@ -111,27 +111,24 @@ mod tests {
     #[test]
     fn offsets_become_one_based_char_columns() {
         let text = "a = 1\nsite = \"sō\"\nx";
-        assert_eq!(Location::from_offset(text, 0), Location { line: 1, col: 1 });
-        assert_eq!(Location::from_offset(text, 6), Location { line: 2, col: 1 });
-        // "x" sits after a two-byte 'ō': byte 19, line 3 col 1.
-        assert_eq!(
-            Location::from_offset(text, 19),
-            Location { line: 3, col: 1 }
-        );
-        // The closing quote is byte 17 but char column 11.
-        assert_eq!(
-            Location::from_offset(text, 17),
-            Location { line: 2, col: 11 }
-        );
-        // Inside a multi-byte char or past the end: clamped, no panic.
-        assert_eq!(
-            Location::from_offset(text, 16),
-            Location { line: 2, col: 10 }
-        );
-        assert_eq!(
-            Location::from_offset(text, 999),
-            Location { line: 3, col: 2 }
-        );
+        // (byte offset, line, column)
+        for (offset, line, col) in [
+            (0, 1, 1),
+            (6, 2, 1),
+            // "x" sits after a two-byte 'ō': byte 19, line 3 col 1.
+            (19, 3, 1),
+            // The closing quote is byte 17 but char column 11.
+            (17, 2, 11),
+            // Inside a multi-byte char or past the end: clamped, no panic.
+            (16, 2, 10),
+            (999, 3, 2),
+        ] {
+            assert_eq!(
+                Location::from_offset(text, offset),
+                Location { line, col },
+                "offset {offset}"
+            );
+        }
     }
 
     #[test]

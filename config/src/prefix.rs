@@ -17,16 +17,9 @@ pub struct Prefix {
 }
 
 /// The text could not be read as a CIDR prefix.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct PrefixError(pub String);
-
-impl fmt::Display for PrefixError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for PrefixError {}
 
 /// What a prefix may look like (used in error messages).
 pub const PREFIX_ACCEPTED: &str =

@@ -7,7 +7,6 @@
 //! Errors always say what is accepted, because they end up verbatim in the
 //! operator-facing diagnostic.
 
-use std::fmt;
 use std::time::Duration;
 
 /// What a rate string may look like (used in error messages).
@@ -21,16 +20,9 @@ pub const DURATION_ACCEPTED: &str =
     "a duration like \"3ms\", \"1500us\" or \"0.5s\" (units: ns, us or µs, ms, s)";
 
 /// A unit string that could not be parsed; the message names what is accepted.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct UnitError(pub String);
-
-impl fmt::Display for UnitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UnitError {}
 
 /// A non-negative decimal number kept as `digits / 10^scale`.
 struct Decimal {
@@ -106,17 +98,8 @@ pub fn parse_rate(s: &str) -> Result<u64, UnitError> {
         Some("m") => 1_000_000,
         Some("g") => 1_000_000_000,
         Some("t") => 1_000_000_000_000,
-        _ if unit.is_empty() => {
-            return Err(UnitError(format!(
-                "\"{}\" has no unit; expected {RATE_ACCEPTED}",
-                s.trim()
-            )))
-        }
-        _ => {
-            return Err(UnitError(format!(
-                "unknown rate unit \"{unit}\"; expected {RATE_ACCEPTED}"
-            )))
-        }
+        _ if unit.is_empty() => return Err(no_unit(s, RATE_ACCEPTED)),
+        _ => return Err(unknown_unit("rate", &unit, RATE_ACCEPTED)),
     };
     whole(s, n, multiplier, "bits per second")
 }
@@ -136,11 +119,7 @@ pub fn parse_bytes(s: &str) -> Result<u64, UnitError> {
         "mib" => 1 << 20,
         "gib" => 1 << 30,
         "tib" => 1 << 40,
-        _ => {
-            return Err(UnitError(format!(
-                "unknown size unit \"{unit}\"; expected {BYTES_ACCEPTED}"
-            )))
-        }
+        _ => return Err(unknown_unit("size", &unit, BYTES_ACCEPTED)),
     };
     whole(s, n, multiplier, "bytes")
 }
@@ -154,19 +133,21 @@ pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
         "us" | "µs" | "μs" => 1_000,
         "ms" => 1_000_000,
         "s" => 1_000_000_000,
-        "" => {
-            return Err(UnitError(format!(
-                "\"{}\" has no unit; expected {DURATION_ACCEPTED}",
-                s.trim()
-            )))
-        }
-        _ => {
-            return Err(UnitError(format!(
-                "unknown duration unit \"{unit}\"; expected {DURATION_ACCEPTED}"
-            )))
-        }
+        "" => return Err(no_unit(s, DURATION_ACCEPTED)),
+        _ => return Err(unknown_unit("duration", &unit, DURATION_ACCEPTED)),
     };
     whole(s, n, nanos_per_unit, "nanoseconds").map(Duration::from_nanos)
+}
+
+fn no_unit(s: &str, accepted: &str) -> UnitError {
+    UnitError(format!("\"{}\" has no unit; expected {accepted}", s.trim()))
+}
+
+/// `kind`: "rate", "size" or "duration".
+fn unknown_unit(kind: &str, unit: &str, accepted: &str) -> UnitError {
+    UnitError(format!(
+        "unknown {kind} unit \"{unit}\"; expected {accepted}"
+    ))
 }
 
 /// "100 Gbit/s", "2.5 Gbit/s", "800 Mbit/s", "1234 bit/s".
@@ -223,15 +204,19 @@ mod tests {
 
     #[test]
     fn rates() {
-        assert_eq!(parse_rate("10gbit"), Ok(10_000_000_000));
-        assert_eq!(parse_rate("100Mbit"), Ok(100_000_000));
-        assert_eq!(parse_rate("2.5Gbps"), Ok(2_500_000_000));
-        assert_eq!(parse_rate("800mbit"), Ok(800_000_000));
-        assert_eq!(parse_rate("100gbit"), Ok(100_000_000_000));
-        assert_eq!(parse_rate("1 Tb/s"), Ok(1_000_000_000_000));
-        assert_eq!(parse_rate("64kbit/s"), Ok(64_000));
-        assert_eq!(parse_rate("9600bps"), Ok(9_600));
-        assert_eq!(parse_rate("0.5kbit"), Ok(500));
+        for (text, want) in [
+            ("10gbit", 10_000_000_000),
+            ("100Mbit", 100_000_000),
+            ("2.5Gbps", 2_500_000_000),
+            ("800mbit", 800_000_000),
+            ("100gbit", 100_000_000_000),
+            ("1 Tb/s", 1_000_000_000_000),
+            ("64kbit/s", 64_000),
+            ("9600bps", 9_600),
+            ("0.5kbit", 500),
+        ] {
+            assert_eq!(parse_rate(text), Ok(want), "{text}");
+        }
     }
 
     #[test]
@@ -256,15 +241,19 @@ mod tests {
 
     #[test]
     fn byte_sizes() {
-        assert_eq!(parse_bytes("4GiB"), Ok(4 * 1024 * 1024 * 1024));
-        assert_eq!(parse_bytes("512MiB"), Ok(536_870_912));
-        assert_eq!(parse_bytes("65536"), Ok(65_536));
-        assert_eq!(parse_bytes("1.5GiB"), Ok(1_610_612_736));
-        assert_eq!(parse_bytes("2 KB"), Ok(2_000));
-        assert_eq!(parse_bytes("1kib"), Ok(1_024));
-        assert_eq!(parse_bytes("3TB"), Ok(3_000_000_000_000));
-        assert_eq!(parse_bytes("1TiB"), Ok(1_099_511_627_776));
-        assert_eq!(parse_bytes("100B"), Ok(100));
+        for (text, want) in [
+            ("4GiB", 4 * 1024 * 1024 * 1024),
+            ("512MiB", 536_870_912),
+            ("65536", 65_536),
+            ("1.5GiB", 1_610_612_736),
+            ("2 KB", 2_000),
+            ("1kib", 1_024),
+            ("3TB", 3_000_000_000_000),
+            ("1TiB", 1_099_511_627_776),
+            ("100B", 100),
+        ] {
+            assert_eq!(parse_bytes(text), Ok(want), "{text}");
+        }
         let e = parse_bytes("4G").unwrap_err().0;
         assert!(
             e.contains("unknown size unit \"G\"") && e.contains("KiB"),
@@ -278,12 +267,16 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("3ms"), Ok(Duration::from_millis(3)));
-        assert_eq!(parse_duration("1500us"), Ok(Duration::from_micros(1500)));
-        assert_eq!(parse_duration("1500µs"), Ok(Duration::from_micros(1500)));
-        assert_eq!(parse_duration("0.5s"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("250ns"), Ok(Duration::from_nanos(250)));
-        assert_eq!(parse_duration("2.94ms"), Ok(Duration::from_micros(2940)));
+        for (text, want) in [
+            ("3ms", Duration::from_millis(3)),
+            ("1500us", Duration::from_micros(1500)),
+            ("1500µs", Duration::from_micros(1500)),
+            ("0.5s", Duration::from_millis(500)),
+            ("250ns", Duration::from_nanos(250)),
+            ("2.94ms", Duration::from_micros(2940)),
+        ] {
+            assert_eq!(parse_duration(text), Ok(want), "{text}");
+        }
         assert!(parse_duration("3").unwrap_err().0.contains("no unit"));
         let e = parse_duration("3min").unwrap_err().0;
         assert!(

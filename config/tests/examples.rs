@@ -21,6 +21,17 @@ fn parse_example(name: &str) -> SiteConfig {
         .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
+/// Loads example `name` from disk with its key at `key_mode`: the config,
+/// and the folder that holds the files while it lives. Each example names
+/// its site after its file.
+#[cfg(unix)]
+fn load_example(name: &str, key_mode: u32) -> (TempDir, SiteConfig) {
+    let (dir, path) = staged_example(name, key_mode);
+    let cfg = load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(cfg.site, name);
+    (dir, cfg)
+}
+
 fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
@@ -28,9 +39,7 @@ fn addr(s: &str) -> SocketAddr {
 #[cfg(unix)]
 #[test]
 fn sapporo_loads_with_everything_resolved() {
-    let (dir, path) = staged_example("sapporo", 0o600);
-    let cfg = load(&path).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(cfg.site, "sapporo");
+    let (dir, cfg) = load_example("sapporo", 0o600);
     assert_eq!(
         cfg.dc.backend,
         DcBackend::Tun {
@@ -112,14 +121,11 @@ fn sapporo_loads_with_everything_resolved() {
 #[cfg(unix)]
 #[test]
 fn wakkanai_loads() {
-    let (_dir, path) = staged_example("wakkanai", 0o600);
-    let cfg = load(&path).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(cfg.site, "wakkanai");
+    let (_dir, cfg) = load_example("wakkanai", 0o600);
     assert_eq!(cfg.buffer.bytes, 102_760_448); // symmetric links, same auto size
     assert_eq!(cfg.log.format, LogFormat::Json);
     // A group-readable key (root:soya 0640) is fine; only "other" is refused.
-    let (_dir, path) = staged_example("wakkanai", 0o640);
-    load(&path).unwrap_or_else(|e| panic!("{e}"));
+    load_example("wakkanai", 0o640);
 }
 
 /// The two production files describe one link seen from both ends.

@@ -65,20 +65,18 @@ pub struct DemoArgs {
 impl DemoArgs {
     /// The command line that parses back into these arguments.
     pub fn to_args(&self) -> Vec<String> {
-        let mut v = vec![
-            "--distance-km".to_string(),
-            self.distance_km.to_string(),
-            "--loss".into(),
-            self.loss.to_string(),
-            "--paths".into(),
-            self.paths.to_string(),
-            "--duration".into(),
-            self.duration.to_string(),
-            "--size".into(),
-            self.size.clone(),
-            "--rate".into(),
-            self.rate.clone(),
+        let valued = [
+            ("--distance-km", self.distance_km.to_string()),
+            ("--loss", self.loss.to_string()),
+            ("--paths", self.paths.to_string()),
+            ("--duration", self.duration.to_string()),
+            ("--size", self.size.clone()),
+            ("--rate", self.rate.clone()),
         ];
+        let mut v: Vec<String> = valued
+            .into_iter()
+            .flat_map(|(flag, value)| [flag.to_string(), value])
+            .collect();
         if self.json {
             v.push("--json".into());
         }

@@ -134,7 +134,8 @@ pub fn query(path: &Path) -> io::Result<Snapshot> {
     serde_json::from_str(&text).map_err(|e| io::Error::other(format!("bad answer: {e}")))
 }
 
-fn rate(bps: u64) -> String {
+/// A bit rate as `soya status` and the startup summary show it.
+pub(super) fn rate(bps: u64) -> String {
     let b = bps as f64;
     if b >= 1e9 {
         format!("{:.2} Gb/s", b / 1e9)

@@ -56,6 +56,19 @@ pub struct PathMeta {
     pub weight: u32,
 }
 
+impl PathMeta {
+    /// What the snapshot shows of a configured path.
+    pub fn of(p: &soya_config::WanPath) -> Self {
+        PathMeta {
+            name: p.name.clone(),
+            local: p.bind.to_string(),
+            remote: p.remote.to_string(),
+            dscp: p.dscp,
+            weight: p.weight,
+        }
+    }
+}
+
 /// This device's place among the gateway's shards.
 pub struct ShardCtx {
     pub index: usize,
@@ -403,18 +416,7 @@ impl Device {
         for w in self.socks.reconfigure(&r.wan)? {
             tracing::warn!("{w}");
         }
-        self.info.paths = r
-            .wan
-            .paths
-            .iter()
-            .map(|p| PathMeta {
-                name: p.name.clone(),
-                local: p.bind.to_string(),
-                remote: p.remote.to_string(),
-                dscp: p.dscp,
-                weight: p.weight,
-            })
-            .collect();
+        self.info.paths = r.wan.paths.iter().map(PathMeta::of).collect();
         let report = self.site.reconfigure(r.params, self.clock.now());
         for c in &report.paths {
             tracing::info!(shard = self.shard.index, "reload: {c}");

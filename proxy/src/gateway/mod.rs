@@ -374,17 +374,6 @@ fn cipher_summary(policy: CipherPolicy) -> String {
     }
 }
 
-fn human_rate(bps: u64) -> String {
-    let b = bps as f64;
-    if b >= 1e9 {
-        format!("{} Gb/s", b / 1e9)
-    } else if b >= 1e6 {
-        format!("{} Mb/s", b / 1e6)
-    } else {
-        format!("{} kb/s", b / 1e3)
-    }
-}
-
 fn human_bytes(n: u64) -> String {
     if n >= 1 << 30 && n % (1 << 30) == 0 {
         format!("{} GiB", n >> 30)
@@ -458,7 +447,9 @@ pub fn startup_summary(cfg: &SiteConfig) -> String {
         w.max_datagram
     );
     for p in &cfg.wan.paths {
-        let rate = p.rate_bps.map_or_else(|| "no rate cap".into(), human_rate);
+        let rate = p
+            .rate_bps
+            .map_or_else(|| "no rate cap".into(), control::rate);
         let rtt = p.rtt.map_or_else(
             || "rtt ?".into(),
             |r| format!("rtt {:.2} ms", r.as_secs_f64() * 1e3),
@@ -603,18 +594,7 @@ impl Gateway {
                 )));
             }
             let site = Site::new(params, Time::ZERO, Box::new(device::session_nonce));
-            let paths = scfg
-                .wan
-                .paths
-                .iter()
-                .map(|p| device::PathMeta {
-                    name: p.name.clone(),
-                    local: p.bind.to_string(),
-                    remote: p.remote.to_string(),
-                    dscp: p.dscp,
-                    weight: p.weight,
-                })
-                .collect();
+            let paths = scfg.wan.paths.iter().map(device::PathMeta::of).collect();
             let ctx = device::ShardCtx {
                 index: i,
                 count: shards,

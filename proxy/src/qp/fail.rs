@@ -299,18 +299,33 @@ impl QpEngine {
             }
             return Poisoning::Unattributable;
         };
+        match self.send_poison(k, &target, far_qpn, plan) {
+            0 => Poisoning::Unattributable,
+            sent => Poisoning::Sent(sent),
+        }
+    }
+
+    /// Sends the local QP of `k` (`target`'s) a poison packet at each PSN
+    /// of `plan` and, if any could be built, remembers it poisoned: how
+    /// many were sent.
+    pub(super) fn send_poison(
+        &mut self,
+        k: HalfKey,
+        target: &Target,
+        far_qpn: Option<u32>,
+        plan: impl IntoIterator<Item = (Psn, InProgress)>,
+    ) -> u64 {
         let mut sent = 0;
         for (psn, state) in plan {
-            if let Some(repr) = poison::packet(&target, psn, state) {
+            if let Some(repr) = poison::packet(target, psn, state) {
                 self.out.dc_repr(&repr);
                 sent += 1;
             }
         }
-        if sent == 0 {
-            return Poisoning::Unattributable;
+        if sent > 0 {
+            self.note_poisoned(k, far_qpn);
         }
-        self.note_poisoned(k, far_qpn);
-        Poisoning::Sent(sent)
+        sent
     }
 
     /// Remembers that the local QP of `k` was poisoned, so that its answers

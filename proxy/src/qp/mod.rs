@@ -46,4 +46,6 @@ mod tests_hw;
 #[cfg(test)]
 mod tests_orphan;
 #[cfg(test)]
+mod tests_twin;
+#[cfg(test)]
 mod tests_twin_lost;

@@ -75,7 +75,7 @@ use crate::time::Time;
 
 use super::engine::QpEngine;
 use super::half::HalfKey;
-use super::poison::{self, InProgress, Orphan, OrphanRequester, Target};
+use super::poison::{InProgress, Orphan, OrphanRequester, Target};
 use super::twin::TwinMsg;
 
 /// At most this many orphans are kept for a twin that has not answered
@@ -202,18 +202,11 @@ impl QpEngine {
             }
             return;
         }
-        let mut sent = 0;
-        for (psn, state) in candidates {
-            if let Some(repr) = poison::packet(&target, psn, state) {
-                self.out.dc_repr(&repr);
-                sent += 1;
-            }
-        }
+        let sent = self.send_poison(qp, &target, far_qpn, candidates);
         if sent == 0 {
             self.stats.orphans_unattributable += 1;
             return;
         }
-        self.note_poisoned(qp, far_qpn);
         self.stats.orphan_qps_poisoned += 1;
         self.stats.orphan_poison_packets += sent;
     }

@@ -11,6 +11,7 @@ use soya_config::AckPolicy;
 use super::engine::{EngineConfig, Output, QpEngine};
 use super::half::HalfKey;
 use super::ingress::HOLD_ACK_FOR;
+use super::tests_twin::{twin_delivered, twin_error, twin_request, twin_response};
 use super::twin::{Carry, TwinMsg};
 use crate::roce::builders::{self, ReplyTo};
 use crate::roce::{
@@ -94,14 +95,21 @@ pub(super) fn ingress_engine(policy: AckPolicy) -> QpEngine {
         })]
     ));
     let ack = response(Opcode::RC_ACK, 99, Syndrome::ACK_UNLIMITED, 0);
-    e.handle_twin(
-        Time::ZERO,
-        TwinMsg::Response {
-            packet: ack.clone(),
-        },
-    );
+    twin_response(&mut e, Time::ZERO, ack.clone());
     assert_eq!(drain(&mut e), vec![Output::Dc(ack)], "raw ACK delivered");
     e
+}
+
+/// An engine at the responder's site to which the twin forwarded `n`
+/// pseudo-ACKed `op` requests of `payload` bytes from PSN 10, the last
+/// asking for an ACK (what it injected not yet drained), and their time.
+pub(super) fn egress_engine_with(op: Opcode, n: u32, payload: usize) -> (QpEngine, Time) {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    for psn in 10..10 + n {
+        twin_request(&mut e, t, request(op, psn, psn == 9 + n, payload, 0));
+    }
+    (e, t)
 }
 
 pub(super) fn drain(e: &mut QpEngine) -> Vec<Output> {
@@ -200,19 +208,9 @@ fn never_acks_at_or_past_an_outstanding_read() {
         Syndrome::ACK_UNLIMITED,
         4096,
     );
-    e.handle_twin(
-        t,
-        TwinMsg::Response {
-            packet: first.clone(),
-        },
-    );
+    twin_response(&mut e, t, first.clone());
     assert_eq!(drain(&mut e), vec![Output::Dc(first)]);
-    e.handle_twin(
-        t,
-        TwinMsg::Response {
-            packet: last.clone(),
-        },
-    );
+    twin_response(&mut e, t, last.clone());
     let out = drain(&mut e);
     assert_eq!(out[0], Output::Dc(last));
     assert_eq!(acks(&out[1..]), vec![(103, Syndrome::ACK_UNLIMITED, 3)]);
@@ -256,23 +254,9 @@ fn delivered_frees_the_buffer_and_errors_reach_the_requester() {
     }
     drain(&mut e);
     assert_eq!(e.occupancy().slots_used, 4);
-    e.handle_twin(
-        t,
-        TwinMsg::Delivered {
-            half: key(),
-            psn: Psn::new(101),
-            msn: None,
-        },
-    );
+    twin_delivered(&mut e, t, key(), 101);
     assert_eq!(e.occupancy().slots_used, 2);
-    e.handle_twin(
-        t,
-        TwinMsg::Error {
-            half: key(),
-            psn: Psn::new(102),
-            code: NakCode::RemoteAccessError,
-        },
-    );
+    twin_error(&mut e, t, key(), 102, NakCode::RemoteAccessError);
     let out = drain(&mut e);
     assert_eq!(
         acks(&out),
@@ -306,14 +290,7 @@ fn strict_waits_for_the_real_ack_of_each_message_end() {
         vec![(101, Syndrome::ACK_UNLIMITED, 0)],
         "everything but the last packet"
     );
-    e.handle_twin(
-        d,
-        TwinMsg::Delivered {
-            half: key(),
-            psn: Psn::new(102),
-            msn: None,
-        },
-    );
+    twin_delivered(&mut e, d, key(), 102);
     assert_eq!(
         acks(&drain(&mut e)),
         vec![(102, Syndrome::ACK_UNLIMITED, 1)]
@@ -329,11 +306,10 @@ fn nearly_full_engine() -> (QpEngine, Time) {
     c.ack.ack_reserve_slots = 8;
     let mut e = QpEngine::new(c);
     e.handle_dc(Time::ZERO, &request(Opcode::RC_SEND_ONLY, 99, true, 8, 0));
-    e.handle_twin(
+    twin_response(
+        &mut e,
         Time::ZERO,
-        TwinMsg::Response {
-            packet: response(Opcode::RC_ACK, 99, Syndrome::ACK_UNLIMITED, 0),
-        },
+        response(Opcode::RC_ACK, 99, Syndrome::ACK_UNLIMITED, 0),
     );
     drain(&mut e);
     let t = Time::from_micros(1);
@@ -351,14 +327,7 @@ fn backpressure_withholds_acks_instead_of_dropping() {
     // 12 slots, 8 reserved: ACKs stop once 5 are held.
     assert_eq!(a.last().unwrap().0, 103);
     assert_eq!(forwarded(&out).len(), 6, "all accepted and forwarded");
-    e.handle_twin(
-        t,
-        TwinMsg::Delivered {
-            half: key(),
-            psn: Psn::new(105),
-            msn: None,
-        },
-    );
+    twin_delivered(&mut e, t, key(), 105);
     assert_eq!(
         acks(&drain(&mut e)),
         vec![(105, Syndrome::ACK_UNLIMITED, 6)]
@@ -367,17 +336,7 @@ fn backpressure_withholds_acks_instead_of_dropping() {
 
 #[test]
 fn egress_injects_in_order_absorbs_acks_and_goes_back_on_nak() {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
-    for psn in 10..14 {
-        e.handle_twin(
-            t,
-            TwinMsg::Request {
-                carry: Carry::Reliable,
-                packet: request(Opcode::RC_SEND_ONLY, psn, psn == 13, 8, 0),
-            },
-        );
-    }
+    let (mut e, t) = egress_engine_with(Opcode::RC_SEND_ONLY, 4, 8);
     let injected: Vec<u32> = drain(&mut e)
         .iter()
         .map(|o| match o {
@@ -441,13 +400,7 @@ fn egress_asks_for_an_ack_at_its_window_edge() {
         } else {
             Opcode::RC_WRITE_MIDDLE
         };
-        e.handle_twin(
-            t,
-            TwinMsg::Request {
-                carry: Carry::Reliable,
-                packet: request(op, psn, false, 64, 0),
-            },
-        );
+        twin_request(&mut e, t, request(op, psn, false, 64, 0));
     }
     let sent: Vec<(u32, bool)> = drain(&mut e)
         .iter()
@@ -497,12 +450,10 @@ fn egress_asks_for_an_ack_at_its_window_edge() {
 fn egress_does_not_time_out_a_read_whose_response_is_streaming() {
     let mut e = QpEngine::new(cfg(AckPolicy::Edge));
     let mut t = Time::from_micros(1);
-    e.handle_twin(
+    twin_request(
+        &mut e,
         t,
-        TwinMsg::Request {
-            carry: Carry::Reliable,
-            packet: request(Opcode::RC_READ_REQUEST, 10, true, 0, 64 * 1024),
-        },
+        request(Opcode::RC_READ_REQUEST, 10, true, 0, 64 * 1024),
     );
     assert_eq!(drain(&mut e).len(), 1);
     let rto = e.poll_timeout().expect("the READ is timed").since(t);
@@ -531,13 +482,7 @@ fn egress_does_not_time_out_a_read_whose_response_is_streaming() {
 fn egress_waits_out_rnr_and_retransmits_on_timeout() {
     let mut e = QpEngine::new(cfg(AckPolicy::Edge));
     let t = Time::from_micros(1);
-    e.handle_twin(
-        t,
-        TwinMsg::Request {
-            carry: Carry::Reliable,
-            packet: request(Opcode::RC_SEND_ONLY, 10, true, 8, 0),
-        },
-    );
+    twin_request(&mut e, t, request(Opcode::RC_SEND_ONLY, 10, true, 8, 0));
     assert_eq!(drain(&mut e).len(), 1);
     // RNR NAK with timer 14 = 1.28 ms.
     e.handle_dc(
@@ -564,13 +509,7 @@ fn egress_waits_out_rnr_and_retransmits_on_timeout() {
 fn egress_reports_a_fatal_nak_to_the_twin() {
     let mut e = QpEngine::new(cfg(AckPolicy::Edge));
     let t = Time::from_micros(1);
-    e.handle_twin(
-        t,
-        TwinMsg::Request {
-            carry: Carry::Reliable,
-            packet: request(Opcode::RC_WRITE_ONLY, 10, true, 8, 0),
-        },
-    );
+    twin_request(&mut e, t, request(Opcode::RC_WRITE_ONLY, 10, true, 8, 0));
     drain(&mut e);
     e.handle_dc(
         t,
@@ -635,12 +574,10 @@ fn egress_injects_a_read_spanning_more_psns_than_its_window() {
     // still go out at the head of the queue, or the QP hangs.
     let mut e = QpEngine::new(cfg(AckPolicy::Edge));
     let t = Time::from_micros(1);
-    e.handle_twin(
+    twin_request(
+        &mut e,
         t,
-        TwinMsg::Request {
-            carry: Carry::Reliable,
-            packet: request(Opcode::RC_READ_REQUEST, 10, true, 0, 1 << 20),
-        },
+        request(Opcode::RC_READ_REQUEST, 10, true, 0, 1 << 20),
     );
     assert_eq!(injected(&drain(&mut e)), vec![10]);
     let rto = e.poll_timeout().unwrap();
@@ -652,13 +589,7 @@ fn egress_injects_a_read_spanning_more_psns_than_its_window() {
 fn egress_timeouts_back_off_exponentially_up_to_the_ceiling() {
     let mut e = QpEngine::new(cfg(AckPolicy::Edge));
     let t = Time::from_micros(1);
-    e.handle_twin(
-        t,
-        TwinMsg::Request {
-            carry: Carry::Reliable,
-            packet: request(Opcode::RC_SEND_ONLY, 10, true, 8, 0),
-        },
-    );
+    twin_request(&mut e, t, request(Opcode::RC_SEND_ONLY, 10, true, 8, 0));
     drain(&mut e);
     let mut now = t;
     let mut gaps = Vec::new();
@@ -682,13 +613,7 @@ fn egress_timeouts_back_off_exponentially_up_to_the_ceiling() {
 /// `(psn, opcode, ack_req)`. Returns what it injected, with AckReq.
 fn feed(e: &mut QpEngine, t: Time, psns: &[(u32, Opcode, bool)]) -> Vec<(u32, bool)> {
     for &(psn, op, ack) in psns {
-        e.handle_twin(
-            t,
-            TwinMsg::Request {
-                carry: Carry::Reliable,
-                packet: request(op, psn, ack, 64, 0),
-            },
-        );
+        twin_request(e, t, request(op, psn, ack, 64, 0));
     }
     sent_with_ack_req(&drain(e))
 }
@@ -714,14 +639,14 @@ fn delivered(out: &[Output]) -> Vec<u32> {
         .collect()
 }
 
-fn errors(out: &[Output]) -> usize {
+pub(super) fn errors(out: &[Output]) -> usize {
     out.iter()
         .filter(|o| matches!(o, Output::Twin(TwinMsg::Error { .. })))
         .count()
 }
 
 /// Runs the engine's timers up to `until`, collecting everything output.
-fn run_timers(e: &mut QpEngine, until: Time) -> Vec<Output> {
+pub(super) fn run_timers(e: &mut QpEngine, until: Time) -> Vec<Output> {
     let mut out = Vec::new();
     while let Some(d) = e.poll_timeout().filter(|&d| d <= until) {
         e.handle_timeout(d);
@@ -1017,7 +942,7 @@ fn a_gap_before_the_switch_naks_the_first_psn_the_responder_has_not_acked() {
     )
     .to_vec(&[])
     .unwrap();
-    e.handle_twin(t, TwinMsg::Response { packet: ack });
+    twin_response(&mut e, t, ack);
     drain(&mut e);
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 103, true, 8, 0));
     assert_eq!(
@@ -1034,13 +959,7 @@ fn egress_resends_after_a_sequence_nak_that_trails_an_expired_rnr_wait() {
     let mut e = QpEngine::new(cfg(AckPolicy::Edge));
     let t = Time::from_micros(1);
     for psn in 10..12 {
-        e.handle_twin(
-            t,
-            TwinMsg::Request {
-                carry: Carry::Reliable,
-                packet: request(Opcode::RC_SEND_ONLY, psn, true, 8, 0),
-            },
-        );
+        twin_request(&mut e, t, request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
     }
     assert_eq!(injected(&drain(&mut e)), vec![10, 11]);
     e.handle_dc(
@@ -1074,12 +993,10 @@ fn egress_asks_again_for_an_atomic_whose_response_was_lost() {
     let mut e = QpEngine::new(cfg(AckPolicy::Edge));
     let t = Time::from_micros(1);
     for (psn, op) in [(10, Opcode::RC_FETCH_ADD), (11, Opcode::RC_SEND_ONLY)] {
-        e.handle_twin(
+        twin_request(
+            &mut e,
             t,
-            TwinMsg::Request {
-                carry: Carry::Reliable,
-                packet: request(op, psn, true, if psn == 11 { 8 } else { 0 }, 0),
-            },
+            request(op, psn, true, if psn == 11 { 8 } else { 0 }, 0),
         );
     }
     assert_eq!(injected(&drain(&mut e)), vec![10, 11]);
@@ -1140,13 +1057,7 @@ fn egress_keeps_a_slow_responders_queue_below_the_rto() {
             63 => Opcode::RC_WRITE_LAST,
             _ => Opcode::RC_WRITE_MIDDLE,
         };
-        e.handle_twin(
-            t0,
-            TwinMsg::Request {
-                carry: Carry::Reliable,
-                packet: request(op, 1000 + psn, psn % 64 == 63, 64, 0),
-            },
-        );
+        twin_request(&mut e, t0, request(op, 1000 + psn, psn % 64 == 63, 64, 0));
     }
     // The responder: in order, one packet per 250 µs, ACKs what asks,
     // re-ACKs duplicates with the last PSN it executed (C9-105).
@@ -1215,14 +1126,7 @@ fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
         .iter()
         .all(|&a| a == (103, Syndrome::ACK_UNLIMITED, 4)));
     // The twin delivers: the real pseudo-ACK moves on, the repeats stop.
-    e.handle_twin(
-        until,
-        TwinMsg::Delivered {
-            half: key(),
-            psn: Psn::new(105),
-            msn: None,
-        },
-    );
+    twin_delivered(&mut e, until, key(), 105);
     assert_eq!(
         acks(&drain(&mut e)),
         vec![(105, Syndrome::ACK_UNLIMITED, 6)]

@@ -10,7 +10,11 @@ use super::engine::{Output, QpEngine};
 use super::tests::{
     acks, drain, ingress_engine, key, request, REQUESTER, RESPONDER, RQ_QPN, RS_QPN,
 };
-use super::tests_twin_lost::{ack_to, cm_engine, dc_requests, dreqs, request_to};
+use super::tests_twin::{twin_delivered, twin_error, twin_request};
+use super::tests_twin_lost::{
+    ack_to, cm_engine, dc_requests, dreqs, far_send, local_acks_far, poison_answer_absorbed,
+    request_to,
+};
 use super::twin::{Carry, TwinMsg};
 use super::HalfKey;
 use crate::roce::{NakCode, Opcode, Psn, RocePacket, Syndrome};
@@ -54,18 +58,9 @@ fn twin_dreqs(out: &[Output]) -> Vec<(std::net::IpAddr, std::net::IpAddr, u32, u
 fn pseudo_acked_with_reverse_traffic() -> QpEngine {
     let mut e = ingress_engine(AckPolicy::Edge);
     let t = Time::from_micros(1);
-    e.handle_twin(
-        t,
-        TwinMsg::Request {
-            carry: Carry::Reliable,
-            packet: request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, 7, 16),
-        },
-    );
+    far_send(&mut e, t, 7, 16);
     assert_eq!(drain(&mut e).len(), 1, "injected");
-    e.handle_dc(
-        t,
-        &ack_to(REQUESTER, RESPONDER, RS_QPN, 7, Syndrome::ACK_UNLIMITED),
-    );
+    local_acks_far(&mut e, t, 7);
     e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 100, true, 64, 0));
     let out = drain(&mut e);
     assert_eq!(acks(&out), vec![(100, Syndrome::ACK_UNLIMITED, 1)]);
@@ -81,14 +76,7 @@ fn a_far_error_poisons_a_pseudo_acked_requester_with_nothing_outstanding() {
     // application sure that 64 bytes had landed.
     let mut e = pseudo_acked_with_reverse_traffic();
     let t = Time::from_micros(2);
-    e.handle_twin(
-        t,
-        TwinMsg::Error {
-            half: key(),
-            psn: Psn::new(100),
-            code: NakCode::RemoteAccessError,
-        },
-    );
+    twin_error(&mut e, t, key(), 100, NakCode::RemoteAccessError);
     let out = drain(&mut e);
     assert_eq!(
         dc_requests(&out),
@@ -124,27 +112,10 @@ fn a_far_error_poisons_a_pseudo_acked_requester_with_nothing_outstanding() {
     );
     // Its answer (NAK Invalid Request to the far QP) is absorbed: the far
     // requester did not send that packet.
-    e.handle_dc(
-        t,
-        &ack_to(
-            REQUESTER,
-            RESPONDER,
-            RS_QPN,
-            8,
-            Syndrome::Nak(NakCode::InvalidRequest),
-        ),
-    );
-    assert!(drain(&mut e).is_empty());
+    poison_answer_absorbed(&mut e, t, 8);
     assert_eq!(e.stats.poison_answers_absorbed, 1);
     // A second error for the same half poisons nothing more.
-    e.handle_twin(
-        t,
-        TwinMsg::Error {
-            half: key(),
-            psn: Psn::new(100),
-            code: NakCode::RemoteAccessError,
-        },
-    );
+    twin_error(&mut e, t, key(), 100, NakCode::RemoteAccessError);
     let out = drain(&mut e);
     assert!(dc_requests(&out).is_empty());
     assert!(twin_errors(&out).is_empty());
@@ -164,41 +135,19 @@ fn the_poison_covers_every_possible_epsn_while_far_requests_are_in_flight() {
     let mut e = ingress_engine(AckPolicy::Edge);
     let t = Time::from_micros(1);
     for psn in 7..10 {
-        e.handle_twin(
-            t,
-            TwinMsg::Request {
-                carry: Carry::Reliable,
-                packet: request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, psn, 16),
-            },
-        );
+        far_send(&mut e, t, psn, 16);
     }
     drain(&mut e);
-    e.handle_dc(
-        t,
-        &ack_to(REQUESTER, RESPONDER, RS_QPN, 7, Syndrome::ACK_UNLIMITED),
-    );
+    local_acks_far(&mut e, t, 7);
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, true, 8, 0));
     drain(&mut e);
-    e.handle_twin(
-        t,
-        TwinMsg::Error {
-            half: key(),
-            psn: Psn::new(100),
-            code: NakCode::RemoteOperationalError,
-        },
-    );
+    twin_error(&mut e, t, key(), 100, NakCode::RemoteOperationalError);
     let out = drain(&mut e);
     let v: Vec<u32> = dc_requests(&out).iter().map(|r| r.4).collect();
     assert_eq!(v, vec![8, 9, 10]);
     assert_eq!(twin_errors(&out).len(), 1);
     // The twin's next request toward the QP is not injected.
-    e.handle_twin(
-        t,
-        TwinMsg::Request {
-            carry: Carry::Reliable,
-            packet: request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, 10, 16),
-        },
-    );
+    far_send(&mut e, t, 10, 16);
     assert!(drain(&mut e).is_empty());
     assert_eq!(e.occupancy().slots_used, 0);
 }
@@ -210,14 +159,7 @@ fn a_requester_with_requests_outstanding_gets_the_nak_and_no_poison() {
     // A READ: never pseudo-ACKed, outstanding until its response.
     e.handle_dc(t, &request(Opcode::RC_READ_REQUEST, 100, true, 0, 4096));
     assert!(acks(&drain(&mut e)).is_empty());
-    e.handle_twin(
-        t,
-        TwinMsg::Error {
-            half: key(),
-            psn: Psn::new(100),
-            code: NakCode::RemoteAccessError,
-        },
-    );
+    twin_error(&mut e, t, key(), 100, NakCode::RemoteAccessError);
     let out = drain(&mut e);
     assert_eq!(
         acks(&out),
@@ -237,23 +179,9 @@ fn a_requester_told_nothing_false_is_left_as_a_direct_connection_would_leave_it(
     let t = Time::from_micros(1);
     e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 100, true, 64, 0));
     drain(&mut e);
-    e.handle_twin(
-        t,
-        TwinMsg::Delivered {
-            half: key(),
-            psn: Psn::new(100),
-            msn: None,
-        },
-    );
+    twin_delivered(&mut e, t, key(), 100);
     drain(&mut e);
-    e.handle_twin(
-        t,
-        TwinMsg::Error {
-            half: key(),
-            psn: Psn::new(101),
-            code: NakCode::RemoteOperationalError,
-        },
-    );
+    twin_error(&mut e, t, key(), 101, NakCode::RemoteOperationalError);
     let out = drain(&mut e);
     assert!(dc_requests(&out).is_empty(), "no poison: {out:?}");
     assert!(twin_errors(&out).is_empty(), "no cascade back");
@@ -276,14 +204,7 @@ fn an_rdma_cm_connection_is_poisoned_and_disconnected_at_both_ends() {
         acks(&drain(&mut e)),
         vec![(5000, Syndrome::ACK_UNLIMITED, 1)]
     );
-    e.handle_twin(
-        t,
-        TwinMsg::Error {
-            half: key(),
-            psn: Psn::new(5000),
-            code: NakCode::RemoteOperationalError,
-        },
-    );
+    twin_error(&mut e, t, key(), 5000, NakCode::RemoteOperationalError);
     let out = drain(&mut e);
     assert_eq!(
         dc_requests(&out),
@@ -314,14 +235,7 @@ fn a_qp_with_no_known_epsn_is_probed_while_the_twin_lives() {
     let t = Time::from_micros(1);
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, true, 8, 0));
     drain(&mut e);
-    e.handle_twin(
-        t,
-        TwinMsg::Error {
-            half: key(),
-            psn: Psn::new(100),
-            code: NakCode::RemoteOperationalError,
-        },
-    );
+    twin_error(&mut e, t, key(), 100, NakCode::RemoteOperationalError);
     let out = drain(&mut e);
     let v: Vec<(u32, u32)> = dc_requests(&out).iter().map(|r| (r.2, r.4)).collect();
     assert_eq!(v, vec![(RQ_QPN, 0), (RQ_QPN, 1 << 23)]);
@@ -329,27 +243,14 @@ fn a_qp_with_no_known_epsn_is_probed_while_the_twin_lives() {
     assert_eq!(e.probes_pending(), 1);
     // Behind the ePSN: re-ACKed with ePSN − 1 = 41; the poison goes to 42,
     // and its fatal answer ends the probe. Nothing reaches the twin.
-    e.handle_dc(
-        t,
-        &ack_to(REQUESTER, RESPONDER, RS_QPN, 41, Syndrome::ACK_UNLIMITED),
-    );
+    local_acks_far(&mut e, t, 41);
     let out = drain(&mut e);
     assert_eq!(
         dc_requests(&out).iter().map(|r| r.4).collect::<Vec<_>>(),
         vec![42]
     );
     assert!(out.iter().all(|o| matches!(o, Output::Dc(_))));
-    e.handle_dc(
-        t,
-        &ack_to(
-            REQUESTER,
-            RESPONDER,
-            RS_QPN,
-            42,
-            Syndrome::Nak(NakCode::InvalidRequest),
-        ),
-    );
-    assert!(drain(&mut e).is_empty());
+    poison_answer_absorbed(&mut e, t, 42);
     assert_eq!(e.probes_pending(), 0);
     assert_eq!(e.stats.qps_poisoned_after_probe, 1);
 }
@@ -364,17 +265,7 @@ fn a_late_answer_of_a_poisoned_qp_is_absorbed_after_the_twin_is_back() {
     e.set_twin_reachable(false);
     assert_eq!(dc_requests(&drain(&mut e)).len(), 1);
     e.set_twin_reachable(true);
-    e.handle_dc(
-        t,
-        &ack_to(
-            REQUESTER,
-            RESPONDER,
-            RS_QPN,
-            8,
-            Syndrome::Nak(NakCode::InvalidRequest),
-        ),
-    );
-    assert!(drain(&mut e).is_empty(), "absorbed");
+    poison_answer_absorbed(&mut e, t, 8);
     // A new QP behind the same number (a new egress half) is served: its
     // answers are its own.
     e.handle_twin(
@@ -385,10 +276,7 @@ fn a_late_answer_of_a_poisoned_qp_is_absorbed_after_the_twin_is_back() {
         },
     );
     assert_eq!(drain(&mut e).len(), 1, "injected");
-    e.handle_dc(
-        t,
-        &ack_to(REQUESTER, RESPONDER, RS_QPN, 300, Syndrome::ACK_UNLIMITED),
-    );
+    local_acks_far(&mut e, t, 300);
     let out = drain(&mut e);
     assert!(
         matches!(out.first(), Some(Output::Twin(TwinMsg::Response { .. }))),
@@ -512,13 +400,7 @@ fn an_orphan_is_not_poisoned_when_a_live_flow_of_the_new_incarnation_uses_its_nu
     // gateway: the orphan message must not hit it.
     let mut n = QpEngine::new(super::tests::cfg(AckPolicy::Edge));
     let t = Time::from_micros(1);
-    n.handle_twin(
-        t,
-        TwinMsg::Request {
-            carry: Carry::Reliable,
-            packet: request(Opcode::RC_SEND_ONLY, 9000, true, 8, 0),
-        },
-    );
+    twin_request(&mut n, t, request(Opcode::RC_SEND_ONLY, 9000, true, 8, 0));
     assert_eq!(drain(&mut n).len(), 1, "injected");
     n.handle_twin(
         t,

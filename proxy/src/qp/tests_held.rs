@@ -9,19 +9,9 @@ use crate::roce::{NakCode, Opcode, Psn, RocePacket, Syndrome};
 use crate::time::Time;
 
 use super::engine::{HeldRef, Output, QpEngine};
-use super::tests::{cfg, key, request, response};
-use super::twin::{Carry, TwinMsg};
+use super::tests::{cfg, egress_engine_with, key, request, response};
+use super::tests_twin::twin_request;
 use soya_config::AckPolicy;
-
-fn give(e: &mut QpEngine, t: Time, packet: Vec<u8>) {
-    e.handle_twin(
-        t,
-        TwinMsg::Request {
-            carry: Carry::Reliable,
-            packet,
-        },
-    );
-}
 
 /// The references the engine hands out, in order (nothing else expected).
 fn lent(e: &mut QpEngine) -> Vec<HeldRef> {
@@ -46,7 +36,7 @@ fn a_held_request_is_lent_as_it_is_held_until_released() {
         request(Opcode::RC_SEND_ONLY, psns[3], false, 8, 0),
     ];
     for p in &sent {
-        give(&mut e, t, p.clone());
+        twin_request(&mut e, t, p.clone());
     }
     let refs = lent(&mut e);
     assert_eq!(
@@ -94,15 +84,7 @@ fn a_held_request_is_lent_as_it_is_held_until_released() {
 /// `DcCounters::tx_released`).
 #[test]
 fn a_failed_half_lends_nothing_more() {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
-    for psn in 10..14 {
-        give(
-            &mut e,
-            t,
-            request(Opcode::RC_SEND_ONLY, psn, psn == 13, 8, 0),
-        );
-    }
+    let (mut e, t) = egress_engine_with(Opcode::RC_SEND_ONLY, 4, 8);
     let refs = lent(&mut e);
     assert_eq!(refs.len(), 4);
     assert!(refs.iter().all(|r| e.held_packet(r).is_some()));

@@ -7,26 +7,11 @@ use std::time::Duration;
 use soya_config::AckPolicy;
 
 use super::engine::{Output, QpEngine};
-use super::tests::{cfg, drain, request, response};
+use super::tests::{cfg, drain, errors, request, response, run_timers};
+use super::tests_twin::{twin_delivered, twin_request, twin_response};
 use super::twin::{Carry, TwinMsg};
 use crate::roce::{Opcode, Syndrome};
 use crate::time::Time;
-
-fn errors(out: &[Output]) -> usize {
-    out.iter()
-        .filter(|o| matches!(o, Output::Twin(TwinMsg::Error { .. })))
-        .count()
-}
-
-/// Runs the engine's timers up to `until`, collecting everything output.
-fn run_timers(e: &mut QpEngine, until: Time) -> Vec<Output> {
-    let mut out = Vec::new();
-    while let Some(d) = e.poll_timeout().filter(|&d| d <= until) {
-        e.handle_timeout(d);
-        out.extend(drain(e));
-    }
-    out
-}
 
 /// Sweep seed 4259 (3,000 km, `edge`, WRITE, 3 % loss in the requester's
 /// datacenter, hardware endpoints): the requester's 2 ms timer resends its
@@ -58,13 +43,7 @@ fn egress_counts_the_responders_progress_through_the_tunnel_phase() {
     }
     // Then 20 and 21, pseudo-ACKed at the twin, held here.
     for psn in [20, 21] {
-        e.handle_twin(
-            t0,
-            TwinMsg::Request {
-                carry: Carry::Reliable,
-                packet: request(Opcode::RC_SEND_ONLY, psn, true, 64, 0),
-            },
-        );
+        twin_request(&mut e, t0, request(Opcode::RC_SEND_ONLY, psn, true, 64, 0));
     }
     drain(&mut e);
     // The responder works through the tunnel phase slowly (the requester
@@ -114,7 +93,7 @@ fn egress_counts_the_responders_progress_through_the_tunnel_phase() {
 #[test]
 fn a_resent_read_whose_answer_was_lost_on_the_way_reaches_the_responder() {
     use super::tests::{ingress_engine, key};
-    use crate::roce::{Psn, RocePacket};
+    use crate::roce::RocePacket;
     let mut e = ingress_engine(AckPolicy::Strict);
     let t = Time::from_micros(1);
     // READ of 2 x 4096 at 100 (PSNs 100 and 101), forwarded to the twin.
@@ -129,15 +108,8 @@ fn a_resent_read_whose_answer_was_lost_on_the_way_reaches_the_responder() {
         Syndrome::ACK_UNLIMITED,
         4096,
     );
-    e.handle_twin(t, TwinMsg::Response { packet: first });
-    e.handle_twin(
-        t,
-        TwinMsg::Delivered {
-            half: key(),
-            psn: Psn::new(101),
-            msn: None,
-        },
-    );
+    twin_response(&mut e, t, first);
+    twin_delivered(&mut e, t, key(), 101);
     drain(&mut e);
     // The requester never got the last response: it asks again.
     let later = t + Duration::from_millis(2);
@@ -164,12 +136,7 @@ fn a_resent_read_whose_answer_was_lost_on_the_way_reaches_the_responder() {
         Syndrome::ACK_UNLIMITED,
         4096,
     );
-    e.handle_twin(
-        later,
-        TwinMsg::Response {
-            packet: last.clone(),
-        },
-    );
+    twin_response(&mut e, later, last.clone());
     assert_eq!(drain(&mut e), vec![Output::Dc(last)]);
     assert_eq!(e.occupancy().slots_used, 0);
 }

@@ -8,6 +8,7 @@ use soya_config::AckPolicy;
 use super::engine::{Output, QpEngine};
 use super::half::HalfKey;
 use super::tests::{acks, cfg, drain, request, response, REQUESTER, RESPONDER, RQ_QPN, RS_QPN};
+use super::tests_twin::twin_response;
 use super::twin::{Carry, TwinMsg};
 use crate::roce::{NakCode, Opcode, RocePacket, Syndrome};
 use crate::time::Time;
@@ -119,20 +120,18 @@ fn a_qp_answered_through_the_new_incarnation_is_not_an_orphan() {
     let out = burst(&mut n, t, 200..204);
     assert_eq!(carried(&out), vec![200, 201, 202, 203]);
     // A stale answer (a re-ACK of a duplicate, before 200) proves nothing.
-    n.handle_twin(
+    twin_response(
+        &mut n,
         t,
-        TwinMsg::Response {
-            packet: response(Opcode::RC_ACK, 150, Syndrome::ACK_UNLIMITED, 0),
-        },
+        response(Opcode::RC_ACK, 150, Syndrome::ACK_UNLIMITED, 0),
     );
     drain(&mut n);
     assert_eq!(n.orphan_requesters_pending(), 1);
     // An answer at 201: the requester makes progress through us.
-    n.handle_twin(
+    twin_response(
+        &mut n,
         t,
-        TwinMsg::Response {
-            packet: response(Opcode::RC_ACK, 201, Syndrome::ACK_UNLIMITED, 0),
-        },
+        response(Opcode::RC_ACK, 201, Syndrome::ACK_UNLIMITED, 0),
     );
     drain(&mut n);
     assert_eq!(n.orphan_requesters_pending(), 0);

@@ -10,9 +10,10 @@ use soya_config::AckPolicy;
 use super::engine::{Output, QpEngine, TwinLostSummary};
 use super::poison;
 use super::tests::{
-    acks, cfg, drain, forwarded, ingress_engine, injected, key, request, response, REQUESTER,
-    RESPONDER, RQ_QPN, RS_QPN,
+    acks, cfg, drain, egress_engine_with, forwarded, ingress_engine, injected, key, request,
+    response, REQUESTER, RESPONDER, RQ_QPN, RS_QPN,
 };
+use super::tests_twin::{twin_error, twin_request};
 use super::twin::{Carry, TwinMsg};
 use crate::roce::cm::GSI_QKEY;
 use crate::roce::ip::rxe_udp_sport;
@@ -67,6 +68,35 @@ pub(super) fn ack_to(
         _ => crate::roce::builders::ack(&to_, Psn::new(psn), 0),
     };
     repr.to_vec(&[]).unwrap()
+}
+
+/// The far host (RESPONDER) sends REQUESTER's QP a SEND, through the twin.
+pub(super) fn far_send(e: &mut QpEngine, t: Time, psn: u32, payload: usize) {
+    let p = request_to(
+        RESPONDER,
+        REQUESTER,
+        RQ_QPN,
+        Opcode::RC_SEND_ONLY,
+        psn,
+        payload,
+    );
+    twin_request(e, t, p);
+}
+
+/// REQUESTER's QP acknowledges the far host's requests up to `psn`.
+pub(super) fn local_acks_far(e: &mut QpEngine, t: Time, psn: u32) {
+    e.handle_dc(
+        t,
+        &ack_to(REQUESTER, RESPONDER, RS_QPN, psn, Syndrome::ACK_UNLIMITED),
+    );
+}
+
+/// REQUESTER's QP answers a poison at `psn` as a QP in error does (NAK
+/// Invalid Request to the far QP): the gateway absorbs it.
+pub(super) fn poison_answer_absorbed(e: &mut QpEngine, t: Time, psn: u32) {
+    let nak = Syndrome::Nak(NakCode::InvalidRequest);
+    e.handle_dc(t, &ack_to(REQUESTER, RESPONDER, RS_QPN, psn, nak));
+    assert!(drain(e).is_empty(), "the poison's answer is absorbed");
 }
 
 /// Request packets sent to the DC side: (source, destination, dest QP,
@@ -226,14 +256,7 @@ fn a_failed_half_never_naks_past_a_request_accepted_but_not_acknowledged() {
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, false, 8, 0));
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 101, false, 8, 0));
     assert!(acks(&drain(&mut e)).is_empty(), "coalescing");
-    e.handle_twin(
-        t,
-        TwinMsg::Error {
-            half: key(),
-            psn: Psn::new(0),
-            code: LOST,
-        },
-    );
+    twin_error(&mut e, t, key(), 0, LOST);
     assert_eq!(acks(&drain(&mut e)), vec![(100, Syndrome::Nak(LOST), 0)]);
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 102, true, 8, 0));
     assert_eq!(acks(&drain(&mut e)), vec![(100, Syndrome::Nak(LOST), 0)]);
@@ -251,13 +274,7 @@ fn poison_after(ops: &[Opcode]) -> Vec<(Ipv4Addr, Ipv4Addr, u32, Opcode, u32, us
         } else {
             4096
         };
-        e.handle_twin(
-            t,
-            TwinMsg::Request {
-                carry: Carry::Reliable,
-                packet: request(op, 10 + i as u32, true, payload, 4096),
-            },
-        );
+        twin_request(&mut e, t, request(op, 10 + i as u32, true, payload, 4096));
     }
     let last = 10 + ops.len() as u32 - 1;
     assert_eq!(injected(&drain(&mut e)).len(), ops.len());
@@ -327,13 +344,7 @@ fn unacknowledged_injections_get_one_poison_per_possible_epsn() {
         Opcode::RC_SEND_LAST,
     ];
     for (i, op) in ops.into_iter().enumerate() {
-        e.handle_twin(
-            t,
-            TwinMsg::Request {
-                carry: Carry::Reliable,
-                packet: request(op, 10 + i as u32, i == 2, 4096, 0),
-            },
-        );
+        twin_request(&mut e, t, request(op, 10 + i as u32, i == 2, 4096, 0));
     }
     assert_eq!(injected(&drain(&mut e)), vec![10, 11, 12]);
     // The responder acknowledged 10 only; 11 and 12 may or may not have
@@ -375,18 +386,9 @@ fn a_pseudo_acked_requester_is_poisoned_through_its_responder_role() {
         acks(&drain(&mut e)),
         vec![(100, Syndrome::ACK_UNLIMITED, 1)]
     );
-    e.handle_twin(
-        t,
-        TwinMsg::Request {
-            carry: Carry::Reliable,
-            packet: request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, 7, 16),
-        },
-    );
+    far_send(&mut e, t, 7, 16);
     assert_eq!(drain(&mut e).len(), 1, "injected");
-    e.handle_dc(
-        t,
-        &ack_to(REQUESTER, RESPONDER, RS_QPN, 7, Syndrome::ACK_UNLIMITED),
-    );
+    local_acks_far(&mut e, t, 7);
     drain(&mut e);
     assert_eq!(e.occupancy().slots_used, 1, "the WRITE, not yet delivered");
     let sum = e.fail_all(t, LOST);
@@ -419,17 +421,7 @@ fn a_pseudo_acked_requester_is_poisoned_through_its_responder_role() {
     let p = RocePacket::parse_verified(v).unwrap();
     assert_eq!(p.udp.src_port, rxe_udp_sport(RS_QPN, RQ_QPN));
     // Its answer (NAK Invalid Request) is absorbed, not sent to the lost twin.
-    e.handle_dc(
-        t,
-        &ack_to(
-            REQUESTER,
-            RESPONDER,
-            RS_QPN,
-            8,
-            Syndrome::Nak(NakCode::InvalidRequest),
-        ),
-    );
-    assert!(drain(&mut e).is_empty());
+    poison_answer_absorbed(&mut e, t, 8);
     assert_eq!(e.stats.poison_answers_absorbed, 1);
 }
 
@@ -454,19 +446,10 @@ fn the_far_sides_traffic_tells_the_epsn_better_than_rdma_cm() {
     let mut e = cm_engine(700, 5000);
     let t = Time::from_micros(1);
     for psn in 700..703 {
-        e.handle_twin(
-            t,
-            TwinMsg::Request {
-                carry: Carry::Reliable,
-                packet: request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, psn, 8),
-            },
-        );
+        far_send(&mut e, t, psn, 8);
     }
     drain(&mut e);
-    e.handle_dc(
-        t,
-        &ack_to(REQUESTER, RESPONDER, RS_QPN, 702, Syndrome::ACK_UNLIMITED),
-    );
+    local_acks_far(&mut e, t, 702);
     drain(&mut e);
     e.fail_all(t, LOST);
     let v = dc_requests(&drain(&mut e));
@@ -506,17 +489,7 @@ fn nothing_is_sent_to_a_qp_the_engine_cannot_attribute() {
 
 #[test]
 fn fail_all_drops_the_lost_twins_egress_state_and_frees_its_slots() {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
-    for psn in 10..20 {
-        e.handle_twin(
-            t,
-            TwinMsg::Request {
-                carry: Carry::Reliable,
-                packet: request(Opcode::RC_WRITE_ONLY, psn, psn == 19, 64, 0),
-            },
-        );
-    }
+    let (mut e, t) = egress_engine_with(Opcode::RC_WRITE_ONLY, 10, 64);
     drain(&mut e);
     assert_eq!(e.occupancy().slots_used, 10);
     assert_eq!(e.egress_halves().count(), 1);
@@ -917,10 +890,7 @@ fn a_tunnel_phase_toward_the_qp_gives_the_first_probe_its_psn() {
             },
         );
     }
-    e.handle_dc(
-        t,
-        &ack_to(REQUESTER, RESPONDER, RS_QPN, 10, Syndrome::ACK_UNLIMITED),
-    );
+    local_acks_far(&mut e, t, 10);
     drain(&mut e);
     let sum = e.fail_all(t, LOST);
     assert_eq!((sum.probing, sum.unattributable), (1, 0));

@@ -107,22 +107,21 @@ mod tests {
     #[test]
     fn verdicts() {
         let a = acl("10.1.0.0/16", "10.2.0.0/16");
-        assert_eq!(
-            a.outbound(&v4([10, 1, 0, 1], [10, 2, 0, 1])).0,
-            Verdict::Pass
-        );
-        assert_eq!(
-            a.outbound(&v4([10, 3, 0, 1], [10, 2, 0, 1])).0,
-            Verdict::BadSource
-        );
-        assert_eq!(
-            a.outbound(&v4([10, 1, 0, 1], [10, 1, 0, 2])).0,
-            Verdict::BadDestination
-        );
-        assert_eq!(
-            a.inbound(&v4([10, 2, 0, 1], [10, 1, 0, 1])).0,
-            Verdict::Pass
-        );
+        // (outbound: from this site's DC toward the twin's, source, destination)
+        for (outbound, src, dst, want) in [
+            (true, [10, 1, 0, 1], [10, 2, 0, 1], Verdict::Pass),
+            (true, [10, 3, 0, 1], [10, 2, 0, 1], Verdict::BadSource),
+            (true, [10, 1, 0, 1], [10, 1, 0, 2], Verdict::BadDestination),
+            (false, [10, 2, 0, 1], [10, 1, 0, 1], Verdict::Pass),
+        ] {
+            let p = v4(src, dst);
+            let got = if outbound {
+                a.outbound(&p)
+            } else {
+                a.inbound(&p)
+            };
+            assert_eq!(got.0, want, "{src:?} -> {dst:?}");
+        }
         assert_eq!(a.outbound(&[0x45, 0, 0]).0, Verdict::Malformed);
     }
 

@@ -261,23 +261,35 @@ mod tests {
     use super::*;
     use crate::roce::{NakCode, Psn};
 
-    #[test]
-    fn delivered_and_error_share_the_response_flow() {
-        let h = HalfKey {
+    /// The half both tests speak of.
+    fn half() -> HalfKey {
+        HalfKey {
             requester: "10.1.0.1".parse().unwrap(),
             responder: "10.2.0.1".parse().unwrap(),
             responder_qpn: 0x22,
-        };
-        let d = TwinMsg::Delivered {
+        }
+    }
+
+    /// What the far side reports about `h`'s request at `psn`: delivered,
+    /// and refused for good.
+    fn delivered_and_error(h: HalfKey, psn: u32) -> (TwinMsg, TwinMsg) {
+        let delivered = TwinMsg::Delivered {
             half: h,
-            psn: Psn::new(5),
+            psn: Psn::new(psn),
             msn: None,
         };
-        let e = TwinMsg::Error {
+        let error = TwinMsg::Error {
             half: h,
-            psn: Psn::new(5),
+            psn: Psn::new(psn),
             code: NakCode::RemoteOperationalError,
         };
+        (delivered, error)
+    }
+
+    #[test]
+    fn delivered_and_error_share_the_response_flow() {
+        let h = half();
+        let (d, e) = delivered_and_error(h, 5);
         assert_eq!(flow_of(&d), flow_of(&e));
         assert_eq!(flow_of(&d), Some(response_flow(h.requester, h.responder)));
         assert_ne!(request_flow(&h), response_flow(h.requester, h.responder));
@@ -292,11 +304,7 @@ mod tests {
     #[test]
     fn the_bound_refuses_packets_never_delivered_or_error() {
         use crate::wan::{PathConfig, WanConfig};
-        let h = HalfKey {
-            requester: "10.1.0.1".parse().unwrap(),
-            responder: "10.2.0.1".parse().unwrap(),
-            responder_qpn: 0x22,
-        };
+        let h = half();
         // No twin yet: once the transport's flow window is full (nothing
         // is ever acknowledged), messages wait here, up to the bound.
         let cfg = WanConfig::new(vec![PathConfig::new("p")], Some([1; 32]), true);
@@ -315,16 +323,7 @@ mod tests {
         assert_eq!((p.messages, p.overflow), (PENDING_PER_FLOW, 0));
         p.submit(&mut wan, Time::ZERO, flow, response());
         assert_eq!(p.overflow, 1, "a packet beyond the bound is refused");
-        let delivered = TwinMsg::Delivered {
-            half: h,
-            psn: Psn::new(5),
-            msn: None,
-        };
-        let error = TwinMsg::Error {
-            half: h,
-            psn: Psn::new(6),
-            code: NakCode::RemoteOperationalError,
-        };
+        let (delivered, error) = delivered_and_error(h, 5);
         p.submit(&mut wan, Time::ZERO, flow, delivered);
         p.submit(&mut wan, Time::ZERO, flow, error);
         assert_eq!(p.overflow, 1, "Delivered and Error are never dropped");

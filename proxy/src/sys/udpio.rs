@@ -125,6 +125,15 @@ struct Group {
     seg: usize,
 }
 
+/// The ring takes the `msghdr` of each `mmsghdr` (it reports the lengths
+/// itself, in its completions).
+#[cfg(feature = "io-uring")]
+fn msghdr_ptrs(hdrs: &mut [libc::mmsghdr]) -> Vec<*mut libc::msghdr> {
+    hdrs.iter_mut()
+        .map(|h| &mut h.msg_hdr as *mut libc::msghdr)
+        .collect()
+}
+
 /// Cuts `pkts` into GSO groups (or one group per datagram without GSO).
 fn group(pkts: &[TxDatagram], gso: bool, out: &mut Vec<Group>) {
     out.clear();
@@ -459,10 +468,7 @@ impl UdpIo {
     fn submit_tx(&mut self, nmsg: usize) -> isize {
         #[cfg(feature = "io-uring")]
         if let Some(ring) = &mut self.ring {
-            let hdrs: Vec<*mut libc::msghdr> = self.tx_hdrs[..nmsg]
-                .iter_mut()
-                .map(|h| &mut h.msg_hdr as *mut libc::msghdr)
-                .collect();
+            let hdrs = msghdr_ptrs(&mut self.tx_hdrs[..nmsg]);
             // SAFETY: every header points at live iovecs, addresses and
             // control buffers, which stay untouched until the ring has
             // completed them (send_msgs waits for all).
@@ -489,10 +495,7 @@ impl UdpIo {
         }
         #[cfg(feature = "io-uring")]
         if let Some(ring) = &mut self.ring {
-            let hdrs: Vec<*mut libc::msghdr> = self.rx_hdrs[..nmsg]
-                .iter_mut()
-                .map(|h| &mut h.msg_hdr as *mut libc::msghdr)
-                .collect();
+            let hdrs = msghdr_ptrs(&mut self.rx_hdrs[..nmsg]);
             // SAFETY: every header points at live slots, names and control
             // buffers, untouched until the ring completed them.
             return unsafe { ring.recv_msgs(self.fd, &hdrs, &mut self.rx_got[..nmsg]) };

@@ -985,17 +985,23 @@ impl WanConnection {
             p.counters.bytes_lost += u64::from(sp.size);
             p.note_loss_sample(true);
             bytes += u64::from(sp.size);
-            for &f in &sp.frames {
-                match f {
-                    SentFrame::Data { flow, seq, frag } => self.send.on_lost(flow, seq, frag),
-                    SentFrame::Credit { flow } => self.recv.requeue_credit(flow),
-                    SentFrame::Fin { flow } => self.send.on_fin_lost(flow),
-                }
-            }
-            self.frame_lists.put(sp.frames);
+            self.requeue_frames(sp);
         }
         let p = &mut self.paths[i];
         p.cc.on_loss(now, bytes, p.recovery.bytes_in_flight);
+    }
+
+    /// Queues the data, credits and FIN a packet carried again (it was lost,
+    /// or its path removed), and recycles its frame list.
+    fn requeue_frames(&mut self, sp: SentPacket) {
+        for &f in &sp.frames {
+            match f {
+                SentFrame::Data { flow, seq, frag } => self.send.on_lost(flow, seq, frag),
+                SentFrame::Credit { flow } => self.recv.requeue_credit(flow),
+                SentFrame::Fin { flow } => self.send.on_fin_lost(flow),
+            }
+        }
+        self.frame_lists.put(sp.frames);
     }
 
     // ----- timers -----

@@ -400,24 +400,15 @@ fn put_half(w: &mut Writer<'_>, h: &HalfKey) -> bool {
 fn get_addr(r: &mut Reader<'_>, which: &'static str) -> Result<IpAddr, MsgError> {
     let truncated = MsgError::Truncated(which);
     match r.u8().ok_or(truncated)? {
-        4 => {
-            let o: [u8; 4] = r
-                .take(4)
-                .ok_or(truncated)?
-                .try_into()
-                .map_err(|_| truncated)?;
-            Ok(IpAddr::V4(Ipv4Addr::from(o)))
-        }
-        6 => {
-            let o: [u8; 16] = r
-                .take(16)
-                .ok_or(truncated)?
-                .try_into()
-                .map_err(|_| truncated)?;
-            Ok(IpAddr::V6(Ipv6Addr::from(o)))
-        }
+        4 => Ok(IpAddr::V4(Ipv4Addr::from(get_array(r).ok_or(truncated)?))),
+        6 => Ok(IpAddr::V6(Ipv6Addr::from(get_array(r).ok_or(truncated)?))),
         f => Err(MsgError::AddressFamily(f)),
     }
+}
+
+/// The next `N` bytes, if there are that many.
+fn get_array<const N: usize>(r: &mut Reader<'_>) -> Option<[u8; N]> {
+    r.take(N)?.try_into().ok()
 }
 
 fn get_half(r: &mut Reader<'_>) -> Result<HalfKey, MsgError> {

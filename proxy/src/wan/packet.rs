@@ -585,10 +585,15 @@ impl<'a> FrameReader<'_, 'a> {
                 left,
             })
     }
-    /// A fragment of `len` bytes at `frag_off` must lie inside a message of
-    /// `total` bytes; an empty fragment of a non-empty message is pointless
-    /// and refused.
-    fn fragment(&self, frag_off: u32, len: usize, total: u32) -> Result<(), FrameError> {
+    /// The fragment fields that end a DATA or DATAGRAM frame: the message's
+    /// total length, the fragment's offset in it, and its bytes. A fragment
+    /// must lie inside its message; an empty fragment of a non-empty
+    /// message is pointless and refused.
+    fn fragment(&mut self) -> Result<(u32, u32, &'a [u8]), FrameError> {
+        let total = self.varint_u32("total length")?;
+        let frag_off = self.varint_u32("fragment offset")?;
+        let bytes = self.bytes()?;
+        let len = bytes.len();
         let end = u64::from(frag_off) + len as u64;
         if end > u64::from(total) || (len == 0 && total != 0) {
             return Err(FrameError::Fragment {
@@ -598,7 +603,7 @@ impl<'a> FrameReader<'_, 'a> {
                 total,
             });
         }
-        Ok(())
+        Ok((total, frag_off, bytes))
     }
 }
 
@@ -619,10 +624,7 @@ fn next_frame<'a>(r: &mut Reader<'a>) -> Result<Option<Frame<'a>>, FrameError> {
                 let flow = f.u64("flow id")?;
                 let seq = f.varint("sequence number")?;
                 let offset = f.varint("offset")?;
-                let total = f.varint_u32("total length")?;
-                let frag_off = f.varint_u32("fragment offset")?;
-                let bytes = f.bytes()?;
-                f.fragment(frag_off, bytes.len(), total)?;
+                let (total, frag_off, bytes) = f.fragment()?;
                 Frame::Data(DataFrame {
                     flow,
                     seq,
@@ -645,10 +647,7 @@ fn next_frame<'a>(r: &mut Reader<'a>) -> Result<Option<Frame<'a>>, FrameError> {
                     frame: "DATAGRAM",
                 };
                 let id = f.varint("id")?;
-                let total = f.varint_u32("total length")?;
-                let frag_off = f.varint_u32("fragment offset")?;
-                let bytes = f.bytes()?;
-                f.fragment(frag_off, bytes.len(), total)?;
+                let (total, frag_off, bytes) = f.fragment()?;
                 Frame::Datagram(DatagramFrame {
                     id,
                     total,

@@ -27,7 +27,7 @@
 //! dropped, counted); the unchanged paths carry the traffic meanwhile.
 
 use super::path::{Path, PathState};
-use super::recovery::{SentFrame, SentPacket};
+use super::recovery::SentPacket;
 use super::{new_path, Event, PathConfig, Time, WanConnection, MAX_PATHS};
 
 /// What a reconfiguration did to one path slot.
@@ -185,14 +185,7 @@ impl WanConnection {
     /// their path was removed, not found wanting).
     fn requeue(&mut self, packets: Vec<SentPacket>) {
         for sp in packets {
-            for &f in &sp.frames {
-                match f {
-                    SentFrame::Data { flow, seq, frag } => self.send.on_lost(flow, seq, frag),
-                    SentFrame::Credit { flow } => self.recv.requeue_credit(flow),
-                    SentFrame::Fin { flow } => self.send.on_fin_lost(flow),
-                }
-            }
-            self.frame_lists.put(sp.frames);
+            self.requeue_frames(sp);
         }
     }
 

@@ -287,31 +287,33 @@ mod tests {
         to.on_hello(&hdr, &h)
     }
 
+    /// A whole handshake that `first` starts: `second` takes its HELLO as a
+    /// candidate, `first` commits on the answer; returns what `second` says
+    /// on `first`'s next HELLO (its commit: `previous` tells a restart).
+    fn handshake(first: &mut Session, second: &mut Session) -> HelloVerdict {
+        assert_eq!(exchange(first, second), HelloVerdict::Candidate);
+        assert_eq!(
+            exchange(second, first),
+            HelloVerdict::Committed { previous: None }
+        );
+        exchange(first, second)
+    }
+
     #[test]
     fn handshake_restart_and_replay() {
         let psk = Some([5u8; 32]);
         let mut a = Session::new(11, true, psk, AUTO, 1000, 1452);
         let mut b = Session::new(22, false, psk, AUTO, 1000, 1452);
-        assert_eq!(exchange(&mut a, &mut b), HelloVerdict::Candidate);
+        assert_eq!(
+            handshake(&mut a, &mut b),
+            HelloVerdict::Committed { previous: None }
+        );
         let mut old_b_hello = [0u8; HELLO_LEN];
-        assert_eq!(
-            exchange(&mut b, &mut a),
-            HelloVerdict::Committed { previous: None }
-        );
-        assert_eq!(
-            exchange(&mut a, &mut b),
-            HelloVerdict::Committed { previous: None }
-        );
         b.write_hello(0, &mut old_b_hello);
         // B restarts with a new nonce.
         let mut b2 = Session::new(33, false, psk, AUTO, 1000, 1452);
-        assert_eq!(exchange(&mut b2, &mut a), HelloVerdict::Candidate);
         assert_eq!(
-            exchange(&mut a, &mut b2),
-            HelloVerdict::Committed { previous: None }
-        );
-        assert_eq!(
-            exchange(&mut b2, &mut a),
+            handshake(&mut b2, &mut a),
             HelloVerdict::Committed { previous: Some(22) }
         );
         // The old B's HELLO (echoing a's current nonce!) replayed: refused.
@@ -351,13 +353,8 @@ mod tests {
         ] {
             let mut a = Session::new(11, true, psk, oa, 1000, 1452);
             let mut b = Session::new(22, false, psk, ob, 1000, 1452);
-            assert_eq!(exchange(&mut a, &mut b), HelloVerdict::Candidate);
             assert_eq!(
-                exchange(&mut b, &mut a),
-                HelloVerdict::Committed { previous: None }
-            );
-            assert_eq!(
-                exchange(&mut a, &mut b),
+                handshake(&mut a, &mut b),
                 HelloVerdict::Committed { previous: None }
             );
             let (pa, pb) = (a.peer.as_ref().unwrap(), b.peer.as_ref().unwrap());

@@ -344,31 +344,20 @@ mod tests {
 
     #[test]
     fn route_matching_and_macs() {
-        assert!(contains(
-            "10.1.0.0".parse().unwrap(),
-            16,
-            "10.1.2.3".parse().unwrap()
-        ));
-        assert!(!contains(
-            "10.1.0.0".parse().unwrap(),
-            16,
-            "10.2.0.1".parse().unwrap()
-        ));
-        assert!(contains(
-            "0.0.0.0".parse().unwrap(),
-            0,
-            "10.2.0.1".parse().unwrap()
-        ));
-        assert!(contains(
-            "fd00:1::".parse().unwrap(),
-            48,
-            "fd00:1::5".parse().unwrap()
-        ));
-        assert!(!contains(
-            "fd00:1::".parse().unwrap(),
-            48,
-            "10.1.0.1".parse().unwrap()
-        ));
+        // (route, prefix length, address, inside)
+        for (net, len, addr, inside) in [
+            ("10.1.0.0", 16, "10.1.2.3", true),
+            ("10.1.0.0", 16, "10.2.0.1", false),
+            ("0.0.0.0", 0, "10.2.0.1", true),
+            ("fd00:1::", 48, "fd00:1::5", true),
+            ("fd00:1::", 48, "10.1.0.1", false),
+        ] {
+            assert_eq!(
+                contains(net.parse().unwrap(), len, addr.parse().unwrap()),
+                inside,
+                "{addr} in {net}/{len}"
+            );
+        }
         assert_eq!(parse_mac("02:00:0a:01:00:ff"), Some([2, 0, 10, 1, 0, 255]));
         assert_eq!(parse_mac("02:00:0a:01:00"), None);
     }

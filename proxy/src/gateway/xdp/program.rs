@@ -116,21 +116,17 @@ impl Steering {
 
     fn insert_prefix(&mut self, side: &str, p: &Prefix) -> io::Result<()> {
         match p.addr {
-            std::net::IpAddr::V4(a) => {
-                let name = format!("{side}4");
-                let mut t: LpmTrie<_, [u8; 4], u8> =
-                    LpmTrie::try_from(self.map(&name)?).map_err(|e| err(&name, e))?;
-                t.insert(&Key::new(u32::from(p.len), a.octets()), 1, 0)
-                    .map_err(|e| err(&name, e))
-            }
-            std::net::IpAddr::V6(a) => {
-                let name = format!("{side}6");
-                let mut t: LpmTrie<_, [u8; 16], u8> =
-                    LpmTrie::try_from(self.map(&name)?).map_err(|e| err(&name, e))?;
-                t.insert(&Key::new(u32::from(p.len), a.octets()), 1, 0)
-                    .map_err(|e| err(&name, e))
-            }
+            std::net::IpAddr::V4(a) => self.insert_lpm(&format!("{side}4"), p.len, a.octets()),
+            std::net::IpAddr::V6(a) => self.insert_lpm(&format!("{side}6"), p.len, a.octets()),
         }
+    }
+
+    /// Marks `addr/len` in the LPM trie `name` (keys of `N` address bytes).
+    fn insert_lpm<const N: usize>(&mut self, name: &str, len: u8, addr: [u8; N]) -> io::Result<()> {
+        let mut t: LpmTrie<_, [u8; N], u8> =
+            LpmTrie::try_from(self.map(name)?).map_err(|e| err(name, e))?;
+        t.insert(&Key::new(u32::from(len), addr), 1, 0)
+            .map_err(|e| err(name, e))
     }
 
     /// Puts shard `shard`'s AF_XDP socket in the XSKMAP.
@@ -140,14 +136,18 @@ impl Steering {
             .map_err(|e| err("XSKS map", e))
     }
 
-    /// Attaches to interface `ifname`: native (driver) mode, else generic.
-    pub fn attach(&mut self, ifname: &str) -> io::Result<()> {
-        let prog: &mut Xdp = self
-            .ebpf
+    /// The steering program, which `load` checked is there and an XDP one.
+    fn program(&mut self) -> &mut Xdp {
+        self.ebpf
             .program_mut(PROGRAM)
             .expect("loaded above")
             .try_into()
-            .expect("an XDP program");
+            .expect("an XDP program")
+    }
+
+    /// Attaches to interface `ifname`: native (driver) mode, else generic.
+    pub fn attach(&mut self, ifname: &str) -> io::Result<()> {
+        let prog = self.program();
         match prog.attach(ifname, XdpFlags::DRV_MODE) {
             Ok(_) => {
                 self.attach_mode = "native";
@@ -187,12 +187,7 @@ impl Steering {
 
     /// Runs the program once on `frame` (BPF_PROG_TEST_RUN); its verdict.
     pub fn test_run(&mut self, frame: &[u8]) -> io::Result<u32> {
-        let prog: &mut Xdp = self
-            .ebpf
-            .program_mut(PROGRAM)
-            .expect("loaded above")
-            .try_into()
-            .expect("an XDP program");
+        let prog = self.program();
         let fd = prog.fd().map_err(|e| err("program fd", e))?;
         let fd = fd.as_fd().as_raw_fd();
         let mut out = vec![0u8; frame.len() + 256];

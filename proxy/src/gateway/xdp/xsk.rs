@@ -254,6 +254,26 @@ fn setsockopt<T>(fd: RawFd, opt: libc::c_int, v: &T) -> io::Result<()> {
     }
 }
 
+/// Reads SOL_XDP option `opt` into a `T`: the value and how many bytes the
+/// kernel wrote (an older kernel may write a shorter struct).
+///
+/// # Safety
+/// `T` is plain integers (all-zero is a valid `T`) and the kernel's type
+/// for `opt`.
+unsafe fn getsockopt<T>(fd: RawFd, opt: libc::c_int) -> io::Result<(T, usize)> {
+    // SAFETY: all-zero is valid for T (the caller's promise).
+    let mut v: T = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `v`.
+    let r =
+        unsafe { libc::getsockopt(fd, libc::SOL_XDP, opt, (&mut v as *mut T).cast(), &mut len) };
+    if r == 0 {
+        Ok((v, len as usize))
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// A new AF_XDP socket.
 pub fn socket() -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2); the result is checked and then owned.
@@ -283,23 +303,9 @@ pub fn set_ring_size(fd: RawFd, opt: libc::c_int, size: u32) -> io::Result<()> {
 }
 
 fn mmap_offsets(fd: RawFd) -> io::Result<libc::xdp_mmap_offsets> {
-    // SAFETY: xdp_mmap_offsets is plain integers: all-zero is valid.
-    let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `off`.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_XDP,
-            libc::XDP_MMAP_OFFSETS,
-            (&mut off as *mut libc::xdp_mmap_offsets).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if len as usize != std::mem::size_of::<libc::xdp_mmap_offsets>() {
+    // SAFETY: xdp_mmap_offsets is plain integers, XDP_MMAP_OFFSETS's type.
+    let (off, len) = unsafe { getsockopt::<libc::xdp_mmap_offsets>(fd, libc::XDP_MMAP_OFFSETS)? };
+    if len != std::mem::size_of::<libc::xdp_mmap_offsets>() {
         return Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "XDP_MMAP_OFFSETS without ring flags (kernel older than 5.4)",
@@ -364,39 +370,18 @@ pub fn bind(
 
 /// Whether the bound socket runs in zero-copy mode (XDP_OPTIONS).
 pub fn zero_copy(fd: RawFd) -> bool {
-    // SAFETY: xdp_options is one u32.
-    let mut o: libc::xdp_options = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::xdp_options>() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `o`.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_XDP,
-            libc::XDP_OPTIONS,
-            (&mut o as *mut libc::xdp_options).cast(),
-            &mut len,
-        )
-    };
-    r == 0 && o.flags & libc::XDP_OPTIONS_ZEROCOPY != 0
+    // SAFETY: xdp_options is one u32, XDP_OPTIONS's type.
+    unsafe { getsockopt::<libc::xdp_options>(fd, libc::XDP_OPTIONS) }
+        .is_ok_and(|(o, _)| o.flags & libc::XDP_OPTIONS_ZEROCOPY != 0)
 }
 
 /// Kernel drop counters of a socket (XDP_STATISTICS): RX dropped (no
 /// fill buffers / invalid), RX ring full, fill ring empty.
 pub fn statistics(fd: RawFd) -> Option<libc::xdp_statistics> {
-    // SAFETY: plain integers; all-zero is valid.
-    let mut s: libc::xdp_statistics = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `s`.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_XDP,
-            libc::XDP_STATISTICS,
-            (&mut s as *mut libc::xdp_statistics).cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then_some(s)
+    // SAFETY: xdp_statistics is plain integers, XDP_STATISTICS's type.
+    unsafe { getsockopt::<libc::xdp_statistics>(fd, libc::XDP_STATISTICS) }
+        .ok()
+        .map(|(s, _)| s)
 }
 
 /// Kicks the kernel to send what is on the TX ring (copy mode, or when

@@ -107,27 +107,24 @@ fn receiver_refuses_overrun() {
         frag_off: 0,
         bytes,
     };
-    assert_eq!(
-        r.on_data(&d(1, 0, 990, 20, &[0; 20]), &mut out),
-        DataOutcome::Violation
-    );
-    assert_eq!(
-        r.on_data(&d(1, 0, 0, 3, b"abc"), &mut out),
-        DataOutcome::Accepted
-    );
-    assert_eq!(
-        r.on_data(&d(1, 0, 0, 3, b"abc"), &mut out),
-        DataOutcome::Duplicate
-    );
-    assert_eq!(
-        r.on_data(&d(2, 0, 0, 1, b"x"), &mut out),
-        DataOutcome::Accepted
-    );
-    assert_eq!(
-        r.on_data(&d(3, 0, 0, 1, b"x"), &mut out),
-        DataOutcome::Violation,
-        "max flows"
-    );
+    // In order: each frame and what the receiver makes of it.
+    for (frame, want, why) in [
+        (
+            d(1, 0, 990, 20, &[0; 20]),
+            DataOutcome::Violation,
+            "past the window",
+        ),
+        (
+            d(1, 0, 0, 3, b"abc"),
+            DataOutcome::Accepted,
+            "in the window",
+        ),
+        (d(1, 0, 0, 3, b"abc"), DataOutcome::Duplicate, "again"),
+        (d(2, 0, 0, 1, b"x"), DataOutcome::Accepted, "second flow"),
+        (d(3, 0, 0, 1, b"x"), DataOutcome::Violation, "max flows"),
+    ] {
+        assert_eq!(r.on_data(&frame, &mut out), want, "{why}");
+    }
     // Credit grows only as the application consumes.
     r.on_consumed(1, 300);
     assert!(r.has_credit_pending());
@@ -272,6 +269,15 @@ fn ms(n: u64) -> Time {
     Time::from_millis(n)
 }
 
+/// A sender and a receiver with room to spare (64 KiB windows, 16 flows):
+/// the tests of closing flows exercise the FIN, never the credit.
+fn closing_pair() -> (SendFlows, RecvFlows) {
+    (
+        SendFlows::new(1000, 1 << 16, 1 << 16, 1 << 24, 16, IDLE),
+        RecvFlows::new(1 << 16, 16),
+    )
+}
+
 /// Sends key `key`'s message `n`, delivers and acknowledges it at `now`:
 /// afterwards the flow is idle.
 fn exchange(s: &mut SendFlows, r: &mut RecvFlows, now: Time, key: u64, n: u64) -> (Pkt, Seen) {
@@ -370,8 +376,7 @@ fn churn_of_100k_halves_stays_within_max_flows() {
 /// acknowledged.
 #[test]
 fn fin_lost_reordered_and_duplicated() {
-    let mut s = SendFlows::new(1000, 1 << 16, 1 << 16, 1 << 24, 16, IDLE);
-    let mut r = RecvFlows::new(1 << 16, 16);
+    let (mut s, mut r) = closing_pair();
     let (data, _) = exchange(&mut s, &mut r, ms(0), 42, 0);
     // Not idle long enough yet: nothing closes.
     s.close_idle(ms(5));
@@ -443,8 +448,7 @@ fn fin_out_of_sequence_is_a_violation() {
 /// delivered again.
 #[test]
 fn stale_frame_of_a_closed_flow_is_not_delivered() {
-    let mut s = SendFlows::new(1000, 1 << 16, 1 << 16, 1 << 24, 16, IDLE);
-    let mut r = RecvFlows::new(1 << 16, 16);
+    let (mut s, mut r) = closing_pair();
     let (first, seen) = exchange(&mut s, &mut r, ms(0), 9, 0);
     assert_eq!(seen.delivered.len(), 1);
     s.close_idle(ms(10));
@@ -467,8 +471,7 @@ fn stale_frame_of_a_closed_flow_is_not_delivered() {
 /// messages are delivered after every message of the old one, each once.
 #[test]
 fn a_new_incarnation_is_delivered_in_order_after_the_old_one() {
-    let mut s = SendFlows::new(1000, 1 << 16, 1 << 16, 1 << 24, 16, IDLE);
-    let mut r = RecvFlows::new(1 << 16, 16);
+    let (mut s, mut r) = closing_pair();
     let mut order = Vec::new();
     for n in 0..3 {
         let (_, seen) = exchange(&mut s, &mut r, ms(0), 77, n);

@@ -21,6 +21,27 @@ fn paths(cfg: &WanConfig, n: usize, rate: u64) -> Vec<PathConfig> {
         .collect()
 }
 
+/// When the tests change the paths, the traffic in full swing.
+const CHANGE_AT: Time = Time::from_millis(100);
+
+/// `flows` endless flows of 1000..4200-byte messages from side 0 over
+/// `links`, run up to [`CHANGE_AT`]. Only ordering and exactly-once are
+/// checked, not the bytes.
+fn streaming(cfg: &WanConfig, links: Vec<LinkCfg>, seed: u64, flows: usize) -> (Sim, Workload) {
+    let mut sim = Sim::symmetric(cfg.clone(), links, seed);
+    let mut w = Workload::new(flows, None, (1000, 4200));
+    w.full_check = false;
+    run_until(&mut sim, &mut w, CHANGE_AT);
+    (sim, w)
+}
+
+/// Both twins reload the same paths at once: what each reports (the
+/// packets requeued may differ).
+fn reconfigure_both(sim: &mut Sim, paths: &[PathConfig]) -> [Vec<PathChange>; 2] {
+    let now = sim.now;
+    [0, 1].map(|side| sim.ends[side].reconfigure_paths(now, paths))
+}
+
 fn data_bytes_sent(sim: &Sim, side: usize, path: usize) -> u64 {
     sim.ends[side].stats().paths[path].counters.bytes_sent
 }
@@ -29,24 +50,15 @@ fn data_bytes_sent(sim: &Sim, side: usize, path: usize) -> u64 {
 fn a_path_added_mid_stream_carries_traffic() {
     let rate = GBPS / 4;
     let cfg = wan_cfg(&[(rate, ms(3))], CcKind::FixedRate, None);
-    let mut sim = Sim::symmetric(cfg.clone(), two_links(rate), 71);
-    let mut w = Workload::new(8, None, (1000, 4200));
-    w.full_check = false;
-    let at = Time::from_millis(100);
-    run_until(&mut sim, &mut w, at);
+    let (mut sim, mut w) = streaming(&cfg, two_links(rate), 71, 8);
     let new = paths(&cfg, 2, rate);
-    for side in 0..2 {
-        let ch = sim.ends[side].reconfigure_paths(sim.now, &new);
-        assert_eq!(
-            ch,
-            vec![PathChange::Added {
-                index: 1,
-                name: "p1".into()
-            }]
-        );
-    }
+    let added = vec![PathChange::Added {
+        index: 1,
+        name: "p1".into(),
+    }];
+    assert_eq!(reconfigure_both(&mut sim, &new), [added.clone(), added]);
     run_until(&mut sim, &mut w, Time::from_millis(300));
-    let before = w.goodput(Time::from_millis(50), at);
+    let before = w.goodput(Time::from_millis(50), CHANGE_AT);
     let after = w.goodput(Time::from_millis(200), Time::from_millis(300));
     let s = sim.ends[0].stats();
     println!(
@@ -75,10 +87,7 @@ fn a_path_removed_mid_stream_loses_nothing() {
         // removed path is never probed or declared down again).
         let mut links = two_links(rate);
         links[1].down = vec![(Time::from_millis(95), Time::from_millis(100_000))];
-        let mut sim = Sim::symmetric(cfg.clone(), links, 72);
-        let mut w = Workload::new(8, None, (1000, 4200));
-        w.full_check = false;
-        run_until(&mut sim, &mut w, Time::from_millis(100));
+        let (mut sim, mut w) = streaming(&cfg, links, 72, 8);
         assert!(data_bytes_sent(&sim, 0, 1) > 1_000_000, "path 1 was used");
         // The sender removes path 1 first; the receiver 30 ms later (the
         // twins reload one after the other).
@@ -130,15 +139,11 @@ fn a_path_replaced_in_its_slot_keeps_its_packet_numbers() {
     // them once it reloaded too.
     let rate = GBPS / 4;
     let cfg = wan_cfg(&[(rate, ms(3)), (rate, ms(3))], CcKind::FixedRate, None);
-    let mut sim = Sim::symmetric(cfg.clone(), two_links(rate), 73);
-    let mut w = Workload::new(4, None, (1000, 4200));
-    w.full_check = false;
-    run_until(&mut sim, &mut w, Time::from_millis(100));
+    let (mut sim, mut w) = streaming(&cfg, two_links(rate), 73, 4);
     let mut renamed = paths(&cfg, 1, rate);
     renamed[0].name = "p1".into();
-    for side in 0..2 {
-        let ch = sim.ends[side].reconfigure_paths(sim.now, &renamed);
-        assert!(ch.contains(&PathChange::Added {
+    for changes in reconfigure_both(&mut sim, &renamed) {
+        assert!(changes.contains(&PathChange::Added {
             index: 0,
             name: "p1".into()
         }));
@@ -156,25 +161,19 @@ fn a_rate_change_takes_effect() {
     let link = GBPS;
     let (low, high) = (GBPS / 5, GBPS * 3 / 5);
     let cfg = wan_cfg(&[(low, ms(3))], CcKind::FixedRate, None);
-    let mut sim = Sim::symmetric(cfg.clone(), two_links(link), 74);
-    let mut w = Workload::new(8, None, (1000, 4200));
-    w.full_check = false;
-    let at = Time::from_millis(100);
-    run_until(&mut sim, &mut w, at);
+    let (mut sim, mut w) = streaming(&cfg, two_links(link), 74, 8);
     let faster = paths(&cfg, 1, high);
-    for side in 0..2 {
-        let ch = sim.ends[side].reconfigure_paths(sim.now, &faster);
-        assert_eq!(
-            ch,
-            vec![PathChange::Retuned {
-                index: 0,
-                name: "p0".into(),
-                what: vec!["rate"]
-            }]
-        );
-    }
+    let retuned = vec![PathChange::Retuned {
+        index: 0,
+        name: "p0".into(),
+        what: vec!["rate"],
+    }];
+    assert_eq!(
+        reconfigure_both(&mut sim, &faster),
+        [retuned.clone(), retuned]
+    );
     run_until(&mut sim, &mut w, Time::from_millis(300));
-    let before = w.goodput(Time::from_millis(50), at);
+    let before = w.goodput(Time::from_millis(50), CHANGE_AT);
     let after = w.goodput(Time::from_millis(150), Time::from_millis(300));
     println!(
         "rate {} → {} Mb/s: goodput {:.0} → {:.0} Mb/s",
