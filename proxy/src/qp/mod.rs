@@ -29,6 +29,7 @@ pub mod keyed;
 mod orphan;
 pub mod outbox;
 pub mod poison;
+mod timers;
 pub mod twin;
 
 pub use engine::{EngineConfig, EngineStats, HeldRef, Outbox, Output, QpEngine, TwinLostSummary};
@@ -45,5 +46,7 @@ mod tests_held;
 mod tests_hw;
 #[cfg(test)]
 mod tests_orphan;
+#[cfg(test)]
+mod tests_timers;
 #[cfg(test)]
 mod tests_twin_lost;
