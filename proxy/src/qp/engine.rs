@@ -415,6 +415,21 @@ impl QpEngine {
         self.buffer.occupancy()
     }
 
+    /// Bytes of per-flow state, besides buffers: the ingress and egress
+    /// tables (slots as allocated, timer heaps) with each half's own heap
+    /// bookkeeping, and the flow-learning tables (`by_requester`,
+    /// `cm_start`). Not counted: the deep buffer and the packets held (the
+    /// buffers), and the engine's fixed-size parts.
+    pub fn state_bytes(&self) -> usize {
+        fn table<K, V, S>(m: &std::collections::HashMap<K, V, S>) -> usize {
+            m.capacity() * (std::mem::size_of::<(K, V)>() + 1)
+        }
+        self.ingress.state_bytes(PseudoAcker::bookkeeping_bytes)
+            + self.egress.state_bytes(Reinjector::bookkeeping_bytes)
+            + table(&self.by_requester)
+            + table(&self.cm_start)
+    }
+
     pub fn ingress_halves(&self) -> impl Iterator<Item = &PseudoAcker> {
         self.ingress.values()
     }

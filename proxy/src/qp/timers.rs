@@ -188,6 +188,20 @@ impl<V: Timed> Halves<V> {
         self.iter_mut().map(|(_, v)| v)
     }
 
+    /// Bytes this table takes besides what the halves hold: its slots as
+    /// allocated (a hashbrown table has about 8/7 buckets per unit of
+    /// capacity and a control byte each; counted as `capacity` entries of
+    /// key, slot and control byte) and its timer heap, plus `each` of every
+    /// half (its own heap bookkeeping).
+    pub(super) fn state_bytes(&self, each: impl Fn(&V) -> usize) -> usize {
+        let slot = std::mem::size_of::<(HalfKey, Slot<V>)>() + 1;
+        let t = self.timers.borrow();
+        self.map.capacity() * slot
+            + t.heap.capacity() * std::mem::size_of::<Reverse<(Time, HalfKey)>>()
+            + t.dirty.capacity() * std::mem::size_of::<HalfKey>()
+            + self.map.values().map(|s| each(&s.half)).sum::<usize>()
+    }
+
     /// Reads the deadlines of the halves changed since the last question,
     /// and drops dead entries from the top of the heap.
     fn settle(&self) {

@@ -998,6 +998,12 @@ impl WanConnection {
         p.cc.on_loss(now, bytes, p.recovery.bytes_in_flight);
     }
 
+    /// Bytes of per-flow state in the transport, besides buffers (see
+    /// `SendFlows::state_bytes`, `RecvFlows::state_bytes`).
+    pub fn flow_state_bytes(&self) -> usize {
+        self.send.state_bytes() + self.recv.state_bytes()
+    }
+
     // ----- timers -----
 
     pub fn poll_timeout(&self) -> Option<Time> {
