@@ -1,7 +1,6 @@
 //! The engine's timers with many halves (`qp::timers`): a half's timer must
 //! fire when due however the other halves' timers move meanwhile.
 
-use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use soya_config::AckPolicy;
@@ -111,7 +110,7 @@ fn a_halfs_retransmission_timer_fires_while_many_other_halves_move_theirs() {
     let mut next_psn: Vec<u32> = (0..OTHERS).map(base_psn).collect();
     let mut now = t0;
     while now < horizon {
-        now = now + step;
+        now += step;
         // Timers due up to `now`, each fired at its own deadline.
         while let Some(d) = e.poll_timeout().filter(|&d| d <= now) {
             e.handle_timeout(d);

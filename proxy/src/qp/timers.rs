@@ -340,7 +340,7 @@ mod tests {
                 _ => {
                     // Fire what is due, as the engine does: each due
                     // half's deadline moves (here: later, or off).
-                    now = now + std::time::Duration::from_micros(rnd(300));
+                    now += std::time::Duration::from_micros(rnd(300));
                     let scan: Vec<HalfKey> = h
                         .iter()
                         .filter(|(_, f)| f.0.is_some_and(|t| t <= now))
