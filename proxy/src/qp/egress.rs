@@ -288,6 +288,16 @@ pub struct Reinjector {
 }
 
 impl Reinjector {
+    /// Bytes of this half's own bookkeeping on the heap: its per-packet
+    /// queue as allocated (the packets it holds are buffers, not counted).
+    /// See `QpEngine::state_bytes`.
+    pub fn bookkeeping_bytes(&self) -> usize {
+        self.queue.capacity() * std::mem::size_of::<Pending>()
+            + self.plan_at_failure.as_ref().map_or(0, |p| {
+                p.capacity() * std::mem::size_of::<(Psn, InProgress)>()
+            })
+    }
+
     pub fn new(key: HalfKey, tuning: EgressTuning) -> Reinjector {
         Reinjector {
             key,

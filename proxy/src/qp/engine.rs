@@ -25,6 +25,7 @@ use super::half::HalfKey;
 use super::ingress::{AckTuning, Admitted, PseudoAcker};
 pub use super::outbox::{HeldRef, Outbox, Output};
 use super::poison::{Orphan, OrphanRequester, Probe};
+use super::timers::Halves;
 use super::twin::{Carry, TwinMsg};
 
 #[derive(Clone, Copy, Debug)]
@@ -257,8 +258,8 @@ struct PendingReq {
 pub struct QpEngine {
     cfg: EngineConfig,
     pub(super) buffer: DeepBuffer,
-    pub(super) ingress: KeyedMap<HalfKey, PseudoAcker>,
-    pub(super) egress: KeyedMap<HalfKey, Reinjector>,
+    pub(super) ingress: Halves<PseudoAcker>,
+    pub(super) egress: Halves<Reinjector>,
     /// (requester address, requester QPN, responder address) → half.
     pub(super) by_requester: KeyedMap<(IpAddr, u32, IpAddr), HalfKey>,
     pending_req: KeyedMap<u32, PendingReq>,
@@ -297,8 +298,8 @@ impl QpEngine {
         QpEngine {
             buffer: DeepBuffer::new(cfg.buffer_slots, cfg.slot_bytes, cfg.per_flow_slots),
             cfg,
-            ingress: KeyedMap::with_hasher(cfg.hash_key),
-            egress: KeyedMap::with_hasher(cfg.hash_key),
+            ingress: Halves::with_hasher(cfg.hash_key),
+            egress: Halves::with_hasher(cfg.hash_key),
             by_requester: KeyedMap::with_hasher(cfg.hash_key),
             pending_req: KeyedMap::with_hasher(cfg.hash_key),
             cm_conns: Vec::new(),
@@ -365,22 +366,28 @@ impl QpEngine {
         self.out.pool.stats
     }
 
+    /// The earliest timer: the halves' from their heaps (`qp::timers`),
+    /// the probes' (few, and only after the twin was lost) by a scan.
     pub fn poll_timeout(&self) -> Option<Time> {
-        let i = self.ingress.values().filter_map(PseudoAcker::poll_timeout);
-        let e = self.egress.values().filter_map(Reinjector::poll_timeout);
+        let i = self.ingress.next_deadline();
+        let e = self.egress.next_deadline();
         let p = self.probes.values().map(|p| p.deadline);
-        i.chain(e).chain(p).min()
+        i.into_iter().chain(e).chain(p).min()
     }
 
     pub fn handle_timeout(&mut self, now: Time) {
-        for a in self.ingress.values_mut() {
-            if a.poll_timeout().is_some_and(|t| t <= now) {
-                a.on_timeout(now, &self.buffer, &mut self.out);
+        for k in self.ingress.take_due(now) {
+            if let Some(a) = self.ingress.get_mut(&k) {
+                if a.poll_timeout().is_some_and(|t| t <= now) {
+                    a.on_timeout(now, &self.buffer, &mut self.out);
+                }
             }
         }
-        for r in self.egress.values_mut() {
-            if r.poll_timeout().is_some_and(|t| t <= now) {
-                r.on_timeout(now, &mut self.buffer, &mut self.out);
+        for k in self.egress.take_due(now) {
+            if let Some(r) = self.egress.get_mut(&k) {
+                if r.poll_timeout().is_some_and(|t| t <= now) {
+                    r.on_timeout(now, &mut self.buffer, &mut self.out);
+                }
             }
         }
         if self.probes.values().any(|p| p.deadline <= now) {
@@ -406,6 +413,21 @@ impl QpEngine {
 
     pub fn occupancy(&self) -> Occupancy {
         self.buffer.occupancy()
+    }
+
+    /// Bytes of per-flow state, besides buffers: the ingress and egress
+    /// tables (slots as allocated, timer heaps) with each half's own heap
+    /// bookkeeping, and the flow-learning tables (`by_requester`,
+    /// `cm_start`). Not counted: the deep buffer and the packets held (the
+    /// buffers), and the engine's fixed-size parts.
+    pub fn state_bytes(&self) -> usize {
+        fn table<K, V, S>(m: &std::collections::HashMap<K, V, S>) -> usize {
+            m.capacity() * (std::mem::size_of::<(K, V)>() + 1)
+        }
+        self.ingress.state_bytes(PseudoAcker::bookkeeping_bytes)
+            + self.egress.state_bytes(Reinjector::bookkeeping_bytes)
+            + table(&self.by_requester)
+            + table(&self.cm_start)
     }
 
     pub fn ingress_halves(&self) -> impl Iterator<Item = &PseudoAcker> {
@@ -519,8 +541,7 @@ impl QpEngine {
                 let tuning = self.cfg.ack;
                 let admitted = self
                     .ingress
-                    .entry(key)
-                    .or_insert_with(|| PseudoAcker::new_raw(key, tuning))
+                    .get_or_insert_with(key, || PseudoAcker::new_raw(key, tuning))
                     .on_request(now, &p, &mut self.buffer, &mut self.out);
                 return admitted.map(|a| (key, a));
             }
@@ -634,8 +655,7 @@ impl QpEngine {
         let tuning = self.cfg.egress;
         let r = self
             .egress
-            .entry(key)
-            .or_insert_with(|| Reinjector::new(key, tuning));
+            .get_or_insert_with(key, || Reinjector::new(key, tuning));
         match carry {
             Carry::Raw => {
                 r.on_raw_request(&p, &mut self.out);

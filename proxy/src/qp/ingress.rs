@@ -183,6 +183,13 @@ pub struct PseudoAcker {
 }
 
 impl PseudoAcker {
+    /// Bytes of this half's own bookkeeping on the heap: its per-packet
+    /// entries as allocated (the packets they hold are buffers, not
+    /// counted). See `QpEngine::state_bytes`.
+    pub fn bookkeeping_bytes(&self) -> usize {
+        self.entries.capacity() * std::mem::size_of::<Entry>()
+    }
+
     /// A half first seen in traffic: starts as a tunnel.
     pub fn new_raw(key: HalfKey, tuning: AckTuning) -> PseudoAcker {
         PseudoAcker {

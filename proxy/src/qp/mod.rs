@@ -29,6 +29,7 @@ pub mod keyed;
 mod orphan;
 pub mod outbox;
 pub mod poison;
+mod timers;
 pub mod twin;
 
 pub use engine::{EngineConfig, EngineStats, HeldRef, Outbox, Output, QpEngine, TwinLostSummary};
@@ -47,5 +48,7 @@ mod tests_hw;
 mod tests_orphan;
 #[cfg(test)]
 mod tests_twin;
+#[cfg(test)]
+mod tests_timers;
 #[cfg(test)]
 mod tests_twin_lost;

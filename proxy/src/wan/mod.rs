@@ -1004,6 +1004,12 @@ impl WanConnection {
         self.frame_lists.put(sp.frames);
     }
 
+    /// Bytes of per-flow state in the transport, besides buffers (see
+    /// `SendFlows::state_bytes`, `RecvFlows::state_bytes`).
+    pub fn flow_state_bytes(&self) -> usize {
+        self.send.state_bytes() + self.recv.state_bytes()
+    }
+
     // ----- timers -----
 
     pub fn poll_timeout(&self) -> Option<Time> {

@@ -375,6 +375,9 @@ fn run(a: RunArgs) -> ExitCode {
                 "accelerated_over_direct": accel.goodput_gbps / direct.goodput_gbps,
                 "paths": a.paths,
                 "loss": a.loss,
+                // Through Sōya: both gateways' per-flow state besides
+                // buffers (`Outcome::state_bytes_per_qp`).
+                "state_bytes_per_qp": accel.state_bytes_per_qp,
                 "data_errors": results.iter().map(|o| o.data_errors).sum::<u64>(),
                 "violations": violations,
                 "runs": results,
@@ -423,6 +426,10 @@ fn run(a: RunArgs) -> ExitCode {
             accel.goodput_gbps / zero.goodput_gbps,
             a.distance_km,
             accel.goodput_gbps / direct.goodput_gbps
+        );
+        println!(
+            "gateway state per QP, besides buffers: {} bytes (both gateways)",
+            accel.state_bytes_per_qp
         );
     }
     soya_tools::sim::conclude(a.json, wall, &violations)

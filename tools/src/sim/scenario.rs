@@ -197,6 +197,11 @@ pub struct Outcome {
     pub cnps_sent: u64,
     pub gw_buffer_high_water: usize,
     pub gw_buffer_left: usize,
+    /// Per-flow state of both gateways at the end of the run, besides
+    /// buffers, per QP: the engines' half tables with their bookkeeping
+    /// and the transports' flow tables, as allocated (so at their high
+    /// water). See `QpEngine::state_bytes`, `WanConnection::flow_state_bytes`.
+    pub state_bytes_per_qp: u64,
     pub events: u64,
     /// Wall-clock seconds the run took, and events (packet deliveries) per
     /// wall second: the simulator's speed, not a property of the system.
@@ -949,6 +954,13 @@ fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
             eprintln!("link {a:?}->{b:?}: {:?}", l.stats);
         }
     }
+    let state: usize = w
+        .gw_a
+        .iter()
+        .chain(w.gw_b.iter())
+        .map(|g| g.engine().state_bytes() + g.wan().flow_state_bytes())
+        .sum();
+    out.state_bytes_per_qp = (state / s.qps.max(1) as usize) as u64;
     for gw in w.engines() {
         let occ = gw.occupancy();
         out.gw_buffer_high_water = out.gw_buffer_high_water.max(occ.high_water);

@@ -69,6 +69,18 @@ const SPARE_PARTIALS: usize = 64;
 type Spare = (Vec<u8>, Vec<(u32, u32)>);
 
 impl RecvFlows {
+    /// Bytes of per-flow state: the flow table as allocated, and each
+    /// partly received message's record (its bytes are buffers, not
+    /// counted; a B-tree node's overhead is left out too).
+    pub fn state_bytes(&self) -> usize {
+        self.flows.capacity() * (std::mem::size_of::<(u64, RecvFlow)>() + 1)
+            + self
+                .flows
+                .values()
+                .map(|f| f.buffer.len() * std::mem::size_of::<(u64, Partial)>())
+                .sum::<usize>()
+    }
+
     pub fn new(window: u64, max_flows: usize) -> RecvFlows {
         RecvFlows {
             flows: HashMap::new(),

@@ -122,6 +122,20 @@ pub struct SendFlows {
 }
 
 impl SendFlows {
+    /// Bytes of per-flow state: the flow table as allocated (capacity ×
+    /// (id, flow, control byte)), each flow's message queue as allocated
+    /// (the messages' packet bytes are buffers, not counted) and the key
+    /// table.
+    pub fn state_bytes(&self) -> usize {
+        self.flows.capacity() * (std::mem::size_of::<(u64, SendFlow)>() + 1)
+            + self
+                .flows
+                .values()
+                .map(|f| f.msgs.capacity() * std::mem::size_of::<OutMsg>())
+                .sum::<usize>()
+            + self.keys.capacity() * (2 * std::mem::size_of::<u64>() + 1)
+    }
+
     pub fn new(
         frag_size: usize,
         initial_credit: u64,
