@@ -1217,7 +1217,10 @@ fn withheld_acks_trickle_then_repeat_the_last_one_until_the_buffer_drains() {
     assert_eq!(repeated.len(), n, "{repeated:?}");
     assert_eq!(
         repeated[..2],
-        [(104, Syndrome::ACK_UNLIMITED, 5), (105, Syndrome::ACK_UNLIMITED, 6)]
+        [
+            (104, Syndrome::ACK_UNLIMITED, 5),
+            (105, Syndrome::ACK_UNLIMITED, 6)
+        ]
     );
     assert!(repeated[2..]
         .iter()
@@ -1246,7 +1249,10 @@ fn withheld_acks_trickle_then_repeat_the_last_one_until_the_buffer_drains() {
         "withheld again"
     );
     let held = acks(&run_timers(&mut e, until + Duration::from_secs(10)));
-    assert_eq!(held[..3].iter().map(|a| a.0).collect::<Vec<_>>(), [110, 111, 112]);
+    assert_eq!(
+        held[..3].iter().map(|a| a.0).collect::<Vec<_>>(),
+        [110, 111, 112]
+    );
     let expected = (HOLD_ACK_FOR.as_millis() / HOLD_ACK_INTERVAL.as_millis()) as usize;
     assert!(
         (expected - 1..=expected).contains(&held.len()),

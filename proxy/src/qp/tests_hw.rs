@@ -214,7 +214,10 @@ fn withheld_pseudo_acks_move_on_by_one_packet_more_often_than_every_2_ms() {
     // Nothing is delivered for 20 ms (a WAN loss being repaired). Each
     // ACK sent in that time, with when it was sent.
     let mut sent = Vec::new();
-    while let Some(d) = e.poll_timeout().filter(|&d| d <= t + Duration::from_millis(20)) {
+    while let Some(d) = e
+        .poll_timeout()
+        .filter(|&d| d <= t + Duration::from_millis(20))
+    {
         e.handle_timeout(d);
         sent.extend(acks(&drain(&mut e)).into_iter().map(|a| (d, a.0)));
     }

@@ -284,7 +284,12 @@ pub fn rep_mad(
     local_qpn: u32,
     starting_psn: Psn,
 ) -> [u8; 256] {
-    let mut m = cm_header(attr::REP, u64::from(remote_comm_id), local_comm_id, remote_comm_id);
+    let mut m = cm_header(
+        attr::REP,
+        u64::from(remote_comm_id),
+        local_comm_id,
+        remote_comm_id,
+    );
     m[36..39].copy_from_slice(&local_qpn.to_be_bytes()[1..]);
     m[44..47].copy_from_slice(&starting_psn.value().to_be_bytes()[1..]);
     m
@@ -309,7 +314,12 @@ mod build_tests {
             panic!("not a REP")
         };
         assert_eq!(
-            (r.local_comm_id, r.remote_comm_id, r.local_qpn, r.starting_psn),
+            (
+                r.local_comm_id,
+                r.remote_comm_id,
+                r.local_qpn,
+                r.starting_psn
+            ),
             (9, 7, 0x200, Psn::new(0x123456))
         );
     }

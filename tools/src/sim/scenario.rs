@@ -9,14 +9,14 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use soya::qp::EngineConfig;
 use soya::roce::cm;
-use soya::roce::{Bth, Deth, ExtHeaders, IpHeader, Opcode, Psn, RoceRepr};
+use soya::roce::Psn;
 use soya::site::{Acl, NonceSource, Site, SiteParams};
 use soya::time::Time;
 use soya::wan::PathState;
 use soya_config::AckPolicy;
 
 use super::link::{GilbertElliott, Link, LinkProfile};
-use super::world::{Node, World};
+use super::world::{qp1_packet, Node, World};
 use crate::rc::hw::{hw_config, EndpointModel};
 use crate::rc::{CompletionStatus, QpAddr, QpConfig, RcQp, WorkRequest};
 
@@ -368,26 +368,6 @@ pub(crate) fn build(s: &Scenario) -> Result<World, String> {
         }
     }
     Ok(w)
-}
-
-/// An RDMA-CM MAD as a host sends it: a UD SEND Only to QP1.
-fn qp1_packet(from: Ipv4Addr, to: Ipv4Addr, mad: &[u8]) -> Vec<u8> {
-    let op = Opcode::UD_SEND_ONLY;
-    RoceRepr {
-        ip: IpHeader::v4(from, to),
-        src_port: 0xc000,
-        bth: Bth::new(op, 1, Psn::new(0)),
-        ext: ExtHeaders {
-            present: op.info().expect("a known opcode").headers,
-            deth: Deth {
-                qkey: cm::GSI_QKEY,
-                src_qp: 1,
-            },
-            ..Default::default()
-        },
-    }
-    .to_vec(mad)
-    .expect("a MAD fits a packet")
 }
 
 /// The settings of the gateway at `local`'s site, as a deployment would

@@ -19,7 +19,7 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use rand_chacha::ChaCha8Rng;
 use soya::qp::QpEngine;
 use soya::roce::cm::{self, CmMessage};
-use soya::roce::RocePacket;
+use soya::roce::{Bth, Deth, ExtHeaders, IpHeader, Opcode, Psn, RocePacket, RoceRepr};
 use soya::site::{Site, SiteEvent};
 use soya::time::Time;
 
@@ -678,4 +678,24 @@ impl World {
     pub fn pending_events(&self) -> usize {
         self.heap.len()
     }
+}
+
+/// An RDMA-CM MAD as a host sends it: a UD SEND Only to QP1.
+pub(crate) fn qp1_packet(from: std::net::Ipv4Addr, to: std::net::Ipv4Addr, mad: &[u8]) -> Vec<u8> {
+    let op = Opcode::UD_SEND_ONLY;
+    RoceRepr {
+        ip: IpHeader::v4(from, to),
+        src_port: 0xc000,
+        bth: Bth::new(op, 1, Psn::new(0)),
+        ext: ExtHeaders {
+            present: op.info().expect("a known opcode").headers,
+            deth: Deth {
+                qkey: cm::GSI_QKEY,
+                src_qp: 1,
+            },
+            ..Default::default()
+        },
+    }
+    .to_vec(mad)
+    .expect("a MAD fits a packet")
 }
