@@ -1,7 +1,8 @@
 //! Debug one sweep scenario: `cargo run --example sim_debug -- SEED [LIMIT_MS]`.
 //!
 //! SOYA_SIM_TRACE_PACKETS=1 prints every delivery; SOYA_SIM_DEBUG_STATE=1
-//! prints each gateway's per-half ingress and egress state at the end.
+//! prints each gateway's per-half ingress and egress state at the end;
+//! SOYA_SIM_ENDPOINT=hw runs the scenario `sweep --endpoint hw` runs.
 
 #![deny(unsafe_code)]
 use std::time::Duration;
@@ -10,7 +11,11 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let seed: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1);
     let limit: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1000);
-    let mut s = soya_tools::sim::sweep::random_scenario(seed);
+    let endpoint = std::env::var("SOYA_SIM_ENDPOINT")
+        .ok()
+        .map(|e| e.parse().expect("SOYA_SIM_ENDPOINT: rxe or hw"))
+        .unwrap_or_default();
+    let mut s = soya_tools::sim::sweep::sweep_scenario(seed, endpoint, true);
     s.time_limit = Duration::from_millis(limit);
     eprintln!("{s:?}");
     let o = soya_tools::sim::scenario::run(&s).unwrap();

@@ -249,3 +249,78 @@ pub fn dreq_mad(local_comm_id: u32, remote_comm_id: u32, remote_qpn: u32, tid: u
     m[32..35].copy_from_slice(&remote_qpn.to_be_bytes()[1..]);
     m
 }
+
+/// The first bytes of a CM MAD of attribute `attr` (method Send).
+fn cm_header(attr: u16, tid: u64, local_comm_id: u32, remote_comm_id: u32) -> [u8; MAD_LEN] {
+    let mut m = [0u8; MAD_LEN];
+    m[0] = 1; // base version
+    m[1] = MGMT_CLASS_CM;
+    m[2] = 2; // class version
+    m[3] = 0x03; // method: Send
+    m[8..16].copy_from_slice(&tid.to_be_bytes());
+    m[16..18].copy_from_slice(&attr.to_be_bytes());
+    m[24..28].copy_from_slice(&local_comm_id.to_be_bytes());
+    m[28..32].copy_from_slice(&remote_comm_id.to_be_bytes());
+    m
+}
+
+/// A REQ MAD with the fields the gateway learns a flow from (IBA 12.6.5):
+/// the active side's QPN, the passive side's starting PSN, the path MTU
+/// (bytes). The simulator's endpoints connect with it, as RDMA-CM would.
+pub fn req_mad(local_comm_id: u32, local_qpn: u32, starting_psn: Psn, path_mtu: u16) -> [u8; 256] {
+    let mut m = cm_header(attr::REQ, u64::from(local_comm_id), local_comm_id, 0);
+    m[56..59].copy_from_slice(&local_qpn.to_be_bytes()[1..]);
+    m[68..71].copy_from_slice(&starting_psn.value().to_be_bytes()[1..]);
+    let code = (1..=5u8).find(|&c| mtu_bytes(c) == path_mtu).unwrap_or(0);
+    m[74] = code << 4;
+    m
+}
+
+/// The REP answering the REQ `remote_comm_id` (IBA 12.6.8): the passive
+/// side's QPN and the active side's starting PSN.
+pub fn rep_mad(
+    local_comm_id: u32,
+    remote_comm_id: u32,
+    local_qpn: u32,
+    starting_psn: Psn,
+) -> [u8; 256] {
+    let mut m = cm_header(
+        attr::REP,
+        u64::from(remote_comm_id),
+        local_comm_id,
+        remote_comm_id,
+    );
+    m[36..39].copy_from_slice(&local_qpn.to_be_bytes()[1..]);
+    m[44..47].copy_from_slice(&starting_psn.value().to_be_bytes()[1..]);
+    m
+}
+
+#[cfg(test)]
+mod build_tests {
+    use super::*;
+
+    #[test]
+    fn req_and_rep_parse_back_to_their_fields() {
+        let m = req_mad(7, 0x100, Psn::new(0xABCDEF), 4096);
+        let CmMessage::Req(r) = parse_mad(&m).unwrap() else {
+            panic!("not a REQ")
+        };
+        assert_eq!(
+            (r.local_comm_id, r.local_qpn, r.starting_psn, r.path_mtu),
+            (7, 0x100, Psn::new(0xABCDEF), 4096)
+        );
+        let m = rep_mad(9, 7, 0x200, Psn::new(0x123456));
+        let CmMessage::Rep(r) = parse_mad(&m).unwrap() else {
+            panic!("not a REP")
+        };
+        assert_eq!(
+            (
+                r.local_comm_id,
+                r.remote_comm_id,
+                r.local_qpn,
+                r.starting_psn
+            ),
+            (9, 7, 0x200, Psn::new(0x123456))
+        );
+    }
+}

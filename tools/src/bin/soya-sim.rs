@@ -300,6 +300,9 @@ fn run(a: RunArgs) -> ExitCode {
         paths: a.paths,
         endpoint: a.endpoint,
         rdma_cm: !a.no_rdma_cm,
+        // RDMA-CM connects each QP through the gateways, which learn it
+        // from the REQ/REP before its first packet (docs/roce-notes.md).
+        cm_handshake: !a.no_rdma_cm,
         dc_gbps: a
             .dc_gbps
             .unwrap_or((a.path_gbps * f64::from(a.paths)).max(100.0)),

@@ -8,6 +8,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use soya::qp::EngineConfig;
+use soya::roce::cm;
 use soya::roce::Psn;
 use soya::site::{Acl, NonceSource, Site, SiteParams};
 use soya::time::Time;
@@ -15,7 +16,7 @@ use soya::wan::PathState;
 use soya_config::AckPolicy;
 
 use super::link::{GilbertElliott, Link, LinkProfile};
-use super::world::{Node, World};
+use super::world::{qp1_packet, Node, World};
 use crate::rc::hw::{hw_config, EndpointModel};
 use crate::rc::{CompletionStatus, QpAddr, QpConfig, RcQp, WorkRequest};
 
@@ -123,6 +124,14 @@ pub struct Scenario {
     /// (field-observed); off, the configured timeout only (as with
     /// adaptive retransmission disabled in the firmware).
     pub adaptive_timer: bool,
+    /// Through the gateways: each QP is connected by an RDMA-CM REQ/REP
+    /// exchange through them before the workload starts (with a warm
+    /// start), so they learn it as a deployed gateway learns an RDMA-CM
+    /// connection, and pseudo-ACK its first packet. Off: they learn it
+    /// from its first response (QPNs exchanged out of band, or a gateway
+    /// started after the connection), and its first round trip is
+    /// tunnelled.
+    pub cm_handshake: bool,
 }
 
 impl Default for Scenario {
@@ -162,6 +171,7 @@ impl Default for Scenario {
             endpoint: EndpointModel::Rxe,
             rdma_cm: true,
             adaptive_timer: true,
+            cm_handshake: false,
         }
     }
 }
@@ -349,6 +359,18 @@ pub(crate) fn build(s: &Scenario) -> Result<World, String> {
         qp_a.post_recv(recv);
         w.host_a.add(qa, qp_a);
         w.host_b.add(qb, qp_b);
+        if s.cm_handshake && s.accelerated {
+            // Host A is the active side: its REQ gives the PSN B sends
+            // with, B's REP the PSN A sends with (see `soya::roce::cm`).
+            let comm = 0x1000 + i;
+            let mtu = s.mtu as u16;
+            let req = cm::req_mad(comm, qa, psn_b, mtu);
+            let rep = cm::rep_mad(0x8000_0000 | comm, comm, qb, psn_a);
+            w.cm_requests.push(qp1_packet(HOST_A, HOST_B, &req));
+            w.host_b
+                .cm_answers
+                .insert(comm, qp1_packet(HOST_B, HOST_A, &rep));
+        }
     }
     Ok(w)
 }
@@ -778,6 +800,23 @@ pub(crate) fn warm_up(s: &Scenario, w: &mut World) -> Time {
             })
         };
         while !up(w) {
+            match w.next_time() {
+                Some(t) if t <= limit => w.step_to(t),
+                _ => break,
+            }
+        }
+    }
+    // RDMA-CM: every REQ out, and the world run until every REP is back
+    // (a lost one leaves that QP to be learned from traffic).
+    let requests = std::mem::take(&mut w.cm_requests);
+    let wanted = w.host_a.cm_established + requests.len() as u64;
+    if !requests.is_empty() {
+        for r in requests {
+            w.send_ip(Node::HostA, r);
+        }
+        w.flush();
+        let limit = w.now + Duration::from_secs(1);
+        while w.host_a.cm_established < wanted {
             match w.next_time() {
                 Some(t) if t <= limit => w.step_to(t),
                 _ => break,

@@ -173,28 +173,39 @@ pub fn random_scenario(seed: u64) -> Scenario {
     s
 }
 
+/// The scenario a sweep of `endpoint` runs for `seed` (what `sim_debug`
+/// reproduces): [`random_scenario`] with the endpoint's adjustments.
+pub fn sweep_scenario(
+    seed: u64,
+    endpoint: crate::rc::hw::EndpointModel,
+    dc_loss: bool,
+) -> Scenario {
+    let mut s = random_scenario(seed);
+    if !dc_loss {
+        s.dc_loss = 0.0;
+    }
+    s.endpoint = endpoint;
+    // A hardware timer of 2 ms on a path whose ACKs take longer than
+    // that (RTT > 2 ms: beyond ~200 km) with nothing to hide the RTT
+    // (direct, a tunnel, `strict`) resends whole send-queue windows
+    // every 2/4/8/16 ms: the endpoints' own storm (nccl#1555), which
+    // can outlast any time limit on a 1 Gb/s WAN. Those scenarios check
+    // Sōya's invariants with the timer's adaptive mode off; `edge`
+    // ones keep it (pseudo-ACKs must keep it from firing).
+    let rtt_over_2ms = 2.0 * s.distance_km * 4.9e-6 > 0.002;
+    if rtt_over_2ms && !(s.accelerated && s.policy == AckPolicy::Edge) {
+        s.adaptive_timer = false;
+    }
+    s
+}
+
 pub fn sweep(cfg: &SweepConfig) -> SweepTotals {
     let start = Instant::now();
     let mut t = SweepTotals::default();
     let mut last_progress = Instant::now();
     for i in 0..cfg.scenarios {
         let seed = cfg.seed.wrapping_add(i);
-        let mut s = random_scenario(seed);
-        if !cfg.dc_loss {
-            s.dc_loss = 0.0;
-        }
-        s.endpoint = cfg.endpoint;
-        // A hardware timer of 2 ms on a path whose ACKs take longer than
-        // that (RTT > 2 ms: beyond ~200 km) with nothing to hide the RTT
-        // (direct, a tunnel, `strict`) resends whole send-queue windows
-        // every 2/4/8/16 ms: the endpoints' own storm (nccl#1555), which
-        // can outlast any time limit on a 1 Gb/s WAN. Those scenarios check
-        // Sōya's invariants with the timer's adaptive mode off; `edge`
-        // ones keep it (pseudo-ACKs must keep it from firing).
-        let rtt_over_2ms = 2.0 * s.distance_km * 4.9e-6 > 0.002;
-        if rtt_over_2ms && !(s.accelerated && s.policy == AckPolicy::Edge) {
-            s.adaptive_timer = false;
-        }
+        let s = sweep_scenario(seed, cfg.endpoint, cfg.dc_loss);
         if cfg.verbose {
             eprintln!("seed {seed}: {s:?}");
         }

@@ -18,7 +18,8 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 use rand_chacha::ChaCha8Rng;
 use soya::qp::QpEngine;
-use soya::roce::RocePacket;
+use soya::roce::cm::{self, CmMessage};
+use soya::roce::{Bth, Deth, ExtHeaders, IpHeader, Opcode, Psn, RocePacket, RoceRepr};
 use soya::site::{Site, SiteEvent};
 use soya::time::Time;
 
@@ -102,6 +103,11 @@ pub struct Host {
     pub qps: Vec<RcQp>,
     by_qpn: HashMap<u32, usize>,
     pub misaddressed: u64,
+    /// RDMA-CM, passive side: the REP to answer each REQ with, by the
+    /// REQ's local communication ID (the scenario prepares them).
+    pub cm_answers: HashMap<u32, Vec<u8>>,
+    /// RDMA-CM, active side: REPs received (connections established).
+    pub cm_established: u64,
     /// A hardware NIC port: its QPs take turns (round robin) to put one
     /// packet on the wire, and only when the port is free, so packets
     /// never queue behind the port and a request's timer starts when it
@@ -221,6 +227,9 @@ pub struct World {
     /// differential test replays it through the daemon's device turn.
     pub trace_a: Option<Vec<TraceItem>>,
     pub emitted_a: Emitted,
+    /// RDMA-CM REQs host A sends before the workload (the scenario's
+    /// `cm_handshake`).
+    pub cm_requests: Vec<Vec<u8>>,
     scratch: Vec<u8>,
     pub events: u64,
     /// Print every delivery (SOYA_SIM_TRACE_PACKETS).
@@ -270,6 +279,7 @@ impl World {
             nonce_seeds: [0; 2],
             trace_a: None,
             emitted_a: Emitted::default(),
+            cm_requests: Vec::new(),
             scratch: vec![0; 64 * 1024],
             events: 0,
             trace: std::env::var_os("SOYA_SIM_TRACE_PACKETS").is_some(),
@@ -306,6 +316,11 @@ impl World {
             (Node::GwB, _, true) => Node::GwA,
             (Node::GwB, _, false) => Node::HostB,
         }
+    }
+
+    /// A host sends an IP packet outside any QP (RDMA-CM).
+    pub fn send_ip(&mut self, from: Node, packet: Vec<u8>) {
+        self.send(from, false, Payload::Ip(packet));
     }
 
     fn send(&mut self, from: Node, twin: bool, payload: Payload) {
@@ -619,6 +634,25 @@ impl World {
                     &mut self.host_b
                 };
                 let qpn = RocePacket::parse(&v).map(|p| p.bth.dest_qp).ok();
+                if qpn == Some(1) {
+                    // QP1: an RDMA-CM MAD (the scenario's connection setup).
+                    let msg = RocePacket::parse(&v).and_then(|p| cm::parse_packet(&p));
+                    let rep = match msg {
+                        Ok(CmMessage::Req(req)) => host.cm_answers.remove(&req.local_comm_id),
+                        Ok(CmMessage::Rep(_)) => {
+                            host.cm_established += 1;
+                            None
+                        }
+                        _ => {
+                            host.misaddressed += 1;
+                            None
+                        }
+                    };
+                    if let Some(rep) = rep {
+                        self.send(to, false, Payload::Ip(rep));
+                    }
+                    return;
+                }
                 match qpn.and_then(|q| host.by_qpn.get(&q)).copied() {
                     Some(i) => {
                         host.qps[i].handle_packet(now, &v);
@@ -644,4 +678,24 @@ impl World {
     pub fn pending_events(&self) -> usize {
         self.heap.len()
     }
+}
+
+/// An RDMA-CM MAD as a host sends it: a UD SEND Only to QP1.
+pub(crate) fn qp1_packet(from: std::net::Ipv4Addr, to: std::net::Ipv4Addr, mad: &[u8]) -> Vec<u8> {
+    let op = Opcode::UD_SEND_ONLY;
+    RoceRepr {
+        ip: IpHeader::v4(from, to),
+        src_port: 0xc000,
+        bth: Bth::new(op, 1, Psn::new(0)),
+        ext: ExtHeaders {
+            present: op.info().expect("a known opcode").headers,
+            deth: Deth {
+                qkey: cm::GSI_QKEY,
+                src_qp: 1,
+            },
+            ..Default::default()
+        },
+    }
+    .to_vec(mad)
+    .expect("a MAD fits a packet")
 }

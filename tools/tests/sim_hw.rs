@@ -1,0 +1,56 @@
+//! Hardware endpoints through the gateways in the simulator (issue 18):
+//! what the requesters see in the first round trip. Virtual time: no check
+//! depends on the machine's speed.
+
+use soya_tools::rc::hw::EndpointModel;
+use soya_tools::sim::scenario::{run_world, Op, Scenario};
+
+fn hw_write_300km(cm_handshake: bool) -> Scenario {
+    Scenario {
+        seed: 5,
+        distance_km: 300.0,
+        op: Op::Write,
+        size: 65_536,
+        tx_depth: 128,
+        qps: 2,
+        iters: 64,
+        wan_gbps: 10.0,
+        endpoint: EndpointModel::Hw,
+        cm_handshake,
+        ..Scenario::default()
+    }
+}
+
+/// An RDMA-CM connection's REQ and REP cross the gateways before its first
+/// packet: they learn the QP from them and pseudo-ACK from the first packet
+/// on, so a hardware requester's 2 ms timer (the adaptive first step) never
+/// fires on a 2.94 ms round trip. Without the exchange the first round trip
+/// is tunnelled (the gateway cannot answer a requester whose QPN it has not
+/// seen), and every QP's timer fired once in it (the 16 timeouts and 6,048
+/// retransmissions of `soya-sim run --endpoint hw --path-gbps 100 --qps 16`).
+#[test]
+fn rdma_cm_learned_hw_requesters_never_time_out_in_the_first_round_trip() {
+    let (o, w) = run_world(&hw_write_300km(true), false).expect("runs");
+    assert!(o.violations.is_empty(), "{:?}", o.violations);
+    assert_eq!(o.messages_ok, 2 * 64);
+    let learned: u64 = w.engines().map(|e| e.stats.flows_learned_cm).sum();
+    assert_eq!(learned, 2 * 2, "both gateways learn both QPs from RDMA-CM");
+    assert_eq!(
+        (o.requester_timeouts, o.requester_retransmissions),
+        (0, 0),
+        "{o:#?}"
+    );
+}
+
+/// The same QPs connected out of band (NCCL): learned from the first
+/// response, after one tunnelled round trip in which each timer fires once.
+/// Pins what the figures without RDMA-CM mean.
+#[test]
+fn out_of_band_hw_requesters_time_out_once_each_in_the_tunnelled_first_round_trip() {
+    let (o, w) = run_world(&hw_write_300km(false), false).expect("runs");
+    assert!(o.violations.is_empty(), "{:?}", o.violations);
+    let learned: u64 = w.engines().map(|e| e.stats.flows_learned_cm).sum();
+    assert_eq!(learned, 0);
+    assert_eq!(o.requester_timeouts, 2, "{o:#?}");
+    assert_eq!(o.requester_timeouts_after_ack, 0, "{o:#?}");
+}
