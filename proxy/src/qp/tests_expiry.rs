@@ -51,6 +51,10 @@ fn run(e: &mut QpEngine, until: Time) -> Vec<Output> {
         }
         if e.expiry_deadline().is_some_and(|d| d <= t) {
             e.expire(t);
+            assert!(
+                e.expiry_deadline().is_none_or(|d| d > t),
+                "the sweep at {t:?} did not move its deadline"
+            );
         }
         out.extend(drain(e));
     }
@@ -411,6 +415,10 @@ impl Pair {
                 }
                 if e.expiry_deadline().is_some_and(|d| d <= t) {
                     e.expire(t);
+                    assert!(
+                        e.expiry_deadline().is_none_or(|d| d > t),
+                        "the sweep at {t:?} did not move its deadline"
+                    );
                 }
             }
             self.settle();
