@@ -189,9 +189,11 @@ panels.append(panel("Egress go-back-N retransmissions", [
     (f'sum by (instance, role) (rate(soya_flow_retransmissions_total{I}[$__rate_interval]))', "{{instance}} {{role}}")], "pps", 0, y,
     desc="soya_flow_retransmissions_total: egress = re-sent toward the responder; ingress = duplicates from the requester."))
 panels.append(panel("Flows known and per-flow packet rate", [
-    (f"soya_flows{I}", "{{instance}} halves known"),
+    (f"soya_qp_halves{I}", "{{instance}} {{dir}} halves known"),
+    (f'sum by (instance, dir) (rate(soya_qp_halves_expired_total{I}[$__rate_interval]))', "{{instance}} {{dir}} forgotten/s"),
     (f'topk(5, rate(soya_flow_packets_total{I}[$__rate_interval]))', "{{instance}} {{half}} {{role}} pkt/s")], "none", 12, y,
-    desc="soya_flows: halves the engine knows, both roles; soya_flow_packets_total: request packets of the busiest "
+    desc="soya_qp_halves: halves the engine knows, by role (flat under QP churn: quiet ones are forgotten, "
+         "soya_qp_halves_expired_total); soya_flow_packets_total: request packets of the busiest "
          "halves (ingress: from the requester; egress: injected toward the responder)."))
 y += 8
 
