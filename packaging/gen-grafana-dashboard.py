@@ -189,9 +189,11 @@ panel("Egress go-back-N retransmissions", [
     ("sum by (instance, role) (" + rate("soya_flow_retransmissions_total") + ")", "{{role}}")], "pps",
     desc="soya_flow_retransmissions_total: egress = re-sent toward the responder; ingress = duplicates from the requester.")
 panel("Flows known and per-flow packet rate", [
-    (series("soya_flows"), "halves known"),
+    (series("soya_qp_halves"), "{{dir}} halves known"),
+    ("sum by (instance, dir) (" + rate("soya_qp_halves_expired_total") + ")", "{{dir}} forgotten/s"),
     ("topk(5, " + rate("soya_flow_packets_total") + ")", "{{half}} {{role}} pkt/s")], "none",
-    desc="soya_flows: halves the engine knows, both roles; soya_flow_packets_total: request packets of the busiest "
+    desc="soya_qp_halves: halves the engine knows, by role (flat under QP churn: quiet ones are forgotten, "
+         "soya_qp_halves_expired_total); soya_flow_packets_total: request packets of the busiest "
          "halves (ingress: from the requester; egress: injected toward the responder).")
 
 row("Deep buffer, DC side and engine-to-WAN queue")

@@ -687,6 +687,11 @@ impl Device {
                 orphan_requesters_watched: es.orphan_requesters_watched,
                 orphan_requesters_failed: es.orphan_requesters_failed,
                 orphan_requester_naks: es.orphan_requester_naks,
+                halves_ingress: engine.halves().0 as u64,
+                halves_egress: engine.halves().1 as u64,
+                halves_expired_ingress: es.halves_expired_ingress,
+                halves_expired_egress: es.halves_expired_egress,
+                halves_expired_failed: es.halves_expired_failed,
             },
             buffer: BufferSnap {
                 slots_used: occ.slots_used as u64,

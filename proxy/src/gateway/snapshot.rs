@@ -165,6 +165,19 @@ pub struct EngineCounters {
     pub orphan_requesters_failed: u64,
     #[serde(default)]
     pub orphan_requester_naks: u64,
+    /// Halves the engine knows now, by role (gauges; `flows_total` is their
+    /// sum), and halves forgotten after `idle_after` of quiet
+    /// (`qp::expiry`), of which failed ones.
+    #[serde(default)]
+    pub halves_ingress: u64,
+    #[serde(default)]
+    pub halves_egress: u64,
+    #[serde(default)]
+    pub halves_expired_ingress: u64,
+    #[serde(default)]
+    pub halves_expired_egress: u64,
+    #[serde(default)]
+    pub halves_expired_failed: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]

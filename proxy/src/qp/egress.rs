@@ -47,6 +47,7 @@ use crate::roce::ext::RNR_TIMER_US;
 use crate::roce::{set_ack_req, NakCode, OpKind, Opcode, Psn, RocePacket, Syndrome};
 use crate::time::Time;
 
+use super::expiry::Quiet;
 use super::half::HalfKey;
 use super::ingress::span_of;
 use super::outbox::{HeldRef, Outbox, Output};
@@ -284,6 +285,8 @@ pub struct Reinjector {
     /// on both), the best first probe when the plan is unknown.
     last_nak_epsn: Option<Psn>,
     tuning: EgressTuning,
+    /// Activity, for forgetting the half once it is quiet (`qp::expiry`).
+    pub quiet: Quiet,
     pub stats: EgressStats,
 }
 
@@ -328,6 +331,7 @@ impl Reinjector {
             plan_at_failure: None,
             last_nak_epsn: None,
             tuning,
+            quiet: Quiet::default(),
             stats: EgressStats::default(),
         }
     }
@@ -485,6 +489,16 @@ impl Reinjector {
     /// A request the twin forwarded raw (tunnel phase, or a duplicate READ
     /// to be replayed by the responder): inject as is.
     pub fn on_raw_request(&mut self, p: &RocePacket<'_>, out: &mut Outbox) {
+        self.quiet.touch();
+        // A tunnel phase that starts anew after everything was answered
+        // (the twin's ingress forgot the half and learns it again,
+        // `qp::expiry`): the old phase's bounds are history, and compared
+        // with PSNs far past them (24 bits, modular) they would say
+        // nothing true.
+        if self.queue.is_empty() && self.raw_done && self.acked.is_some_and(|a| p.psn().after(a)) {
+            self.raw_low = None;
+            self.raw_high = None;
+        }
         self.raw_low.get_or_insert(p.psn());
         let last = p.psn().add(span_of(p) - 1);
         if self.raw_high.is_none_or(|h| last.after(h)) {
@@ -516,6 +530,7 @@ impl Reinjector {
         buf: &mut DeepBuffer,
         out: &mut Outbox,
     ) {
+        self.quiet.touch();
         if self.failed {
             out.pool.put(packet);
             return;
@@ -738,6 +753,7 @@ impl Reinjector {
         buf: &mut DeepBuffer,
         out: &mut Outbox,
     ) {
+        self.quiet.touch();
         let psn = p.psn();
         // While raw PSNs are unacknowledged the requester still waits for
         // the responder's own answers to them.
@@ -900,6 +916,7 @@ impl Reinjector {
     /// learns it as from a responder that went away. False if the half had
     /// failed already.
     pub fn fail_responder_gone(&mut self, buf: &mut DeepBuffer, out: &mut Outbox) -> bool {
+        self.quiet.touch();
         if self.failed {
             return false;
         }

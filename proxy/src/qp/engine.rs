@@ -21,6 +21,7 @@ use crate::roce::{is_roce, IpHeader, NakCode, OpKind, Psn, RocePacket, WireError
 use crate::time::Time;
 
 use super::egress::{EgressTuning, Reinjector, RequestInfo};
+use super::expiry::Expiry;
 use super::half::HalfKey;
 use super::ingress::{AckTuning, Admitted, PseudoAcker};
 pub use super::outbox::{HeldRef, Outbox, Output};
@@ -205,6 +206,13 @@ pub struct EngineStats {
     pub orphan_requester_naks: u64,
     /// ...and the probes of their responder role that this made moot.
     pub orphan_probes_superseded: u64,
+    /// Halves forgotten after `idle_after` of quiet (`qp::expiry`)...
+    pub halves_expired_ingress: u64,
+    pub halves_expired_egress: u64,
+    /// ...of which failed halves (their fatal-NAK promise kept until then).
+    pub halves_expired_failed: u64,
+    /// Poisoned QPs no longer watched for answers (`qp::expiry`).
+    pub poisoned_expired: u64,
 }
 
 /// What one [`QpEngine::fail_all`] did (for the daemon's log line; the
@@ -289,6 +297,8 @@ pub struct QpEngine {
     /// Requesters of this site orphaned by this gateway's restart, watched
     /// for their retransmissions, by the half of their requests.
     pub(super) orphan_requesters: KeyedMap<HalfKey, OrphanRequester>,
+    /// Forgetting quiet halves (`qp::expiry`).
+    pub(super) expiry: Expiry,
     pub(super) out: Outbox,
     pub stats: EngineStats,
 }
@@ -310,6 +320,7 @@ impl QpEngine {
             orphans: Vec::new(),
             orphan_dreqs: Vec::new(),
             orphan_requesters: KeyedMap::with_hasher(cfg.hash_key),
+            expiry: Expiry::default(),
             out: Outbox::default(),
             stats: EngineStats::default(),
         }
@@ -483,6 +494,7 @@ impl QpEngine {
     /// back to be held (its bytes are still borrowed here).
     fn dc_packet(&mut self, now: Time, packet: &[u8]) -> Option<(HalfKey, Admitted)> {
         self.stats.dc_packets += 1;
+        self.arm_expiry(now);
         if IpHeader::split(packet).is_err() {
             self.stats.dc_malformed += 1;
             return None;
@@ -597,6 +609,7 @@ impl QpEngine {
     /// needed (deep buffer, an output) and its buffer goes to the pool.
     pub fn handle_twin(&mut self, now: Time, msg: TwinMsg) {
         self.stats.twin_msgs += 1;
+        self.arm_expiry(now);
         match msg {
             TwinMsg::Request { carry, packet } => self.twin_request(now, carry, packet),
             TwinMsg::Response { packet } => {

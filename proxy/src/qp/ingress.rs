@@ -22,6 +22,7 @@ use crate::roce::builders::{self, ReplyTo};
 use crate::roce::{NakCode, OpKind, Position, Psn, RocePacket};
 use crate::time::Time;
 
+use super::expiry::Quiet;
 use super::half::HalfKey;
 use super::outbox::{Outbox, Output};
 use super::poison::InProgress;
@@ -189,6 +190,8 @@ pub struct PseudoAcker {
     read_slack: Option<(Psn, u32, u32)>,
     /// Packets beyond that guess were dropped: NAK once the span is known.
     nak_after_read: bool,
+    /// Activity, for forgetting the half once it is quiet (`qp::expiry`).
+    pub quiet: Quiet,
     pub stats: IngressStats,
 }
 
@@ -232,6 +235,7 @@ impl PseudoAcker {
             pmtu: None,
             read_slack: None,
             nak_after_read: false,
+            quiet: Quiet::default(),
             stats: IngressStats::default(),
         }
     }
@@ -295,6 +299,7 @@ impl PseudoAcker {
         buf: &mut DeepBuffer,
         out: &mut Outbox,
     ) -> Option<Admitted> {
+        self.quiet.touch();
         if self.failed.is_some() {
             self.nak_failed(p, out);
             return None;
@@ -319,6 +324,7 @@ impl PseudoAcker {
         buf: &DeepBuffer,
         out: &mut Outbox,
     ) {
+        self.quiet.touch();
         let mut e = admitted.0;
         self.stats.packets += 1;
         self.stats.bytes += bytes.len() as u64;
@@ -776,6 +782,7 @@ impl PseudoAcker {
         buf: &mut DeepBuffer,
         out: &mut Outbox,
     ) {
+        self.quiet.touch();
         if let Some(m) = msn {
             self.note_msn(psn, m);
         }
@@ -860,6 +867,7 @@ impl PseudoAcker {
         buf: &mut DeepBuffer,
         out: &mut Outbox,
     ) -> bool {
+        self.quiet.touch();
         let was_accelerated = self.mode == Mode::Accelerated;
         if !self.is_learned() {
             self.learn_from_response(p);
@@ -945,6 +953,7 @@ impl PseudoAcker {
 
     /// The far side failed: surface it to the requester.
     pub fn on_error(&mut self, psn: Psn, code: NakCode, out: &mut Outbox) {
+        self.quiet.touch();
         self.failed = Some(code);
         // The requester's oldest unacknowledged PSN is the one after our
         // last ACK; a NAK there lands on its head WQE (rxe_comp.c).
@@ -1056,6 +1065,7 @@ impl PseudoAcker {
         buf: &mut DeepBuffer,
         out: &mut Outbox,
     ) -> Option<Psn> {
+        self.quiet.touch();
         if self.failed.is_none() {
             self.failed = Some(code);
         }
@@ -1078,6 +1088,7 @@ impl PseudoAcker {
     /// that everything later is refused the same way. Returns whether a NAK
     /// could be sent (the requester QPN is known).
     pub fn refuse(&mut self, p: &RocePacket<'_>, code: NakCode, out: &mut Outbox) -> bool {
+        self.quiet.touch();
         if self.failed.is_none() {
             self.failed = Some(code);
         }

@@ -22,6 +22,7 @@
 
 pub mod egress;
 pub mod engine;
+pub mod expiry;
 mod fail;
 pub mod half;
 pub mod ingress;
@@ -38,6 +39,8 @@ pub use twin::TwinMsg;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_expiry;
 #[cfg(test)]
 mod tests_far_error;
 #[cfg(test)]

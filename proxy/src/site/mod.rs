@@ -278,6 +278,9 @@ impl Site {
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
         }
+        if self.engine.expiry_deadline().is_some_and(|t| t <= now) {
+            self.engine.expire(now);
+        }
         if self.wan.poll_timeout().is_some_and(|t| t <= now) {
             self.wan.handle_timeout(now);
         }
@@ -293,6 +296,7 @@ impl Site {
     pub fn poll_timeout(&self) -> Option<Time> {
         [
             self.engine.poll_timeout(),
+            self.engine.expiry_deadline(),
             self.wan.poll_timeout(),
             self.twin.deadline(),
         ]

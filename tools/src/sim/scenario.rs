@@ -656,9 +656,7 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
             // pseudo-ACKing) can show head of line blocking: a stalled QP
             // still in its tunnel phase fails by its own RNR retry count,
             // long before the others can land, and blocked nobody.
-            let by_gateway = w
-                .engines()
-                .any(|g| g.ingress_halves().any(|h| h.stats.errors_injected > 0));
+            let by_gateway = w.engines().any(|g| g.ingress_totals().errors_injected > 0);
             stall_failed_at = Some((w.now, by_gateway));
         }
         let all_done = finished_qps == sides.len() * s.qps as usize;
@@ -672,10 +670,8 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
         // A gateway that gave up on a flow (and told the requester) ends it
         // too, even when the requester had nothing left to fail. (Asked
         // only once all is done: it visits every half.)
-        let failed = all_done
-            && (any_failed
-                || w.engines()
-                    .any(|g| g.ingress_halves().any(|h| h.stats.errors_injected > 0)));
+        let failed =
+            all_done && (any_failed || w.engines().any(|g| g.ingress_totals().errors_injected > 0));
         // With a stalled QP the verdict needs the others landed.
         let others_pending = s.stall_qp0 && others_landed_at.is_none();
         let finished = all_done && (landed_at.is_some() || failed) && !others_pending;
@@ -729,8 +725,7 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
     // RAW_WAIT_LIMIT; one in an endless RNR storm after its RNR budget), so
     // it gets longer — the buffers must still come back to zero.
     let any_failure = progress.iter().flatten().any(|p| p.failed)
-        || w.engines()
-            .any(|g| g.ingress_halves().any(|h| h.stats.errors_injected > 0));
+        || w.engines().any(|g| g.ingress_totals().errors_injected > 0);
     let settle = if any_failure {
         soya::qp::egress::RAW_WAIT_LIMIT.max(soya::qp::egress::DEFAULT_RNR_GIVE_UP)
             + Duration::from_secs(2)
@@ -896,7 +891,7 @@ fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
     }
     let errors_injected: u64 = w
         .engines()
-        .flat_map(|g| g.ingress_halves().map(|h| h.stats.errors_injected))
+        .map(|g| g.ingress_totals().errors_injected)
         .sum();
     let expect_failures = s.responder_error
         || (s.recv_refill.is_none() && s.recv_credits.is_some_and(|r| r < s.iters))
@@ -1004,13 +999,13 @@ fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
         let occ = gw.occupancy();
         out.gw_buffer_high_water = out.gw_buffer_high_water.max(occ.high_water);
         out.gw_buffer_left += occ.slots_used;
-        for h in gw.ingress_halves() {
-            out.pseudo_acks += h.stats.pseudo_acks;
-            out.pseudo_acks_withheld += h.stats.withheld_acks;
-            out.hold_acks += h.stats.hold_acks;
-            out.backpressure_drops += h.stats.backpressure_drops;
-            out.cnps_sent += h.stats.cnps_sent;
-        }
+        // Totals: halves forgotten once quiet (`qp::expiry`) count too.
+        let t = gw.ingress_totals();
+        out.pseudo_acks += t.pseudo_acks;
+        out.pseudo_acks_withheld += t.withheld_acks;
+        out.hold_acks += t.hold_acks;
+        out.backpressure_drops += t.backpressure_drops;
+        out.cnps_sent += t.cnps_sent;
     }
     // A message to the twin dropped at the bound of the site's pending
     // queue loses whatever it carried (a READ response, a Delivered): the

@@ -889,6 +889,29 @@ pub static METRICS: &[Metric] = &[
         labels: PATH,
         samples: |s| paths(s, |p| p.times_down.into()),
     },
+    Metric {
+        name: "soya_qp_halves",
+        kind: Gauge,
+        help: "Halves the engine knows now, by role (ingress: requests from a local requester; egress: requests re-injected toward a local responder). Flat under QP churn: quiet halves are forgotten (soya_qp_halves_expired_total).",
+        labels: &["dir"],
+        samples: |s| {
+            let e = &s.engine;
+            by("dir", &[("ingress", e.halves_ingress), ("egress", e.halves_egress)])
+        },
+    },
+    Metric {
+        name: "soya_qp_halves_expired_total",
+        kind: Counter,
+        help: "Halves forgotten after 15 x dc.give_up_after (60 s by default) with nothing held, no timer armed and no packet (failed halves too, once their fatal NAK was owed that long); the QP's next packet learns it again.",
+        labels: &["dir"],
+        samples: |s| {
+            let e = &s.engine;
+            by("dir", &[
+                ("ingress", e.halves_expired_ingress),
+                ("egress", e.halves_expired_egress),
+            ])
+        },
+    },
     // Per flow (half), the busiest only (snapshot::MAX_FLOWS).
     Metric {
         name: "soya_flows",
