@@ -257,8 +257,8 @@ impl QpEngine {
             self.expiry.poisoned_look = Some(now);
         }
         // Give back what a burst of QPs grew the tables to.
-        shrink(&mut self.ingress);
-        shrink(&mut self.egress);
+        self.ingress.shrink();
+        self.egress.shrink();
         shrink(&mut self.by_requester);
         shrink(&mut self.cm_start);
         shrink(&mut self.poisoned);
@@ -298,6 +298,7 @@ fn add_ingress(t: &mut IngressStats, s: &IngressStats) {
         backpressure_drops,
         withheld_acks,
         hold_acks,
+        trickle_acks,
         cnps_sent,
         responses_delivered,
         errors_injected,
@@ -313,6 +314,7 @@ fn add_ingress(t: &mut IngressStats, s: &IngressStats) {
     t.backpressure_drops += backpressure_drops;
     t.withheld_acks += withheld_acks;
     t.hold_acks += hold_acks;
+    t.trickle_acks += trickle_acks;
     t.cnps_sent += cnps_sent;
     t.responses_delivered += responses_delivered;
     t.errors_injected += errors_injected;

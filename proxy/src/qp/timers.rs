@@ -93,9 +93,26 @@ impl<V: Timed> Halves<V> {
         }
     }
 
+    /// Gives back what a burst of halves grew the table and its timers to
+    /// (`qp::expiry`, after forgetting quiet halves).
+    pub(super) fn shrink(&mut self) {
+        fn loose(len: usize, capacity: usize) -> bool {
+            capacity > 64 && len < capacity / 4
+        }
+        if loose(self.map.len(), self.map.capacity()) {
+            self.map.shrink_to(self.map.len() * 2);
+        }
+        let t = self.timers.get_mut();
+        if loose(t.heap.len(), t.heap.capacity()) {
+            t.heap.shrink_to(t.heap.len() * 2);
+        }
+        if loose(t.dirty.len(), t.dirty.capacity()) {
+            t.dirty.shrink_to(t.dirty.len() * 2);
+        }
+    }
+
     // The rest of `HashMap`'s API over halves, for code that drops idle
     // halves or walks them all (each `&mut` one is marked dirty).
-    #[allow(dead_code)]
     pub(super) fn len(&self) -> usize {
         self.map.len()
     }
