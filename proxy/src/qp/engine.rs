@@ -300,6 +300,9 @@ pub struct QpEngine {
     /// Forgetting quiet halves (`qp::expiry`).
     pub(super) expiry: Expiry,
     pub(super) out: Outbox,
+    /// `handle_timeout`'s list of halves due, kept so that a timeout
+    /// allocates nothing.
+    due: Vec<HalfKey>,
     pub stats: EngineStats,
 }
 
@@ -322,6 +325,7 @@ impl QpEngine {
             orphan_requesters: KeyedMap::with_hasher(cfg.hash_key),
             expiry: Expiry::default(),
             out: Outbox::default(),
+            due: Vec::new(),
             stats: EngineStats::default(),
         }
     }
@@ -387,20 +391,24 @@ impl QpEngine {
     }
 
     pub fn handle_timeout(&mut self, now: Time) {
-        for k in self.ingress.take_due(now) {
-            if let Some(a) = self.ingress.get_mut(&k) {
+        let mut due = std::mem::take(&mut self.due);
+        self.ingress.take_due(now, &mut due);
+        for k in &due {
+            if let Some(a) = self.ingress.get_mut(k) {
                 if a.poll_timeout().is_some_and(|t| t <= now) {
                     a.on_timeout(now, &self.buffer, &mut self.out);
                 }
             }
         }
-        for k in self.egress.take_due(now) {
-            if let Some(r) = self.egress.get_mut(&k) {
+        self.egress.take_due(now, &mut due);
+        for k in &due {
+            if let Some(r) = self.egress.get_mut(k) {
                 if r.poll_timeout().is_some_and(|t| t <= now) {
                     r.on_timeout(now, &mut self.buffer, &mut self.out);
                 }
             }
         }
+        self.due = due;
         if self.probes.values().any(|p| p.deadline <= now) {
             self.probe_timeouts(now);
         }

@@ -60,6 +60,8 @@ pub(super) struct Slot<V> {
 struct Timers {
     heap: BinaryHeap<Reverse<(Time, HalfKey)>>,
     dirty: Vec<HalfKey>,
+    /// `take_due`'s scratch: the due keys sorted, to put them in table order.
+    sorted: Vec<HalfKey>,
 }
 
 /// A table of halves keyed by [`HalfKey`], with the `HashMap` methods the
@@ -223,7 +225,7 @@ impl<V: Timed> Halves<V> {
     /// and drops dead entries from the top of the heap.
     fn settle(&self) {
         let mut t = self.timers.borrow_mut();
-        let Timers { heap, dirty } = &mut *t;
+        let Timers { heap, dirty, .. } = &mut *t;
         for k in dirty.drain(..) {
             let Some(s) = self.map.get(&k) else { continue };
             s.dirty.set(false);
@@ -260,14 +262,16 @@ impl<V: Timed> Halves<V> {
         self.timers.borrow().heap.peek().map(|r| r.0 .0)
     }
 
-    /// The halves whose deadline is at or before `now`, in the table's
-    /// iteration order (the order the scans fired them in). Each is
-    /// disarmed and marked dirty: the caller fires it through `get_mut`,
-    /// and its next deadline is read at the next question.
-    pub(super) fn take_due(&mut self, now: Time) -> Vec<HalfKey> {
+    /// Fills `due` with the halves whose deadline is at or before `now`,
+    /// in the table's iteration order (the order the scans fired them in).
+    /// Each is disarmed and marked dirty: the caller fires it through
+    /// `get_mut`, and its next deadline is read at the next question. `due`
+    /// is the caller's, reused from call to call: a timeout allocates
+    /// nothing in the steady state (`proxy/tests/steady_state_alloc.rs`).
+    pub(super) fn take_due(&mut self, now: Time, due: &mut Vec<HalfKey>) {
+        due.clear();
         self.settle();
         let timers = self.timers.get_mut();
-        let mut due = Vec::new();
         while let Some(&Reverse((d, k))) = timers.heap.peek() {
             if d > now {
                 break;
@@ -284,15 +288,17 @@ impl<V: Timed> Halves<V> {
             // table gives (rare: deadlines are per half and fine-grained).
             due.sort_unstable();
             let n = due.len();
-            due = self
-                .map
-                .keys()
-                .filter(|k| due.binary_search(k).is_ok())
-                .copied()
-                .take(n)
-                .collect();
+            std::mem::swap(due, &mut timers.sorted);
+            due.clear();
+            for k in self.map.keys() {
+                if timers.sorted.binary_search(k).is_ok() {
+                    due.push(*k);
+                    if due.len() == n {
+                        break;
+                    }
+                }
+            }
         }
-        due
     }
 }
 
@@ -363,7 +369,9 @@ mod tests {
                         .filter(|(_, f)| f.0.is_some_and(|t| t <= now))
                         .map(|(k, _)| *k)
                         .collect();
-                    let due = h.take_due(now);
+                    // A list left over from the round before: cleared first.
+                    let mut due = scan.iter().rev().copied().collect();
+                    h.take_due(now, &mut due);
                     assert_eq!(due, scan, "round {round}: due set and order");
                     for k in due {
                         let later = now + std::time::Duration::from_micros(rnd(2_000));
