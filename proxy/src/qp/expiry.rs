@@ -298,7 +298,6 @@ fn add_ingress(t: &mut IngressStats, s: &IngressStats) {
         backpressure_drops,
         withheld_acks,
         hold_acks,
-        trickle_acks,
         cnps_sent,
         responses_delivered,
         errors_injected,
@@ -314,7 +313,6 @@ fn add_ingress(t: &mut IngressStats, s: &IngressStats) {
     t.backpressure_drops += backpressure_drops;
     t.withheld_acks += withheld_acks;
     t.hold_acks += hold_acks;
-    t.trickle_acks += trickle_acks;
     t.cnps_sent += cnps_sent;
     t.responses_delivered += responses_delivered;
     t.errors_injected += errors_injected;

@@ -46,18 +46,10 @@ pub struct AckTuning {
     pub cnp_on_backpressure: bool,
 }
 
-/// While pseudo-ACKs are withheld (backpressure), every this often the
-/// pseudo-ACK moves on by one accepted packet (a *trickle*), or, with
-/// nothing accepted beyond it, the last one is repeated. Below the first
-/// step of a hardware requester's adaptive retransmission timer, 2 ms
-/// (perftest#251, docs/roce-notes.md), which restarts only on an ACK that
-/// acknowledges something: a repeated ACK holds off rxe's timer (it
-/// restarts on any response) but not that one, whose whole send-queue
-/// window (8 MiB at 128 × 64 KiB) then goes again every 2 ms (issue 18:
-/// 0.1 % WAN loss at 400 Gb/s filled the buffer and 16 requesters resent
-/// 147k packets). A trickled packet is already in the deep buffer, so
-/// the promise is kept; it lets in at most one more message per interval.
-pub const HOLD_ACK_INTERVAL: Duration = Duration::from_millis(1);
+/// While pseudo-ACKs are withheld (backpressure), the last one is repeated
+/// this often: below the shortest ACK timeout requesters commonly use
+/// (4.096 µs × 2^13 = 34 ms; perftest's default is 67 ms).
+pub const HOLD_ACK_INTERVAL: Duration = Duration::from_millis(10);
 /// ...for at most this long: backpressure is a transient the requester need
 /// not see; a longer wait (every WAN path down) is left to its own retry
 /// settings (docs/semantics.md).
@@ -89,8 +81,6 @@ pub struct IngressStats {
     pub withheld_acks: u64,
     /// Last pseudo-ACK repeated while withholding (see [`HOLD_ACK_INTERVAL`]).
     pub hold_acks: u64,
-    /// Pseudo-ACKs moved on by one packet while withholding (the same).
-    pub trickle_acks: u64,
     pub cnps_sent: u64,
     pub responses_delivered: u64,
     pub errors_injected: u64,
@@ -611,18 +601,6 @@ impl PseudoAcker {
         Some((psn, msn, ack_req, oldest.unwrap_or(Time::ZERO)))
     }
 
-    /// The first accepted packet not yet acknowledged, if policy lets it
-    /// be (within [`Self::ack_limit`]): its last PSN and MSN.
-    fn trickle_limit(&self) -> Option<(Psn, u32)> {
-        let (limit, _, _, _) = self.ack_limit()?;
-        self.entries
-            .iter()
-            .skip(self.first_unacked)
-            .find(|e| !e.needs_response)
-            .filter(|e| !e.last().after(limit))
-            .map(|e| (e.last(), self.msn_at(e.msgs_after)))
-    }
-
     fn count_unacked_ackable(&self, limit: Psn) -> u32 {
         self.entries
             .iter()
@@ -634,41 +612,25 @@ impl PseudoAcker {
     /// Sends a pseudo-ACK if policy, coalescing and backpressure allow.
     fn maybe_ack(&mut self, now: Time, buf: &DeepBuffer, out: &mut Outbox) {
         self.ack_deadline = None;
-        if buf.headroom(self.flow_id) >= self.tuning.ack_reserve_slots {
-            // Room again: the hold is over, even with nothing new to
-            // acknowledge (trickling may have acknowledged it all), so the
-            // next one gets its own HOLD_ACK_FOR.
-            self.hold_deadline = None;
-            self.hold_since = None;
-        }
         let Some((psn, msn, ack_req, oldest)) = self.ack_limit() else {
-            // Nothing to acknowledge: a hold in progress goes on (the
-            // trickle acknowledged all it had; the last ACK is repeated).
-            if let Some(since) = self.hold_since {
-                if now.since(since) < HOLD_ACK_FOR {
-                    self.hold_deadline.get_or_insert(now + HOLD_ACK_INTERVAL);
-                }
-            }
             return;
         };
-        let nothing_new = self.acked.is_some_and(|(a, _)| !psn.after(a));
+        if self.acked.is_some_and(|(a, _)| !psn.after(a)) {
+            return;
+        }
         if buf.headroom(self.flow_id) < self.tuning.ack_reserve_slots {
             // Backpressure: let the requester's window stop it instead of
-            // dropping. Delivered reports free slots and retry this. The
-            // hold goes on with nothing new to acknowledge (all trickled).
-            if !nothing_new {
-                self.stats.withheld_acks += 1;
-                self.maybe_cnp(now, out);
-            }
+            // dropping. Delivered reports free slots and retry this.
+            self.stats.withheld_acks += 1;
+            self.maybe_cnp(now, out);
             let since = *self.hold_since.get_or_insert(now);
             if now.since(since) < HOLD_ACK_FOR {
                 self.hold_deadline.get_or_insert(now + HOLD_ACK_INTERVAL);
             }
             return;
         }
-        if nothing_new {
-            return;
-        }
+        self.hold_deadline = None;
+        self.hold_since = None;
         let due = oldest + self.tuning.coalesce;
         if ack_req || self.count_unacked_ackable(psn) >= self.tuning.coalesce_packets || now >= due
         {
@@ -754,18 +716,13 @@ impl PseudoAcker {
             self.hold_deadline = None;
             let before = self.acked;
             self.maybe_ack(now, buf, out);
-            // Still withholding: the requester must see its responder alive
-            // so that backpressure longer than its ACK timeout does not make
-            // it resend its whole window. Move the ACK on by the next
-            // accepted packet if there is one (progress: what restarts a
-            // hardware timer), else repeat the last ACK (rxe restarts its
-            // timer on every response it processes).
-            if self.hold_deadline.is_some() && before == self.acked && self.failed.is_none() {
-                if let Some((psn, msn)) = self.trickle_limit() {
-                    self.stats.trickle_acks += 1;
-                    self.send_ack(psn, msn, out);
-                    self.set_acked(psn, msn);
-                } else if let Some((psn, msn)) = self.acked {
+            // Still withholding: repeat the last ACK, which moves nothing
+            // but tells the requester its responder is alive (rxe restarts
+            // its retransmission timer on every response it processes), so
+            // that backpressure longer than its ACK timeout does not make
+            // it resend its whole window.
+            if let (Some((psn, msn)), true) = (self.acked, self.hold_deadline.is_some()) {
+                if before == self.acked && self.failed.is_none() {
                     self.stats.hold_acks += 1;
                     self.send_ack(psn, msn, out);
                 }

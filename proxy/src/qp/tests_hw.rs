@@ -7,7 +7,7 @@ use std::time::Duration;
 use soya_config::AckPolicy;
 
 use super::engine::{Output, QpEngine};
-use super::tests::{acks, cfg, drain, errors, request, response, run_timers};
+use super::tests::{cfg, drain, errors, request, response, run_timers};
 use super::tests_twin::{twin_delivered, twin_request, twin_response};
 use super::twin::{Carry, TwinMsg};
 use crate::roce::{Opcode, Syndrome};
@@ -139,68 +139,4 @@ fn a_resent_read_whose_answer_was_lost_on_the_way_reaches_the_responder() {
     twin_response(&mut e, later, last.clone());
     assert_eq!(drain(&mut e), vec![Output::Dc(last)]);
     assert_eq!(e.occupancy().slots_used, 0);
-}
-
-/// Issue 18, `soya-sim run --endpoint hw --path-gbps 400 --qps 16 --loss
-/// 0.001`: WAN loss keeps packets in the deep buffer an extra round trip,
-/// the buffer fills and pseudo-ACKs are withheld. A hardware requester's
-/// adaptive timer fires 2 ms after the last ACK that acknowledged
-/// something; a repeated ACK (what the gateway sent, every 10 ms) does not
-/// restart it. The 16 requesters resent 147k packets (96 timeouts). While
-/// withholding, the pseudo-ACK must move on by an accepted packet more
-/// often than every 2 ms, as long as it has one.
-#[test]
-fn withheld_pseudo_acks_move_on_by_one_packet_more_often_than_every_2_ms() {
-    let mut c = cfg(AckPolicy::Edge);
-    c.buffer_slots = 24;
-    c.ack.ack_reserve_slots = 8;
-    c.ack.coalesce_packets = 1;
-    let mut e = QpEngine::new(c);
-    // Learned through the raw path: one request, its real ACK back.
-    e.handle_dc(Time::ZERO, &request(Opcode::RC_SEND_ONLY, 99, true, 8, 0));
-    e.handle_twin(
-        Time::ZERO,
-        TwinMsg::Response {
-            packet: response(Opcode::RC_ACK, 99, Syndrome::ACK_UNLIMITED, 0),
-        },
-    );
-    drain(&mut e);
-    let t = Time::from_micros(1);
-    // 20 packets of one 20-packet message in a 24-slot buffer with an
-    // 8-slot reserve: ACKs stop once 16 are held; 4 are withheld.
-    for (i, psn) in (100..120).enumerate() {
-        let op = match i {
-            0 => Opcode::RC_SEND_FIRST,
-            19 => Opcode::RC_SEND_LAST,
-            _ => Opcode::RC_SEND_MIDDLE,
-        };
-        e.handle_dc(t, &request(op, psn, false, 4096, 0));
-    }
-    let last = acks(&drain(&mut e)).last().expect("acknowledged").0;
-    assert_eq!(last, 115, "then withheld");
-    // Nothing is delivered for 20 ms (a WAN loss being repaired). Each
-    // ACK sent in that time, with when it was sent.
-    let mut sent = Vec::new();
-    while let Some(d) = e
-        .poll_timeout()
-        .filter(|&d| d <= t + Duration::from_millis(20))
-    {
-        e.handle_timeout(d);
-        sent.extend(acks(&drain(&mut e)).into_iter().map(|a| (d, a.0)));
-    }
-    // Progress at most 2 ms apart until all 4 withheld packets are
-    // acknowledged, never past what was accepted.
-    let (mut at, mut acked) = (t, last);
-    for (when, psn) in &sent {
-        if *psn != acked {
-            assert!(*psn > acked && *psn <= 119, "{sent:?}");
-            assert!(
-                when.since(at) < Duration::from_millis(2),
-                "no progress for {:?}: {sent:?}",
-                when.since(at)
-            );
-            (at, acked) = (*when, *psn);
-        }
-    }
-    assert_eq!(acked, 119, "every accepted packet trickled: {sent:?}");
 }
