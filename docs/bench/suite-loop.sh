@@ -13,7 +13,7 @@ out=${2:-/tmp/soya-suite-loop}
 mkdir -p "$out"
 export SOYA_REQUIRE_TSHARK=1 SOYA_REQUIRE_NETNS=1 SOYA_REQUIRE_BPF=1 SOYA_REQUIRE_PYTHON=1
 echo "commit $(git rev-parse --short HEAD), $n runs, logs in $out"
-cargo build --workspace --release --all-targets -q || exit 2
+cargo test --workspace --release --no-run -q || exit 2
 for k in $(seq 1 "$n"); do
   load=$(cut -d' ' -f1 /proc/loadavg)
   start=$(date -u +%H:%M:%S)
