@@ -63,6 +63,9 @@ pub struct Failure {
     pub how: String,
     pub error: String,
     pub in_crash_window: bool,
+    /// Bytes its client was told completed that never landed (counted in
+    /// `bytes_lost` or `bytes_lost_gateway_crash`): which session lost them.
+    pub bytes_lost: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -424,12 +427,15 @@ fn worker(
             };
             fail(
                 &mut r,
-                from,
-                direction,
-                op,
-                "no report (client failed)",
-                err,
-                crash,
+                Failure {
+                    at_s: from,
+                    direction,
+                    op: op.into(),
+                    how: "no report (client failed)".into(),
+                    error: err,
+                    in_crash_window: crash,
+                    bytes_lost: 0,
+                },
             );
             continue;
         };
@@ -455,8 +461,18 @@ fn worker(
             } else {
                 "error reported"
             };
-            let err = p.error.clone().unwrap_or_default();
-            fail(&mut r, from, direction, op, how, err, crash);
+            fail(
+                &mut r,
+                Failure {
+                    at_s: from,
+                    direction,
+                    op: op.into(),
+                    how: how.into(),
+                    error: p.error.clone().unwrap_or_default(),
+                    in_crash_window: crash,
+                    bytes_lost: p.bytes_lost,
+                },
+            );
         }
         if crash {
             r.bytes_lost_gateway_crash += p.bytes_lost;
@@ -466,28 +482,13 @@ fn worker(
     }
 }
 
-fn fail(
-    r: &mut SoakReport,
-    at_s: f64,
-    direction: &'static str,
-    op: &str,
-    how: &str,
-    error: String,
-    in_crash_window: bool,
-) {
+fn fail(r: &mut SoakReport, f: Failure) {
     r.sessions_failed += 1;
-    if !in_crash_window {
+    if !f.in_crash_window {
         r.sessions_failed_outside_crash += 1;
     }
     if r.failures.len() < 200 {
-        r.failures.push(Failure {
-            at_s,
-            direction,
-            op: op.into(),
-            how: how.into(),
-            error,
-            in_crash_window,
-        });
+        r.failures.push(f);
     }
 }
 
