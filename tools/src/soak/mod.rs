@@ -63,6 +63,9 @@ pub struct Failure {
     pub how: String,
     pub error: String,
     pub in_crash_window: bool,
+    /// Bytes its client was told completed that never landed (counted in
+    /// `bytes_lost` or `bytes_lost_gateway_crash`): which session lost them.
+    pub bytes_lost: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -114,6 +117,9 @@ pub struct SoakReport {
     pub twin_restarts: u64,
     pub forgeries_sent: u64,
     pub forgeries_counted: u64,
+    /// Sent to gateway B before its crash and not counted by it (not
+    /// judged: the crash window).
+    pub forgeries_lost_in_crash: u64,
     /// Worst of the two gateways.
     pub rss_growth_pct: f64,
     pub fd_growth: i64,
@@ -140,6 +146,8 @@ fn reload_sets(rate: u64) -> Vec<Vec<PathSpec>> {
 struct Shared {
     report: Mutex<SoakReport>,
     stop: AtomicBool,
+    /// Sessions whose client exited with a failure (evidence numbering).
+    failures_seen: std::sync::atomic::AtomicU64,
     /// Crash windows, seconds since the start (the restart of gateway B).
     crash: Mutex<Vec<(f64, f64)>>,
     t0: Instant,
@@ -177,6 +185,7 @@ pub fn run(o: &SoakOptions) -> Result<SoakReport, String> {
     let shared = Arc::new(Shared {
         report: Mutex::new(SoakReport::default()),
         stop: AtomicBool::new(false),
+        failures_seen: Default::default(),
         crash: Mutex::new(Vec::new()),
         t0: Instant::now(),
     });
@@ -203,7 +212,11 @@ pub fn run(o: &SoakOptions) -> Result<SoakReport, String> {
     .map(|(dir, ns, me, server)| {
         let sh = shared.clone();
         let perf = o.bins.perf.clone();
-        std::thread::spawn(move || worker(&sh, dir, &ns, me, server, &perf))
+        let at = Evidence {
+            sockets: [lab.socket(0), lab.socket(1)],
+            dir: o.dir.clone(),
+        };
+        std::thread::spawn(move || worker(&sh, dir, &ns, me, server, &perf, &at))
     })
     .collect();
     bump(&shared, |r| {
@@ -219,7 +232,14 @@ pub fn run(o: &SoakOptions) -> Result<SoakReport, String> {
     for w in workers {
         let _ = w.join();
     }
-    result?;
+    let forgery = result?;
+    // The traffic has stopped: every forgery sent is counted now or never.
+    let (sent, counted) = forgery.settle(&lab);
+    bump(&shared, |r| {
+        r.forgeries_sent = sent;
+        r.forgeries_counted = counted;
+        r.forgeries_lost_in_crash = forgery.lost_in_crash;
+    });
     // Quiet: let the buffers empty, then the end figures.
     std::thread::sleep(Duration::from_secs(2));
     let end: Vec<Usage> = (0..2).map(|i| usage(&lab, i)).collect();
@@ -287,10 +307,10 @@ fn judge(r: &mut SoakReport) {
             ));
         }
     }
-    if r.forgeries_counted < r.forgeries_sent {
+    if r.forgeries_counted + r.forgeries_lost_in_crash < r.forgeries_sent {
         v.push(format!(
-            "{} forgeries sent, {} counted by the gateways",
-            r.forgeries_sent, r.forgeries_counted
+            "{} forgeries sent, {} counted by the gateways ({} lost in the crash)",
+            r.forgeries_sent, r.forgeries_counted, r.forgeries_lost_in_crash
         ));
     }
     r.violations = v;
@@ -312,6 +332,29 @@ fn usage(lab: &Lab, i: usize) -> Usage {
     }
 }
 
+/// Where a failed session's evidence goes: both gateways' status (paths,
+/// flows, counters) taken as the failure is seen, so that a stall can be
+/// told from a cut, a full buffer or a transport that stopped.
+struct Evidence {
+    sockets: [PathBuf; 2],
+    dir: PathBuf,
+}
+
+impl Evidence {
+    fn save(&self, n: u64, direction: &str, op: &str) {
+        for (i, sock) in self.sockets.iter().enumerate() {
+            let v =
+                lab::control(sock, "status").unwrap_or_else(|e| serde_json::json!({ "error": e }));
+            let f = self.dir.join(format!(
+                "failure-{n}-{}-{op}-gateway-{}.json",
+                direction.replace('→', "-"),
+                ["a", "b"][i]
+            ));
+            let _ = std::fs::write(f, v.to_string());
+        }
+    }
+}
+
 /// Client sessions back to back until told to stop.
 fn worker(
     sh: &Shared,
@@ -320,6 +363,7 @@ fn worker(
     me: &str,
     server: &str,
     perf: &std::path::Path,
+    evidence: &Evidence,
 ) {
     let mut n: usize = if direction == "A→B" { 0 } else { 2 };
     while !sh.stop.load(Ordering::Acquire) {
@@ -360,6 +404,13 @@ fn worker(
             .output();
         let to = sh.now_s();
         let crash = sh.overlaps_crash(from, to);
+        let failed = !matches!(&out, Ok(o) if o.status.success());
+        if failed {
+            let n = sh.failures_seen.fetch_add(1, Ordering::AcqRel);
+            if n < 20 {
+                evidence.save(n, direction, op);
+            }
+        }
         let Ok(mut r) = sh.report.lock() else { return };
         r.sessions += 1;
         r.qps_opened += QPS_PER_SESSION;
@@ -376,12 +427,15 @@ fn worker(
             };
             fail(
                 &mut r,
-                from,
-                direction,
-                op,
-                "no report (client failed)",
-                err,
-                crash,
+                Failure {
+                    at_s: from,
+                    direction,
+                    op: op.into(),
+                    how: "no report (client failed)".into(),
+                    error: err,
+                    in_crash_window: crash,
+                    bytes_lost: 0,
+                },
             );
             continue;
         };
@@ -407,8 +461,18 @@ fn worker(
             } else {
                 "error reported"
             };
-            let err = p.error.clone().unwrap_or_default();
-            fail(&mut r, from, direction, op, how, err, crash);
+            fail(
+                &mut r,
+                Failure {
+                    at_s: from,
+                    direction,
+                    op: op.into(),
+                    how: how.into(),
+                    error: p.error.clone().unwrap_or_default(),
+                    in_crash_window: crash,
+                    bytes_lost: p.bytes_lost,
+                },
+            );
         }
         if crash {
             r.bytes_lost_gateway_crash += p.bytes_lost;
@@ -418,28 +482,13 @@ fn worker(
     }
 }
 
-fn fail(
-    r: &mut SoakReport,
-    at_s: f64,
-    direction: &'static str,
-    op: &str,
-    how: &str,
-    error: String,
-    in_crash_window: bool,
-) {
+fn fail(r: &mut SoakReport, f: Failure) {
     r.sessions_failed += 1;
-    if !in_crash_window {
+    if !f.in_crash_window {
         r.sessions_failed_outside_crash += 1;
     }
     if r.failures.len() < 200 {
-        r.failures.push(Failure {
-            at_s,
-            direction,
-            op: op.into(),
-            how: how.into(),
-            error,
-            in_crash_window,
-        });
+        r.failures.push(f);
     }
 }
 
@@ -449,7 +498,7 @@ fn schedule(
     lab: &mut Lab,
     sh: &Shared,
     sets: &[Vec<PathSpec>],
-) -> Result<(), String> {
+) -> Result<Forgery, String> {
     let total = o.duration.as_secs_f64();
     // Warm-up: every op and size has run (a size cycle is ~20 s), the deep
     // buffer's slots and the pools were touched, and the QPs closed first
@@ -473,7 +522,7 @@ fn schedule(
     loop {
         let t = sh.now_s();
         if t >= total {
-            return Ok(());
+            return Ok(forgery);
         }
         lab.check()?;
         tick += 1;
@@ -530,6 +579,7 @@ fn schedule(
         }
         if !crashed && t >= crash_at {
             crashed = true;
+            forgery.restarting(lab, 1);
             let from = sh.now_s();
             lab.restart_gateway(&o.bins, 1)?;
             lab.wait_connected(Duration::from_secs(30))?;
@@ -539,7 +589,7 @@ fn schedule(
             if let Ok(mut c) = sh.crash.lock() {
                 c.push((from - 12.0, to));
             }
-            forgery.reset(lab)?;
+            forgery.restarted(lab, 1);
             bump(sh, |r| r.twin_restarts += 1);
             b_warm_at = Some(sh.now_s() + warm_at.min((total - sh.now_s()) / 2.0));
             b_restarted_at = sh.now_s();
@@ -604,11 +654,22 @@ fn bump(sh: &Shared, f: impl FnOnce(&mut SoakReport)) {
 
 /// DC-side forgeries from each host toward the other site: a RoCE packet
 /// with a wrong ICRC and one cut short. The gateways must count every one.
+///
+/// Accounted per gateway (host A's go through gateway A, host B's through
+/// B). A forgery is counted when the gateway's counters show it; nothing
+/// is judged on how soon: the rounds during the run only report progress,
+/// and the verdict is taken after the traffic stopped, waiting for each
+/// gateway's count to reach what was sent to it ([`Forgery::settle`]).
 struct Forgery {
     socks: Vec<(std::net::UdpSocket, &'static str)>,
-    sent: u64,
-    base: u64,
-    base_sent: u64,
+    /// Per gateway: sent in all, counted by its earlier incarnations (or
+    /// credited at its restart, see [`Forgery::restarting`]), and its
+    /// counter when its present incarnation was first read.
+    sent: [u64; 2],
+    before_restart: [u64; 2],
+    base: [u64; 2],
+    /// Sent to a gateway that was killed before it counted them.
+    lost_in_crash: u64,
 }
 
 impl Forgery {
@@ -625,49 +686,91 @@ impl Forgery {
             .map_err(|e| format!("forgery socket: {e}"))?;
             socks.push((s, peer));
         }
-        let base = Self::counted(lab);
+        let base = [0, 1].map(|i| Self::counted_by(lab, i).unwrap_or(0));
         Ok(Forgery {
             socks,
-            sent: 0,
+            sent: [0; 2],
+            before_restart: [0; 2],
             base,
-            base_sent: 0,
+            lost_in_crash: 0,
         })
     }
 
-    /// What both gateways counted as bad ICRC or malformed.
-    fn counted(lab: &Lab) -> u64 {
-        (0..2)
-            .filter_map(|i| soya::gateway::control::query(&lab.socket(i)).ok())
+    /// What gateway `i` counted as bad ICRC or malformed (None: it did
+    /// not answer).
+    fn counted_by(lab: &Lab, i: usize) -> Option<u64> {
+        soya::gateway::control::query(&lab.socket(i))
+            .ok()
             .map(|s| s.engine.dc_bad_icrc + s.engine.dc_malformed)
-            .sum()
     }
 
-    /// After gateway B restarted its counters begin again.
-    fn reset(&mut self, lab: &Lab) -> Result<(), String> {
-        self.base_sent = self.sent;
-        self.base = Self::counted(lab);
-        Ok(())
+    /// Forgeries gateway `i` has counted (a gateway that does not answer
+    /// now is taken at what it had counted at its start).
+    fn counted(&self, lab: &Lab, i: usize) -> u64 {
+        let now = Self::counted_by(lab, i).unwrap_or(self.base[i]);
+        (now.saturating_sub(self.base[i]) + self.before_restart[i]).min(self.sent[i])
     }
 
-    /// Counts what the earlier rounds sent (5 s ago at least), then sends a
-    /// round; returns (sent before this round, of them counted).
+    fn totals(&self, lab: &Lab) -> (u64, u64) {
+        (
+            self.sent.iter().sum(),
+            (0..2).map(|i| self.counted(lab, i)).sum(),
+        )
+    }
+
+    /// Gateway `i` is about to be killed: waits (a bounded while) for it
+    /// to count what was sent to it; what it has not counted then goes
+    /// with it (`lost_in_crash`, reported, in the crash window).
+    fn restarting(&mut self, lab: &Lab, i: usize) {
+        let counted = self.wait_counted(lab, i);
+        self.lost_in_crash += self.sent[i] - counted;
+        self.before_restart[i] = self.sent[i];
+    }
+
+    /// Gateway `i` runs again: its counters begin again.
+    fn restarted(&mut self, lab: &Lab, i: usize) {
+        self.base[i] = Self::counted_by(lab, i).unwrap_or(0);
+    }
+
+    /// Waits until gateway `i` has counted every forgery sent to it, or
+    /// its count stopped moving for a long while (a forgery it will never
+    /// count: the verdict shows it). Returns its count.
+    fn wait_counted(&self, lab: &Lab, i: usize) -> u64 {
+        let mut last = self.counted(lab, i);
+        let mut still_since = Instant::now();
+        while last < self.sent[i] && still_since.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(100));
+            let c = self.counted(lab, i);
+            if c != last {
+                last = c;
+                still_since = Instant::now();
+            }
+        }
+        last
+    }
+
+    /// The final count, once the traffic has stopped: (sent, counted).
+    fn settle(&self, lab: &Lab) -> (u64, u64) {
+        let counted = (0..2).map(|i| self.wait_counted(lab, i)).sum();
+        (self.sent.iter().sum(), counted)
+    }
+
+    /// Sends a round; returns (sent, counted so far) for progress.
     fn round(&mut self, lab: &Lab) -> Result<(u64, u64), String> {
         // A BTH (RC SEND ONLY to QPN 0x123456) with an 8-byte payload and a
         // wrong ICRC; and the same BTH cut to 7 bytes.
-        let before = self.sent;
-        let counted = Self::counted(lab).saturating_sub(self.base) + self.base_sent;
         let mut bth = vec![
             0x04, 0x40, 0xff, 0xff, 0x00, 0x12, 0x34, 0x56, 0x80, 0, 0, 1,
         ];
         bth.extend_from_slice(&[0xab; 8]);
         bth.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
-        for (s, peer) in &self.socks {
+        for (i, (s, peer)) in self.socks.iter().enumerate() {
             for pkt in [&bth[..], &bth[..7]] {
                 if s.send_to(pkt, (*peer, 4791)).is_ok() {
-                    self.sent += 1;
+                    self.sent[i] += 1;
                 }
             }
         }
-        Ok((before, counted.min(before)))
+        Ok(self.totals(lab))
     }
 }
