@@ -10,7 +10,7 @@ use super::engine::{Output, QpEngine};
 use super::tests::{
     acks, drain, ingress_engine, key, request, REQUESTER, RESPONDER, RQ_QPN, RS_QPN,
 };
-use super::tests_twin::{twin_delivered, twin_error, twin_request};
+use super::tests_twin::{twin_delivered, twin_delivered_msn, twin_error, twin_request};
 use super::tests_twin_lost::{
     ack_to, cm_engine, dc_requests, dreqs, far_send, local_acks_far, poison_answer_absorbed,
     request_to,
@@ -306,14 +306,7 @@ fn the_survivor_tells_a_restarted_twin_where_its_orphaned_qps_expect_their_next_
     for psn in 5000..5003 {
         e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, psn, true, 64, 0));
     }
-    e.handle_twin(
-        t,
-        TwinMsg::Delivered {
-            half: key(),
-            psn: Psn::new(5000),
-            msn: Some(1),
-        },
-    );
+    twin_delivered_msn(&mut e, t, key(), 5000, Some(1));
     drain(&mut e);
     e.fail_all(t, NakCode::RemoteOperationalError);
     drain(&mut e);
