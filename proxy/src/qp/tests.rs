@@ -40,13 +40,27 @@ pub(super) fn request(
     payload: usize,
     read_len: u32,
 ) -> Vec<u8> {
+    let ip = IpHeader::v4(REQUESTER, RESPONDER);
+    request_on(ip, RS_QPN, op, psn, ack_req, payload, read_len)
+}
+
+/// A request on any hosts' QP (its RETH, if it has one, for at least the
+/// payload).
+pub(super) fn request_on(
+    ip: IpHeader,
+    dest_qp: u32,
+    op: Opcode,
+    psn: u32,
+    ack_req: bool,
+    payload: usize,
+    read_len: u32,
+) -> Vec<u8> {
     let reth = Reth {
         va: 0x1000,
         rkey: 7,
         len: read_len.max(payload as u32),
     };
-    let ip = IpHeader::v4(REQUESTER, RESPONDER);
-    crate::roce::builders::request(ip, RS_QPN, op, Psn::new(psn), ack_req, reth)
+    crate::roce::builders::request(ip, dest_qp, op, Psn::new(psn), ack_req, reth)
         .to_vec(&vec![0xab; payload])
         .unwrap()
 }
@@ -112,6 +126,12 @@ pub(super) fn egress_engine_with(op: Opcode, n: u32, payload: usize) -> (QpEngin
     (e, t)
 }
 
+/// [`ingress_engine`] with the edge policy, and a time just after it
+/// learned the half: most tests' first two lines.
+pub(super) fn edge_ingress() -> (QpEngine, Time) {
+    (ingress_engine(AckPolicy::Edge), Time::from_micros(1))
+}
+
 pub(super) fn drain(e: &mut QpEngine) -> Vec<Output> {
     std::iter::from_fn(|| e.poll_output_owned()).collect()
 }
@@ -136,6 +156,11 @@ pub(super) fn acks(out: &[Output]) -> Vec<(u32, Syndrome, u32)> {
         .collect()
 }
 
+/// The ACKs/NAKs of what `e` has to send.
+pub(super) fn drained_acks(e: &mut QpEngine) -> Vec<(u32, Syndrome, u32)> {
+    acks(&drain(e))
+}
+
 pub(super) fn forwarded(out: &[Output]) -> Vec<u32> {
     out.iter()
         .filter_map(|o| match o {
@@ -150,8 +175,7 @@ pub(super) fn forwarded(out: &[Output]) -> Vec<u32> {
 
 #[test]
 fn write_is_pseudo_acked_with_responder_fields_and_msn() {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.handle_dc(t, &request(Opcode::RC_WRITE_FIRST, 100, false, 64, 0));
     e.handle_dc(t, &request(Opcode::RC_WRITE_MIDDLE, 101, false, 64, 0));
     e.handle_dc(t, &request(Opcode::RC_WRITE_LAST, 102, true, 64, 0));
@@ -164,13 +188,12 @@ fn write_is_pseudo_acked_with_responder_fields_and_msn() {
 
 #[test]
 fn coalesces_to_every_n_packets_then_the_timer() {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     for psn in 100..106 {
         e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, psn, false, 8, 0));
     }
     assert_eq!(
-        acks(&drain(&mut e)),
+        drained_acks(&mut e),
         vec![(103, Syndrome::ACK_UNLIMITED, 4)],
         "one ACK per 4 packets"
     );
@@ -178,15 +201,14 @@ fn coalesces_to_every_n_packets_then_the_timer() {
     assert_eq!(deadline, t + Duration::from_micros(20));
     e.handle_timeout(deadline);
     assert_eq!(
-        acks(&drain(&mut e)),
+        drained_acks(&mut e),
         vec![(105, Syndrome::ACK_UNLIMITED, 6)]
     );
 }
 
 #[test]
 fn never_acks_at_or_past_an_outstanding_read() {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 100, true, 64, 0));
     // READ of 2 x 4096: two PSNs (101, 102) once the MTU is known; unknown
     // here, so the gateway must not assume fewer than it can prove.
@@ -218,8 +240,7 @@ fn never_acks_at_or_past_an_outstanding_read() {
 
 #[test]
 fn duplicates_are_re_acked_and_a_gap_gets_one_nak() {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, true, 8, 0));
     drain(&mut e);
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, true, 8, 0));
@@ -240,15 +261,14 @@ fn duplicates_are_re_acked_and_a_gap_gets_one_nak() {
     );
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 101, true, 8, 0));
     assert_eq!(
-        acks(&drain(&mut e)),
+        drained_acks(&mut e),
         vec![(101, Syndrome::ACK_UNLIMITED, 2)]
     );
 }
 
 #[test]
 fn delivered_frees_the_buffer_and_errors_reach_the_requester() {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     for psn in 100..104 {
         e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
     }
@@ -286,13 +306,13 @@ fn strict_waits_for_the_real_ack_of_each_message_end() {
     let d = e.poll_timeout().unwrap();
     e.handle_timeout(d);
     assert_eq!(
-        acks(&drain(&mut e)),
+        drained_acks(&mut e),
         vec![(101, Syndrome::ACK_UNLIMITED, 0)],
         "everything but the last packet"
     );
     twin_delivered(&mut e, d, key(), 102);
     assert_eq!(
-        acks(&drain(&mut e)),
+        drained_acks(&mut e),
         vec![(102, Syndrome::ACK_UNLIMITED, 1)]
     );
 }
@@ -329,7 +349,7 @@ fn backpressure_withholds_acks_instead_of_dropping() {
     assert_eq!(forwarded(&out).len(), 6, "all accepted and forwarded");
     twin_delivered(&mut e, t, key(), 105);
     assert_eq!(
-        acks(&drain(&mut e)),
+        drained_acks(&mut e),
         vec![(105, Syndrome::ACK_UNLIMITED, 6)]
     );
 }
@@ -402,16 +422,7 @@ fn egress_asks_for_an_ack_at_its_window_edge() {
         };
         twin_request(&mut e, t, request(op, psn, false, 64, 0));
     }
-    let sent: Vec<(u32, bool)> = drain(&mut e)
-        .iter()
-        .filter_map(|o| match o {
-            Output::Dc(v) => {
-                let p = RocePacket::parse_verified(v).expect("valid ICRC");
-                Some((p.psn().value(), p.bth.ack_req))
-            }
-            _ => None,
-        })
-        .collect();
+    let sent = sent_with_ack_req(&drain(&mut e));
     let edge = sent.last().unwrap().0;
     assert!(
         edge < 1099,
@@ -428,16 +439,7 @@ fn egress_asks_for_an_ack_at_its_window_edge() {
         t,
         &response(Opcode::RC_ACK, edge, Syndrome::ACK_UNLIMITED, 0),
     );
-    let more: Vec<(u32, bool)> = drain(&mut e)
-        .iter()
-        .filter_map(|o| match o {
-            Output::Dc(v) => {
-                let p = RocePacket::parse_verified(v).expect("valid ICRC");
-                Some((p.psn().value(), p.bth.ack_req))
-            }
-            _ => None,
-        })
-        .collect();
+    let more = sent_with_ack_req(&drain(&mut e));
     assert!(!more.is_empty());
     let last = *more.last().unwrap();
     assert!(last.1 || last.0 == 1099, "{more:?}");
@@ -946,7 +948,7 @@ fn a_gap_before_the_switch_naks_the_first_psn_the_responder_has_not_acked() {
     drain(&mut e);
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 103, true, 8, 0));
     assert_eq!(
-        acks(&drain(&mut e)),
+        drained_acks(&mut e),
         vec![(100, Syndrome::Nak(NakCode::PsnSequenceError), 5)]
     );
 }
@@ -1117,7 +1119,7 @@ fn egress_keeps_a_slow_responders_queue_below_the_rto() {
 #[test]
 fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
     let (mut e, t) = nearly_full_engine();
-    assert_eq!(acks(&drain(&mut e)).last().unwrap().0, 103, "then withheld");
+    assert_eq!(drained_acks(&mut e).last().unwrap().0, 103, "then withheld");
     // 100 ms of a full buffer: the ACK of 103 again, every 10 ms.
     let until = t + Duration::from_millis(100);
     let repeated = acks(&run_timers(&mut e, until));
@@ -1128,7 +1130,7 @@ fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
     // The twin delivers: the real pseudo-ACK moves on, the repeats stop.
     twin_delivered(&mut e, until, key(), 105);
     assert_eq!(
-        acks(&drain(&mut e)),
+        drained_acks(&mut e),
         vec![(105, Syndrome::ACK_UNLIMITED, 6)]
     );
     assert!(acks(&run_timers(&mut e, until + Duration::from_millis(100))).is_empty());
@@ -1138,7 +1140,7 @@ fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
         e.handle_dc(until, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
     }
     assert_eq!(
-        acks(&drain(&mut e)).last().unwrap().0,
+        drained_acks(&mut e).last().unwrap().0,
         109,
         "withheld again"
     );

@@ -14,7 +14,7 @@ use super::engine::{EngineConfig, Output, QpEngine};
 use super::expiry::idle_after;
 use super::ingress::Mode;
 use super::tests::{
-    acks, cfg, drain, ingress_engine, key, request, response, REQUESTER, RESPONDER, RQ_QPN,
+    cfg, drain, drained_acks, ingress_engine, key, request, response, REQUESTER, RESPONDER, RQ_QPN,
 };
 use super::tests_twin::{twin_delivered, twin_delivered_msn};
 use super::tests_twin_lost::{ack_to, cm_engine, request_to};
@@ -188,7 +188,7 @@ fn a_failed_half_answers_with_its_nak_for_idle_after_then_is_forgotten() {
     run(&mut e, late);
     e.handle_dc(late, &request(Opcode::RC_SEND_ONLY, 100, true, 8, 0));
     assert_eq!(
-        acks(&drain(&mut e)),
+        drained_acks(&mut e),
         vec![(100, Syndrome::Nak(NakCode::RemoteOperationalError), 0)],
         "the fatal NAK it owes"
     );

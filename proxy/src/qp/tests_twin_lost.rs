@@ -10,8 +10,8 @@ use soya_config::AckPolicy;
 use super::engine::{Output, QpEngine, TwinLostSummary};
 use super::poison;
 use super::tests::{
-    acks, cfg, drain, egress_engine_with, forwarded, ingress_engine, injected, key, request,
-    response, REQUESTER, RESPONDER, RQ_QPN, RS_QPN,
+    acks, cfg, drain, drained_acks, edge_ingress, egress_engine_with, forwarded, ingress_engine,
+    injected, key, request, request_on, response, REQUESTER, RESPONDER, RQ_QPN, RS_QPN,
 };
 use super::tests_twin::{twin_error, twin_request};
 use super::twin::{Carry, TwinMsg};
@@ -33,21 +33,7 @@ pub(super) fn request_to(
     psn: u32,
     payload: usize,
 ) -> Vec<u8> {
-    let reth = Reth {
-        va: 0x1000,
-        rkey: 7,
-        len: payload as u32,
-    };
-    crate::roce::builders::request(
-        IpHeader::v4(from, to),
-        dest_qp,
-        op,
-        Psn::new(psn),
-        true,
-        reth,
-    )
-    .to_vec(&vec![0xab; payload])
-    .unwrap()
+    request_on(IpHeader::v4(from, to), dest_qp, op, psn, true, payload, 0)
 }
 
 /// An ACK/NAK between any two hosts.
@@ -228,8 +214,7 @@ fn fail_all_naks_the_first_psn_when_nothing_was_acknowledged() {
 
 #[test]
 fn fail_all_naks_the_psn_after_the_last_ack_and_refuses_what_follows() {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 100, true, 64, 0));
     e.handle_dc(t, &request(Opcode::RC_READ_REQUEST, 101, true, 0, 4096));
     let out = drain(&mut e);
@@ -251,15 +236,14 @@ fn fail_all_naks_the_psn_after_the_last_ack_and_refuses_what_follows() {
 fn a_failed_half_never_naks_past_a_request_accepted_but_not_acknowledged() {
     // Coalescing holds the ACK of 100..=101 when the twin reports an error:
     // the NAK for a later request must not implicitly acknowledge them.
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, false, 8, 0));
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 101, false, 8, 0));
-    assert!(acks(&drain(&mut e)).is_empty(), "coalescing");
+    assert!(drained_acks(&mut e).is_empty(), "coalescing");
     twin_error(&mut e, t, key(), 0, LOST);
-    assert_eq!(acks(&drain(&mut e)), vec![(100, Syndrome::Nak(LOST), 0)]);
+    assert_eq!(drained_acks(&mut e), vec![(100, Syndrome::Nak(LOST), 0)]);
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 102, true, 8, 0));
-    assert_eq!(acks(&drain(&mut e)), vec![(100, Syndrome::Nak(LOST), 0)]);
+    assert_eq!(drained_acks(&mut e), vec![(100, Syndrome::Nak(LOST), 0)]);
 }
 
 /// The far host sent `ops` (from PSN 10) toward the local QP RS_QPN at
@@ -379,11 +363,10 @@ fn a_pseudo_acked_requester_is_poisoned_through_its_responder_role() {
     // REQUESTER's QP RQ_QPN wrote through us (pseudo-ACKed: nothing
     // outstanding) and earlier received a SEND from the far host (PSN 7),
     // which it acknowledged. It now waits for the next SEND.
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 100, true, 64, 0));
     assert_eq!(
-        acks(&drain(&mut e)),
+        drained_acks(&mut e),
         vec![(100, Syndrome::ACK_UNLIMITED, 1)]
     );
     far_send(&mut e, t, 7, 16);
@@ -507,8 +490,7 @@ fn fail_all_drops_the_lost_twins_egress_state_and_frees_its_slots() {
 
 #[test]
 fn while_the_twin_is_unreachable_new_requests_are_refused_at_once() {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.set_twin_reachable(false);
     assert!(!e.twin_reachable());
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, true, 8, 0));
@@ -552,7 +534,7 @@ fn while_the_twin_is_unreachable_new_requests_are_refused_at_once() {
         "{out:?}"
     );
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 101, true, 8, 0));
-    assert_eq!(acks(&drain(&mut e)), vec![(100, Syndrome::Nak(LOST), 0)]);
+    assert_eq!(drained_acks(&mut e), vec![(100, Syndrome::Nak(LOST), 0)]);
 }
 
 // --- Learning the ePSN by probing (`qp::poison`, probing) -----------------
@@ -561,11 +543,10 @@ fn while_the_twin_is_unreachable_new_requests_are_refused_at_once() {
 /// through us and was pseudo-ACKed: nothing outstanding, and the far host
 /// never sent it anything (no egress half, no RDMA-CM). The twin is lost.
 fn probed_engine() -> (QpEngine, TwinLostSummary, Vec<Output>) {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 100, true, 64, 0));
     assert_eq!(
-        acks(&drain(&mut e)),
+        drained_acks(&mut e),
         vec![(100, Syndrome::ACK_UNLIMITED, 1)]
     );
     let sum = e.fail_all(t, LOST);
