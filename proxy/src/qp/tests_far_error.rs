@@ -8,7 +8,8 @@ use soya_config::AckPolicy;
 
 use super::engine::{Output, QpEngine};
 use super::tests::{
-    acks, drain, drained_acks, edge_ingress, key, request, REQUESTER, RESPONDER, RQ_QPN, RS_QPN,
+    acks, assert_acks, assert_nak, drain, drained_acks, edge_ingress, key, request, REQUESTER,
+    RESPONDER, RQ_QPN, RS_QPN,
 };
 use super::tests_twin::{twin_delivered, twin_delivered_msn, twin_error, twin_request};
 use super::tests_twin_lost::{
@@ -120,10 +121,7 @@ fn a_far_error_poisons_a_pseudo_acked_requester_with_nothing_outstanding() {
     assert!(twin_errors(&out).is_empty());
     // Later requests of the requester are refused with the far error.
     e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 101, true, 64, 0));
-    assert_eq!(
-        drained_acks(&mut e),
-        vec![(101, Syndrome::Nak(NakCode::RemoteAccessError), 1)]
-    );
+    assert_nak(&mut e, 101, NakCode::RemoteAccessError, 1);
 }
 
 #[test]
@@ -183,10 +181,7 @@ fn a_requester_told_nothing_false_is_left_as_a_direct_connection_would_leave_it(
     assert!(twin_errors(&out).is_empty(), "no cascade back");
     assert_eq!(e.stats.far_error_qps_poisoned, 0);
     e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 101, true, 64, 0));
-    assert_eq!(
-        drained_acks(&mut e),
-        vec![(101, Syndrome::Nak(NakCode::RemoteOperationalError), 1)]
-    );
+    assert_nak(&mut e, 101, NakCode::RemoteOperationalError, 1);
 }
 
 #[test]
@@ -196,10 +191,7 @@ fn an_rdma_cm_connection_is_poisoned_and_disconnected_at_both_ends() {
     let mut e = cm_engine(700, 5000);
     let t = Time::from_micros(1);
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 5000, true, 64, 0));
-    assert_eq!(
-        drained_acks(&mut e),
-        vec![(5000, Syndrome::ACK_UNLIMITED, 1)]
-    );
+    assert_acks(&mut e, &[(5000, Syndrome::ACK_UNLIMITED, 1)]);
     twin_error(&mut e, t, key(), 5000, NakCode::RemoteOperationalError);
     let out = drain(&mut e);
     assert_eq!(
