@@ -12,10 +12,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 
-use crate::roce::cm;
-use crate::roce::{
-    Bth, Deth, ExtHeaders, Headers, IpHeader, NakCode, Opcode, Psn, RocePacket, RoceRepr, Syndrome,
-};
+use crate::roce::{builders, cm};
+use crate::roce::{IpHeader, NakCode, Psn, RocePacket, Syndrome};
 use crate::time::Time;
 
 use super::egress::Reinjector;
@@ -517,22 +515,9 @@ impl QpEngine {
     }
 }
 
-/// A CM MAD from `from`'s CM to `to`'s: UD SEND Only from QP1 to QP1.
+/// A CM MAD from `from`'s CM to `to`'s.
 fn dreq_packet(from: IpAddr, to: IpAddr, mad: &[u8]) -> Option<Vec<u8>> {
-    let ip = IpHeader::between(from, to)?;
-    let op = Opcode::UD_SEND_ONLY;
-    let repr = RoceRepr {
-        ip,
-        src_port: 0xc000,
-        bth: Bth::new(op, 1, Psn::new(0)),
-        ext: ExtHeaders {
-            present: op.info().map_or(Headers::NONE, |i| i.headers),
-            deth: Deth {
-                qkey: cm::GSI_QKEY,
-                src_qp: 1,
-            },
-            ..Default::default()
-        },
-    };
-    repr.to_vec(mad).ok()
+    builders::cm_mad(IpHeader::between(from, to)?)
+        .to_vec(mad)
+        .ok()
 }
