@@ -375,4 +375,55 @@ mod tests {
         let e = engine_options(&file, &cli).unwrap_err();
         assert!(e.contains("--slack-us"), "{e}");
     }
+
+    #[test]
+    fn the_command_line_layer_wins_key_by_key() {
+        // Top-level keys: a flag given wins, one not given leaves the file's.
+        let file = FileConfig {
+            seed: Some(1),
+            max_held: Some(5),
+            realtime: Some(true),
+            offload: Some(false),
+            ..FileConfig::default()
+        };
+        let flags = FileConfig {
+            seed: Some(2),
+            realtime: Some(false), // --no-realtime
+            ..FileConfig::default()
+        };
+        let e = engine_options(&file, &flags).unwrap();
+        assert_eq!((e.seed, e.max_held), (2, 5));
+        assert!(!e.realtime && !e.offload);
+        let e = engine_options(&FileConfig::default(), &FileConfig::default()).unwrap();
+        assert!(e.realtime && e.offload, "both on unless turned off");
+
+        // Profiles: the flags' [profile] and [a_to_b] over the file's.
+        let spec = |delay_ms, loss| {
+            Some(ProfileSpec {
+                delay_ms,
+                loss,
+                ..ProfileSpec::default()
+            })
+        };
+        let file = FileConfig {
+            profile: spec(Some(1.0), Some(0.1)),
+            ..FileConfig::default()
+        };
+        let cli = CliInput {
+            keys: FileConfig {
+                profile: spec(Some(3.0), None),
+                a_to_b: spec(None, Some(0.2)),
+                ..FileConfig::default()
+            },
+            ..CliInput::default()
+        };
+        let layers = Layers {
+            file: &file,
+            fname: String::new(),
+            cli: &cli,
+        };
+        let (a2b, b2a) = (layers.profile(None, true), layers.profile(None, false));
+        assert_eq!((a2b.delay, a2b.loss), (Duration::from_millis(3), 0.2));
+        assert_eq!((b2a.delay, b2a.loss), (Duration::from_millis(3), 0.1));
+    }
 }
