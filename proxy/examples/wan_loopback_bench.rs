@@ -289,7 +289,7 @@ struct Args {
     /// queue) outstanding, so it is also the working set of queued messages.
     #[arg(long = "window", default_value_t = 32)]
     window_mib: u64,
-    /// Turn off the per-side CPU accounting (see `PER_SIDE`).
+    /// Turn off the per-side CPU split (its clock reads are system calls).
     #[arg(long)]
     no_per_side: bool,
     /// Only the runs whose name contains this.
