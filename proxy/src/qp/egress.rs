@@ -272,6 +272,12 @@ pub struct Reinjector {
     /// Highest PSN sent with AckReq set (by the requester or by us).
     ack_req_out: Option<Psn>,
     rto_recovery: Option<RtoRecovery>,
+    /// When the last retransmission timeout resent the head. A packet sent
+    /// before it and acknowledged after it gives no RTT sample (Karn): the
+    /// ACK may be the responder's answer to the resend (its re-ACK of a
+    /// duplicate covers everything it had), and its wait includes the
+    /// whole timeout episode.
+    rto_at: Option<Time>,
     /// The message in progress at the responder once it has executed
     /// everything up to `acked` (or, in the tunnel phase, up to `raw_high`):
     /// what [`Self::poison_plan`] needs.
@@ -326,6 +332,7 @@ impl Reinjector {
             rnr_since: None,
             ack_req_out: None,
             rto_recovery: None,
+            rto_at: None,
             resp_state: InProgress::Nothing,
             failed: false,
             plan_at_failure: None,
@@ -658,7 +665,9 @@ impl Reinjector {
             // for: the others waited for a later packet's AckReq, and that
             // wait is not the responder's round trip.
             if let (Some(t), false, true) = (p.sent_at, p.retransmitted, p.last() == psn) {
-                queued = self.rtt_sample(now, now - t);
+                if self.rto_at.is_none_or(|r| t >= r) {
+                    queued = self.rtt_sample(now, now - t);
+                }
             }
             if let Some(s) = p.held.slot {
                 buf.release(self.flow_id, s);
@@ -958,6 +967,7 @@ impl Reinjector {
                 return self.probe(now, out);
             }
             self.stats.timeouts += 1;
+            self.rto_at = Some(now);
             // Resend the oldest packet alone (it asks for an ACK): a
             // responder that only stalled answers with how far it got, one
             // that lost packets gets the rest as the window reopens.

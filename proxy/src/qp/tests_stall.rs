@@ -1,0 +1,72 @@
+//! Packet-level tests of the egress's recovery after a timeout episode,
+//! found by `soya-sim sweep` with burst loss on the data-center links
+//! (issue 17's soak stalls: the gateway's `rx_kernel_drops` are bursts).
+
+use std::time::Duration;
+
+use soya_config::AckPolicy;
+
+use super::engine::QpEngine;
+use super::tests::{cfg, drain, injected, request, response, run_timers};
+use super::tests_twin::twin_request;
+use crate::roce::{Opcode, Syndrome};
+use crate::time::Time;
+
+/// Sweep seed 420 (SEND, DC links losing packets in bursts): the
+/// responder had every packet the egress injected, but a burst ate its
+/// ACKs. The egress timed out and resent the oldest packet for seconds;
+/// when one of the responder's re-ACKs (of that duplicate) finally came
+/// through, it covered the whole pre-timeout flight, and the egress took
+/// it as the round trip of the last packet of that flight, sent once,
+/// seconds before: srtt jumped from microseconds to seconds. From then on
+/// every loss waited a multi-second RTO (the ceiling does not cap an RTO
+/// below srtt), and the flow crawled (three PSNs per 3.5 s) until the
+/// give-up time failed it. Karn's rule: no RTT sample from a packet sent
+/// before a timeout's resend and acknowledged after it.
+#[test]
+fn egress_takes_no_rtt_sample_across_a_timeout() {
+    let c = cfg(AckPolicy::Edge);
+    let floor = c.egress.min_rto;
+    let mut e = QpEngine::new(c);
+    let t0 = Time::from_micros(1);
+    // A responder that answers in 10 µs: the RTO sits at its floor.
+    for i in 0..20u32 {
+        let at = t0 + Duration::from_micros(u64::from(i) * 100);
+        twin_request(
+            &mut e,
+            at,
+            request(Opcode::RC_SEND_ONLY, 10 + i, true, 64, 0),
+        );
+        drain(&mut e);
+        let ack = response(Opcode::RC_ACK, 10 + i, Syndrome::ACK_UNLIMITED, 0);
+        e.handle_dc(at + Duration::from_micros(10), &ack);
+        drain(&mut e);
+    }
+    // 30..=39 injected; the responder gets them all, its ACKs are lost.
+    let t1 = t0 + Duration::from_millis(3);
+    for psn in 30..40 {
+        twin_request(&mut e, t1, request(Opcode::RC_SEND_ONLY, psn, true, 64, 0));
+    }
+    assert_eq!(injected(&drain(&mut e)), (30..40).collect::<Vec<_>>());
+    // Two seconds of timeouts, each resending the oldest, re-ACKs lost.
+    let t2 = t1 + Duration::from_secs(2);
+    let resent = injected(&run_timers(&mut e, t2));
+    assert!(
+        resent.len() >= 5 && resent.iter().all(|&p| p == 30),
+        "timeouts resend the oldest packet: {resent:?}"
+    );
+    // A re-ACK gets through: the responder had everything up to 39.
+    let ack = response(Opcode::RC_ACK, 39, Syndrome::ACK_UNLIMITED, 0);
+    e.handle_dc(t2, &ack);
+    drain(&mut e);
+    // The responder is as fast as ever: the next packet's RTO is the
+    // floor again, not the timeout episode's length.
+    let t3 = t2 + Duration::from_millis(1);
+    twin_request(&mut e, t3, request(Opcode::RC_SEND_ONLY, 40, true, 64, 0));
+    assert_eq!(injected(&drain(&mut e)), vec![40]);
+    let rto = e.poll_timeout().expect("timed").since(t3);
+    assert_eq!(
+        rto, floor,
+        "RTO after the episode (srtt must not include its 2 s)"
+    );
+}
