@@ -654,7 +654,7 @@ impl Reinjector {
             return;
         }
         let mut progressed = false;
-        let (mut grow, mut queued) = (0, false);
+        let (mut grow, mut queued, mut sampled) = (0, false, false);
         while let Some(front) = self.queue.front() {
             if front.last().after(psn) {
                 break;
@@ -667,6 +667,7 @@ impl Reinjector {
             if let (Some(t), false, true) = (p.sent_at, p.retransmitted, p.last() == psn) {
                 if self.rto_at.is_none_or(|r| t >= r) {
                     queued = self.rtt_sample(now, now - t);
+                    sampled = true;
                 }
             }
             if let Some(s) = p.held.slot {
@@ -704,7 +705,12 @@ impl Reinjector {
         self.progress_at = now;
         if progressed || self.queue.is_empty() {
             self.rnr_since = None;
-            self.backoff = 0;
+            // Karn: a backed-off RTO stays until an answer gives a valid
+            // RTT sample (RFC 6298 section 5): an answer to packets sent
+            // before the timeout tells nothing of the responder's pace.
+            if sampled || self.rto_at.is_none() || self.queue.is_empty() {
+                self.backoff = 0;
+            }
             self.arm(now, true);
         }
         out.push_back(Output::Twin(TwinMsg::Delivered {

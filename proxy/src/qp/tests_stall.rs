@@ -26,7 +26,7 @@ use crate::time::Time;
 #[test]
 fn egress_takes_no_rtt_sample_across_a_timeout() {
     let c = cfg(AckPolicy::Edge);
-    let floor = c.egress.min_rto;
+    let (floor, max_rto) = (c.egress.min_rto, c.egress.max_rto);
     let mut e = QpEngine::new(c);
     let t0 = Time::from_micros(1);
     // A responder that answers in 10 µs: the RTO sits at its floor.
@@ -59,14 +59,25 @@ fn egress_takes_no_rtt_sample_across_a_timeout() {
     let ack = response(Opcode::RC_ACK, 39, Syndrome::ACK_UNLIMITED, 0);
     e.handle_dc(t2, &ack);
     drain(&mut e);
-    // The responder is as fast as ever: the next packet's RTO is the
-    // floor again, not the timeout episode's length.
+    // The responder is as fast as ever. The answer came for packets sent
+    // before the timeouts, so it tells nothing of the responder's pace:
+    // the backed-off RTO stays (at most its ceiling), not the episode's
+    // length...
     let t3 = t2 + Duration::from_millis(1);
     twin_request(&mut e, t3, request(Opcode::RC_SEND_ONLY, 40, true, 64, 0));
     assert_eq!(injected(&drain(&mut e)), vec![40]);
     let rto = e.poll_timeout().expect("timed").since(t3);
-    assert_eq!(
-        rto, floor,
-        "RTO after the episode (srtt must not include its 2 s)"
+    assert!(
+        rto <= max_rto,
+        "RTO after the episode {rto:?} (srtt must not include its 2 s)"
     );
+    // ...until a packet sent after them is answered: the floor again.
+    let ack = response(Opcode::RC_ACK, 40, Syndrome::ACK_UNLIMITED, 0);
+    e.handle_dc(t3 + Duration::from_micros(10), &ack);
+    drain(&mut e);
+    let t4 = t3 + Duration::from_millis(1);
+    twin_request(&mut e, t4, request(Opcode::RC_SEND_ONLY, 41, true, 64, 0));
+    assert_eq!(injected(&drain(&mut e)), vec![41]);
+    let rto = e.poll_timeout().expect("timed").since(t4);
+    assert_eq!(rto, floor, "RTO once a valid sample came");
 }
