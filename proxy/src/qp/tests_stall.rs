@@ -81,3 +81,60 @@ fn egress_takes_no_rtt_sample_across_a_timeout() {
     let rto = e.poll_timeout().expect("timed").since(t4);
     assert_eq!(rto, floor, "RTO once a valid sample came");
 }
+
+/// Sweep seed 261 (bidirectional SEND, DC links losing packets in bursts):
+/// a burst took the tail of the egress's flight. The timeout resent the
+/// oldest packet, its ACK let two more out, and their ACK, past the resent
+/// head, was taken for proof that the responder had the rest of the flight
+/// ("slow, not lossy"): the rest stayed "in flight" until the next timeout,
+/// three PSNs per RTO, until the give-up time failed the flow. Only an
+/// answer to a packet sent before the timeout, and not resent since, shows
+/// that the responder had more than what was resent.
+#[test]
+fn egress_resends_a_lost_flight_after_a_timeout_without_waiting_for_more() {
+    let c = cfg(AckPolicy::Edge);
+    let mut e = QpEngine::new(c);
+    let t0 = Time::from_micros(1);
+    for i in 0..20u32 {
+        let at = t0 + Duration::from_micros(u64::from(i) * 100);
+        twin_request(
+            &mut e,
+            at,
+            request(Opcode::RC_SEND_ONLY, 10 + i, true, 64, 0),
+        );
+        drain(&mut e);
+        let ack = response(Opcode::RC_ACK, 10 + i, Syndrome::ACK_UNLIMITED, 0);
+        e.handle_dc(at + Duration::from_micros(10), &ack);
+        drain(&mut e);
+    }
+    // 30..=39 injected; a burst takes them all.
+    let t1 = t0 + Duration::from_millis(3);
+    for psn in 30..40 {
+        twin_request(&mut e, t1, request(Opcode::RC_SEND_ONLY, psn, true, 64, 0));
+    }
+    assert_eq!(injected(&drain(&mut e)), (30..40).collect::<Vec<_>>());
+    // The timeout resends the oldest; the responder executes and ACKs it.
+    let t2 = e.poll_timeout().expect("timed");
+    let resent = injected(&run_timers(&mut e, t2));
+    assert_eq!(resent, vec![30], "the timeout resends the oldest");
+    let t = t2 + Duration::from_micros(10);
+    e.handle_dc(t, &response(Opcode::RC_ACK, 30, Syndrome::ACK_UNLIMITED, 0));
+    let next = injected(&drain(&mut e));
+    assert!(
+        !next.is_empty() && next[0] == 31,
+        "window reopens: {next:?}"
+    );
+    // The responder executes what came and ACKs the last of it: a PSN
+    // past the resent head, but of packets resent after the timeout.
+    let high = *next.last().unwrap();
+    let t = t + Duration::from_micros(10);
+    e.handle_dc(
+        t,
+        &response(Opcode::RC_ACK, high, Syndrome::ACK_UNLIMITED, 0),
+    );
+    let more = injected(&drain(&mut e));
+    assert!(
+        more.first() == Some(&(high + 1)),
+        "the rest of the lost flight goes out on that ACK, not an RTO later: {more:?}"
+    );
+}
