@@ -28,26 +28,10 @@ fn egress_takes_no_rtt_sample_across_a_timeout() {
     let c = cfg(AckPolicy::Edge);
     let (floor, max_rto) = (c.egress.min_rto, c.egress.max_rto);
     let mut e = QpEngine::new(c);
-    let t0 = Time::from_micros(1);
     // A responder that answers in 10 µs: the RTO sits at its floor.
-    for i in 0..20u32 {
-        let at = t0 + Duration::from_micros(u64::from(i) * 100);
-        twin_request(
-            &mut e,
-            at,
-            request(Opcode::RC_SEND_ONLY, 10 + i, true, 64, 0),
-        );
-        drain(&mut e);
-        let ack = response(Opcode::RC_ACK, 10 + i, Syndrome::ACK_UNLIMITED, 0);
-        e.handle_dc(at + Duration::from_micros(10), &ack);
-        drain(&mut e);
-    }
+    let t0 = answered_in_10us(&mut e);
     // 30..=39 injected; the responder gets them all, its ACKs are lost.
-    let t1 = t0 + Duration::from_millis(3);
-    for psn in 30..40 {
-        twin_request(&mut e, t1, request(Opcode::RC_SEND_ONLY, psn, true, 64, 0));
-    }
-    assert_eq!(injected(&drain(&mut e)), (30..40).collect::<Vec<_>>());
+    let t1 = inject_30_to_39(&mut e, t0);
     // Two seconds of timeouts, each resending the oldest, re-ACKs lost.
     let t2 = t1 + Duration::from_secs(2);
     let resent = injected(&run_timers(&mut e, t2));
@@ -94,25 +78,9 @@ fn egress_takes_no_rtt_sample_across_a_timeout() {
 fn egress_resends_a_lost_flight_after_a_timeout_without_waiting_for_more() {
     let c = cfg(AckPolicy::Edge);
     let mut e = QpEngine::new(c);
-    let t0 = Time::from_micros(1);
-    for i in 0..20u32 {
-        let at = t0 + Duration::from_micros(u64::from(i) * 100);
-        twin_request(
-            &mut e,
-            at,
-            request(Opcode::RC_SEND_ONLY, 10 + i, true, 64, 0),
-        );
-        drain(&mut e);
-        let ack = response(Opcode::RC_ACK, 10 + i, Syndrome::ACK_UNLIMITED, 0);
-        e.handle_dc(at + Duration::from_micros(10), &ack);
-        drain(&mut e);
-    }
+    let t0 = answered_in_10us(&mut e);
     // 30..=39 injected; a burst takes them all.
-    let t1 = t0 + Duration::from_millis(3);
-    for psn in 30..40 {
-        twin_request(&mut e, t1, request(Opcode::RC_SEND_ONLY, psn, true, 64, 0));
-    }
-    assert_eq!(injected(&drain(&mut e)), (30..40).collect::<Vec<_>>());
+    inject_30_to_39(&mut e, t0);
     // The timeout resends the oldest; the responder executes and ACKs it.
     let t2 = e.poll_timeout().expect("timed");
     let resent = injected(&run_timers(&mut e, t2));
@@ -137,4 +105,29 @@ fn egress_resends_a_lost_flight_after_a_timeout_without_waiting_for_more() {
         more.first() == Some(&(high + 1)),
         "the rest of the lost flight goes out on that ACK, not an RTO later: {more:?}"
     );
+}
+
+/// PSNs 10..=29 (SEND, one packet each, 100 µs apart), each answered in
+/// 10 µs by the responder: the RTO sits at its floor. Returns the start.
+fn answered_in_10us(e: &mut QpEngine) -> Time {
+    let t0 = Time::from_micros(1);
+    for i in 0..20u32 {
+        let at = t0 + Duration::from_micros(u64::from(i) * 100);
+        twin_request(e, at, request(Opcode::RC_SEND_ONLY, 10 + i, true, 64, 0));
+        drain(e);
+        let ack = response(Opcode::RC_ACK, 10 + i, Syndrome::ACK_UNLIMITED, 0);
+        e.handle_dc(at + Duration::from_micros(10), &ack);
+        drain(e);
+    }
+    t0
+}
+
+/// PSNs 30..=39 from the twin 3 ms after `t0`, all injected at once.
+fn inject_30_to_39(e: &mut QpEngine, t0: Time) -> Time {
+    let t1 = t0 + Duration::from_millis(3);
+    for psn in 30..40 {
+        twin_request(e, t1, request(Opcode::RC_SEND_ONLY, psn, true, 64, 0));
+    }
+    assert_eq!(injected(&drain(e)), (30..40).collect::<Vec<_>>());
+    t1
 }
