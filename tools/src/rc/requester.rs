@@ -49,6 +49,33 @@ struct SendWqe {
 }
 
 impl SendWqe {
+    /// The next packet of this WRITE or SEND of `len` bytes: its opcode
+    /// (from the kind's `ops`), payload (the pattern at `va_base` plus the
+    /// offset), whether it is the first and the last, and the packets left
+    /// with it. The immediate rides on the last packet.
+    fn next_segment(
+        &mut self,
+        ops: [Opcode; 6],
+        len: u32,
+        imm: Option<u32>,
+        va_base: u64,
+        mtu: u32,
+        ext: &mut ExtHeaders,
+    ) -> (Opcode, OutPayload, bool, bool, u32) {
+        let (n, start, end, npkts) = segment(len, self.sent, mtu);
+        if end {
+            ext.imm = imm.unwrap_or(0);
+        }
+        let payload = OutPayload::Pattern {
+            va: va_base.wrapping_add(u64::from(self.sent)),
+            len: n as usize,
+            seq: self.msg_seq,
+        };
+        self.sent += n;
+        let opcode = segment_opcode(ops, start, end, imm.is_some());
+        (opcode, payload, start, end, npkts)
+    }
+
     /// READ and atomics are answered by data, never by a plain ACK
     /// (rxe `WR_ATOMIC_OR_READ_MASK`).
     fn needs_response(&self) -> bool {
@@ -232,9 +259,8 @@ impl Requester {
                 len,
                 imm,
             } => {
-                let n;
-                (n, start, end, npkts) = segment(len, wqe.sent, mtu);
-                opcode = segment_opcode(WRITE_OPCODES, start, end, imm.is_some());
+                (opcode, payload, start, end, npkts) =
+                    wqe.next_segment(WRITE_OPCODES, len, imm, remote_va, mtu, &mut ext);
                 if start {
                     ext.reth = Reth {
                         va: remote_va,
@@ -242,30 +268,11 @@ impl Requester {
                         len,
                     };
                 }
-                if end {
-                    ext.imm = imm.unwrap_or(0);
-                }
-                payload = OutPayload::Pattern {
-                    va: remote_va.wrapping_add(u64::from(wqe.sent)),
-                    len: n as usize,
-                    seq: wqe.msg_seq,
-                };
-                wqe.sent += n;
             }
+            // A SEND has no VA: the pattern is keyed on the offset in the message.
             WorkRequest::Send { len, imm } => {
-                let n;
-                (n, start, end, npkts) = segment(len, wqe.sent, mtu);
-                opcode = segment_opcode(SEND_OPCODES, start, end, imm.is_some());
-                if end {
-                    ext.imm = imm.unwrap_or(0);
-                }
-                // A SEND has no VA: the pattern is keyed on the offset in the message.
-                payload = OutPayload::Pattern {
-                    va: u64::from(wqe.sent),
-                    len: n as usize,
-                    seq: wqe.msg_seq,
-                };
-                wqe.sent += n;
+                (opcode, payload, start, end, npkts) =
+                    wqe.next_segment(SEND_OPCODES, len, imm, 0, mtu, &mut ext);
             }
             WorkRequest::Read {
                 remote_va,
@@ -292,15 +299,8 @@ impl Requester {
                 rkey,
                 add,
             } => {
-                (start, end, npkts) = (true, true, 1);
-                opcode = Opcode::RC_FETCH_ADD;
-                ext.atomic = AtomicEth {
-                    va: remote_va,
-                    rkey,
-                    swap_add: add,
-                    compare: 0,
-                };
-                payload = OutPayload::None;
+                (opcode, ext.atomic) = atomic(Opcode::RC_FETCH_ADD, remote_va, rkey, add, 0);
+                (start, end, npkts, payload) = (true, true, 1, OutPayload::None);
             }
             WorkRequest::CmpSwap {
                 remote_va,
@@ -308,15 +308,9 @@ impl Requester {
                 compare,
                 swap,
             } => {
-                (start, end, npkts) = (true, true, 1);
-                opcode = Opcode::RC_COMPARE_SWAP;
-                ext.atomic = AtomicEth {
-                    va: remote_va,
-                    rkey,
-                    swap_add: swap,
-                    compare,
-                };
-                payload = OutPayload::None;
+                (opcode, ext.atomic) =
+                    atomic(Opcode::RC_COMPARE_SWAP, remote_va, rkey, swap, compare);
+                (start, end, npkts, payload) = (true, true, 1, OutPayload::None);
             }
         }
 
@@ -828,6 +822,17 @@ fn segment(len: u32, sent: u32, mtu: u32) -> (u32, bool, bool, u32) {
         resid <= mtu,
         resid.div_ceil(mtu).max(1),
     )
+}
+
+/// An atomic's opcode and AtomicETH (one packet, no payload).
+fn atomic(op: Opcode, va: u64, rkey: u32, swap_add: u64, compare: u64) -> (Opcode, AtomicEth) {
+    let eth = AtomicEth {
+        va,
+        rkey,
+        swap_add,
+        compare,
+    };
+    (op, eth)
 }
 
 /// A WRITE's opcodes, in [`segment_opcode`]'s order.

@@ -104,6 +104,26 @@ impl SendFlow {
             None => false,
         }
     }
+
+    /// The next fragment of flow `id` went into the datagram: note it in
+    /// `out` and move on (to the next message once the last fragment is
+    /// out, which leaves the unsent bytes, the flow's and all flows').
+    fn sent_frag(&mut self, id: u64, unsent: &mut u64, out: &mut Vec<SentFrame>) {
+        let cursor = self.cursor;
+        let m = &mut self.msgs[cursor];
+        out.push(SentFrame::Data {
+            flow: id,
+            seq: m.seq,
+            frag: m.next_frag,
+        });
+        m.next_frag += 1;
+        if m.next_frag == m.nfrags {
+            let len = m.bytes.len() as u64;
+            self.unsent_bytes -= len;
+            *unsent -= len;
+            self.cursor += 1;
+        }
+    }
 }
 
 /// Sending half of all flows.
@@ -384,17 +404,7 @@ impl SendFlows {
             if cfg!(any(test, debug_assertions)) {
                 assert_eq!(w.len() - before, need);
             }
-            out.push(SentFrame::Data {
-                flow: id,
-                seq: m.seq,
-                frag,
-            });
-            m.next_frag += 1;
-            if m.next_frag == m.nfrags {
-                f.unsent_bytes -= m.bytes.len() as u64;
-                self.unsent -= m.bytes.len() as u64;
-                f.cursor += 1;
-            }
+            f.sent_frag(id, &mut self.unsent, out);
             if f.sendable() {
                 enqueue(&mut self.ready, &mut self.ready_floor, id, f, frag_size);
             }
@@ -436,17 +446,7 @@ impl SendFlows {
                 self.ready.push_back(id);
                 continue;
             }
-            out.push(SentFrame::Data {
-                flow: id,
-                seq: m.seq,
-                frag,
-            });
-            m.next_frag += 1;
-            if m.next_frag == m.nfrags {
-                f.unsent_bytes -= m.bytes.len() as u64;
-                self.unsent -= m.bytes.len() as u64;
-                f.cursor += 1;
-            }
+            f.sent_frag(id, &mut self.unsent, out);
             if f.sendable() {
                 f.in_ready = true;
                 self.ready.push_back(id);
