@@ -81,11 +81,14 @@ fn two_minute_soak_loses_nothing_and_drops_no_flow() {
     // halves piled up, which depends on the machine's speed.
     for g in v["gateways"].as_array().unwrap() {
         println!(
-            "gateway {}: RSS {} -> {} KiB ({:.1} %, judged: {}), halves {} -> {} ({} forgotten)",
+            "gateway {}: RSS {} -> {} KiB ({:.1} %, {:.1} % beyond the buffer's high water {} -> {} slots; judged: {}), halves {} -> {} ({} forgotten)",
             g["site"],
             g["warm"]["rss_kib"],
             g["end"]["rss_kib"],
             g["rss_growth_pct"].as_f64().unwrap_or(0.0),
+            g["rss_growth_beyond_buffer_pct"].as_f64().unwrap_or(0.0),
+            g["warm"]["buffer_high_water"],
+            g["end"]["buffer_high_water"],
             g["rss_judged"],
             g["warm"]["halves"],
             g["end"]["halves"],

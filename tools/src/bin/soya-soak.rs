@@ -99,12 +99,12 @@ fn main() -> ExitCode {
             "soak {:.0} s: {} sessions, {} QPs, {} ops verified ({} B), {} sessions failed ({} outside the crash)\n\
              bytes lost {} (crash window {}), duplicated {}, silent failures {}\n\
              faults: {}; {} path cuts, {} reloads, {} twin restart(s), {}/{} forgeries counted\n\
-             RSS growth {:.1} %, fd growth {}",
+             RSS growth {:.1} % ({:.1} % beyond the deep buffer's new high water), fd growth {}",
             r.duration_s, r.sessions, r.qps_opened, r.ops_verified, r.bytes_verified,
             r.sessions_failed, r.sessions_failed_outside_crash, r.bytes_lost,
             r.bytes_lost_gateway_crash, r.bytes_duplicated, r.silent_failures, r.loss_model,
             r.path_cuts, r.reloads, r.twin_restarts, r.forgeries_counted, r.forgeries_sent,
-            r.rss_growth_pct, r.fd_growth
+            r.rss_growth_pct, r.rss_growth_beyond_buffer_pct, r.fd_growth
         );
         for f in &r.failures {
             println!(
