@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use clap::{Parser, Subcommand};
 
@@ -228,11 +228,23 @@ fn gateway(path: &std::path::Path, check: bool) -> ExitCode {
     logging::init(cfg.log.format, cfg.log.level);
     // SIGHUP runs `reload` on the control plane (gateway::signals); it
     // reaches the device loops through the gateway's Control, which exists
-    // once the gateway has started.
+    // once the gateway has started. A SIGHUP that comes while it starts
+    // (the control socket is up a moment before: an operator's reload right
+    // after `systemctl start`, a test that waits for the socket) is
+    // remembered and applied as soon as it has, never dropped.
     let path = path.to_path_buf();
-    let control = Arc::new(OnceLock::<gateway::Control>::new());
-    let ctl = control.clone();
-    let on_sighup: signals::Reload = Box::new(move || reload(&path, ctl.get()));
+    let reloads = Arc::new(Mutex::new(Reloads::default()));
+    let (r, p) = (reloads.clone(), path.clone());
+    let on_sighup: signals::Reload = Box::new(move || {
+        let Ok(mut st) = r.lock() else { return };
+        match st.control.clone() {
+            Some(ctl) => reload(&p, &ctl),
+            None => {
+                st.pending = true;
+                tracing::info!("SIGHUP: the gateway is still starting; reloading once it has");
+            }
+        }
+    });
     let gw = match gateway::Gateway::start_with(&cfg, Some(on_sighup)) {
         Ok(g) => g,
         Err(e) => {
@@ -240,7 +252,14 @@ fn gateway(path: &std::path::Path, check: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let _ = control.set(gw.control());
+    if let Ok(mut st) = reloads.lock() {
+        // Under the lock: a SIGHUP either saw no control and left
+        // `pending`, or sees this one.
+        st.control = Some(gw.control());
+        if std::mem::take(&mut st.pending) {
+            reload(&path, &gw.control());
+        }
+    }
     let summary = gw.wait();
     println!("{summary}");
     match summary.outcome {
@@ -249,13 +268,17 @@ fn gateway(path: &std::path::Path, check: bool) -> ExitCode {
     }
 }
 
+/// What SIGHUP needs: the gateway's Control once it has started, and
+/// whether a SIGHUP came before that.
+#[derive(Default)]
+struct Reloads {
+    control: Option<soya::gateway::Control>,
+    pending: bool,
+}
+
 /// SIGHUP: re-reads the configuration file and applies what it can live
 /// (`gateway::reload::apply`); the log line says what needs a restart.
-fn reload(path: &std::path::Path, control: Option<&soya::gateway::Control>) {
-    let Some(ctl) = control else {
-        tracing::warn!("SIGHUP: the gateway is still starting; not reloaded");
-        return;
-    };
+fn reload(path: &std::path::Path, ctl: &soya::gateway::Control) {
     match soya_config::load(path) {
         Ok(new) => {
             let r = ctl.reload(&new);
