@@ -629,3 +629,5 @@ pub enum SendError {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_copies;
