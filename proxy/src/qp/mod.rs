@@ -50,6 +50,8 @@ mod tests_hw;
 #[cfg(test)]
 mod tests_orphan;
 #[cfg(test)]
+mod tests_reserve;
+#[cfg(test)]
 mod tests_timers;
 #[cfg(test)]
 mod tests_twin;
