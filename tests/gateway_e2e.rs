@@ -14,8 +14,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use soya::gateway::{Gateway, Snapshot};
@@ -25,31 +24,15 @@ use soya_tools::rc::{Completion, CompletionStatus, QpAddr, QpConfig, RcQp, WorkR
 
 // ----- addresses and configuration -----
 
-fn unique_ip() -> Ipv4Addr {
-    static N: AtomicU32 = AtomicU32::new(1);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let pid = std::process::id();
-    Ipv4Addr::new(
-        127,
-        20 + (pid % 230) as u8,
-        100 + (n / 250) as u8,
-        (n % 250 + 1) as u8,
-    )
-}
+#[path = "../proxy/tests/common/lab.rs"]
+mod lab;
+use lab::{pair, start, unique_ip, wait_for, write_configs, write_key, Knobs, Side};
 
-fn free_udp(ip: Ipv4Addr) -> SocketAddr {
-    UdpSocket::bind((ip, 0)).unwrap().local_addr().unwrap()
-}
+/// Third octet of this binary's loopback addresses (`lab`): apart from
+/// `proxy/tests/gateway.rs`'s.
+const IP_BLOCK: u8 = 100;
 
-struct Side {
-    site: &'static str,
-    dc: SocketAddr,
-    wan: SocketAddr,
-    socket: PathBuf,
-    local: &'static str,
-    remote: &'static str,
-}
-
+/// A gateway pair's addresses and configuration files.
 struct Lab {
     a: Side,
     b: Side,
@@ -57,80 +40,25 @@ struct Lab {
     fb: PathBuf,
 }
 
+/// The pair of `lab-udp-{a,b}.toml` on free loopback ports, its WAN path
+/// at `rate`, no `/metrics`.
 fn lab(test: &str, keyed: bool, rate: &str) -> Lab {
-    let dir = std::env::temp_dir().join(format!("soya-e2e-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let side = |site, local, remote, name: &str| {
-        let ip = unique_ip();
-        Side {
-            site,
-            dc: free_udp(ip),
-            wan: free_udp(ip),
-            socket: dir.join(format!("{name}.sock")),
-            local,
-            remote,
-        }
+    let p = pair(test);
+    let key = keyed.then(|| write_key(&p.dir));
+    let knobs = Knobs {
+        key: key.as_deref(),
+        rate,
+        buffer: "32MiB",
+        metrics: false,
+        ..Knobs::default()
     };
-    let a = side("lab-a", "10.1.0.0/16", "10.2.0.0/16", "a");
-    let b = side("lab-b", "10.2.0.0/16", "10.1.0.0/16", "b");
-    let key = keyed.then(|| {
-        use std::os::unix::fs::PermissionsExt;
-        let p = dir.join("psk.key");
-        let k = soya::rand::key().unwrap();
-        std::fs::write(&p, k.iter().map(|b| format!("{b:02x}")).collect::<String>()).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-        p
-    });
-    let fa = dir.join("a.toml");
-    let fb = dir.join("b.toml");
-    std::fs::write(&fa, config(&a, &b, key.as_deref(), rate)).unwrap();
-    std::fs::write(&fb, config(&b, &a, key.as_deref(), rate)).unwrap();
-    Lab { a, b, fa, fb }
-}
-
-fn config(me: &Side, twin: &Side, key: Option<&Path>, rate: &str) -> String {
-    let security = match key {
-        Some(k) => format!("key_file = \"{}\"", k.display()),
-        None => "insecure = true".into(),
-    };
-    format!(
-        r#"site = "{site}"
-[dc]
-backend = "udp"
-listen = "{dc}"
-local_prefixes = ["{local}"]
-remote_prefixes = ["{remote}"]
-[wan]
-bind = ["{wan}"]
-{security}
-[[wan.paths]]
-name = "fast"
-remote = "{twin_wan}"
-bind = 0
-rate = "{rate}"
-rtt = "1ms"
-[buffer]
-size = "32MiB"
-per_flow_quota = "8MiB"
-[pseudo_ack]
-policy = "edge"
-[control]
-metrics = ""
-socket = "{socket}"
-"#,
-        site = me.site,
-        dc = me.dc,
-        local = me.local,
-        remote = me.remote,
-        wan = me.wan,
-        twin_wan = twin.wan,
-        socket = me.socket.display(),
-    )
-}
-
-fn start(path: &Path) -> Gateway {
-    Gateway::start(&soya_config::load(path).unwrap()).unwrap()
+    let (fa, fb) = write_configs(&p, &knobs);
+    Lab {
+        a: p.a,
+        b: p.b,
+        fa,
+        fb,
+    }
 }
 
 /// `l`'s two gateways started and connected to each other, the time of
@@ -144,21 +72,6 @@ fn two_sites(l: &Lab) -> (Gateway, Gateway, Instant, Host, Host) {
     let a = Host::new(A_IP, 0x11, B_IP, 0x22, l.a.dc, true);
     let b = Host::new(B_IP, 0x22, A_IP, 0x11, l.b.dc, true);
     (ga, gb, epoch, a, b)
-}
-
-fn wait_for(gw: &Gateway, what: &str, f: impl Fn(&Snapshot) -> bool) -> Snapshot {
-    let t0 = Instant::now();
-    loop {
-        let s = gw.snapshot().expect("snapshot");
-        if f(&s) {
-            return s;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "timed out waiting for {what}: {s:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 // ----- lab hosts -----
@@ -849,7 +762,7 @@ fn two_shards_carry_verified_rdma_for_several_host_pairs() {
         // Path metrics are per shard.
         let m = soya::gateway::metrics::render(s);
         assert!(
-            m.contains("soya_path_state{path=\"fast\",shard=\"1\",state=\"up\"} 1"),
+            m.contains("soya_path_state{path=\"p0\",shard=\"1\",state=\"up\"} 1"),
             "{m}"
         );
         assert!(m.contains("soya_shard_handoff_packets_total{shard=\"1\",result=\"in\"}"));

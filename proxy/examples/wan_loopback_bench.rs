@@ -277,41 +277,35 @@ fn per_cpu(bytes: u64, cpu: f64) -> f64 {
     }
 }
 
+#[derive(clap::Parser)]
+struct Args {
+    /// Length of each run, seconds (after a 0.3 s warm-up).
+    #[arg(long, default_value_t = 3.0)]
+    secs: f64,
+    /// Message size, bytes.
+    #[arg(long, default_value_t = 4096)]
+    size: usize,
+    /// Per-flow credit, MiB: the sender keeps up to this much (+ 1 MiB of
+    /// queue) outstanding, so it is also the working set of queued messages.
+    #[arg(long = "window", default_value_t = 32)]
+    window_mib: u64,
+    /// Turn off the per-side CPU split (its clock reads are system calls).
+    #[arg(long)]
+    no_per_side: bool,
+    /// Only the runs whose name contains this.
+    #[arg(long)]
+    only: Option<String>,
+}
+
 fn main() {
-    let mut secs = 3.0;
-    let mut size = 4096;
-    let mut only: Option<String> = None;
-    // Per-flow credit: the sender keeps up to this much (+ 1 MiB of queue)
-    // outstanding, so it is also the working set of queued messages.
-    let mut window_mib: u64 = 32;
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
-            "--secs" => {
-                secs = args[i + 1].parse().expect("--secs N");
-                i += 1;
-            }
-            "--size" => {
-                size = args[i + 1].parse().expect("--size BYTES");
-                i += 1;
-            }
-            "--window" => {
-                window_mib = args[i + 1].parse().expect("--window MIB");
-                i += 1;
-            }
-            "--no-per-side" => PER_SIDE.store(false, std::sync::atomic::Ordering::Relaxed),
-            "--only" => {
-                only = Some(args[i + 1].clone());
-                i += 1;
-            }
-            a => {
-                eprintln!("unknown argument {a}; usage: [--secs S] [--size BYTES] [--window MIB] [--no-per-side] [--only NAME]");
-                std::process::exit(2);
-            }
-        }
-        i += 1;
-    }
+    let Args {
+        secs,
+        size,
+        window_mib,
+        no_per_side,
+        only,
+    } = clap::Parser::parse();
+    PER_SIDE.store(!no_per_side, std::sync::atomic::Ordering::Relaxed);
     let (aes, chacha) = (Some(Cipher::Aes256Gcm), Some(Cipher::ChaCha20Poly1305));
     // The insecure run first: the others are compared with it.
     let runs = [

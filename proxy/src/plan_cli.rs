@@ -7,6 +7,10 @@
 use clap::ArgGroup;
 use soya::plan::{self, PlanArgs};
 
+/// `--help` headings of the argument groups.
+const RDMA: &str = "RDMA and gateway";
+const WORKLOAD: &str = "Data-parallel training step (give all of --gpus, --params, --backward-ms)";
+
 /// `soya plan`: WAN delay, BDP, deep-buffer size, goodput direct vs. through
 /// Sōya, and a data-parallel job's AllReduce time vs. its backward pass.
 #[derive(clap::Args, Debug, Clone)]
@@ -45,75 +49,65 @@ pub struct PlanCli {
 
     /// RoCE path MTU in bytes of payload per packet: 1024, 2048 or 4096
     #[arg(long, value_name = "BYTES", default_value_t = 4096, value_parser = plan::parse_mtu,
-          allow_negative_numbers = true, help_heading = "RDMA and gateway")]
+          allow_negative_numbers = true, help_heading = RDMA)]
     pub mtu: u32,
 
     /// Requester window per QP, in packets (unacknowledged PSNs; rxe: 128)
     #[arg(long, value_name = "PACKETS", default_value_t = plan::DEFAULT_TX_DEPTH,
           value_parser = clap::value_parser!(u32).range(1..=plan::MAX_TX_DEPTH as i64),
-          help_heading = "RDMA and gateway")]
+          help_heading = RDMA)]
     pub tx_depth: u32,
 
     /// Parallel QPs carrying the traffic, a count (e.g. NCCL channels)
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=plan::MAX_QPS as i64),
-          help_heading = "RDMA and gateway")]
+          help_heading = RDMA)]
     pub qps: u32,
 
     /// In-DC RTT between requester and gateway, in µs (the pseudo-ACK loop)
     #[arg(long, value_name = "US", default_value_t = plan::DEFAULT_DC_RTT_US,
           value_parser = plan::parse_dc_rtt_us, allow_negative_numbers = true,
-          help_heading = "RDMA and gateway")]
+          help_heading = RDMA)]
     pub dc_rtt_us: f64,
 
     /// Deep-buffer size as a multiple of the BDP, 1..=16 (as buffer.safety_factor)
     #[arg(long, value_name = "FACTOR", default_value_t = soya_config::DEFAULT_SAFETY_FACTOR,
           value_parser = plan::parse_safety_factor, allow_negative_numbers = true,
-          help_heading = "RDMA and gateway")]
+          help_heading = RDMA)]
     pub safety_factor: f64,
 
     /// GPUs in the data-parallel job, a count, split over the two sites
     #[arg(long, value_name = "N", requires_all = ["params", "backward_ms"],
           value_parser = clap::value_parser!(u32).range(2..=plan::MAX_GPUS as i64),
-          help_heading = "Data-parallel training step (give all of --gpus, --params, --backward-ms)")]
+          help_heading = WORKLOAD)]
     pub gpus: Option<u32>,
 
     /// Model parameters, a count (e.g. 1e9 or 70e9)
     #[arg(long, value_name = "COUNT", requires_all = ["gpus", "backward_ms"],
           value_parser = plan::parse_params, allow_negative_numbers = true,
-          help_heading = "Data-parallel training step (give all of --gpus, --params, --backward-ms)")]
+          help_heading = WORKLOAD)]
     pub params: Option<f64>,
 
     /// Gradient bytes per parameter, in bytes (4 = fp32, 2 = bf16/fp16)
     #[arg(long, value_name = "BYTES", default_value_t = 4, requires = "gpus",
           value_parser = clap::value_parser!(u32).range(1..=16),
-          help_heading = "Data-parallel training step (give all of --gpus, --params, --backward-ms)")]
+          help_heading = WORKLOAD)]
     pub bytes_per_param: u32,
 
     /// Backward-pass compute time per step, in ms
     #[arg(long, value_name = "MS", requires_all = ["gpus", "params"],
           value_parser = plan::parse_backward_ms, allow_negative_numbers = true,
-          help_heading = "Data-parallel training step (give all of --gpus, --params, --backward-ms)")]
+          help_heading = WORKLOAD)]
     pub backward_ms: Option<f64>,
 
     /// NCCL_BUFFSIZE, in bytes (NCCL's default is 4194304): a connection's
     /// receiver grants that much per end-to-end round trip, which no
     /// pseudo-ACK shortens
-    #[arg(
-        long,
-        value_name = "BYTES",
-        requires = "gpus",
-        help_heading = "Data-parallel training step (give all of --gpus, --params, --backward-ms)"
-    )]
+    #[arg(long, value_name = "BYTES", requires = "gpus", help_heading = WORKLOAD)]
     pub nccl_buffsize: Option<u64>,
 
     /// NCCL channels: connections per WAN direction, each with its own buffer
-    #[arg(
-        long,
-        value_name = "N",
-        requires = "nccl_buffsize",
-        help_heading = "Data-parallel training step (give all of --gpus, --params, --backward-ms)"
-    )]
+    #[arg(long, value_name = "N", requires = "nccl_buffsize", help_heading = WORKLOAD)]
     pub channels: Option<u32>,
 
     /// Print one JSON object instead of the table

@@ -150,30 +150,22 @@ fn smoke(target: &str, entry: fn(&[u8])) {
     );
 }
 
-#[test]
-fn cm_mad_seeds_and_mutations_never_panic() {
-    smoke("cm_mad", cm_mad::run);
+/// One smoke test per fuzz target (`never_panic::<target>`), each through
+/// the entry of the same name declared above.
+macro_rules! smoke_tests {
+    ($($target:ident),* $(,)?) => {
+        mod never_panic {
+            $(
+                #[test]
+                fn $target() {
+                    super::smoke(stringify!($target), super::$target::run);
+                }
+            )*
+        }
+    };
 }
 
-#[test]
-fn roce_packet_seeds_and_mutations_never_panic() {
-    smoke("roce_packet", roce_packet::run);
-}
-
-#[test]
-fn site_config_seeds_and_mutations_never_panic() {
-    smoke("site_config", site_config::run);
-}
-
-#[test]
-fn wan_frames_seeds_and_mutations_never_panic() {
-    smoke("wan_frames", wan_frames::run);
-}
-
-#[test]
-fn wan_connection_seeds_and_mutations_never_panic() {
-    smoke("wan_connection", wan_connection::run);
-}
+smoke_tests!(cm_mad, roce_packet, site_config, wan_frames, wan_connection);
 
 #[test]
 fn a_panicking_entry_fails_the_smoke() {

@@ -13,168 +13,30 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use soya::gateway::{control, Gateway, RunOutcome, Snapshot};
+
+#[path = "common/lab.rs"]
+mod lab;
+use lab::{config_text, pair, start, unique_ip, wait_for, write_key, Knobs, Pair};
 
 fn soya() -> Command {
     Command::new(env!("CARGO_BIN_EXE_soya"))
 }
 
-/// A loopback address of its own for each gateway or host of this process
-/// (127.<pid-derived>.<n>.<k>, ports picked free by the kernel), so
-/// parallel tests and test binaries do not collide.
-fn unique_ip() -> Ipv4Addr {
-    static N: AtomicU32 = AtomicU32::new(1);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let pid = std::process::id();
-    Ipv4Addr::new(
-        127,
-        20 + (pid % 230) as u8,
-        (n / 250) as u8,
-        (n % 250 + 1) as u8,
-    )
-}
-
-fn free_udp(ip: Ipv4Addr) -> SocketAddr {
-    UdpSocket::bind((ip, 0)).unwrap().local_addr().unwrap()
-}
-
-fn free_tcp(ip: Ipv4Addr) -> SocketAddr {
-    std::net::TcpListener::bind((ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-fn temp_dir(test: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("soya-gw-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// Addresses of one gateway of a lab pair.
-#[derive(Clone, Debug)]
-struct Side {
-    site: String,
-    dc: SocketAddr,
-    wan: SocketAddr,
-    metrics: SocketAddr,
-    socket: PathBuf,
-    local: &'static str,
-    remote: &'static str,
-}
-
-struct Pair {
-    dir: PathBuf,
-    a: Side,
-    b: Side,
-}
-
-fn pair(test: &str) -> Pair {
-    let dir = temp_dir(test);
-    let side = |name: &str, local, remote| {
-        let ip = unique_ip();
-        Side {
-            site: format!("lab-{name}"),
-            dc: free_udp(ip),
-            wan: free_udp(ip),
-            metrics: free_tcp(ip),
-            socket: dir.join(format!("{name}.sock")),
-            local,
-            remote,
-        }
-    };
-    let a = side("a", "10.1.0.0/16", "10.2.0.0/16");
-    let b = side("b", "10.2.0.0/16", "10.1.0.0/16");
-    Pair { dir, a, b }
-}
-
-fn write_key(dir: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let p = dir.join("psk.key");
-    let k = soya::rand::key().unwrap();
-    let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
-    std::fs::write(&p, hex + "\n").unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-    p
-}
-
-fn config_text(me: &Side, twin: &Side, keyed: Option<&Path>, level: &str, weight: u32) -> String {
-    let security = match keyed {
-        Some(k) => format!("key_file = \"{}\"", k.display()),
-        None => "insecure = true".into(),
-    };
-    format!(
-        r#"site = "{site}"
-[dc]
-backend = "udp"
-listen = "{dc}"
-local_prefixes = ["{local}"]
-remote_prefixes = ["{remote}"]
-[wan]
-bind = ["{wan}"]
-{security}
-[[wan.paths]]
-name = "p0"
-remote = "{twin_wan}"
-bind = 0
-weight = {weight}
-rate = "1gbit"
-rtt = "1ms"
-[buffer]
-size = "16MiB"
-per_flow_quota = "8MiB"
-[pseudo_ack]
-policy = "edge"
-[control]
-metrics = "{metrics}"
-socket = "{socket}"
-[log]
-format = "human"
-level = "{level}"
-"#,
-        site = me.site,
-        dc = me.dc,
-        local = me.local,
-        remote = me.remote,
-        wan = me.wan,
-        twin_wan = twin.wan,
-        metrics = me.metrics,
-        socket = me.socket.display(),
-    )
-}
+/// Third octet of this binary's loopback addresses (`common::lab`).
+const IP_BLOCK: u8 = 0;
 
 fn write_configs(p: &Pair, keyed: bool) -> (PathBuf, PathBuf) {
     let key = keyed.then(|| write_key(&p.dir));
-    let fa = p.dir.join("a.toml");
-    let fb = p.dir.join("b.toml");
-    std::fs::write(&fa, config_text(&p.a, &p.b, key.as_deref(), "info", 1)).unwrap();
-    std::fs::write(&fb, config_text(&p.b, &p.a, key.as_deref(), "info", 1)).unwrap();
-    (fa, fb)
-}
-
-fn start(path: &Path) -> Gateway {
-    let cfg = soya_config::load(path).unwrap();
-    Gateway::start(&cfg).unwrap()
-}
-
-/// Polls `f` on fresh snapshots until it holds (10 s at most).
-fn wait_for(gw: &Gateway, what: &str, f: impl Fn(&Snapshot) -> bool) -> Snapshot {
-    let t0 = Instant::now();
-    loop {
-        let s = gw.snapshot().expect("snapshot");
-        if f(&s) {
-            return s;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "timed out waiting for {what}: {s:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    lab::write_configs(
+        p,
+        &Knobs {
+            key: key.as_deref(),
+            ..Knobs::default()
+        },
+    )
 }
 
 /// An IPv4 ICMP echo request (not RoCE: it must travel as a WAN datagram).
@@ -522,8 +384,12 @@ fn keyed_and_insecure_twins_refuse_each_other() {
     let key = write_key(&p.dir);
     let fa = p.dir.join("a.toml");
     let fb = p.dir.join("b.toml");
-    std::fs::write(&fa, config_text(&p.a, &p.b, Some(&key), "info", 1)).unwrap();
-    std::fs::write(&fb, config_text(&p.b, &p.a, None, "info", 1)).unwrap();
+    let keyed = Knobs {
+        key: Some(&key),
+        ..Knobs::default()
+    };
+    std::fs::write(&fa, config_text(&p.a, &p.b, &keyed)).unwrap();
+    std::fs::write(&fb, config_text(&p.b, &p.a, &Knobs::default())).unwrap();
     let a = start(&fa);
     let b = start(&fb);
     let s = wait_for(&a, "auth failures", |s| s.wan.auth_failures >= 2);
@@ -591,7 +457,12 @@ fn sighup_reloads_and_sigterm_drains_with_exit_zero() {
     let mut child = spawn_daemon(&fa, &p.a.socket);
 
     // SIGHUP: a new log level and a new path weight apply live.
-    let text = config_text(&p.a, &p.b, None, "debug", 7);
+    let knobs = Knobs {
+        level: "debug",
+        weight: 7,
+        ..Knobs::default()
+    };
+    let text = config_text(&p.a, &p.b, &knobs);
     std::fs::write(&fa, text).unwrap();
     // stderr is read as it comes: the reload is over once the daemon has
     // logged what needs a restart (its last line about a SIGHUP).
@@ -657,13 +528,9 @@ fn a_second_gateway_on_the_same_control_socket_is_refused() {
     let (fa, _) = write_configs(&p, false);
     let a = start(&fa);
     // Same control socket, other ports.
-    let mut other = p.a.clone();
-    let ip = unique_ip();
-    other.dc = free_udp(ip);
-    other.wan = free_udp(ip);
-    other.metrics = free_tcp(ip);
+    let other = p.a.moved();
     let f2 = p.dir.join("a2.toml");
-    std::fs::write(&f2, config_text(&other, &p.b, None, "info", 1)).unwrap();
+    std::fs::write(&f2, config_text(&other, &p.b, &Knobs::default())).unwrap();
     let cfg = soya_config::load(&f2).unwrap();
     let err = Gateway::start(&cfg).err().expect("second gateway started");
     assert!(

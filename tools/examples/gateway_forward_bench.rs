@@ -101,30 +101,21 @@ impl Drop for Kill {
     }
 }
 
+#[derive(clap::Parser)]
+struct Args {
+    /// Length of the transfer, seconds.
+    #[arg(long, default_value_t = 4.0)]
+    secs: f64,
+    /// Give the gateways a pre-shared key (an encrypted WAN), not `insecure`.
+    #[arg(long)]
+    keyed: bool,
+    /// The gateways' `--io` mode (gso, mmsg, single, uring); theirs by default.
+    #[arg(long)]
+    io: Option<String>,
+}
+
 fn main() {
-    let mut secs = 4.0f64;
-    let mut keyed = false;
-    let mut io: Option<String> = None;
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
-            "--secs" => {
-                secs = args[i + 1].parse().expect("--secs N");
-                i += 1;
-            }
-            "--keyed" => keyed = true,
-            "--io" => {
-                io = Some(args[i + 1].clone());
-                i += 1;
-            }
-            a => {
-                eprintln!("unknown argument {a}: [--secs S] [--keyed] [--io MODE]");
-                std::process::exit(2);
-            }
-        }
-        i += 1;
-    }
+    let Args { secs, keyed, io } = clap::Parser::parse();
     let exe = std::env::current_exe().unwrap();
     // target/release/examples/<this> -> target/release
     let bin = exe.parent().and_then(Path::parent).unwrap().to_path_buf();

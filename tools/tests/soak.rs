@@ -74,9 +74,11 @@ fn two_minute_soak_loses_nothing_and_drops_no_flow() {
         );
     }
     // Every violation fails the test, RSS growth included (issue 17: quiet
-    // QP halves are forgotten, `qp::expiry`). A gateway whose warm-up could
-    // not outlast the expiry (B, restarted at 60 s of 120) is printed and
-    // not judged by soya-soak (`rss_judged`).
+    // QP halves are forgotten, `qp::expiry`). A gateway whose engine had
+    // forgotten no half by the end (B, restarted at 60 s of 120, and A,
+    // whose halves that restart reset) is printed and not judged by
+    // soya-soak (`rss_judged`): before the first expiry RSS follows the
+    // halves piled up, which depends on the machine's speed.
     for g in v["gateways"].as_array().unwrap() {
         println!(
             "gateway {}: RSS {} -> {} KiB ({:.1} %, judged: {}), halves {} -> {} ({} forgotten)",

@@ -84,100 +84,100 @@ pub struct ShardSnap {
     pub dc_mode: String,
 }
 
-/// `QpEngine::stats`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct EngineCounters {
-    pub dc_packets: u64,
-    pub dc_malformed: u64,
-    pub dc_bad_icrc: u64,
-    pub dc_not_roce: u64,
-    pub twin_msgs: u64,
-    pub twin_malformed: u64,
-    pub cm_messages: u64,
-    pub flows_learned_cm: u64,
-    pub flows_learned_traffic: u64,
-    pub cnps_absorbed: u64,
-    pub unmatched_responses: u64,
-    /// What a lost or restarted twin failed (`QpEngine::fail_all`): halves
-    /// failed, QPs moved to error through their responder role, QPs that
-    /// could not be (their expected PSN unknown), egress halves dropped;
-    /// and requests refused while the twin was lost.
-    #[serde(default)]
-    pub halves_failed_twin_lost: u64,
-    #[serde(default)]
-    pub qps_poisoned: u64,
-    #[serde(default)]
-    pub poison_unattributable: u64,
-    #[serde(default)]
-    pub egress_halves_dropped: u64,
-    /// DREQs sent in a lost twin's host's name (RDMA-CM connections).
-    #[serde(default)]
-    pub dreqs_sent: u64,
-    #[serde(default)]
-    pub requests_refused_unreachable: u64,
-    /// Learning a local QP's expected PSN by probing (`qp::poison`): QPs
-    /// probed, probe packets sent, answers absorbed, QPs then in error,
-    /// QPs given up (their probes unanswered). Tell a QP whose probes went
-    /// unanswered from one that could not be probed at all (no far QPN):
-    /// both count in `poison_unattributable`.
-    #[serde(default)]
-    pub qps_probed: u64,
-    #[serde(default)]
-    pub probes_sent: u64,
-    #[serde(default)]
-    pub probe_answers: u64,
-    #[serde(default)]
-    pub qps_poisoned_after_probe: u64,
-    #[serde(default)]
-    pub probes_unanswered: u64,
-    /// The far side refused a request for good (`TwinMsg::Error`,
-    /// `QpEngine::on_far_error`), and what it took to fail the requester
-    /// (`EngineStats::far_error_*`).
-    #[serde(default)]
-    pub far_errors: u64,
-    #[serde(default)]
-    pub far_error_qps_poisoned: u64,
-    #[serde(default)]
-    pub far_error_qps_probed: u64,
-    #[serde(default)]
-    pub far_error_unattributable: u64,
-    #[serde(default)]
-    pub far_error_reverse_failed: u64,
-    #[serde(default)]
-    pub far_error_dreqs: u64,
-    /// QPs orphaned by a gateway restart (`qp::orphan`): told to a twin
-    /// that came back; received from the twin, and what became of them.
-    #[serde(default)]
-    pub orphans_told: u64,
-    #[serde(default)]
-    pub orphans_received: u64,
-    #[serde(default)]
-    pub orphan_qps_poisoned: u64,
-    #[serde(default)]
-    pub orphan_qps_probed: u64,
-    #[serde(default)]
-    pub orphans_skipped: u64,
-    #[serde(default)]
-    pub orphans_unattributable: u64,
-    #[serde(default)]
-    pub orphan_requesters_watched: u64,
-    #[serde(default)]
-    pub orphan_requesters_failed: u64,
-    #[serde(default)]
-    pub orphan_requester_naks: u64,
-    /// Halves the engine knows now, by role (gauges; `flows_total` is their
-    /// sum), and halves forgotten after `idle_after` of quiet
-    /// (`qp::expiry`), of which failed ones.
-    #[serde(default)]
-    pub halves_ingress: u64,
-    #[serde(default)]
-    pub halves_egress: u64,
-    #[serde(default)]
-    pub halves_expired_ingress: u64,
-    #[serde(default)]
-    pub halves_expired_egress: u64,
-    #[serde(default)]
-    pub halves_expired_failed: u64,
+/// A snapshot's view of a protocol stats struct: the `copied` counters
+/// are the source's of the same name, each named once (here: one that the
+/// source lacks does not compile), and `copied_from` copies them; the
+/// device loop fills in the others.
+macro_rules! counters_from {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident from $src:ty {
+            copied: [$($(#[$cm:meta])* $c:ident),* $(,)?],
+            $($(#[$om:meta])* pub $o:ident: $ot:ty,)*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+        pub struct $name {
+            $($(#[$cm])* pub $c: u64,)*
+            $($(#[$om])* pub $o: $ot,)*
+        }
+
+        impl $name {
+            /// The `copied` counters of `s`; the others 0.
+            pub fn copied_from(s: &$src) -> $name {
+                $name {
+                    $($c: s.$c,)*
+                    ..Default::default()
+                }
+            }
+        }
+    };
+}
+
+counters_from! {
+    /// `QpEngine::stats`.
+    pub struct EngineCounters from crate::qp::EngineStats {
+        copied: [
+            dc_packets, dc_malformed, dc_bad_icrc, dc_not_roce, twin_msgs, twin_malformed,
+            cm_messages, flows_learned_cm, flows_learned_traffic, cnps_absorbed,
+            unmatched_responses,
+            /// What a lost or restarted twin failed (`QpEngine::fail_all`): halves
+            /// failed, QPs moved to error through their responder role, QPs that
+            /// could not be (their expected PSN unknown), egress halves dropped;
+            /// and requests refused while the twin was lost.
+            #[serde(default)] halves_failed_twin_lost,
+            #[serde(default)] qps_poisoned,
+            #[serde(default)] poison_unattributable,
+            #[serde(default)] egress_halves_dropped,
+            /// DREQs sent in a lost twin's host's name (RDMA-CM connections).
+            #[serde(default)] dreqs_sent,
+            /// Learning a local QP's expected PSN by probing (`qp::poison`): QPs
+            /// probed, probe packets sent, answers absorbed, QPs then in error,
+            /// QPs given up (their probes unanswered). Tell a QP whose probes went
+            /// unanswered from one that could not be probed at all (no far QPN):
+            /// both count in `poison_unattributable`.
+            #[serde(default)] qps_probed,
+            #[serde(default)] probes_sent,
+            #[serde(default)] probe_answers,
+            #[serde(default)] qps_poisoned_after_probe,
+            #[serde(default)] probes_unanswered,
+            /// The far side refused a request for good (`TwinMsg::Error`,
+            /// `QpEngine::on_far_error`), and what it took to fail the requester
+            /// (`EngineStats::far_error_*`).
+            #[serde(default)] far_errors,
+            #[serde(default)] far_error_qps_poisoned,
+            #[serde(default)] far_error_qps_probed,
+            #[serde(default)] far_error_unattributable,
+            #[serde(default)] far_error_reverse_failed,
+            #[serde(default)] far_error_dreqs,
+            /// QPs orphaned by a gateway restart (`qp::orphan`): told to a twin
+            /// that came back; received from the twin, and what became of them.
+            #[serde(default)] orphans_told,
+            #[serde(default)] orphans_received,
+            #[serde(default)] orphan_qps_poisoned,
+            #[serde(default)] orphan_qps_probed,
+            #[serde(default)] orphans_skipped,
+            #[serde(default)] orphans_unattributable,
+            #[serde(default)] orphan_requesters_watched,
+            #[serde(default)] orphan_requesters_failed,
+            #[serde(default)] orphan_requester_naks,
+            /// Halves forgotten after `idle_after` of quiet (`qp::expiry`), of
+            /// which failed ones.
+            #[serde(default)] halves_expired_ingress,
+            #[serde(default)] halves_expired_egress,
+            #[serde(default)] halves_expired_failed,
+        ],
+        /// Requests refused or dropped while the twin was unreachable.
+        #[serde(default)]
+        pub requests_refused_unreachable: u64,
+        /// Halves the engine knows now, by role (gauges; `flows_total` is
+        /// their sum).
+        #[serde(default)]
+        pub halves_ingress: u64,
+        #[serde(default)]
+        pub halves_egress: u64,
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -188,46 +188,34 @@ pub struct BufferSnap {
     pub slot_bytes: u64,
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct WanCounters {
-    pub packets_sent: u64,
-    pub packets_received: u64,
-    pub packets_lost: u64,
-    pub packets_retransmitted: u64,
-    pub packets_accepted: u64,
-    pub auth_failures: u64,
-    pub replays_dropped: u64,
-    pub malformed: u64,
-    pub stale_generation: u64,
-    pub no_session: u64,
-    pub role_conflicts: u64,
-    pub protocol_violations: u64,
-    pub peer_restarts: u64,
-    pub events_dropped: u64,
-    pub messages_queued: u64,
-    pub messages_delivered: u64,
-    pub messages_discarded: u64,
-    pub datagrams_sent: u64,
-    pub datagrams_received: u64,
-    pub datagrams_dropped: u64,
-    pub send_buffered_bytes: u64,
-    pub recv_buffered_bytes: u64,
-    /// WAN flows this side sends on (live, or closing: FIN unacknowledged).
-    #[serde(default)]
-    pub flows_live: u64,
-    /// WAN flows of the twin open here (receiving).
-    #[serde(default)]
-    pub recv_flows_live: u64,
-    /// WAN flows this side retired (idle, FIN acknowledged: `wan::flow`).
-    #[serde(default)]
-    pub flows_retired: u64,
-    /// Datagrams from no path's remote on a multi-path socket.
-    pub unknown_source: u64,
-    /// Datagrams from another address on a single-path socket (handed to the
-    /// transport, which authenticates them).
-    pub foreign_source: u64,
-    pub socket_send_errors: u64,
-    pub socket_recv_errors: u64,
+counters_from! {
+    /// `Connection::stats`, and the WAN sockets' own counters.
+    pub struct WanCounters from crate::wan::ConnStats {
+        copied: [
+            packets_sent, packets_received, packets_lost, packets_retransmitted, packets_accepted,
+            auth_failures, replays_dropped, malformed, stale_generation, no_session,
+            role_conflicts, protocol_violations, peer_restarts, events_dropped, messages_queued,
+            messages_delivered, messages_discarded, datagrams_sent, datagrams_received,
+            datagrams_dropped,
+            /// WAN flows this side retired (idle, FIN acknowledged: `wan::flow`).
+            #[serde(default)] flows_retired,
+        ],
+        pub send_buffered_bytes: u64,
+        pub recv_buffered_bytes: u64,
+        /// WAN flows this side sends on (live, or closing: FIN unacknowledged).
+        #[serde(default)]
+        pub flows_live: u64,
+        /// WAN flows of the twin open here (receiving).
+        #[serde(default)]
+        pub recv_flows_live: u64,
+        /// Datagrams from no path's remote on a multi-path socket.
+        pub unknown_source: u64,
+        /// Datagrams from another address on a single-path socket (handed to
+        /// the transport, which authenticates them).
+        pub foreign_source: u64,
+        pub socket_send_errors: u64,
+        pub socket_recv_errors: u64,
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

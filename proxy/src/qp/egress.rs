@@ -272,6 +272,12 @@ pub struct Reinjector {
     /// Highest PSN sent with AckReq set (by the requester or by us).
     ack_req_out: Option<Psn>,
     rto_recovery: Option<RtoRecovery>,
+    /// When the last retransmission timeout resent the head. A packet sent
+    /// before it and acknowledged after it gives no RTT sample (Karn): the
+    /// ACK may be the responder's answer to the resend (its re-ACK of a
+    /// duplicate covers everything it had), and its wait includes the
+    /// whole timeout episode.
+    rto_at: Option<Time>,
     /// The message in progress at the responder once it has executed
     /// everything up to `acked` (or, in the tunnel phase, up to `raw_high`):
     /// what [`Self::poison_plan`] needs.
@@ -326,6 +332,7 @@ impl Reinjector {
             rnr_since: None,
             ack_req_out: None,
             rto_recovery: None,
+            rto_at: None,
             resp_state: InProgress::Nothing,
             failed: false,
             plan_at_failure: None,
@@ -647,7 +654,9 @@ impl Reinjector {
             return;
         }
         let mut progressed = false;
-        let (mut grow, mut queued) = (0, false);
+        let (mut grow, mut queued, mut sampled) = (0, false, false);
+        // The answer is for a packet last sent before the latest timeout.
+        let mut from_before_rto = false;
         while let Some(front) = self.queue.front() {
             if front.last().after(psn) {
                 break;
@@ -657,8 +666,16 @@ impl Reinjector {
             // Karn: only a packet sent once, and only the one this answer is
             // for: the others waited for a later packet's AckReq, and that
             // wait is not the responder's round trip.
+            if p.last() == psn {
+                from_before_rto = p
+                    .sent_at
+                    .is_some_and(|t| self.rto_at.is_some_and(|r| t < r));
+            }
             if let (Some(t), false, true) = (p.sent_at, p.retransmitted, p.last() == psn) {
-                queued = self.rtt_sample(now, now - t);
+                if self.rto_at.is_none_or(|r| t >= r) {
+                    queued = self.rtt_sample(now, now - t);
+                    sampled = true;
+                }
             }
             if let Some(s) = p.held.slot {
                 buf.release(self.flow_id, s);
@@ -673,7 +690,17 @@ impl Reinjector {
             self.cwnd = (self.cwnd + grow).min(self.tuning.window);
         }
         self.acked = Some(psn);
-        if let Some(r) = self.rto_recovery.filter(|r| psn.after(r.probe)) {
+        // Only an answer to a packet sent before the timeout (and not
+        // since) is evidence: one to the packets resent after it (the
+        // head, then what the reopening window let out) says nothing of
+        // the rest, which a loss burst may have taken. Taking it for
+        // evidence left those "in flight" until the next timeout, three
+        // PSNs per RTO (sim seed 261 with DC burst loss).
+        let evidence = |r: &RtoRecovery| from_before_rto || !psn.before(r.high);
+        if let Some(r) = self
+            .rto_recovery
+            .filter(|r| psn.after(r.probe) && evidence(r))
+        {
             // The responder had more than the packet resent after the
             // timeout: it was slow, not lossy. Keep the rest in flight.
             let skip = self
@@ -695,7 +722,12 @@ impl Reinjector {
         self.progress_at = now;
         if progressed || self.queue.is_empty() {
             self.rnr_since = None;
-            self.backoff = 0;
+            // Karn: a backed-off RTO stays until an answer gives a valid
+            // RTT sample (RFC 6298 section 5): an answer to packets sent
+            // before the timeout tells nothing of the responder's pace.
+            if sampled || self.rto_at.is_none() || self.queue.is_empty() {
+                self.backoff = 0;
+            }
             self.arm(now, true);
         }
         out.push_back(Output::Twin(TwinMsg::Delivered {
@@ -958,6 +990,7 @@ impl Reinjector {
                 return self.probe(now, out);
             }
             self.stats.timeouts += 1;
+            self.rto_at = Some(now);
             // Resend the oldest packet alone (it asks for an ACK): a
             // responder that only stalled answers with how far it got, one
             // that lost packets gets the rest as the window reopens.

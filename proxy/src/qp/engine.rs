@@ -20,6 +20,7 @@ use crate::roce::ip::rxe_udp_sport;
 use crate::roce::{is_roce, IpHeader, NakCode, OpKind, Psn, RocePacket, WireError};
 use crate::time::Time;
 
+use super::cm_conns::CmConns;
 use super::egress::{EgressTuning, Reinjector, RequestInfo};
 use super::expiry::Expiry;
 use super::half::HalfKey;
@@ -252,8 +253,7 @@ pub(super) struct CmConn {
     pub(super) far_qpn: u32,
 }
 
-/// At most this many RDMA-CM connections are remembered (the oldest go).
-pub(super) const MAX_CM_CONNS: usize = 65_536;
+pub(super) use super::cm_conns::MAX_CM_CONNS;
 
 /// A CM REQ seen, waiting for its REP.
 struct PendingReq {
@@ -274,8 +274,8 @@ pub struct QpEngine {
     pending_req: KeyedMap<u32, PendingReq>,
     /// RDMA-CM connections between a local and a far host, learned from
     /// REQ/REP: what a DREQ in the far host's name needs when the twin is
-    /// lost (bounded; forgotten on DREQ, DREP or REJ).
-    pub(super) cm_conns: Vec<CmConn>,
+    /// lost (bounded; forgotten on DREQ, DREP or REJ; `qp::cm_conns`).
+    pub(super) cm_conns: CmConns,
     /// From RDMA-CM: the first PSN the far requester of an egress half
     /// sends with (its responder's first expected PSN), for halves that
     /// may not have seen a packet yet.
@@ -316,7 +316,7 @@ impl QpEngine {
             egress: Halves::with_hasher(cfg.hash_key),
             by_requester: KeyedMap::with_hasher(cfg.hash_key),
             pending_req: KeyedMap::with_hasher(cfg.hash_key),
-            cm_conns: Vec::new(),
+            cm_conns: CmConns::default(),
             cm_start: KeyedMap::with_hasher(cfg.hash_key),
             twin_reachable: true,
             poisoned: KeyedMap::with_hasher(cfg.hash_key),
@@ -801,9 +801,6 @@ impl QpEngine {
                         far_qpn: qa,
                     }
                 };
-                if self.cm_conns.len() >= MAX_CM_CONNS {
-                    self.cm_conns.remove(0);
-                }
                 self.cm_conns.push(conn);
             }
             // A connection torn down (or refused) normally: no DREQ for
@@ -822,10 +819,7 @@ impl QpEngine {
                 remote_comm_id,
                 ..
             } => {
-                self.cm_conns.retain(|c| {
-                    let ids = [c.local_comm_id, c.far_comm_id];
-                    !(ids.contains(&local_comm_id) && ids.contains(&remote_comm_id))
-                });
+                self.cm_conns.forget_comm_ids(local_comm_id, remote_comm_id);
             }
             _ => {}
         }

@@ -67,10 +67,12 @@ use std::time::Duration;
 
 use crate::time::Time;
 
-use super::egress::EgressStats;
+use super::egress::{EgressStats, Reinjector};
 use super::engine::QpEngine;
 use super::half::HalfKey;
-use super::ingress::IngressStats;
+use super::ingress::{IngressStats, PseudoAcker};
+use super::timers::{Halves, Timed};
+use crate::buffer::DeepBuffer;
 
 /// `idle_after` in units of `dc.give_up_after` (module docs).
 pub const IDLE_GIVE_UPS: u32 = 15;
@@ -186,35 +188,20 @@ impl QpEngine {
             return;
         }
         let after = self.idle_after();
-        let mut gone: Vec<HalfKey> = Vec::new();
-        for (k, a) in self.ingress.iter_mut() {
-            let quiescent = a.is_idle() && a.poll_timeout().is_none();
-            if a.quiet.sweep(now, quiescent, after) {
-                gone.push(*k);
-            }
-        }
-        for k in gone.drain(..) {
-            if let Some(mut a) = self.ingress.remove(&k) {
-                a.release_all(&mut self.buffer);
-                self.stats.halves_expired_ingress += 1;
-                self.stats.halves_expired_failed += u64::from(a.is_failed());
-                add_ingress(&mut self.expiry.retired_ingress, &a.stats);
-            }
-        }
-        for (k, r) in self.egress.iter_mut() {
-            let quiescent = r.is_idle() && r.poll_timeout().is_none();
-            if r.quiet.sweep(now, quiescent, after) {
-                gone.push(*k);
-            }
-        }
-        for k in gone.drain(..) {
-            if let Some(mut r) = self.egress.remove(&k) {
-                r.release_all(&mut self.buffer);
-                self.stats.halves_expired_egress += 1;
-                self.stats.halves_expired_failed += u64::from(r.is_failed());
-                add_egress(&mut self.expiry.retired_egress, &r.stats);
-            }
-        }
+        let QpEngine {
+            ingress,
+            egress,
+            buffer,
+            expiry,
+            stats,
+            ..
+        } = self;
+        let (n, failed) = sweep(ingress, buffer, &mut expiry.retired_ingress, now, after);
+        stats.halves_expired_ingress += n;
+        stats.halves_expired_failed += failed;
+        let (n, failed) = sweep(egress, buffer, &mut expiry.retired_egress, now, after);
+        stats.halves_expired_egress += n;
+        stats.halves_expired_failed += failed;
         self.expire_side_tables(now, after);
         self.expiry.next = (!self.nothing_to_expire()).then(|| now + after / SWEEPS_PER_IDLE);
     }
@@ -283,76 +270,129 @@ fn shrink<K: std::hash::Hash + Eq, V, S: std::hash::BuildHasher>(
     }
 }
 
-/// Adds `s` to `t` field by field (destructured: a new counter that is not
-/// added here does not compile).
+/// What the sweep needs of a half, whichever its role.
+trait Expirable: Timed {
+    type Stats;
+    fn quiet_mut(&mut self) -> &mut Quiet;
+    /// Nothing held, nothing armed.
+    fn quiescent(&self) -> bool;
+    fn failed(&self) -> bool;
+    fn release(&mut self, buffer: &mut DeepBuffer);
+    /// Adds the half's counters to `t`.
+    fn retire_into(&self, t: &mut Self::Stats);
+}
+
+/// Both roles answer through their own methods of the same names.
+macro_rules! expirable {
+    ($half:ty, $stats:ty, $add:ident) => {
+        impl Expirable for $half {
+            type Stats = $stats;
+            fn quiet_mut(&mut self) -> &mut Quiet {
+                &mut self.quiet
+            }
+            fn quiescent(&self) -> bool {
+                self.is_idle() && self.poll_timeout().is_none()
+            }
+            fn failed(&self) -> bool {
+                self.is_failed()
+            }
+            fn release(&mut self, buffer: &mut DeepBuffer) {
+                self.release_all(buffer)
+            }
+            fn retire_into(&self, t: &mut $stats) {
+                $add(t, &self.stats)
+            }
+        }
+    };
+}
+
+expirable!(PseudoAcker, IngressStats, add_ingress);
+expirable!(Reinjector, EgressStats, add_egress);
+
+/// One role's share of a sweep at `now`: forgets the halves quiescent and
+/// silent for `after`, their buffer released and their counters added to
+/// `retired`. Returns how many it forgot, and how many of them had failed.
+fn sweep<V: Expirable>(
+    halves: &mut Halves<V>,
+    buffer: &mut DeepBuffer,
+    retired: &mut V::Stats,
+    now: Time,
+    after: Duration,
+) -> (u64, u64) {
+    let mut gone: Vec<HalfKey> = Vec::new();
+    for (k, h) in halves.iter_mut() {
+        let quiescent = h.quiescent();
+        if h.quiet_mut().sweep(now, quiescent, after) {
+            gone.push(*k);
+        }
+    }
+    let mut failed = 0;
+    for k in &gone {
+        if let Some(mut h) = halves.remove(k) {
+            h.release(buffer);
+            failed += u64::from(h.failed());
+            h.retire_into(retired);
+        }
+    }
+    (gone.len() as u64, failed)
+}
+
+/// Adds `s` to `t` field by field: `Type { field, ... }` destructures `s`,
+/// so a new counter that is not listed here does not compile.
+macro_rules! add_fields {
+    ($t:expr, $s:expr, $ty:ident, [$($f:ident),* $(,)?]) => {{
+        let $ty { $($f),* } = *$s;
+        $($t.$f += $f;)*
+    }};
+}
+
 fn add_ingress(t: &mut IngressStats, s: &IngressStats) {
-    let IngressStats {
-        packets,
-        bytes,
-        raw_packets,
-        pseudo_acks,
-        duplicate_acks,
-        duplicates_dropped,
-        seq_naks,
-        out_of_order_dropped,
-        backpressure_drops,
-        withheld_acks,
-        hold_acks,
-        cnps_sent,
-        responses_delivered,
-        errors_injected,
-    } = *s;
-    t.packets += packets;
-    t.bytes += bytes;
-    t.raw_packets += raw_packets;
-    t.pseudo_acks += pseudo_acks;
-    t.duplicate_acks += duplicate_acks;
-    t.duplicates_dropped += duplicates_dropped;
-    t.seq_naks += seq_naks;
-    t.out_of_order_dropped += out_of_order_dropped;
-    t.backpressure_drops += backpressure_drops;
-    t.withheld_acks += withheld_acks;
-    t.hold_acks += hold_acks;
-    t.cnps_sent += cnps_sent;
-    t.responses_delivered += responses_delivered;
-    t.errors_injected += errors_injected;
+    add_fields!(
+        t,
+        s,
+        IngressStats,
+        [
+            packets,
+            bytes,
+            raw_packets,
+            pseudo_acks,
+            duplicate_acks,
+            duplicates_dropped,
+            seq_naks,
+            out_of_order_dropped,
+            backpressure_drops,
+            withheld_acks,
+            hold_acks,
+            cnps_sent,
+            responses_delivered,
+            errors_injected,
+        ]
+    );
 }
 
 fn add_egress(t: &mut EgressStats, s: &EgressStats) {
-    let EgressStats {
-        injected,
-        retransmitted,
-        raw_injected,
-        acks_absorbed,
-        acks_forwarded,
-        seq_naks,
-        rnr_naks,
-        fatal_naks,
-        timeouts,
-        responses_forwarded,
-        duplicates_dropped,
-        overflow_held,
-        implied_naks,
-        ack_reqs_added,
-        tail_probes,
-        gave_up,
-        queue_cuts,
-    } = *s;
-    t.injected += injected;
-    t.retransmitted += retransmitted;
-    t.raw_injected += raw_injected;
-    t.acks_absorbed += acks_absorbed;
-    t.acks_forwarded += acks_forwarded;
-    t.seq_naks += seq_naks;
-    t.rnr_naks += rnr_naks;
-    t.fatal_naks += fatal_naks;
-    t.timeouts += timeouts;
-    t.responses_forwarded += responses_forwarded;
-    t.duplicates_dropped += duplicates_dropped;
-    t.overflow_held += overflow_held;
-    t.implied_naks += implied_naks;
-    t.ack_reqs_added += ack_reqs_added;
-    t.tail_probes += tail_probes;
-    t.gave_up += gave_up;
-    t.queue_cuts += queue_cuts;
+    add_fields!(
+        t,
+        s,
+        EgressStats,
+        [
+            injected,
+            retransmitted,
+            raw_injected,
+            acks_absorbed,
+            acks_forwarded,
+            seq_naks,
+            rnr_naks,
+            fatal_naks,
+            timeouts,
+            responses_forwarded,
+            duplicates_dropped,
+            overflow_held,
+            implied_naks,
+            ack_reqs_added,
+            tail_probes,
+            gave_up,
+            queue_cuts,
+        ]
+    );
 }

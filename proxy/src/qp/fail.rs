@@ -12,10 +12,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 
-use crate::roce::cm;
-use crate::roce::{
-    Bth, Deth, ExtHeaders, Headers, IpHeader, NakCode, Opcode, Psn, RocePacket, RoceRepr, Syndrome,
-};
+use crate::roce::{builders, cm};
+use crate::roce::{IpHeader, NakCode, Psn, RocePacket, Syndrome};
 use crate::time::Time;
 
 use super::egress::Reinjector;
@@ -171,10 +169,10 @@ impl QpEngine {
             r.release_all(&mut self.buffer);
         }
         self.cm_start.clear();
-        let before = self.cm_conns.clone();
-        sum.dreqs_sent = self.send_dreqs(|_| true, false);
+        let all = self.cm_conns.take_all();
+        sum.dreqs_sent = self.send_dreqs(all.clone(), false);
         // Their far ends hear it when the twin answers again.
-        self.orphan_dreqs.extend(before);
+        self.orphan_dreqs.extend(all);
         self.orphan_dreqs.truncate(super::engine::MAX_CM_CONNS);
         let st = &mut self.stats;
         st.dreqs_sent += sum.dreqs_sent;
@@ -258,10 +256,8 @@ impl QpEngine {
             }
         }
         let (local, far) = (half.requester, half.responder);
-        self.stats.far_error_dreqs += self.send_dreqs(
-            |c| c.local == local && c.far == far && c.local_qpn == local_qpn,
-            true,
-        );
+        let conns = self.cm_conns.take_local_qp(local, far, local_qpn);
+        self.stats.far_error_dreqs += self.send_dreqs(conns, true);
     }
 
     /// Moves the local QP of `k` (the half from the far requester toward
@@ -475,8 +471,8 @@ impl QpEngine {
         self.probes.len()
     }
 
-    /// DREQs for the RDMA-CM connections `which` selects, which are then
-    /// forgotten: to the local end in the far host's name, and, with
+    /// DREQs for the RDMA-CM connections `chosen` (taken from
+    /// `cm_conns`, so forgotten): to the local end in the far host's name, and, with
     /// `both_ends`, to the far end in the local host's name (carried to the
     /// twin as a datagram, which it injects as is). Returns the DREQs sent.
     ///
@@ -487,11 +483,7 @@ impl QpEngine {
     /// Q_Key, as the sender's CM would send it; the receiving CM answers
     /// with a DREP (toward a lost twin it goes nowhere; toward a live one,
     /// the far CM takes it as the answer to the DREQ it got, or drops it).
-    pub(super) fn send_dreqs(&mut self, which: impl Fn(&CmConn) -> bool, both_ends: bool) -> u64 {
-        let (chosen, kept) = std::mem::take(&mut self.cm_conns)
-            .into_iter()
-            .partition::<Vec<CmConn>, _>(|c| which(c));
-        self.cm_conns = kept;
+    pub(super) fn send_dreqs(&mut self, chosen: Vec<CmConn>, both_ends: bool) -> u64 {
         let mut sent = 0;
         for c in chosen {
             // The local end, told by "the far host".
@@ -523,22 +515,9 @@ impl QpEngine {
     }
 }
 
-/// A CM MAD from `from`'s CM to `to`'s: UD SEND Only from QP1 to QP1.
+/// A CM MAD from `from`'s CM to `to`'s.
 fn dreq_packet(from: IpAddr, to: IpAddr, mad: &[u8]) -> Option<Vec<u8>> {
-    let ip = IpHeader::between(from, to)?;
-    let op = Opcode::UD_SEND_ONLY;
-    let repr = RoceRepr {
-        ip,
-        src_port: 0xc000,
-        bth: Bth::new(op, 1, Psn::new(0)),
-        ext: ExtHeaders {
-            present: op.info().map_or(Headers::NONE, |i| i.headers),
-            deth: Deth {
-                qkey: cm::GSI_QKEY,
-                src_qp: 1,
-            },
-            ..Default::default()
-        },
-    };
-    repr.to_vec(mad).ok()
+    builders::cm_mad(IpHeader::between(from, to)?)
+        .to_vec(mad)
+        .ok()
 }

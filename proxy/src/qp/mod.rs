@@ -20,6 +20,7 @@
 //! [`engine::QpEngine::set_twin_reachable`] refuses new requests meanwhile.
 //! Nothing here reads a clock or touches a socket.
 
+mod cm_conns;
 pub mod egress;
 pub mod engine;
 pub mod expiry;
@@ -51,6 +52,8 @@ mod tests_hw;
 mod tests_orphan;
 #[cfg(test)]
 mod tests_reserve;
+#[cfg(test)]
+mod tests_stall;
 #[cfg(test)]
 mod tests_timers;
 #[cfg(test)]

@@ -40,13 +40,27 @@ pub(super) fn request(
     payload: usize,
     read_len: u32,
 ) -> Vec<u8> {
+    let ip = IpHeader::v4(REQUESTER, RESPONDER);
+    request_on(ip, RS_QPN, op, psn, ack_req, payload, read_len)
+}
+
+/// A request on any hosts' QP (its RETH, if it has one, for at least the
+/// payload).
+pub(super) fn request_on(
+    ip: IpHeader,
+    dest_qp: u32,
+    op: Opcode,
+    psn: u32,
+    ack_req: bool,
+    payload: usize,
+    read_len: u32,
+) -> Vec<u8> {
     let reth = Reth {
         va: 0x1000,
         rkey: 7,
         len: read_len.max(payload as u32),
     };
-    let ip = IpHeader::v4(REQUESTER, RESPONDER);
-    crate::roce::builders::request(ip, RS_QPN, op, Psn::new(psn), ack_req, reth)
+    crate::roce::builders::request(ip, dest_qp, op, Psn::new(psn), ack_req, reth)
         .to_vec(&vec![0xab; payload])
         .unwrap()
 }
@@ -106,12 +120,22 @@ pub(super) fn ingress_engine(policy: AckPolicy) -> QpEngine {
 /// pseudo-ACKed `op` requests of `payload` bytes from PSN 10, the last
 /// asking for an ACK (what it injected not yet drained), and their time.
 pub(super) fn egress_engine_with(op: Opcode, n: u32, payload: usize) -> (QpEngine, Time) {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_engine();
     for psn in 10..10 + n {
         twin_request(&mut e, t, request(op, psn, psn == 9 + n, payload, 0));
     }
     (e, t)
+}
+
+/// A new engine with the edge policy, and the time of the first input.
+pub(super) fn edge_engine() -> (QpEngine, Time) {
+    (QpEngine::new(cfg(AckPolicy::Edge)), Time::from_micros(1))
+}
+
+/// [`ingress_engine`] with the edge policy, and a time just after it
+/// learned the half: most tests' first two lines.
+pub(super) fn edge_ingress() -> (QpEngine, Time) {
+    (ingress_engine(AckPolicy::Edge), Time::from_micros(1))
 }
 
 pub(super) fn drain(e: &mut QpEngine) -> Vec<Output> {
@@ -138,6 +162,24 @@ pub(super) fn acks(out: &[Output]) -> Vec<(u32, Syndrome, u32)> {
         .collect()
 }
 
+/// Asserts that the ACKs/NAKs `e` has to send are `want`, (PSN, syndrome,
+/// MSN) each.
+#[track_caller]
+pub(super) fn assert_acks(e: &mut QpEngine, want: &[(u32, Syndrome, u32)]) {
+    assert_eq!(drained_acks(e), want);
+}
+
+/// Asserts that `e` has one NAK to send, `code` at `psn` (with `msn`).
+#[track_caller]
+pub(super) fn assert_nak(e: &mut QpEngine, psn: u32, code: NakCode, msn: u32) {
+    assert_acks(e, &[(psn, Syndrome::Nak(code), msn)]);
+}
+
+/// The ACKs/NAKs of what `e` has to send.
+pub(super) fn drained_acks(e: &mut QpEngine) -> Vec<(u32, Syndrome, u32)> {
+    acks(&drain(e))
+}
+
 pub(super) fn forwarded(out: &[Output]) -> Vec<u32> {
     out.iter()
         .filter_map(|o| match o {
@@ -152,8 +194,7 @@ pub(super) fn forwarded(out: &[Output]) -> Vec<u32> {
 
 #[test]
 fn write_is_pseudo_acked_with_responder_fields_and_msn() {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.handle_dc(t, &request(Opcode::RC_WRITE_FIRST, 100, false, 64, 0));
     e.handle_dc(t, &request(Opcode::RC_WRITE_MIDDLE, 101, false, 64, 0));
     e.handle_dc(t, &request(Opcode::RC_WRITE_LAST, 102, true, 64, 0));
@@ -166,13 +207,12 @@ fn write_is_pseudo_acked_with_responder_fields_and_msn() {
 
 #[test]
 fn coalesces_to_every_n_packets_then_the_timer() {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     for psn in 100..106 {
         e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, psn, false, 8, 0));
     }
     assert_eq!(
-        acks(&drain(&mut e)),
+        drained_acks(&mut e),
         vec![(103, Syndrome::ACK_UNLIMITED, 4)],
         "one ACK per 4 packets"
     );
@@ -180,15 +220,14 @@ fn coalesces_to_every_n_packets_then_the_timer() {
     assert_eq!(deadline, t + Duration::from_micros(20));
     e.handle_timeout(deadline);
     assert_eq!(
-        acks(&drain(&mut e)),
+        drained_acks(&mut e),
         vec![(105, Syndrome::ACK_UNLIMITED, 6)]
     );
 }
 
 #[test]
 fn never_acks_at_or_past_an_outstanding_read() {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 100, true, 64, 0));
     // READ of 2 x 4096: two PSNs (101, 102) once the MTU is known; unknown
     // here, so the gateway must not assume fewer than it can prove.
@@ -220,8 +259,7 @@ fn never_acks_at_or_past_an_outstanding_read() {
 
 #[test]
 fn duplicates_are_re_acked_and_a_gap_gets_one_nak() {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, true, 8, 0));
     drain(&mut e);
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, true, 8, 0));
@@ -241,16 +279,12 @@ fn duplicates_are_re_acked_and_a_gap_gets_one_nak() {
         "one NAK with the expected PSN, then silence"
     );
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 101, true, 8, 0));
-    assert_eq!(
-        acks(&drain(&mut e)),
-        vec![(101, Syndrome::ACK_UNLIMITED, 2)]
-    );
+    assert_acks(&mut e, &[(101, Syndrome::ACK_UNLIMITED, 2)]);
 }
 
 #[test]
 fn delivered_frees_the_buffer_and_errors_reach_the_requester() {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     for psn in 100..104 {
         e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
     }
@@ -288,13 +322,13 @@ fn strict_waits_for_the_real_ack_of_each_message_end() {
     let d = e.poll_timeout().unwrap();
     e.handle_timeout(d);
     assert_eq!(
-        acks(&drain(&mut e)),
+        drained_acks(&mut e),
         vec![(101, Syndrome::ACK_UNLIMITED, 0)],
         "everything but the last packet"
     );
     twin_delivered(&mut e, d, key(), 102);
     assert_eq!(
-        acks(&drain(&mut e)),
+        drained_acks(&mut e),
         vec![(102, Syndrome::ACK_UNLIMITED, 1)]
     );
 }
@@ -330,10 +364,7 @@ fn backpressure_withholds_acks_instead_of_dropping() {
     assert_eq!(a.last().unwrap().0, 103);
     assert_eq!(forwarded(&out).len(), 6, "all accepted and forwarded");
     twin_delivered(&mut e, t, key(), 105);
-    assert_eq!(
-        acks(&drain(&mut e)),
-        vec![(105, Syndrome::ACK_UNLIMITED, 6)]
-    );
+    assert_acks(&mut e, &[(105, Syndrome::ACK_UNLIMITED, 6)]);
 }
 
 #[test]
@@ -392,8 +423,7 @@ fn egress_injects_in_order_absorbs_acks_and_goes_back_on_nak() {
 /// nothing comes back until its own timeout.
 #[test]
 fn egress_asks_for_an_ack_at_its_window_edge() {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_engine();
     // 100 middle packets of one long WRITE: no AckReq from the requester
     // (its every-64th one falls elsewhere here).
     for psn in 1000..1100 {
@@ -404,16 +434,7 @@ fn egress_asks_for_an_ack_at_its_window_edge() {
         };
         twin_request(&mut e, t, request(op, psn, false, 64, 0));
     }
-    let sent: Vec<(u32, bool)> = drain(&mut e)
-        .iter()
-        .filter_map(|o| match o {
-            Output::Dc(v) => {
-                let p = RocePacket::parse_verified(v).expect("valid ICRC");
-                Some((p.psn().value(), p.bth.ack_req))
-            }
-            _ => None,
-        })
-        .collect();
+    let sent = sent_with_ack_req(&drain(&mut e));
     let edge = sent.last().unwrap().0;
     assert!(
         edge < 1099,
@@ -430,16 +451,7 @@ fn egress_asks_for_an_ack_at_its_window_edge() {
         t,
         &response(Opcode::RC_ACK, edge, Syndrome::ACK_UNLIMITED, 0),
     );
-    let more: Vec<(u32, bool)> = drain(&mut e)
-        .iter()
-        .filter_map(|o| match o {
-            Output::Dc(v) => {
-                let p = RocePacket::parse_verified(v).expect("valid ICRC");
-                Some((p.psn().value(), p.bth.ack_req))
-            }
-            _ => None,
-        })
-        .collect();
+    let more = sent_with_ack_req(&drain(&mut e));
     assert!(!more.is_empty());
     let last = *more.last().unwrap();
     assert!(last.1 || last.0 == 1099, "{more:?}");
@@ -482,8 +494,7 @@ fn egress_does_not_time_out_a_read_whose_response_is_streaming() {
 
 #[test]
 fn egress_waits_out_rnr_and_retransmits_on_timeout() {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_engine();
     twin_request(&mut e, t, request(Opcode::RC_SEND_ONLY, 10, true, 8, 0));
     assert_eq!(drain(&mut e).len(), 1);
     // RNR NAK with timer 14 = 1.28 ms.
@@ -509,8 +520,7 @@ fn egress_waits_out_rnr_and_retransmits_on_timeout() {
 
 #[test]
 fn egress_reports_a_fatal_nak_to_the_twin() {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_engine();
     twin_request(&mut e, t, request(Opcode::RC_WRITE_ONLY, 10, true, 8, 0));
     drain(&mut e);
     e.handle_dc(
@@ -574,8 +584,7 @@ fn egress_injects_a_read_spanning_more_psns_than_its_window() {
     // A 1 MiB READ guessed at 4096-byte MTU occupies 256 PSNs: more than the
     // injection window at the start (64) or after a timeout (16). It must
     // still go out at the head of the queue, or the QP hangs.
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_engine();
     twin_request(
         &mut e,
         t,
@@ -589,8 +598,7 @@ fn egress_injects_a_read_spanning_more_psns_than_its_window() {
 
 #[test]
 fn egress_timeouts_back_off_exponentially_up_to_the_ceiling() {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_engine();
     twin_request(&mut e, t, request(Opcode::RC_SEND_ONLY, 10, true, 8, 0));
     drain(&mut e);
     let mut now = t;
@@ -664,8 +672,7 @@ pub(super) fn run_timers(e: &mut QpEngine, until: Time) -> Vec<Output> {
 /// responder had (rxe: `duplicate_request` by the thousand).
 #[test]
 fn egress_does_not_resend_a_tail_while_the_twins_next_packet_is_a_wan_rtt_away() {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_engine();
     let sent = feed(
         &mut e,
         t,
@@ -718,8 +725,7 @@ fn egress_does_not_resend_a_tail_while_the_twins_next_packet_is_a_wan_rtt_away()
 /// tail at the local RTO.
 #[test]
 fn egress_probes_an_uncovered_tail_once_after_tail_probe() {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_engine();
     feed(
         &mut e,
         t,
@@ -789,8 +795,7 @@ fn egress_rto_has_a_floor_above_the_measured_local_rtt() {
 /// the flow continues when the responder does.
 #[test]
 fn egress_survives_a_responder_stall_of_two_seconds() {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_engine();
     let burst: Vec<(u32, Opcode, bool)> = (10..42)
         .map(|psn| (psn, Opcode::RC_SEND_ONLY, psn % 8 == 0))
         .collect();
@@ -947,10 +952,7 @@ fn a_gap_before_the_switch_naks_the_first_psn_the_responder_has_not_acked() {
     twin_response(&mut e, t, ack);
     drain(&mut e);
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 103, true, 8, 0));
-    assert_eq!(
-        acks(&drain(&mut e)),
-        vec![(100, Syndrome::Nak(NakCode::PsnSequenceError), 5)]
-    );
+    assert_nak(&mut e, 100, NakCode::PsnSequenceError, 5);
 }
 
 #[test]
@@ -958,8 +960,7 @@ fn egress_resends_after_a_sequence_nak_that_trails_an_expired_rnr_wait() {
     // RNR NAK on 10; the wait expires and 10, 11 go again; then the NAK-seq
     // the responder sent behind its RNR NAK arrives late. Going back to 10
     // must resend (or arm a timer): nothing in flight means no timer.
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_engine();
     for psn in 10..12 {
         twin_request(&mut e, t, request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
     }
@@ -992,8 +993,7 @@ fn egress_asks_again_for_an_atomic_whose_response_was_lost() {
     // FetchAdd 10 and SEND 11 injected; the responder's atomic ACK is lost
     // on its way to us and its ACK of 11 arrives. That must not count 10 as
     // delivered (the requester still needs its result): resend from 10.
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_engine();
     for (psn, op) in [(10, Opcode::RC_FETCH_ADD), (11, Opcode::RC_SEND_ONLY)] {
         twin_request(
             &mut e,
@@ -1119,7 +1119,7 @@ fn egress_keeps_a_slow_responders_queue_below_the_rto() {
 #[test]
 fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
     let (mut e, t) = nearly_full_engine();
-    assert_eq!(acks(&drain(&mut e)).last().unwrap().0, 103, "then withheld");
+    assert_eq!(drained_acks(&mut e).last().unwrap().0, 103, "then withheld");
     // 100 ms of a full buffer: the ACK of 103 again, every 10 ms.
     let until = t + Duration::from_millis(100);
     let repeated = acks(&run_timers(&mut e, until));
@@ -1129,10 +1129,7 @@ fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
         .all(|&a| a == (103, Syndrome::ACK_UNLIMITED, 4)));
     // The twin delivers: the real pseudo-ACK moves on, the repeats stop.
     twin_delivered(&mut e, until, key(), 105);
-    assert_eq!(
-        acks(&drain(&mut e)),
-        vec![(105, Syndrome::ACK_UNLIMITED, 6)]
-    );
+    assert_acks(&mut e, &[(105, Syndrome::ACK_UNLIMITED, 6)]);
     assert!(acks(&run_timers(&mut e, until + Duration::from_millis(100))).is_empty());
     // A longer hold (every WAN path down) is the requester's to judge: the
     // repeats stop after HOLD_ACK_FOR.
@@ -1140,7 +1137,7 @@ fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
         e.handle_dc(until, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
     }
     assert_eq!(
-        acks(&drain(&mut e)).last().unwrap().0,
+        drained_acks(&mut e).last().unwrap().0,
         109,
         "withheld again"
     );
@@ -1153,6 +1150,23 @@ fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
     );
 }
 
+/// An egress engine whose injection window has grown to 128: a first
+/// 64-packet WRITE (PSNs 936..=999) went out whole and was acknowledged at
+/// once. Returns it and the time of all that.
+fn warmed_egress() -> (QpEngine, Time) {
+    let (mut e, t) = edge_engine();
+    let warm: Vec<(u32, Opcode, bool)> = (936..1000u32)
+        .map(|psn| (psn, Opcode::RC_WRITE_MIDDLE, psn == 999))
+        .collect();
+    assert_eq!(feed(&mut e, t, &warm).len(), 64);
+    e.handle_dc(
+        t,
+        &response(Opcode::RC_ACK, 999, Syndrome::ACK_UNLIMITED, 0),
+    );
+    drain(&mut e);
+    (e, t)
+}
+
 /// A responder that stalls with packets queued (not lost): the timeout
 /// resends the oldest packet; the responder's next answers cover more than
 /// that one, so what was in flight stays in flight. Going back N here
@@ -1160,18 +1174,7 @@ fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
 /// queued all along (seen against rxe at 300 ms RTT).
 #[test]
 fn egress_does_not_go_back_n_after_a_timeout_on_a_responder_that_only_stalled() {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t0 = Time::from_micros(1);
-    // A first WRITE, answered at once: the window grows to 128.
-    let warm: Vec<(u32, Opcode, bool)> = (936..1000u32)
-        .map(|psn| (psn, Opcode::RC_WRITE_MIDDLE, psn == 999))
-        .collect();
-    assert_eq!(feed(&mut e, t0, &warm).len(), 64);
-    e.handle_dc(
-        t0,
-        &response(Opcode::RC_ACK, 999, Syndrome::ACK_UNLIMITED, 0),
-    );
-    drain(&mut e);
+    let (mut e, t0) = warmed_egress();
     // Two 64-packet WRITEs, AckReq on each last packet.
     let burst: Vec<(u32, Opcode, bool)> = (0..128u32)
         .map(|i| {
@@ -1235,17 +1238,7 @@ fn egress_does_not_go_back_n_after_a_timeout_on_a_responder_that_only_stalled() 
 /// in flight (queued at a slow responder), not lost, and are not resent.
 #[test]
 fn egress_keeps_in_flight_what_an_answer_past_the_resent_head_shows_received() {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t0 = Time::from_micros(1);
-    let warm: Vec<(u32, Opcode, bool)> = (936..1000u32)
-        .map(|psn| (psn, Opcode::RC_WRITE_MIDDLE, psn == 999))
-        .collect();
-    feed(&mut e, t0, &warm);
-    e.handle_dc(
-        t0,
-        &response(Opcode::RC_ACK, 999, Syndrome::ACK_UNLIMITED, 0),
-    );
-    drain(&mut e);
+    let (mut e, t0) = warmed_egress();
     let burst: Vec<(u32, Opcode, bool)> = (1000..1128u32)
         .map(|psn| (psn, Opcode::RC_WRITE_MIDDLE, psn == 1063 || psn == 1127))
         .collect();

@@ -14,8 +14,9 @@ use super::engine::{EngineConfig, Output, QpEngine};
 use super::expiry::idle_after;
 use super::ingress::Mode;
 use super::tests::{
-    acks, cfg, drain, ingress_engine, key, request, response, REQUESTER, RESPONDER, RQ_QPN,
+    cfg, drain, drained_acks, ingress_engine, key, request, response, REQUESTER, RESPONDER, RQ_QPN,
 };
+use super::tests_twin::{twin_delivered, twin_delivered_msn};
 use super::tests_twin_lost::{ack_to, cm_engine, request_to};
 use super::twin::{Carry, TwinMsg};
 use crate::roce::builders::{self, ReplyTo};
@@ -38,25 +39,33 @@ fn quick(give_up: Duration) -> EngineConfig {
 /// site does; returns what they sent.
 fn run(e: &mut QpEngine, until: Time) -> Vec<Output> {
     let mut out = Vec::new();
-    loop {
-        let next = [e.poll_timeout(), e.expiry_deadline()]
-            .into_iter()
-            .flatten()
-            .min();
-        let Some(t) = next.filter(|&t| t <= until) else {
-            return out;
-        };
-        if e.poll_timeout().is_some_and(|d| d <= t) {
-            e.handle_timeout(t);
-        }
-        if e.expiry_deadline().is_some_and(|d| d <= t) {
-            e.expire(t);
-            assert!(
-                e.expiry_deadline().is_none_or(|d| d > t),
-                "the sweep at {t:?} did not move its deadline"
-            );
-        }
+    while let Some(t) = next_deadline(e).filter(|&t| t <= until) {
+        fire_due(e, t);
         out.extend(drain(e));
+    }
+    out
+}
+
+/// `e`'s next deadline: a protocol timer or an expiry sweep.
+fn next_deadline(e: &QpEngine) -> Option<Time> {
+    e.poll_timeout()
+        .into_iter()
+        .chain(e.expiry_deadline())
+        .min()
+}
+
+/// Fires what of `e` is due at `t`: its timers, then its sweep, which must
+/// move its deadline past `t` (or the site would spin on it).
+fn fire_due(e: &mut QpEngine, t: Time) {
+    if e.poll_timeout().is_some_and(|d| d <= t) {
+        e.handle_timeout(t);
+    }
+    if e.expiry_deadline().is_some_and(|d| d <= t) {
+        e.expire(t);
+        assert!(
+            e.expiry_deadline().is_none_or(|d| d > t),
+            "the sweep at {t:?} did not move its deadline"
+        );
     }
 }
 
@@ -68,14 +77,7 @@ fn a_quiet_half_is_forgotten_with_its_side_tables_and_counters_kept() {
     let t = Time::from_micros(1);
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 5000, true, 8, 0));
     drain(&mut e);
-    e.handle_twin(
-        t,
-        TwinMsg::Delivered {
-            half: key(),
-            psn: Psn::new(5000),
-            msn: Some(1),
-        },
-    );
+    twin_delivered_msn(&mut e, t, key(), 5000, Some(1));
     drain(&mut e);
     assert_eq!(e.occupancy().slots_used, 0);
     assert_eq!(e.halves(), (1, 0));
@@ -122,14 +124,7 @@ fn a_half_with_anything_held_or_armed_is_never_forgotten() {
     assert!(a.expiry_deadline().is_some(), "the sweeps went on");
     // Delivered: now quiet, and forgotten once silent for idle_after.
     let t = t + idle * 10;
-    a.handle_twin(
-        t,
-        TwinMsg::Delivered {
-            half: key(),
-            psn: Psn::new(100),
-            msn: None,
-        },
-    );
+    twin_delivered(&mut a, t, key(), 100);
     drain(&mut a);
     run(&mut a, t + (idle - Duration::from_millis(1)));
     assert_eq!(a.halves(), (1, 0), "silent since the Delivered only");
@@ -193,7 +188,7 @@ fn a_failed_half_answers_with_its_nak_for_idle_after_then_is_forgotten() {
     run(&mut e, late);
     e.handle_dc(late, &request(Opcode::RC_SEND_ONLY, 100, true, 8, 0));
     assert_eq!(
-        acks(&drain(&mut e)),
+        drained_acks(&mut e),
         vec![(100, Syndrome::Nak(NakCode::RemoteOperationalError), 0)],
         "the fatal NAK it owes"
     );
@@ -396,31 +391,16 @@ impl Pair {
     /// Runs both gateways' timers and sweeps up to `until`.
     fn run(&mut self, until: Time) {
         loop {
-            let next = [
-                self.a.poll_timeout(),
-                self.a.expiry_deadline(),
-                self.b.poll_timeout(),
-                self.b.expiry_deadline(),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
+            let next = [&self.a, &self.b]
+                .into_iter()
+                .filter_map(next_deadline)
+                .min();
             let Some(t) = next.filter(|&t| t <= until) else {
                 break;
             };
             self.now = t;
-            for e in [&mut self.a, &mut self.b] {
-                if e.poll_timeout().is_some_and(|d| d <= t) {
-                    e.handle_timeout(t);
-                }
-                if e.expiry_deadline().is_some_and(|d| d <= t) {
-                    e.expire(t);
-                    assert!(
-                        e.expiry_deadline().is_none_or(|d| d > t),
-                        "the sweep at {t:?} did not move its deadline"
-                    );
-                }
-            }
+            fire_due(&mut self.a, t);
+            fire_due(&mut self.b, t);
             self.settle();
         }
         self.now = until;

@@ -8,9 +8,10 @@ use soya_config::AckPolicy;
 
 use super::engine::{Output, QpEngine};
 use super::tests::{
-    acks, drain, ingress_engine, key, request, REQUESTER, RESPONDER, RQ_QPN, RS_QPN,
+    acks, assert_acks, assert_nak, drain, drained_acks, edge_ingress, key, request, REQUESTER,
+    RESPONDER, RQ_QPN, RS_QPN,
 };
-use super::tests_twin::{twin_delivered, twin_error, twin_request};
+use super::tests_twin::{twin_delivered, twin_delivered_msn, twin_error, twin_request};
 use super::tests_twin_lost::{
     ack_to, cm_engine, dc_requests, dreqs, far_send, local_acks_far, poison_answer_absorbed,
     request_to,
@@ -56,8 +57,7 @@ fn twin_dreqs(out: &[Output]) -> Vec<(std::net::IpAddr, std::net::IpAddr, u32, u
 /// outstanding) after it had received and acknowledged a SEND of the far
 /// host's (PSN 7). Returns the engine, the WRITE not yet delivered.
 fn pseudo_acked_with_reverse_traffic() -> QpEngine {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     far_send(&mut e, t, 7, 16);
     assert_eq!(drain(&mut e).len(), 1, "injected");
     local_acks_far(&mut e, t, 7);
@@ -121,10 +121,7 @@ fn a_far_error_poisons_a_pseudo_acked_requester_with_nothing_outstanding() {
     assert!(twin_errors(&out).is_empty());
     // Later requests of the requester are refused with the far error.
     e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 101, true, 64, 0));
-    assert_eq!(
-        acks(&drain(&mut e)),
-        vec![(101, Syndrome::Nak(NakCode::RemoteAccessError), 1)]
-    );
+    assert_nak(&mut e, 101, NakCode::RemoteAccessError, 1);
 }
 
 #[test]
@@ -132,8 +129,7 @@ fn the_poison_covers_every_possible_epsn_while_far_requests_are_in_flight() {
     // The far host's SENDs 7..=9 are injected; the local QP acknowledged
     // only 7, so its ePSN is 8, 9 or 10: one poison at each, and nothing
     // injected behind them (the reverse half is failed first).
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     for psn in 7..10 {
         far_send(&mut e, t, psn, 16);
     }
@@ -154,11 +150,10 @@ fn the_poison_covers_every_possible_epsn_while_far_requests_are_in_flight() {
 
 #[test]
 fn a_requester_with_requests_outstanding_gets_the_nak_and_no_poison() {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     // A READ: never pseudo-ACKed, outstanding until its response.
     e.handle_dc(t, &request(Opcode::RC_READ_REQUEST, 100, true, 0, 4096));
-    assert!(acks(&drain(&mut e)).is_empty());
+    assert!(drained_acks(&mut e).is_empty());
     twin_error(&mut e, t, key(), 100, NakCode::RemoteAccessError);
     let out = drain(&mut e);
     assert_eq!(
@@ -175,8 +170,7 @@ fn a_requester_told_nothing_false_is_left_as_a_direct_connection_would_leave_it(
     // side then fails its half because it poisoned the far QP (the reverse
     // of `a_far_error_poisons...`). A direct connection would not move
     // this QP to error either: its next request fails.
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 100, true, 64, 0));
     drain(&mut e);
     twin_delivered(&mut e, t, key(), 100);
@@ -187,10 +181,7 @@ fn a_requester_told_nothing_false_is_left_as_a_direct_connection_would_leave_it(
     assert!(twin_errors(&out).is_empty(), "no cascade back");
     assert_eq!(e.stats.far_error_qps_poisoned, 0);
     e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 101, true, 64, 0));
-    assert_eq!(
-        acks(&drain(&mut e)),
-        vec![(101, Syndrome::Nak(NakCode::RemoteOperationalError), 1)]
-    );
+    assert_nak(&mut e, 101, NakCode::RemoteOperationalError, 1);
 }
 
 #[test]
@@ -200,10 +191,7 @@ fn an_rdma_cm_connection_is_poisoned_and_disconnected_at_both_ends() {
     let mut e = cm_engine(700, 5000);
     let t = Time::from_micros(1);
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 5000, true, 64, 0));
-    assert_eq!(
-        acks(&drain(&mut e)),
-        vec![(5000, Syndrome::ACK_UNLIMITED, 1)]
-    );
+    assert_acks(&mut e, &[(5000, Syndrome::ACK_UNLIMITED, 1)]);
     twin_error(&mut e, t, key(), 5000, NakCode::RemoteOperationalError);
     let out = drain(&mut e);
     assert_eq!(
@@ -231,8 +219,7 @@ fn an_rdma_cm_connection_is_poisoned_and_disconnected_at_both_ends() {
 fn a_qp_with_no_known_epsn_is_probed_while_the_twin_lives() {
     // No reverse traffic, no RDMA-CM: the ePSN is learned by probing, to
     // the far QP's number the half names.
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, true, 8, 0));
     drain(&mut e);
     twin_error(&mut e, t, key(), 100, NakCode::RemoteOperationalError);
@@ -306,14 +293,7 @@ fn the_survivor_tells_a_restarted_twin_where_its_orphaned_qps_expect_their_next_
     for psn in 5000..5003 {
         e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, psn, true, 64, 0));
     }
-    e.handle_twin(
-        t,
-        TwinMsg::Delivered {
-            half: key(),
-            psn: Psn::new(5000),
-            msn: Some(1),
-        },
-    );
+    twin_delivered_msn(&mut e, t, key(), 5000, Some(1));
     drain(&mut e);
     e.fail_all(t, NakCode::RemoteOperationalError);
     drain(&mut e);

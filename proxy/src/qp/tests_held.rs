@@ -6,12 +6,10 @@
 //! ICRC, and it finds nothing once the request is released.
 
 use crate::roce::{NakCode, Opcode, Psn, RocePacket, Syndrome};
-use crate::time::Time;
 
 use super::engine::{HeldRef, Output, QpEngine};
-use super::tests::{cfg, egress_engine_with, key, request, response};
+use super::tests::{edge_engine, egress_engine_with, key, request, response};
 use super::tests_twin::twin_request;
-use soya_config::AckPolicy;
 
 /// The references the engine hands out, in order (nothing else expected).
 fn lent(e: &mut QpEngine) -> Vec<HeldRef> {
@@ -25,8 +23,7 @@ fn lent(e: &mut QpEngine) -> Vec<HeldRef> {
 
 #[test]
 fn a_held_request_is_lent_as_it_is_held_until_released() {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_engine();
     // Across the PSN wrap, with a 4-PSN READ in the middle.
     let psns = [0xFF_FFFE, 0xFF_FFFF, 0, 4];
     let sent = [

@@ -25,12 +25,23 @@ pub(super) fn twin_response(e: &mut QpEngine, t: Time, packet: Vec<u8>) {
 
 /// The far responder acknowledged `half`'s requests up to `psn`.
 pub(super) fn twin_delivered(e: &mut QpEngine, t: Time, half: HalfKey, psn: u32) {
+    twin_delivered_msn(e, t, half, psn, None);
+}
+
+/// The same, with the MSN of the responder's ACK when the twin knew it.
+pub(super) fn twin_delivered_msn(
+    e: &mut QpEngine,
+    t: Time,
+    half: HalfKey,
+    psn: u32,
+    msn: Option<u32>,
+) {
     e.handle_twin(
         t,
         TwinMsg::Delivered {
             half,
             psn: Psn::new(psn),
-            msn: None,
+            msn,
         },
     );
 }

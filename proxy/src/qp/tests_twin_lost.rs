@@ -10,16 +10,13 @@ use soya_config::AckPolicy;
 use super::engine::{Output, QpEngine, TwinLostSummary};
 use super::poison;
 use super::tests::{
-    acks, cfg, drain, egress_engine_with, forwarded, ingress_engine, injected, key, request,
-    response, REQUESTER, RESPONDER, RQ_QPN, RS_QPN,
+    acks, assert_acks, cfg, drain, drained_acks, edge_engine, edge_ingress, egress_engine_with,
+    forwarded, injected, key, request, request_on, response, REQUESTER, RESPONDER, RQ_QPN, RS_QPN,
 };
 use super::tests_twin::{twin_error, twin_request};
 use super::twin::{Carry, TwinMsg};
-use crate::roce::cm::GSI_QKEY;
 use crate::roce::ip::rxe_udp_sport;
-use crate::roce::{
-    Bth, Deth, ExtHeaders, IpHeader, NakCode, Opcode, Psn, Reth, RocePacket, RoceRepr, Syndrome,
-};
+use crate::roce::{IpHeader, NakCode, Opcode, Psn, Reth, RocePacket, Syndrome};
 use crate::time::Time;
 
 const LOST: NakCode = NakCode::RemoteOperationalError;
@@ -33,21 +30,7 @@ pub(super) fn request_to(
     psn: u32,
     payload: usize,
 ) -> Vec<u8> {
-    let reth = Reth {
-        va: 0x1000,
-        rkey: 7,
-        len: payload as u32,
-    };
-    crate::roce::builders::request(
-        IpHeader::v4(from, to),
-        dest_qp,
-        op,
-        Psn::new(psn),
-        true,
-        reth,
-    )
-    .to_vec(&vec![0xab; payload])
-    .unwrap()
+    request_on(IpHeader::v4(from, to), dest_qp, op, psn, true, payload, 0)
 }
 
 /// An ACK/NAK between any two hosts.
@@ -145,22 +128,9 @@ pub(super) fn cm_packet(
     for &(at, v, n) in fields {
         m[at..at + n].copy_from_slice(&v.to_be_bytes()[4 - n..]);
     }
-    let op = Opcode::UD_SEND_ONLY;
-    RoceRepr {
-        ip: IpHeader::v4(from, to),
-        src_port: 0xc000,
-        bth: Bth::new(op, 1, Psn::new(0)),
-        ext: ExtHeaders {
-            present: op.info().unwrap().headers,
-            deth: Deth {
-                qkey: GSI_QKEY,
-                src_qp: 1,
-            },
-            ..Default::default()
-        },
-    }
-    .to_vec(&m)
-    .unwrap()
+    crate::roce::builders::cm_mad(IpHeader::v4(from, to))
+        .to_vec(&m)
+        .unwrap()
 }
 
 /// An engine at REQUESTER's site that saw RDMA-CM connect REQUESTER's QP
@@ -228,8 +198,7 @@ fn fail_all_naks_the_first_psn_when_nothing_was_acknowledged() {
 
 #[test]
 fn fail_all_naks_the_psn_after_the_last_ack_and_refuses_what_follows() {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 100, true, 64, 0));
     e.handle_dc(t, &request(Opcode::RC_READ_REQUEST, 101, true, 0, 4096));
     let out = drain(&mut e);
@@ -251,23 +220,21 @@ fn fail_all_naks_the_psn_after_the_last_ack_and_refuses_what_follows() {
 fn a_failed_half_never_naks_past_a_request_accepted_but_not_acknowledged() {
     // Coalescing holds the ACK of 100..=101 when the twin reports an error:
     // the NAK for a later request must not implicitly acknowledge them.
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, false, 8, 0));
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 101, false, 8, 0));
-    assert!(acks(&drain(&mut e)).is_empty(), "coalescing");
+    assert!(drained_acks(&mut e).is_empty(), "coalescing");
     twin_error(&mut e, t, key(), 0, LOST);
-    assert_eq!(acks(&drain(&mut e)), vec![(100, Syndrome::Nak(LOST), 0)]);
+    assert_acks(&mut e, &[(100, Syndrome::Nak(LOST), 0)]);
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 102, true, 8, 0));
-    assert_eq!(acks(&drain(&mut e)), vec![(100, Syndrome::Nak(LOST), 0)]);
+    assert_acks(&mut e, &[(100, Syndrome::Nak(LOST), 0)]);
 }
 
 /// The far host sent `ops` (from PSN 10) toward the local QP RS_QPN at
 /// RESPONDER, all injected and all acknowledged; returns the poison packets
 /// fail_all sends.
 fn poison_after(ops: &[Opcode]) -> Vec<(Ipv4Addr, Ipv4Addr, u32, Opcode, u32, usize)> {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_engine();
     for (i, &op) in ops.iter().enumerate() {
         let payload = if matches!(op, Opcode::RC_READ_REQUEST) {
             0
@@ -336,8 +303,7 @@ fn a_qp_with_nothing_outstanding_is_poisoned_at_its_epsn_with_an_opcode_that_can
 
 #[test]
 fn unacknowledged_injections_get_one_poison_per_possible_epsn() {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_engine();
     let ops = [
         Opcode::RC_SEND_FIRST,
         Opcode::RC_SEND_MIDDLE,
@@ -379,13 +345,9 @@ fn a_pseudo_acked_requester_is_poisoned_through_its_responder_role() {
     // REQUESTER's QP RQ_QPN wrote through us (pseudo-ACKed: nothing
     // outstanding) and earlier received a SEND from the far host (PSN 7),
     // which it acknowledged. It now waits for the next SEND.
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 100, true, 64, 0));
-    assert_eq!(
-        acks(&drain(&mut e)),
-        vec![(100, Syndrome::ACK_UNLIMITED, 1)]
-    );
+    assert_acks(&mut e, &[(100, Syndrome::ACK_UNLIMITED, 1)]);
     far_send(&mut e, t, 7, 16);
     assert_eq!(drain(&mut e).len(), 1, "injected");
     local_acks_far(&mut e, t, 7);
@@ -459,8 +421,7 @@ fn the_far_sides_traffic_tells_the_epsn_better_than_rdma_cm() {
 
 #[test]
 fn nothing_is_sent_to_a_qp_the_engine_cannot_attribute() {
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_engine();
     // A tunnel phase toward a local responder whose ACK we never saw: its
     // ePSN is anywhere in the raw packets.
     e.handle_twin(
@@ -507,8 +468,7 @@ fn fail_all_drops_the_lost_twins_egress_state_and_frees_its_slots() {
 
 #[test]
 fn while_the_twin_is_unreachable_new_requests_are_refused_at_once() {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.set_twin_reachable(false);
     assert!(!e.twin_reachable());
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, true, 8, 0));
@@ -552,7 +512,7 @@ fn while_the_twin_is_unreachable_new_requests_are_refused_at_once() {
         "{out:?}"
     );
     e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 101, true, 8, 0));
-    assert_eq!(acks(&drain(&mut e)), vec![(100, Syndrome::Nak(LOST), 0)]);
+    assert_acks(&mut e, &[(100, Syndrome::Nak(LOST), 0)]);
 }
 
 // --- Learning the ePSN by probing (`qp::poison`, probing) -----------------
@@ -561,13 +521,9 @@ fn while_the_twin_is_unreachable_new_requests_are_refused_at_once() {
 /// through us and was pseudo-ACKed: nothing outstanding, and the far host
 /// never sent it anything (no egress half, no RDMA-CM). The twin is lost.
 fn probed_engine() -> (QpEngine, TwinLostSummary, Vec<Output>) {
-    let mut e = ingress_engine(AckPolicy::Edge);
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_ingress();
     e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 100, true, 64, 0));
-    assert_eq!(
-        acks(&drain(&mut e)),
-        vec![(100, Syndrome::ACK_UNLIMITED, 1)]
-    );
+    assert_acks(&mut e, &[(100, Syndrome::ACK_UNLIMITED, 1)]);
     let sum = e.fail_all(t, LOST);
     let out = drain(&mut e);
     (e, sum, out)
@@ -879,8 +835,7 @@ fn a_tunnel_phase_toward_the_qp_gives_the_first_probe_its_psn() {
     // seen; the far QPN is known from RDMA-CM-less traffic: the local QP
     // answered with dest QP RS_QPN... here the engine learns it from the
     // local QP's own ACK of 10.
-    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
-    let t = Time::from_micros(1);
+    let (mut e, t) = edge_engine();
     for psn in 10..13 {
         e.handle_twin(
             t,

@@ -1,11 +1,12 @@
 //! Complete, ICRC-correct packets the gateway originates: ACK, NAK (each
-//! code), RNR NAK and CNP; and, for tests, benchmarks and tools, a
+//! code), RNR NAK, CNP and RDMA-CM MADs ([`cm_mad`]); and, for tests, benchmarks and tools, a
 //! requester's packet ([`request`]). They return a [`RoceRepr`]; emit it
 //! into a slab slot with [`RoceRepr::emit`] or into a vector with
 //! [`RoceRepr::to_vec`].
 
 use super::bth::Bth;
-use super::ext::{Aeth, ExtHeaders, NakCode, Reth, Syndrome};
+use super::cm::GSI_QKEY;
+use super::ext::{Aeth, Deth, ExtHeaders, NakCode, Reth, Syndrome};
 use super::ip::IpHeader;
 use super::opcode::{Headers, Opcode};
 use super::packet::{RocePacket, RoceRepr};
@@ -113,6 +114,25 @@ pub fn cnp(to: &ReplyTo) -> RoceRepr {
         bth,
         ext: ExtHeaders {
             present: Headers::CNP_PAD,
+            ..Default::default()
+        },
+    }
+}
+
+/// The headers of an RDMA-CM MAD from one host's CM to another's (`ip`):
+/// UD SEND Only from QP1 to QP1 with the GSI Q_Key. The MAD is the payload.
+pub fn cm_mad(ip: IpHeader) -> RoceRepr {
+    let op = Opcode::UD_SEND_ONLY;
+    RoceRepr {
+        ip,
+        src_port: 0xc000,
+        bth: Bth::new(op, 1, Psn::new(0)),
+        ext: ExtHeaders {
+            present: op.info().map_or(Headers::NONE, |i| i.headers),
+            deth: Deth {
+                qkey: GSI_QKEY,
+                src_qp: 1,
+            },
             ..Default::default()
         },
     }

@@ -680,7 +680,14 @@ impl Site {
     }
 }
 
-/// A RoCE request packet (what draining and backpressure refuse).
+/// A RoCE request packet whose ICRC is right (what draining and
+/// backpressure refuse): only such a packet is refused (or counted as
+/// refused). A forged or corrupt one goes on to the engine,
+/// which counts it as bad ICRC or malformed and drops it, whatever the
+/// state of the site: otherwise a forgery arriving while the twin queue is
+/// above its high water would hide among the refused requests, and the
+/// counters would say a host's request was refused. (The CRC is computed
+/// only in those states: `accept` asks only then.)
 fn is_request(pkt: &[u8]) -> bool {
-    RocePacket::parse(pkt).is_ok_and(|p| p.info.is_request())
+    RocePacket::parse_verified(pkt).is_ok_and(|p| p.info.is_request())
 }

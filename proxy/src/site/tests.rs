@@ -491,3 +491,28 @@ fn a_reload_applies_the_new_acl_and_names_what_needs_a_restart() {
     assert_eq!(send(&mut p), None, "refused again");
     assert_eq!(p.a.dc_counters().rx_acl_source, before + 1);
 }
+
+#[test]
+fn a_forged_request_is_counted_as_forged_even_while_requests_are_refused() {
+    // While draining (or above the twin queue's high water: the same
+    // refusal) a new request is refused before the engine sees it. A
+    // packet whose ICRC is wrong is no request of any host: it must be
+    // counted as bad ICRC, not as a request refused for backpressure
+    // (soya-soak counts its DC-side forgeries that way, and lost a few
+    // whenever one arrived at a busy moment).
+    let mut p = Pair::new();
+    p.a.start_drain();
+    let ip = IpHeader::v4(REQUESTER, RESPONDER);
+    let good = request(ip, Opcode::RC_WRITE_ONLY, 1, true, EMPTY_RETH, &[]);
+    p.a.handle_dc(p.now, &good);
+    assert_eq!(
+        p.a.dc_counters().rx_draining,
+        1,
+        "a real request is refused"
+    );
+    let mut forged = good.clone();
+    *forged.last_mut().unwrap() ^= 0xff;
+    p.a.handle_dc(p.now, &forged);
+    assert_eq!(p.a.dc_counters().rx_draining, 1, "a forgery is no request");
+    assert_eq!(p.a.engine().stats.dc_bad_icrc, 1);
+}

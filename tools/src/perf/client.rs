@@ -15,8 +15,8 @@ use super::exchange::{Control, Msg, QpInfo, DEFAULT_PORT, DRAIN_MAX, VERSION};
 use super::report::{LatencyReport, PacketCounters, PerfReport};
 use super::workload::{Layout, Op, QpDriver};
 use super::{
-    qp_config, random_psn, random_qpn_base, random_rkey, validate_shape, PerfError, ProgressTo,
-    Transport, MEM_BASE, VERBS_UNAVAILABLE,
+    qp_config, random_psn, random_qpn_base, random_rkey, PerfError, ProgressTo, Shape, Transport,
+    MEM_BASE, VERBS_UNAVAILABLE,
 };
 use crate::rc::{CompletionStatus, QpAddr, RcQp, WrOpcode};
 
@@ -90,12 +90,22 @@ impl Default for ClientConfig {
 }
 
 impl ClientConfig {
+    /// The shape of the run this configuration asks the server for.
+    pub fn shape(&self) -> Shape {
+        Shape {
+            op: self.op,
+            size: self.size,
+            qps: self.qps,
+            tx_depth: self.tx_depth,
+            mtu: self.mtu,
+        }
+    }
+
     pub fn validate(&self) -> Result<(), PerfError> {
         if self.transport == Transport::Verbs {
             return Err(PerfError::Usage(VERBS_UNAVAILABLE.into()));
         }
-        validate_shape(self.op, self.size, self.qps, self.tx_depth, self.mtu)
-            .map_err(PerfError::Usage)?;
+        self.shape().validate().map_err(PerfError::Usage)?;
         if self.op == Op::WaitSend && matches!(self.limit, RunLimit::Iters(_)) {
             return Err(PerfError::Usage(
                 "--op wait-send waits for two SENDs; --duration bounds the wait, --iters has no meaning".into(),
@@ -152,11 +162,7 @@ pub fn run_client(cfg: &ClientConfig) -> Result<PerfReport, PerfError> {
         .collect();
     ctrl.send(&Msg::Hello {
         version: VERSION,
-        op: cfg.op,
-        size: cfg.size,
-        qps: cfg.qps,
-        tx_depth: cfg.tx_depth,
-        mtu: cfg.mtu,
+        shape: cfg.shape(),
         ip: my_ip,
         port: ep.local_addr().port(),
         qp: mine.clone(),
@@ -502,17 +508,10 @@ fn report(
     peer: SocketAddr,
 ) -> PerfReport {
     let mut r = PerfReport {
-        role: "client".into(),
-        transport: "udp".into(),
-        op: Some(cfg.op),
-        size: cfg.size,
-        qps: cfg.qps,
-        tx_depth: cfg.tx_depth,
-        mtu: cfg.mtu,
         local: ep.local_addr().to_string(),
         peer: peer.to_string(),
         io: ep.io.clone(),
-        ..PerfReport::default()
+        ..PerfReport::of("client", "udp", cfg.shape())
     };
     let mut packets = PacketCounters::default();
     let mut write_send_bytes = 0u64;
@@ -553,14 +552,16 @@ fn report(
         r.goodput_gbps = r.bytes as f64 * 8.0 / r.elapsed_s / 1e9;
         r.msg_rate_mpps = r.messages as f64 / r.elapsed_s / 1e6;
     }
-    if r.incomplete > 0 {
-        errors.push(format!("{} work requests never completed", r.incomplete));
-    }
-    if r.local_data_errors > 0 {
-        errors.push(format!(
-            "{} data errors in what this side received (READ data)",
-            r.local_data_errors
-        ));
+    for (n, what) in [
+        (r.incomplete, "work requests never completed"),
+        (
+            r.local_data_errors,
+            "data errors in what this side received (READ data)",
+        ),
+    ] {
+        if n > 0 {
+            errors.push(format!("{n} {what}"));
+        }
     }
     r.data_errors = r.local_data_errors;
     if let Some(s) = &server {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::report::PerfReport;
-use super::workload::Op;
+use super::Shape;
 
 /// Protocol version in the hello.
 pub const VERSION: u32 = 1;
@@ -44,11 +44,8 @@ pub struct QpInfo {
 pub enum Msg {
     Hello {
         version: u32,
-        op: Op,
-        size: u32,
-        qps: u32,
-        tx_depth: u32,
-        mtu: usize,
+        #[serde(flatten)]
+        shape: Shape,
         /// The client's RoCE address and UDP port.
         ip: IpAddr,
         port: u16,
@@ -84,11 +81,8 @@ pub enum Msg {
     /// buffer. A server without the verbs transport answers `Error`.
     VerbsHello {
         version: u32,
-        op: Op,
-        size: u32,
-        qps: u32,
-        tx_depth: u32,
-        mtu: usize,
+        #[serde(flatten)]
+        shape: Shape,
         gid: String,
         qp: Vec<QpInfo>,
     },
@@ -242,16 +236,19 @@ impl Control {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::perf::Op;
 
     #[test]
     fn messages_round_trip_as_json_lines() {
         let m = Msg::Hello {
             version: VERSION,
-            op: Op::Read,
-            size: 4096,
-            qps: 1,
-            tx_depth: 8,
-            mtu: 4096,
+            shape: Shape {
+                op: Op::Read,
+                size: 4096,
+                qps: 1,
+                tx_depth: 8,
+                mtu: 4096,
+            },
             ip: "127.0.0.2".parse().unwrap(),
             port: 4791,
             qp: vec![QpInfo {
@@ -268,6 +265,13 @@ mod tests {
         assert!(s.contains(r#""op":"read""#));
         assert_eq!(serde_json::from_str::<Msg>(&s).unwrap(), m);
         assert!(!s.contains("send_after_ms"), "absent unless wait-send");
+        // The shape's fields are the hello's own keys, as peers built
+        // before `Shape` existed send them.
+        let flat = r#"{"type":"hello","version":1,"op":"read","size":4096,"qps":1,"tx_depth":8,
+            "mtu":4096,"ip":"127.0.0.2","port":4791,"qp":[{"qpn":17,"psn":1193046,
+            "rkey":57005,"vaddr":1048576,"len":65536}]}"#;
+        assert_eq!(serde_json::from_str::<Msg>(flat).unwrap(), m);
+        assert!(!s.contains("shape"), "{s}");
         let d = serde_json::to_string(&Msg::Done).unwrap();
         assert_eq!(d, r#"{"type":"done"}"#);
     }

@@ -76,6 +76,7 @@ pub mod workload;
 use std::fmt;
 use std::io::Write;
 
+use serde::{Deserialize, Serialize};
 use soya::roce::Psn;
 
 pub use client::{run_client, ClientConfig, RunLimit};
@@ -151,43 +152,58 @@ pub const VERBS_UNAVAILABLE: &str = "the verbs transport needs soya-perf built w
      cargo feature (cargo build -p soya-tools --features verbs) and an RDMA device; this build \
      has only --transport udp";
 
-/// Checks the shape of a run both sides agree on.
-pub fn validate_shape(
-    op: Op,
-    size: u32,
-    qps: u32,
-    tx_depth: u32,
-    mtu: usize,
-) -> Result<(), String> {
-    if ![1024, 2048, 4096].contains(&mtu) {
-        return Err(format!("--mtu {mtu}: must be 1024, 2048 or 4096"));
+/// The shape of a run, which both sides must agree on: the client's hello
+/// carries it (flattened, so its fields are the hello's own keys) and the
+/// server checks it before accepting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shape {
+    pub op: Op,
+    pub size: u32,
+    pub qps: u32,
+    pub tx_depth: u32,
+    pub mtu: usize,
+}
+
+impl Shape {
+    /// The limits every transport shares.
+    pub fn validate(&self) -> Result<(), String> {
+        let Shape {
+            op,
+            size,
+            qps,
+            tx_depth,
+            mtu,
+        } = *self;
+        if ![1024, 2048, 4096].contains(&mtu) {
+            return Err(format!("--mtu {mtu}: must be 1024, 2048 or 4096"));
+        }
+        if size == 0 || size > MAX_SIZE {
+            return Err(format!("--size {size}: must be 1..={MAX_SIZE} bytes"));
+        }
+        if op == Op::Atomic && size != 8 {
+            return Err(format!(
+                "--size {size}: atomics move 8 bytes (use --size 8)"
+            ));
+        }
+        if qps == 0 || qps > MAX_QPS {
+            return Err(format!("--qps {qps}: must be 1..={MAX_QPS}"));
+        }
+        if tx_depth == 0 || tx_depth as usize > crate::rc::DEFAULT_MAX_SEND_WQES {
+            return Err(format!(
+                "--tx-depth {tx_depth}: must be 1..={}",
+                crate::rc::DEFAULT_MAX_SEND_WQES
+            ));
+        }
+        let mem = Layout::new(MEM_BASE, size).mem_size() as u64 * u64::from(qps);
+        if mem > MAX_MEMORY {
+            return Err(format!(
+                "--size {size} x --qps {qps} needs {} MiB of registered memory per side (limit {} MiB)",
+                mem >> 20,
+                MAX_MEMORY >> 20
+            ));
+        }
+        Ok(())
     }
-    if size == 0 || size > MAX_SIZE {
-        return Err(format!("--size {size}: must be 1..={MAX_SIZE} bytes"));
-    }
-    if op == Op::Atomic && size != 8 {
-        return Err(format!(
-            "--size {size}: atomics move 8 bytes (use --size 8)"
-        ));
-    }
-    if qps == 0 || qps > MAX_QPS {
-        return Err(format!("--qps {qps}: must be 1..={MAX_QPS}"));
-    }
-    if tx_depth == 0 || tx_depth as usize > crate::rc::DEFAULT_MAX_SEND_WQES {
-        return Err(format!(
-            "--tx-depth {tx_depth}: must be 1..={}",
-            crate::rc::DEFAULT_MAX_SEND_WQES
-        ));
-    }
-    let mem = Layout::new(MEM_BASE, size).mem_size() as u64 * u64::from(qps);
-    if mem > MAX_MEMORY {
-        return Err(format!(
-            "--size {size} x --qps {qps} needs {} MiB of registered memory per side (limit {} MiB)",
-            mem >> 20,
-            MAX_MEMORY >> 20
-        ));
-    }
-    Ok(())
 }
 
 /// The QP attributes both sides use.

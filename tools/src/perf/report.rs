@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::workload::Op;
+use super::Shape;
 use crate::rc::QpStats;
 
 /// Latency of successful work requests, post to completion, in µs.
@@ -176,6 +177,20 @@ pub struct PerfReport {
 }
 
 impl PerfReport {
+    /// One side's report of a run of `shape`, before any figure is in.
+    pub fn of(role: &str, transport: &str, shape: Shape) -> PerfReport {
+        PerfReport {
+            role: role.into(),
+            transport: transport.into(),
+            op: Some(shape.op),
+            size: shape.size,
+            qps: shape.qps,
+            tx_depth: shape.tx_depth,
+            mtu: shape.mtu,
+            ..PerfReport::default()
+        }
+    }
+
     /// The human summary (several lines).
     pub fn human(&self) -> String {
         let mut s = String::new();

@@ -15,8 +15,8 @@ use super::exchange::{Control, Msg, QpInfo, DEFAULT_PORT, VERSION};
 use super::report::{PacketCounters, PerfReport};
 use super::workload::{Layout, Op};
 use super::{
-    qp_config, random_psn, random_qpn_base, random_rkey, validate_shape, PerfError, ProgressTo,
-    Transport, MEM_BASE, VERBS_UNAVAILABLE,
+    qp_config, random_psn, random_qpn_base, random_rkey, PerfError, ProgressTo, Shape, Transport,
+    MEM_BASE, VERBS_UNAVAILABLE,
 };
 use crate::rc::{QpAddr, RcQp};
 
@@ -73,17 +73,6 @@ pub struct Server {
     listener: TcpListener,
     ep: Endpoint,
     sessions: u64,
-}
-
-/// Everything a session needs from the hello.
-struct Shape {
-    op: Op,
-    size: u32,
-    qps: u32,
-    tx_depth: u32,
-    mtu: usize,
-    /// `wait-send`: between the first SEND and the second.
-    send_after: Duration,
 }
 
 impl Server {
@@ -148,11 +137,7 @@ impl Server {
             .map_err(|e| PerfError::Failed(format!("waiting for the hello: {e}")))?;
         let Msg::Hello {
             version,
-            op,
-            size,
-            qps,
-            tx_depth,
-            mtu,
+            shape,
             ip,
             port,
             qp: theirs,
@@ -163,19 +148,14 @@ impl Server {
             let _ = ctrl.send(&Msg::Error { message: m.clone() });
             return Err(PerfError::Failed(m));
         };
-        let shape = Shape {
-            op,
-            size,
-            qps,
-            tx_depth,
-            mtu,
-            send_after: Duration::from_millis(send_after_ms.unwrap_or(1000)),
-        };
+        // `wait-send`: between the first SEND and the second.
+        let send_after = Duration::from_millis(send_after_ms.unwrap_or(1000));
+        let Shape { size, qps, mtu, .. } = shape;
         let refusal = if version != VERSION {
             Some(format!(
                 "protocol version {version}, this server speaks {VERSION}"
             ))
-        } else if let Err(e) = validate_shape(op, size, qps, tx_depth, mtu) {
+        } else if let Err(e) = shape.validate() {
             Some(e)
         } else if theirs.len() != qps as usize {
             Some(format!("{qps} QPs announced, {} described", theirs.len()))
@@ -221,8 +201,8 @@ impl Server {
                     return Err(PerfError::Failed(format!("QP setup: {e}")));
                 }
             };
-            if op == Op::Send {
-                qp.post_recv(recv_target(tx_depth));
+            if shape.op == Op::Send {
+                qp.post_recv(recv_target(shape.tx_depth));
             }
             let mut advertised = info;
             if self.cfg.wrong_rkey {
@@ -242,7 +222,7 @@ impl Server {
             return Err(PerfError::Failed(format!("sending the accept: {e}")));
         }
 
-        let (start, end, errors) = self.run_session(&mut ctrl, &shape);
+        let (start, end, errors) = self.run_session(&mut ctrl, &shape, send_after);
         let qps_done = self.ep.end_session();
         let report = self.report(&shape, &qps_done, peer, start, end, errors);
         if let Err(e) = ctrl.send(&Msg::Summary {
@@ -255,7 +235,12 @@ impl Server {
         Ok(report)
     }
 
-    fn run_session(&mut self, ctrl: &mut Control, shape: &Shape) -> (Time, Time, Vec<String>) {
+    fn run_session(
+        &mut self,
+        ctrl: &mut Control,
+        shape: &Shape,
+        send_after: Duration,
+    ) -> (Time, Time, Vec<String>) {
         let start = self.ep.now();
         let mut errors = Vec::new();
         let mut next_report = start + Duration::from_secs(1);
@@ -274,7 +259,7 @@ impl Server {
             if shape.op == Op::WaitSend {
                 let due = match sends_posted {
                     0 => true,
-                    1 => now.since(start) >= shape.send_after,
+                    1 => now.since(start) >= send_after,
                     _ => false,
                 };
                 if due {
@@ -363,7 +348,7 @@ impl Server {
                 .next_deadline()
                 .map_or(next_ctrl, |t| t.min(next_ctrl));
             if shape.op == Op::WaitSend && sends_posted == 1 {
-                until = until.min(start + shape.send_after);
+                until = until.min(start + send_after);
             }
             self.ep
                 .idle(now, moved, Some(until), Duration::from_millis(2));
@@ -392,18 +377,11 @@ impl Server {
         mut errors: Vec<String>,
     ) -> PerfReport {
         let mut r = PerfReport {
-            role: "server".into(),
-            transport: "udp".into(),
-            op: Some(shape.op),
-            size: shape.size,
-            qps: shape.qps,
-            tx_depth: shape.tx_depth,
-            mtu: shape.mtu,
             local: self.ep.local_addr().to_string(),
             peer: peer.to_string(),
             elapsed_s: (end - start).as_secs_f64(),
             io: self.ep.io.clone(),
-            ..PerfReport::default()
+            ..PerfReport::of("server", "udp", *shape)
         };
         let mut packets = PacketCounters::default();
         for qp in qps {

@@ -20,11 +20,14 @@
 //! - `sessions_failed_outside_crash`: a flow failed by a reload, a cut or
 //!   a loss burst: must be 0 (reloads drop no flow);
 //! - `rss_growth_pct`, `fd_growth` (per gateway, after warm-up against the
-//!   end): RSS < 5 % growth, fds < 5 % growth. The warm-up lasts until the
-//!   first QPs closed have been forgotten (`qp::expiry`, 75 s at most
-//!   with the default `dc.give_up_after`); a gateway whose warm-up could
-//!   not last that long (B, restarted at half time of a short run) has its
-//!   RSS printed, not judged (`rss_judged`).
+//!   end): RSS < 5 % growth, fds < 5 % growth. The warm-up lasts a
+//!   quarter of the run (at least the 85 s the first QPs closed take to be
+//!   forgotten by `qp::expiry` with the default `dc.give_up_after`), and
+//!   RSS is judged only from a sample taken once the gateway's engine has
+//!   forgotten QP halves (steady state: an event, not a time). A gateway
+//!   that never got there (in a short run, B restarted at half time, and
+//!   A whose halves that restart reset) has its RSS printed, not judged
+//!   (`rss_judged`).
 
 pub mod lab;
 
@@ -63,6 +66,9 @@ pub struct Failure {
     pub how: String,
     pub error: String,
     pub in_crash_window: bool,
+    /// Bytes its client was told completed that never landed (counted in
+    /// `bytes_lost` or `bytes_lost_gateway_crash`): which session lost them.
+    pub bytes_lost: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -83,9 +89,9 @@ pub struct GatewayUsage {
     pub end: Usage,
     pub rss_growth_pct: f64,
     pub fd_growth: i64,
-    /// Its warm-up sample was taken once the QPs closed first had been
-    /// forgotten (`qp::expiry`): only then is RSS growth judged (gateway
-    /// B, restarted at half time, cannot reach that in a short run).
+    /// Its warm-up sample was taken once its engine had forgotten QP
+    /// halves (`qp::expiry`): only then is RSS growth judged (a short run
+    /// may never get there, see the module docs).
     pub rss_judged: bool,
 }
 
@@ -114,6 +120,9 @@ pub struct SoakReport {
     pub twin_restarts: u64,
     pub forgeries_sent: u64,
     pub forgeries_counted: u64,
+    /// Sent to gateway B before its crash and not counted by it (not
+    /// judged: the crash window).
+    pub forgeries_lost_in_crash: u64,
     /// Worst of the two gateways.
     pub rss_growth_pct: f64,
     pub fd_growth: i64,
@@ -140,6 +149,8 @@ fn reload_sets(rate: u64) -> Vec<Vec<PathSpec>> {
 struct Shared {
     report: Mutex<SoakReport>,
     stop: AtomicBool,
+    /// Sessions whose client exited with a failure (evidence numbering).
+    failures_seen: std::sync::atomic::AtomicU64,
     /// Crash windows, seconds since the start (the restart of gateway B).
     crash: Mutex<Vec<(f64, f64)>>,
     t0: Instant,
@@ -177,6 +188,7 @@ pub fn run(o: &SoakOptions) -> Result<SoakReport, String> {
     let shared = Arc::new(Shared {
         report: Mutex::new(SoakReport::default()),
         stop: AtomicBool::new(false),
+        failures_seen: Default::default(),
         crash: Mutex::new(Vec::new()),
         t0: Instant::now(),
     });
@@ -203,7 +215,11 @@ pub fn run(o: &SoakOptions) -> Result<SoakReport, String> {
     .map(|(dir, ns, me, server)| {
         let sh = shared.clone();
         let perf = o.bins.perf.clone();
-        std::thread::spawn(move || worker(&sh, dir, &ns, me, server, &perf))
+        let at = Evidence {
+            sockets: [lab.socket(0), lab.socket(1)],
+            dir: o.dir.clone(),
+        };
+        std::thread::spawn(move || worker(&sh, dir, &ns, me, server, &perf, &at))
     })
     .collect();
     bump(&shared, |r| {
@@ -219,7 +235,14 @@ pub fn run(o: &SoakOptions) -> Result<SoakReport, String> {
     for w in workers {
         let _ = w.join();
     }
-    result?;
+    let forgery = result?;
+    // The traffic has stopped: every forgery sent is counted now or never.
+    let (sent, counted) = forgery.settle(&lab);
+    bump(&shared, |r| {
+        r.forgeries_sent = sent;
+        r.forgeries_counted = counted;
+        r.forgeries_lost_in_crash = forgery.lost_in_crash;
+    });
     // Quiet: let the buffers empty, then the end figures.
     std::thread::sleep(Duration::from_secs(2));
     let end: Vec<Usage> = (0..2).map(|i| usage(&lab, i)).collect();
@@ -287,13 +310,23 @@ fn judge(r: &mut SoakReport) {
             ));
         }
     }
-    if r.forgeries_counted < r.forgeries_sent {
+    if r.forgeries_counted + r.forgeries_lost_in_crash < r.forgeries_sent {
         v.push(format!(
-            "{} forgeries sent, {} counted by the gateways",
-            r.forgeries_sent, r.forgeries_counted
+            "{} forgeries sent, {} counted by the gateways ({} lost in the crash)",
+            r.forgeries_sent, r.forgeries_counted, r.forgeries_lost_in_crash
         ));
     }
     r.violations = v;
+}
+
+/// A gateway is in steady state once its engine has forgotten QP halves
+/// (`qp::expiry`): from then on it holds as many halves as the churn keeps
+/// alive, and RSS growth means a leak. Before, every QP closed still adds
+/// a half, and how many a run piles up depends on the machine's speed (a
+/// 2-minute run on a quiet machine grew gateway A 5.8 % this way, with 0
+/// halves forgotten: B's restart at half time had reset A's halves).
+fn in_steady_state(u: &Usage) -> bool {
+    u.halves_expired > 0
 }
 
 fn usage(lab: &Lab, i: usize) -> Usage {
@@ -312,6 +345,29 @@ fn usage(lab: &Lab, i: usize) -> Usage {
     }
 }
 
+/// Where a failed session's evidence goes: both gateways' status (paths,
+/// flows, counters) taken as the failure is seen, so that a stall can be
+/// told from a cut, a full buffer or a transport that stopped.
+struct Evidence {
+    sockets: [PathBuf; 2],
+    dir: PathBuf,
+}
+
+impl Evidence {
+    fn save(&self, n: u64, direction: &str, op: &str) {
+        for (i, sock) in self.sockets.iter().enumerate() {
+            let v =
+                lab::control(sock, "status").unwrap_or_else(|e| serde_json::json!({ "error": e }));
+            let f = self.dir.join(format!(
+                "failure-{n}-{}-{op}-gateway-{}.json",
+                direction.replace('→', "-"),
+                ["a", "b"][i]
+            ));
+            let _ = std::fs::write(f, v.to_string());
+        }
+    }
+}
+
 /// Client sessions back to back until told to stop.
 fn worker(
     sh: &Shared,
@@ -320,6 +376,7 @@ fn worker(
     me: &str,
     server: &str,
     perf: &std::path::Path,
+    evidence: &Evidence,
 ) {
     let mut n: usize = if direction == "A→B" { 0 } else { 2 };
     while !sh.stop.load(Ordering::Acquire) {
@@ -360,6 +417,13 @@ fn worker(
             .output();
         let to = sh.now_s();
         let crash = sh.overlaps_crash(from, to);
+        let failed = !matches!(&out, Ok(o) if o.status.success());
+        if failed {
+            let n = sh.failures_seen.fetch_add(1, Ordering::AcqRel);
+            if n < 20 {
+                evidence.save(n, direction, op);
+            }
+        }
         let Ok(mut r) = sh.report.lock() else { return };
         r.sessions += 1;
         r.qps_opened += QPS_PER_SESSION;
@@ -376,12 +440,15 @@ fn worker(
             };
             fail(
                 &mut r,
-                from,
-                direction,
-                op,
-                "no report (client failed)",
-                err,
-                crash,
+                Failure {
+                    at_s: from,
+                    direction,
+                    op: op.into(),
+                    how: "no report (client failed)".into(),
+                    error: err,
+                    in_crash_window: crash,
+                    bytes_lost: 0,
+                },
             );
             continue;
         };
@@ -407,8 +474,18 @@ fn worker(
             } else {
                 "error reported"
             };
-            let err = p.error.clone().unwrap_or_default();
-            fail(&mut r, from, direction, op, how, err, crash);
+            fail(
+                &mut r,
+                Failure {
+                    at_s: from,
+                    direction,
+                    op: op.into(),
+                    how: how.into(),
+                    error: p.error.clone().unwrap_or_default(),
+                    in_crash_window: crash,
+                    bytes_lost: p.bytes_lost,
+                },
+            );
         }
         if crash {
             r.bytes_lost_gateway_crash += p.bytes_lost;
@@ -418,28 +495,13 @@ fn worker(
     }
 }
 
-fn fail(
-    r: &mut SoakReport,
-    at_s: f64,
-    direction: &'static str,
-    op: &str,
-    how: &str,
-    error: String,
-    in_crash_window: bool,
-) {
+fn fail(r: &mut SoakReport, f: Failure) {
     r.sessions_failed += 1;
-    if !in_crash_window {
+    if !f.in_crash_window {
         r.sessions_failed_outside_crash += 1;
     }
     if r.failures.len() < 200 {
-        r.failures.push(Failure {
-            at_s,
-            direction,
-            op: op.into(),
-            how: how.into(),
-            error,
-            in_crash_window,
-        });
+        r.failures.push(f);
     }
 }
 
@@ -449,7 +511,7 @@ fn schedule(
     lab: &mut Lab,
     sh: &Shared,
     sets: &[Vec<PathSpec>],
-) -> Result<(), String> {
+) -> Result<Forgery, String> {
     let total = o.duration.as_secs_f64();
     // Warm-up: every op and size has run (a size cycle is ~20 s), the deep
     // buffer's slots and the pools were touched, and the QPs closed first
@@ -462,9 +524,9 @@ fn schedule(
         + 10.0;
     let warm_at = (total * 0.25).clamp(forgotten.min(300.0), 300.0);
     let mut b_warm_at: Option<f64> = None;
-    let mut b_restarted_at = 0.0;
     let crash_at = total * 0.5;
     let mut warm_done = false;
+    let mut awaiting_steady = [false; 2];
     let mut crashed = false;
     let mut set = 0usize;
     let mut tick = 0u64;
@@ -473,7 +535,7 @@ fn schedule(
     loop {
         let t = sh.now_s();
         if t >= total {
-            return Ok(());
+            return Ok(forgery);
         }
         lab.check()?;
         tick += 1;
@@ -519,17 +581,41 @@ fn schedule(
         if !warm_done && t >= warm_at {
             warm_done = true;
             let u: Vec<GatewayUsage> = (0..2)
-                .map(|i| GatewayUsage {
-                    site: ["a", "b"][i].into(),
-                    warm: usage(lab, i),
-                    rss_judged: t >= forgotten,
-                    ..Default::default()
+                .map(|i| {
+                    let warm = usage(lab, i);
+                    let rss_judged = in_steady_state(&warm);
+                    awaiting_steady[i] = !rss_judged;
+                    GatewayUsage {
+                        site: ["a", "b"][i].into(),
+                        warm,
+                        rss_judged,
+                        ..Default::default()
+                    }
                 })
                 .collect();
             bump(sh, |r| r.gateways = u);
         }
+        // A gateway not yet in steady state at its warm-up takes its warm
+        // sample again once it is (an event, not a time: how many QP halves
+        // a run piles up before the first expiry depends on the machine).
+        for (i, awaiting) in awaiting_steady.iter_mut().enumerate() {
+            if !*awaiting || (i == 1 && b_warm_at.is_some()) {
+                continue;
+            }
+            let warm = usage(lab, i);
+            if in_steady_state(&warm) {
+                *awaiting = false;
+                bump(sh, |r| {
+                    if let Some(g) = r.gateways.get_mut(i) {
+                        g.warm = warm;
+                        g.rss_judged = true;
+                    }
+                });
+            }
+        }
         if !crashed && t >= crash_at {
             crashed = true;
+            forgery.restarting(lab, 1);
             let from = sh.now_s();
             lab.restart_gateway(&o.bins, 1)?;
             lab.wait_connected(Duration::from_secs(30))?;
@@ -539,21 +625,22 @@ fn schedule(
             if let Ok(mut c) = sh.crash.lock() {
                 c.push((from - 12.0, to));
             }
-            forgery.reset(lab)?;
+            forgery.restarted(lab, 1);
             bump(sh, |r| r.twin_restarts += 1);
             b_warm_at = Some(sh.now_s() + warm_at.min((total - sh.now_s()) / 2.0));
-            b_restarted_at = sh.now_s();
         }
         if b_warm_at.is_some_and(|w| sh.now_s() >= w) {
             b_warm_at = None;
-            // Gateway B's figures after its restart's warm-up (once).
+            // Gateway B's figures after its restart's warm-up (once; again
+            // below once it reaches steady state, if it had not).
             let b = usage(lab, 1);
+            awaiting_steady[1] = !in_steady_state(&b);
             bump(sh, |r| {
                 if let Some(g) = r.gateways.get_mut(1) {
                     if g.site == "b" {
                         g.site = "b (after restart)".into();
+                        g.rss_judged = in_steady_state(&b);
                         g.warm = b;
-                        g.rss_judged = sh.now_s() - b_restarted_at >= forgotten;
                     }
                 }
             });
@@ -604,11 +691,22 @@ fn bump(sh: &Shared, f: impl FnOnce(&mut SoakReport)) {
 
 /// DC-side forgeries from each host toward the other site: a RoCE packet
 /// with a wrong ICRC and one cut short. The gateways must count every one.
+///
+/// Accounted per gateway (host A's go through gateway A, host B's through
+/// B). A forgery is counted when the gateway's counters show it; nothing
+/// is judged on how soon: the rounds during the run only report progress,
+/// and the verdict is taken after the traffic stopped, waiting for each
+/// gateway's count to reach what was sent to it ([`Forgery::settle`]).
 struct Forgery {
     socks: Vec<(std::net::UdpSocket, &'static str)>,
-    sent: u64,
-    base: u64,
-    base_sent: u64,
+    /// Per gateway: sent in all, counted by its earlier incarnations (or
+    /// credited at its restart, see [`Forgery::restarting`]), and its
+    /// counter when its present incarnation was first read.
+    sent: [u64; 2],
+    before_restart: [u64; 2],
+    base: [u64; 2],
+    /// Sent to a gateway that was killed before it counted them.
+    lost_in_crash: u64,
 }
 
 impl Forgery {
@@ -625,49 +723,91 @@ impl Forgery {
             .map_err(|e| format!("forgery socket: {e}"))?;
             socks.push((s, peer));
         }
-        let base = Self::counted(lab);
+        let base = [0, 1].map(|i| Self::counted_by(lab, i).unwrap_or(0));
         Ok(Forgery {
             socks,
-            sent: 0,
+            sent: [0; 2],
+            before_restart: [0; 2],
             base,
-            base_sent: 0,
+            lost_in_crash: 0,
         })
     }
 
-    /// What both gateways counted as bad ICRC or malformed.
-    fn counted(lab: &Lab) -> u64 {
-        (0..2)
-            .filter_map(|i| soya::gateway::control::query(&lab.socket(i)).ok())
+    /// What gateway `i` counted as bad ICRC or malformed (None: it did
+    /// not answer).
+    fn counted_by(lab: &Lab, i: usize) -> Option<u64> {
+        soya::gateway::control::query(&lab.socket(i))
+            .ok()
             .map(|s| s.engine.dc_bad_icrc + s.engine.dc_malformed)
-            .sum()
     }
 
-    /// After gateway B restarted its counters begin again.
-    fn reset(&mut self, lab: &Lab) -> Result<(), String> {
-        self.base_sent = self.sent;
-        self.base = Self::counted(lab);
-        Ok(())
+    /// Forgeries gateway `i` has counted (a gateway that does not answer
+    /// now is taken at what it had counted at its start).
+    fn counted(&self, lab: &Lab, i: usize) -> u64 {
+        let now = Self::counted_by(lab, i).unwrap_or(self.base[i]);
+        (now.saturating_sub(self.base[i]) + self.before_restart[i]).min(self.sent[i])
     }
 
-    /// Counts what the earlier rounds sent (5 s ago at least), then sends a
-    /// round; returns (sent before this round, of them counted).
+    fn totals(&self, lab: &Lab) -> (u64, u64) {
+        (
+            self.sent.iter().sum(),
+            (0..2).map(|i| self.counted(lab, i)).sum(),
+        )
+    }
+
+    /// Gateway `i` is about to be killed: waits (a bounded while) for it
+    /// to count what was sent to it; what it has not counted then goes
+    /// with it (`lost_in_crash`, reported, in the crash window).
+    fn restarting(&mut self, lab: &Lab, i: usize) {
+        let counted = self.wait_counted(lab, i);
+        self.lost_in_crash += self.sent[i] - counted;
+        self.before_restart[i] = self.sent[i];
+    }
+
+    /// Gateway `i` runs again: its counters begin again.
+    fn restarted(&mut self, lab: &Lab, i: usize) {
+        self.base[i] = Self::counted_by(lab, i).unwrap_or(0);
+    }
+
+    /// Waits until gateway `i` has counted every forgery sent to it, or
+    /// its count stopped moving for a long while (a forgery it will never
+    /// count: the verdict shows it). Returns its count.
+    fn wait_counted(&self, lab: &Lab, i: usize) -> u64 {
+        let mut last = self.counted(lab, i);
+        let mut still_since = Instant::now();
+        while last < self.sent[i] && still_since.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(100));
+            let c = self.counted(lab, i);
+            if c != last {
+                last = c;
+                still_since = Instant::now();
+            }
+        }
+        last
+    }
+
+    /// The final count, once the traffic has stopped: (sent, counted).
+    fn settle(&self, lab: &Lab) -> (u64, u64) {
+        let counted = (0..2).map(|i| self.wait_counted(lab, i)).sum();
+        (self.sent.iter().sum(), counted)
+    }
+
+    /// Sends a round; returns (sent, counted so far) for progress.
     fn round(&mut self, lab: &Lab) -> Result<(u64, u64), String> {
         // A BTH (RC SEND ONLY to QPN 0x123456) with an 8-byte payload and a
         // wrong ICRC; and the same BTH cut to 7 bytes.
-        let before = self.sent;
-        let counted = Self::counted(lab).saturating_sub(self.base) + self.base_sent;
         let mut bth = vec![
             0x04, 0x40, 0xff, 0xff, 0x00, 0x12, 0x34, 0x56, 0x80, 0, 0, 1,
         ];
         bth.extend_from_slice(&[0xab; 8]);
         bth.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
-        for (s, peer) in &self.socks {
+        for (i, (s, peer)) in self.socks.iter().enumerate() {
             for pkt in [&bth[..], &bth[..7]] {
                 if s.send_to(pkt, (*peer, 4791)).is_ok() {
-                    self.sent += 1;
+                    self.sent[i] += 1;
                 }
             }
         }
-        Ok((before, counted.min(before)))
+        Ok(self.totals(lab))
     }
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use serde::Serialize;
 
-use super::config::{self, CliInput, RunConfig};
+use super::config::{self, CliInput, FileConfig, RunConfig};
 use super::engine::{Emulator, Snapshot};
 use super::profile::{ProfileSpec, Quantity};
 use super::stats::DirStats;
@@ -282,22 +282,28 @@ fn read_cli(m: &ArgMatches, udp: bool) -> Result<CliInput, String> {
             .cloned()
             .collect()
     };
+    // A flag that is not given leaves the file's value: `--no-realtime`
+    // can only turn realtime off.
+    let off = |id: &str| m.get_flag(id).then_some(false);
     Ok(CliInput {
         config: m.get_one::<PathBuf>("config").cloned(),
         listen: if udp { list("listen") } else { Vec::new() },
         forward: if udp { list("forward") } else { Vec::new() },
-        common: read_profile(m, "")?,
-        a2b: read_profile(m, "a2b-")?,
-        b2a: read_profile(m, "b2a-")?,
-        seed: num(m, "seed")?,
-        stats_interval: num(m, "stats-interval")?,
-        duration: num(m, "duration")?,
-        max_held: num(m, "max-held")?,
-        max_datagram: num(m, "max-datagram")?,
-        spin_us: num(m, "spin-us")?,
-        slack_us: num(m, "slack-us")?,
-        no_realtime: m.get_flag("no-realtime"),
-        no_offload: m.get_flag("no-offload"),
+        keys: FileConfig {
+            seed: num(m, "seed")?,
+            stats_interval: num(m, "stats-interval")?,
+            duration: num(m, "duration")?,
+            max_held: num(m, "max-held")?,
+            max_datagram: num(m, "max-datagram")?,
+            spin_us: num(m, "spin-us")?,
+            slack_us: num(m, "slack-us")?,
+            realtime: off("no-realtime"),
+            offload: off("no-offload"),
+            profile: Some(read_profile(m, "")?),
+            a_to_b: Some(read_profile(m, "a2b-")?),
+            b_to_a: Some(read_profile(m, "b2a-")?),
+            path: Vec::new(),
+        },
         json: m.get_flag("json"),
     })
 }

@@ -77,23 +77,16 @@ pub struct FilePath {
 }
 
 /// What came from the command line, before layering.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub struct CliInput {
     pub config: Option<PathBuf>,
     pub listen: Vec<String>,
     pub forward: Vec<String>,
-    pub common: ProfileSpec,
-    pub a2b: ProfileSpec,
-    pub b2a: ProfileSpec,
-    pub seed: Option<u64>,
-    pub stats_interval: Option<f64>,
-    pub duration: Option<f64>,
-    pub max_held: Option<usize>,
-    pub max_datagram: Option<usize>,
-    pub spin_us: Option<f64>,
-    pub slack_us: Option<f64>,
-    pub no_realtime: bool,
-    pub no_offload: bool,
+    /// The file's keys given as flags (`--seed`, `--loss`, `--a2b-rate`;
+    /// `--no-realtime` is `realtime = false`): the last layer, winning over
+    /// the file's key by key. Its `path` stays empty: the command line's
+    /// paths are `listen`/`forward`.
+    pub keys: FileConfig,
     pub json: bool,
 }
 
@@ -172,9 +165,13 @@ impl Layers<'_> {
     }
 
     fn validate_cli(&self) -> Result<(), String> {
-        self.cli.common.validate(&|k: &str| flag_name("", k))?;
-        self.cli.a2b.validate(&|k: &str| flag_name("a2b-", k))?;
-        self.cli.b2a.validate(&|k: &str| flag_name("b2a-", k))
+        let c = &self.cli.keys;
+        for (spec, prefix) in [(&c.profile, ""), (&c.a_to_b, "a2b-"), (&c.b_to_a, "b2a-")] {
+            if let Some(s) = spec {
+                s.validate(&|k: &str| flag_name(prefix, k))?;
+            }
+        }
+        Ok(())
     }
 
     /// The merged profile of one direction (`a_to_b`: true for A→B).
@@ -193,12 +190,9 @@ impl Layers<'_> {
             layers.push(p.profile.clone());
             layers.push(dir(&p.a_to_b, &p.b_to_a));
         }
-        layers.push(Some(self.cli.common.clone()));
-        layers.push(Some(if a_to_b {
-            self.cli.a2b.clone()
-        } else {
-            self.cli.b2a.clone()
-        }));
+        let c = &self.cli.keys;
+        layers.push(c.profile.clone());
+        layers.push(dir(&c.a_to_b, &c.b_to_a));
         for l in layers.iter().flatten() {
             spec.overlay(l);
         }
@@ -206,7 +200,7 @@ impl Layers<'_> {
     }
 }
 
-fn engine_options(file: &FileConfig, cli: &CliInput) -> Result<EngineOptions, String> {
+fn engine_options(file: &FileConfig, cli: &FileConfig) -> Result<EngineOptions, String> {
     let mut e = EngineOptions::default();
     if let Some(s) = cli.seed.or(file.seed) {
         e.seed = s;
@@ -223,8 +217,8 @@ fn engine_options(file: &FileConfig, cli: &CliInput) -> Result<EngineOptions, St
         }
         e.max_datagram = m;
     }
-    e.realtime = !cli.no_realtime && file.realtime.unwrap_or(true);
-    e.offload = !cli.no_offload && file.offload.unwrap_or(true);
+    e.realtime = cli.realtime.or(file.realtime).unwrap_or(true);
+    e.offload = cli.offload.or(file.offload).unwrap_or(true);
     if let Some(s) = seconds(cli.spin_us.or(file.spin_us).map(|us| us / 1e6), "--spin-us")? {
         e.spin = s;
     }
@@ -265,14 +259,15 @@ fn common(cli: &CliInput) -> Result<Common, String> {
         Some(p) => (load(p)?, p.display().to_string()),
         None => (FileConfig::default(), String::new()),
     };
-    let engine = engine_options(&file, cli)?;
+    let keys = &cli.keys;
+    let engine = engine_options(&file, keys)?;
     let stats_interval = seconds(
-        cli.stats_interval.or(file.stats_interval),
+        keys.stats_interval.or(file.stats_interval),
         "--stats-interval",
     )?
     .or(Some(Duration::from_secs(1)))
     .filter(|d| !d.is_zero());
-    let duration = seconds(cli.duration.or(file.duration), "--duration")?;
+    let duration = seconds(keys.duration.or(file.duration), "--duration")?;
     Ok(Common {
         file,
         fname,
@@ -360,7 +355,7 @@ mod tests {
     #[test]
     fn slack_comes_from_the_command_line_or_the_file_and_is_checked() {
         let file = FileConfig::default();
-        let mut cli = CliInput::default();
+        let mut cli = FileConfig::default();
         assert_eq!(engine_options(&file, &cli).unwrap().slack, Duration::ZERO);
         cli.slack_us = Some(100.0);
         assert_eq!(
@@ -379,5 +374,56 @@ mod tests {
         cli.slack_us = Some(-1.0);
         let e = engine_options(&file, &cli).unwrap_err();
         assert!(e.contains("--slack-us"), "{e}");
+    }
+
+    #[test]
+    fn the_command_line_layer_wins_key_by_key() {
+        // Top-level keys: a flag given wins, one not given leaves the file's.
+        let file = FileConfig {
+            seed: Some(1),
+            max_held: Some(5),
+            realtime: Some(true),
+            offload: Some(false),
+            ..FileConfig::default()
+        };
+        let flags = FileConfig {
+            seed: Some(2),
+            realtime: Some(false), // --no-realtime
+            ..FileConfig::default()
+        };
+        let e = engine_options(&file, &flags).unwrap();
+        assert_eq!((e.seed, e.max_held), (2, 5));
+        assert!(!e.realtime && !e.offload);
+        let e = engine_options(&FileConfig::default(), &FileConfig::default()).unwrap();
+        assert!(e.realtime && e.offload, "both on unless turned off");
+
+        // Profiles: the flags' [profile] and [a_to_b] over the file's.
+        let spec = |delay_ms, loss| {
+            Some(ProfileSpec {
+                delay_ms,
+                loss,
+                ..ProfileSpec::default()
+            })
+        };
+        let file = FileConfig {
+            profile: spec(Some(1.0), Some(0.1)),
+            ..FileConfig::default()
+        };
+        let cli = CliInput {
+            keys: FileConfig {
+                profile: spec(Some(3.0), None),
+                a_to_b: spec(None, Some(0.2)),
+                ..FileConfig::default()
+            },
+            ..CliInput::default()
+        };
+        let layers = Layers {
+            file: &file,
+            fname: String::new(),
+            cli: &cli,
+        };
+        let (a2b, b2a) = (layers.profile(None, true), layers.profile(None, false));
+        assert_eq!((a2b.delay, a2b.loss), (Duration::from_millis(3), 0.2));
+        assert_eq!((b2a.delay, b2a.loss), (Duration::from_millis(3), 0.1));
     }
 }

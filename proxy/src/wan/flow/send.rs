@@ -76,6 +76,27 @@ impl SendFlow {
         self.msgs.get_mut(usize::try_from(i).ok()?)
     }
 
+    /// Encoded size of the DATA frame carrying its next fragment (the one
+    /// `write_new` would write; a sendable flow has one). Never more than
+    /// what `DataFrame::encode_with_tail` writes: it is used as a lower
+    /// bound, and an overestimate would change which flow fills a packet.
+    fn next_frame_len(&self, frag_size: usize) -> usize {
+        let Some(m) = self.msgs.get(self.cursor) else {
+            return 0;
+        };
+        let len = m.bytes.len();
+        let start = (m.next_frag as usize * frag_size).min(len);
+        let payload = (start + frag_size).min(len) - start;
+        // Type byte, the flow id (a fixed 8 bytes), five varints, payload.
+        1 + 8
+            + varint_len(m.seq)
+            + varint_len(m.offset)
+            + varint_len(len as u64)
+            + varint_len(start as u64)
+            + varint_len(payload as u64)
+            + payload
+    }
+
     /// Has a fragment it may send now.
     fn sendable(&self) -> bool {
         match self.msgs.get(self.cursor) {
@@ -103,6 +124,14 @@ pub struct SendFlows {
     fins: VecDeque<u64>,
     /// Flows with a fragment they may send, round robin.
     ready: VecDeque<u64>,
+    /// No flow in `ready` has a next DATA frame smaller than this. With
+    /// hundreds of flows ready, finding out the hard way that none fits
+    /// the tail of a packet (one encode attempt per flow) cost O(flows) per
+    /// packet; below this floor the answer is known without asking. It
+    /// only drops when a flow joins `ready` (to that flow's frame size) and
+    /// rises after a full round of flows that did not fit (each needs more
+    /// than the room they were tried in).
+    ready_floor: usize,
     /// Lost fragments to send again, oldest loss first.
     rtx: VecDeque<(u64, u64, u8)>,
     frag_size: usize,
@@ -152,6 +181,7 @@ impl SendFlows {
             idle_timeout,
             fins: VecDeque::new(),
             ready: VecDeque::new(),
+            ready_floor: usize::MAX,
             rtx: VecDeque::new(),
             frag_size: frag_size.max(1),
             initial_credit,
@@ -230,8 +260,13 @@ impl SendFlows {
         self.buffered += len;
         self.messages_queued += 1;
         if !f.in_ready && f.sendable() {
-            f.in_ready = true;
-            self.ready.push_back(flow);
+            enqueue(
+                &mut self.ready,
+                &mut self.ready_floor,
+                flow,
+                f,
+                self.frag_size,
+            );
         }
         Ok(())
     }
@@ -295,9 +330,29 @@ impl SendFlows {
     }
 
     /// Writes new fragments round robin over ready flows while they fit.
+    /// A flow whose next fragment does not fit the room left goes to the
+    /// back and the next one is tried (a smaller message of another flow
+    /// might fit); a full round without a fit ends the packet. That round
+    /// leaves `ready` as it found it, so it is skipped when `ready_floor`
+    /// already says no flow fits: same packets, without O(flows) encode
+    /// attempts per packet.
     pub fn write_new(&mut self, w: &mut Writer<'_>, out: &mut Vec<SentFrame>) {
+        if self.ready.is_empty() {
+            self.ready_floor = usize::MAX;
+            return;
+        }
         let mut tries = self.ready.len();
+        // Whether this attempt starts a round (at the start or after a
+        // fragment was written): only then may the floor end it, since a
+        // round cut short would leave `ready` rotated.
+        let mut round_start = true;
         while tries > 0 {
+            if round_start {
+                round_start = false;
+                if w.remaining() < self.ready_floor {
+                    return;
+                }
+            }
             tries -= 1;
             let Some(id) = self.ready.pop_front() else {
                 return;
@@ -310,12 +365,73 @@ impl SendFlows {
             if !f.sendable() {
                 continue; // blocked on credit: back in `ready` on FLOW_CREDIT
             }
+            let need = f.next_frame_len(frag_size);
+            let (room, before) = (w.remaining(), w.len());
+            let cursor = f.cursor;
+            let m = &mut f.msgs[cursor];
+            let frag = m.next_frag;
+            let written = Self::write_frag(w, m, id, frag, frag_size);
+            // The floor rests on `next_frame_len` being exact (checked in
+            // the unit tests, release builds included).
+            if cfg!(any(test, debug_assertions)) {
+                assert_eq!(written, need <= room, "frame size {need}, room {room}");
+            }
+            if !written {
+                f.in_ready = true;
+                self.ready.push_back(id);
+                continue;
+            }
+            if cfg!(any(test, debug_assertions)) {
+                assert_eq!(w.len() - before, need);
+            }
+            out.push(SentFrame::Data {
+                flow: id,
+                seq: m.seq,
+                frag,
+            });
+            m.next_frag += 1;
+            if m.next_frag == m.nfrags {
+                f.unsent_bytes -= m.bytes.len() as u64;
+                self.unsent -= m.bytes.len() as u64;
+                f.cursor += 1;
+            }
+            if f.sendable() {
+                enqueue(&mut self.ready, &mut self.ready_floor, id, f, frag_size);
+            }
+            tries = self.ready.len();
+            round_start = true;
+        }
+        // A full round found no fit: every flow left needs more than the
+        // room it was tried in (which did not change during the round).
+        if self.ready.is_empty() {
+            self.ready_floor = usize::MAX;
+        } else {
+            self.ready_floor = self.ready_floor.max(w.remaining() + 1);
+        }
+    }
+
+    /// `write_new` as it was before `ready_floor`: every round tried to
+    /// the end (tests: the oracle the floor must not change).
+    #[cfg(test)]
+    pub fn write_new_every_round(&mut self, w: &mut Writer<'_>, out: &mut Vec<SentFrame>) {
+        let mut tries = self.ready.len();
+        while tries > 0 {
+            tries -= 1;
+            let Some(id) = self.ready.pop_front() else {
+                return;
+            };
+            let frag_size = self.frag_size;
+            let Some(f) = self.flows.get_mut(&id) else {
+                continue;
+            };
+            f.in_ready = false;
+            if !f.sendable() {
+                continue;
+            }
             let cursor = f.cursor;
             let m = &mut f.msgs[cursor];
             let frag = m.next_frag;
             if !Self::write_frag(w, m, id, frag, frag_size) {
-                // Does not fit this packet; a smaller message of another
-                // flow might.
                 f.in_ready = true;
                 self.ready.push_back(id);
                 continue;
@@ -388,8 +504,13 @@ impl SendFlows {
         };
         f.credit = f.credit.max(max_offset);
         if !f.in_ready && f.sendable() {
-            f.in_ready = true;
-            self.ready.push_back(flow);
+            enqueue(
+                &mut self.ready,
+                &mut self.ready_floor,
+                flow,
+                f,
+                self.frag_size,
+            );
         }
     }
 
@@ -399,8 +520,13 @@ impl SendFlows {
         for (id, f) in self.flows.iter_mut() {
             f.credit = credit;
             if !f.in_ready && f.sendable() {
-                f.in_ready = true;
-                self.ready.push_back(*id);
+                enqueue(
+                    &mut self.ready,
+                    &mut self.ready_floor,
+                    *id,
+                    f,
+                    self.frag_size,
+                );
             }
         }
     }
@@ -415,6 +541,7 @@ impl SendFlows {
         self.idle.clear();
         self.fins.clear();
         self.ready.clear();
+        self.ready_floor = usize::MAX;
         self.rtx.clear();
         self.buffered = 0;
         self.unsent = 0;
@@ -517,5 +644,32 @@ impl SendFlows {
     /// for credit) and lost fragments (counted as whole fragments).
     pub fn backlog_bytes(&self) -> u64 {
         self.unsent + (self.rtx.len() * self.frag_size) as u64
+    }
+}
+
+/// Marks `f` ready: to the back of the round robin, and the floor of the
+/// ready flows' frame sizes lowered to its next frame.
+fn enqueue(
+    ready: &mut VecDeque<u64>,
+    floor: &mut usize,
+    id: u64,
+    f: &mut SendFlow,
+    frag_size: usize,
+) {
+    f.in_ready = true;
+    ready.push_back(id);
+    *floor = (*floor).min(f.next_frame_len(frag_size));
+}
+
+/// Encoded size of a QUIC varint (as `Writer::varint` writes it).
+fn varint_len(v: u64) -> usize {
+    if v < 1 << 6 {
+        1
+    } else if v < 1 << 14 {
+        2
+    } else if v < 1 << 30 {
+        4
+    } else {
+        8
     }
 }

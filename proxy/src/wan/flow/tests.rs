@@ -664,3 +664,88 @@ proptest::proptest! {
         churn_over_a_lossy_network(seed, loss, dup, idle_ms);
     }
 }
+
+/// Two senders fed the same pushes, credits, acknowledgements and losses,
+/// one filling packets with `write_new` and one with the round-to-the-end
+/// oracle: the packets must be the same bytes. Messages of many sizes
+/// around one fragment, packets of many sizes, 48 flows: the tails of
+/// packets are where `ready_floor` decides that no flow fits.
+fn floor_writes_what_every_round_writes(seed: u64) {
+    use rand::{Rng, SeedableRng};
+    const FRAG: usize = 300;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let new = || SendFlows::new(FRAG, 4_000, 1 << 20, 1 << 26, 64, IDLE);
+    let (mut a, mut b) = (new(), new());
+    let mut pool = PacketPool::default();
+    let mut in_flight: Vec<SentFrame> = Vec::new();
+    let mut credit = [0u64; 64];
+    let (mut packets, mut frames) = (0, 0);
+    for step in 0..4_000 {
+        match rng.random_range(0..10) {
+            0..=3 => {
+                let key = rng.random_range(0..48u64);
+                let len = match rng.random_range(0..3) {
+                    0 => rng.random_range(1..40),
+                    1 => rng.random_range(FRAG - 30..FRAG + 30),
+                    _ => rng.random_range(1..3 * FRAG),
+                };
+                let m: Vec<u8> = (0..len).map(|i| (i + step) as u8).collect();
+                let (ra, rb) = (a.push(key, m.clone().into()), b.push(key, m.into()));
+                assert_eq!(ra, rb, "seed {seed} step {step}: push");
+            }
+            4..=7 => {
+                let cap = rng.random_range(60..4 * FRAG);
+                let (mut ba, mut bb) = (vec![0u8; cap], vec![0u8; cap]);
+                let (mut wa, mut wb) = (Writer::new(&mut ba), Writer::new(&mut bb));
+                let (mut oa, mut ob) = (Vec::new(), Vec::new());
+                a.write_retransmissions(&mut wa, &mut oa);
+                b.write_retransmissions(&mut wb, &mut ob);
+                a.write_new(&mut wa, &mut oa);
+                b.write_new_every_round(&mut wb, &mut ob);
+                let (na, nb) = (wa.len(), wb.len());
+                assert_eq!(ba[..na], bb[..nb], "seed {seed} step {step}: packet");
+                assert_eq!(oa, ob, "seed {seed} step {step}: frames");
+                packets += 1;
+                frames += oa.len();
+                in_flight.extend(oa);
+            }
+            8 => {
+                // Acknowledge or lose a few, in any order.
+                for _ in 0..rng.random_range(0..8) {
+                    if in_flight.is_empty() {
+                        break;
+                    }
+                    let i = rng.random_range(0..in_flight.len());
+                    let SentFrame::Data { flow, seq, frag } = in_flight.swap_remove(i) else {
+                        continue;
+                    };
+                    if rng.random_bool(0.8) {
+                        a.on_acked(Time::ZERO, flow, seq, frag, &mut pool);
+                        b.on_acked(Time::ZERO, flow, seq, frag, &mut pool);
+                    } else {
+                        a.on_lost(flow, seq, frag);
+                        b.on_lost(flow, seq, frag);
+                    }
+                }
+            }
+            _ => {
+                let flow = rng.random_range(1..64u64);
+                credit[flow as usize] += rng.random_range(0..3_000);
+                let max = 4_000 + credit[flow as usize];
+                a.on_credit(flow, max);
+                b.on_credit(flow, max);
+            }
+        }
+    }
+    assert!(
+        frames > packets,
+        "seed {seed}: packets carry several frames"
+    );
+}
+
+#[test]
+fn the_ready_floor_changes_no_packet() {
+    for seed in 0..40 {
+        floor_writes_what_every_round_writes(seed);
+    }
+}

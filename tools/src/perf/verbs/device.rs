@@ -88,6 +88,28 @@ pub struct Rdma {
     name: String,
 }
 
+/// Calls a provider's `post_send`/`post_recv` with one work request:
+/// `ibv_post_send` and `ibv_post_recv` are inline functions in verbs.h, so
+/// the bindings have no symbol for them and go through the context's ops as
+/// they do.
+///
+/// # Safety
+/// `q` is a live QP, `post` its context's entry for `wr`'s queue, and `wr`
+/// (with its SGEs) valid for the call.
+unsafe fn provider_post<W>(
+    q: *mut ffi::ibv_qp,
+    post: Option<unsafe extern "C" fn(*mut ffi::ibv_qp, *mut W, *mut *mut W) -> i32>,
+    wr: &mut W,
+    what: &str,
+) -> Result<(), String> {
+    let post = post.ok_or_else(|| format!("the provider has no {what}"))?;
+    let mut bad = ptr::null_mut();
+    match post(q, wr, &mut bad) {
+        0 => Ok(()),
+        rc => Err(format!("ibv_{what}: {}", io::Error::from_raw_os_error(rc))),
+    }
+}
+
 fn os_err(what: &str) -> String {
     format!("{what}: {}", io::Error::last_os_error())
 }
@@ -401,15 +423,10 @@ impl Rdma {
             | Post::Send { local, len } => (local, len),
             Post::FetchAdd { local, .. } => (local, 8),
         };
-        self.range(local, len as usize)?;
-        // SAFETY: the SGE is inside the registered buffer (checked); the WR
-        // lives until ibv_post_send returns, which copies it.
+        let mut sge = self.sge(local, len)?;
+        // SAFETY: the WR and its SGE live until ibv_post_send returns, which
+        // copies them.
         unsafe {
-            let mut sge = ffi::ibv_sge {
-                addr: self.buf.add(local) as u64,
-                length: len,
-                lkey: (*self.mr).lkey,
-            };
             let mut wr: ffi::ibv_send_wr = std::mem::zeroed();
             wr.wr_id = wr_id;
             wr.sg_list = &mut sge;
@@ -418,15 +435,15 @@ impl Rdma {
             match p {
                 Post::Write {
                     remote_addr, rkey, ..
-                } => {
-                    wr.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-                    wr.wr.rdma.remote_addr = remote_addr;
-                    wr.wr.rdma.rkey = rkey;
                 }
-                Post::Read {
+                | Post::Read {
                     remote_addr, rkey, ..
                 } => {
-                    wr.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_READ;
+                    wr.opcode = if matches!(p, Post::Write { .. }) {
+                        ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE
+                    } else {
+                        ffi::ibv_wr_opcode::IBV_WR_RDMA_READ
+                    };
                     wr.wr.rdma.remote_addr = remote_addr;
                     wr.wr.rdma.rkey = rkey;
                 }
@@ -444,20 +461,8 @@ impl Rdma {
                 }
             }
             let q = self.qps[qp];
-            let mut bad = ptr::null_mut();
-            let post = (*(*q).context)
-                .ops
-                .post_send
-                .ok_or("the provider has no post_send")?;
-            let rc = post(q, &mut wr, &mut bad);
-            if rc != 0 {
-                return Err(format!(
-                    "ibv_post_send: {}",
-                    io::Error::from_raw_os_error(rc)
-                ));
-            }
+            provider_post(q, (*(*q).context).ops.post_send, &mut wr, "post_send")
         }
-        Ok(())
     }
 
     /// Posts a receive of `len` bytes at `local` on `qp`.
@@ -468,35 +473,33 @@ impl Rdma {
         local: usize,
         len: u32,
     ) -> Result<(), String> {
-        self.range(local, len as usize)?;
+        let mut sge = self.sge(local, len)?;
+        let mut wr = ffi::ibv_recv_wr {
+            wr_id,
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
         // SAFETY: as in `post`.
         unsafe {
-            let mut sge = ffi::ibv_sge {
+            let q = self.qps[qp];
+            provider_post(q, (*(*q).context).ops.post_recv, &mut wr, "post_recv")
+        }
+    }
+
+    /// The scatter/gather entry of `len` bytes at `local` in the registered
+    /// buffer, checked to lie inside it.
+    fn sge(&self, local: usize, len: u32) -> Result<ffi::ibv_sge, String> {
+        self.range(local, len as usize)?;
+        // SAFETY: `local` is inside the buffer (checked); `mr` is live as
+        // long as `self`.
+        unsafe {
+            Ok(ffi::ibv_sge {
                 addr: self.buf.add(local) as u64,
                 length: len,
                 lkey: (*self.mr).lkey,
-            };
-            let mut wr = ffi::ibv_recv_wr {
-                wr_id,
-                next: ptr::null_mut(),
-                sg_list: &mut sge,
-                num_sge: 1,
-            };
-            let q = self.qps[qp];
-            let mut bad = ptr::null_mut();
-            let post = (*(*q).context)
-                .ops
-                .post_recv
-                .ok_or("the provider has no post_recv")?;
-            let rc = post(q, &mut wr, &mut bad);
-            if rc != 0 {
-                return Err(format!(
-                    "ibv_post_recv: {}",
-                    io::Error::from_raw_os_error(rc)
-                ));
-            }
+            })
         }
-        Ok(())
     }
 
     /// Appends up to 32 completions to `out`; returns how many.

@@ -12,7 +12,7 @@ use crate::perf::exchange::{Control, Msg, QpInfo, VERSION};
 use crate::perf::report::{LatencyReport, PerfReport};
 use crate::perf::server::ServerConfig;
 use crate::perf::workload::{Layout, Op};
-use crate::perf::{validate_shape, PerfError, MEM_BASE};
+use crate::perf::{PerfError, Shape, MEM_BASE};
 use crate::rc::memory::{pattern_check_as, pattern_fill};
 
 /// Offsets of one QP's memory in the registered buffer.
@@ -47,15 +47,22 @@ fn failed(m: impl Into<String>) -> PerfError {
     PerfError::Failed(m.into())
 }
 
-fn shape_ok(op: Op, size: u32, qps: u32, depth: u32, mtu: usize) -> Result<(), String> {
-    validate_shape(op, size, qps, depth, mtu)?;
+fn shape_ok(shape: &Shape) -> Result<(), String> {
+    shape.validate()?;
+    let Shape {
+        op,
+        size,
+        qps,
+        tx_depth,
+        ..
+    } = *shape;
     if op == Op::WaitSend {
         return Err("--op wait-send is not available with --verbs".into());
     }
-    let ring = u64::from(depth) * Layout::new(MEM_BASE, size).slot() * u64::from(qps);
+    let ring = u64::from(tx_depth) * Layout::new(MEM_BASE, size).slot() * u64::from(qps);
     if ring > crate::perf::MAX_MEMORY {
         return Err(format!(
-            "--tx-depth {depth} x --size {size} x --qps {qps}: {} MiB of message slots (limit {} MiB)",
+            "--tx-depth {tx_depth} x --size {size} x --qps {qps}: {} MiB of message slots (limit {} MiB)",
             ring >> 20,
             crate::perf::MAX_MEMORY >> 20
         ));
@@ -120,16 +127,11 @@ fn init_targets(r: &mut Rdma, regions: Regions, qps: u32) -> Result<(), String> 
     Ok(())
 }
 
-fn report(role: &str, op: Op, size: u32, qps: u32, depth: u32, mtu: usize) -> PerfReport {
+/// A `--verbs` report of a run of `shape` at the negotiated `mtu`.
+fn report(role: &str, shape: Shape, mtu: usize) -> PerfReport {
     PerfReport {
-        role: role.into(),
-        transport: "verbs".into(),
-        op: Some(op),
-        size,
-        qps,
-        tx_depth: depth,
         mtu,
-        ..PerfReport::default()
+        ..PerfReport::of(role, "verbs", shape)
     }
 }
 
@@ -272,7 +274,7 @@ fn connect_control(cfg: &ClientConfig) -> Result<Control, PerfError> {
 
 /// Runs one `--verbs` client session.
 pub fn run_client(cfg: &ClientConfig, o: &VerbsOptions) -> Result<PerfReport, PerfError> {
-    shape_ok(cfg.op, cfg.size, cfg.qps, cfg.tx_depth, cfg.mtu).map_err(PerfError::Usage)?;
+    shape_ok(&cfg.shape()).map_err(PerfError::Usage)?;
     if matches!(cfg.limit, RunLimit::Iters(0)) {
         return Err(PerfError::Usage("--iters must be at least 1".into()));
     }
@@ -289,11 +291,7 @@ pub fn run_client(cfg: &ClientConfig, o: &VerbsOptions) -> Result<PerfReport, Pe
     let mut ctrl = connect_control(cfg)?;
     ctrl.send(&Msg::VerbsHello {
         version: VERSION,
-        op: cfg.op,
-        size: cfg.size,
-        qps: cfg.qps,
-        tx_depth: cfg.tx_depth,
-        mtu: cfg.mtu,
+        shape: cfg.shape(),
         gid: gid_hex(r.gid()),
         qp: mine.clone(),
     })
@@ -312,7 +310,7 @@ pub fn run_client(cfg: &ClientConfig, o: &VerbsOptions) -> Result<PerfReport, Pe
     let mtu = mtu.min(cfg.mtu).min(r.active_mtu());
     connect_all(&mut r, o, &mine, &theirs, peer_gid, mtu).map_err(failed)?;
 
-    let mut rep = report("client", cfg.op, cfg.size, cfg.qps, cfg.tx_depth, mtu);
+    let mut rep = report("client", cfg.shape(), mtu);
     rep.local = format!("{} {}", r.name(), gid_show(r.gid()));
     rep.peer = gid_show(peer_gid);
     let qps = cfg.qps as usize;
@@ -481,11 +479,7 @@ pub fn serve(
         .recv(Duration::from_secs(10))
         .map_err(|e| failed(format!("waiting for the hello: {e}")))?;
     let Msg::VerbsHello {
-        op,
-        size,
-        qps,
-        tx_depth,
-        mtu,
+        shape,
         gid,
         qp: theirs,
         ..
@@ -500,9 +494,16 @@ pub fn serve(
         let _ = ctrl.send(&Msg::Error { message: m.clone() });
         Err(failed(m))
     };
-    if let Err(m) = shape_ok(op, size, qps, tx_depth, mtu) {
+    if let Err(m) = shape_ok(&shape) {
         return refuse(&mut ctrl, m);
     }
+    let Shape {
+        op,
+        size,
+        qps,
+        tx_depth,
+        ..
+    } = shape;
     if theirs.len() != qps as usize {
         return refuse(
             &mut ctrl,
@@ -528,7 +529,8 @@ pub fn serve(
         .map(|_| rand::random::<u32>() & 0xff_ffff)
         .collect();
     let mine = qp_infos(&r, regions, qps, &psns);
-    let mtu = mtu.min(r.active_mtu());
+    // The smaller of the two devices' path MTUs wins.
+    let mtu = shape.mtu.min(r.active_mtu());
     if let Err(m) = connect_all(&mut r, o, &mine, &theirs, peer_gid, mtu) {
         return refuse(&mut ctrl, m);
     }
@@ -549,7 +551,7 @@ pub fn serve(
     })
     .map_err(|e| failed(format!("sending the accept: {e}")))?;
     let start = Instant::now();
-    let mut rep = report("server", op, size, qps, tx_depth, mtu);
+    let mut rep = report("server", shape, mtu);
     rep.local = format!("{} {}", r.name(), gid_show(r.gid()));
     rep.peer = gid_show(peer_gid);
     let mut received = vec![0u64; qps as usize];
@@ -726,8 +728,15 @@ mod tests {
 
     #[test]
     fn wait_send_and_oversized_rings_are_refused() {
-        assert!(shape_ok(Op::WaitSend, 64, 1, 1, 4096).is_err());
-        assert!(shape_ok(Op::Write, 64 << 20, 1, 128, 4096).is_err());
-        assert!(shape_ok(Op::Write, 65536, 1, 128, 4096).is_ok());
+        let shape = |op, size, tx_depth| Shape {
+            op,
+            size,
+            qps: 1,
+            tx_depth,
+            mtu: 4096,
+        };
+        assert!(shape_ok(&shape(Op::WaitSend, 64, 1)).is_err());
+        assert!(shape_ok(&shape(Op::Write, 64 << 20, 128)).is_err());
+        assert!(shape_ok(&shape(Op::Write, 65536, 128)).is_ok());
     }
 }
