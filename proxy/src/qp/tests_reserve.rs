@@ -219,3 +219,73 @@ fn the_assumed_window_covers_requesters_not_yet_seen_to_use_theirs() {
     let (drops, _) = fill_shared_buffer(0, 1);
     assert!(drops > 0, "the window was seen before the buffer filled");
 }
+
+/// Withholding within the reserve stops a requester by its window alone:
+/// no CNP, which would make a hardware requester's DCQCN halve its rate
+/// and recover over ~0.3 s (16 QPs at 400 Gb/s with 0.1 % WAN loss fell
+/// from ~350 to 126 Gb/s on 167 of them, docs/benchmarks.md §8). Only once
+/// the requesters use more than half of the reserve (windows larger or
+/// more numerous than it was sized for) does the gateway also ask them to
+/// slow down.
+#[test]
+fn no_cnp_while_withheld_windows_fit_the_reserve_one_once_they_eat_into_it() {
+    let mut c = cfg(AckPolicy::Edge);
+    c.buffer_slots = 40;
+    c.per_flow_slots = 40;
+    c.ack.ack_reserve_slots = 4;
+    c.ack.assumed_window_slots = WINDOW as usize; // reserve: 16 slots
+    c.ack.coalesce_packets = 1;
+    c.ack.coalesce = Duration::from_secs(1);
+    c.ack.cnp_on_backpressure = true;
+    let mut e = QpEngine::new(c);
+    let t = Time::from_micros(1);
+    let mut r = Requester {
+        rq_qpn: 0x12,
+        rs_qpn: 0x22,
+        next: 0,
+        acked: 0,
+    };
+    let first = r.acked0() - 1;
+    e.handle_dc(t, &r.packet(Opcode::RC_SEND_ONLY, first, true));
+    twin_response(&mut e, t, r.real_ack(first));
+    r.next = first + 1;
+    r.acked = first + 1;
+    drain(&mut e);
+    let stats = |e: &QpEngine| {
+        let h = e.ingress_halves().next().expect("the half");
+        (
+            h.stats.withheld_acks,
+            h.stats.cnps_sent,
+            h.stats.backpressure_drops,
+        )
+    };
+    // The twin delivers nothing: the buffer fills to the reserve, then the
+    // requester sends its window past the last pseudo-ACK.
+    let mut first_withheld_at = None;
+    while r.may_send() {
+        let p = r.send();
+        e.handle_dc(t, &p);
+        let out = drain(&mut e);
+        r.take_acks(&out);
+        let used = e.occupancy().slots_used;
+        let (withheld, cnps, _) = stats(&e);
+        if withheld > 0 {
+            first_withheld_at.get_or_insert(used);
+        }
+        if used <= 40 - 16 / 2 {
+            assert_eq!(
+                cnps, 0,
+                "a CNP at {used} of 40 slots, the reserve half used at most"
+            );
+        }
+    }
+    assert_eq!(
+        first_withheld_at,
+        Some(40 - 16 + 1),
+        "withheld at the reserve"
+    );
+    let (_, cnps, drops) = stats(&e);
+    assert_eq!(e.occupancy().slots_used, 40, "the whole window came");
+    assert!(cnps > 0, "the reserve was used up: slow the requester down");
+    assert_eq!(drops, 0);
+}

@@ -80,10 +80,30 @@ impl PseudoAcker {
     /// most half of the quota or slab it protects: a window as large as the
     /// buffer cannot be covered, and reserving it all would stop the flow.
     pub(super) fn room_to_ack(&self, buf: &DeepBuffer) -> bool {
+        let (own, all) = self.reserve(buf);
+        buf.headroom(self.flow_id) >= own && buf.free_slots() >= all
+    }
+
+    /// The slots to keep free for this flow's window within its quota, and
+    /// for every flow's window within the shared slab.
+    fn reserve(&self, buf: &DeepBuffer) -> (usize, usize) {
         let floor = self.tuning.ack_reserve_slots;
         let own = floor.max(self.expected_window().min(buf.per_flow_slots() / 2));
         let all = floor.max(buf.promised().min(buf.capacity() / 2));
-        buf.headroom(self.flow_id) >= own && buf.free_slots() >= all
+        (own, all)
+    }
+
+    /// Whether requesters have used more than half of the reserve while
+    /// pseudo-ACKs are withheld: more flows at their windows at once, or a
+    /// window larger than promised, than the reserve was sized for. Only
+    /// then is a CNP worth its cost: within the reserve the withheld
+    /// window stops the requester by itself, while DCQCN halves a hardware
+    /// requester's rate per CNP and takes ~0.3 s to recover from 25 Gb/s
+    /// (lossy 400 Gb/s run: 167 CNPs, 126 Gb/s instead of ~350 with none,
+    /// docs/benchmarks.md §8).
+    fn reserve_eaten(&self, buf: &DeepBuffer) -> bool {
+        let (own, all) = self.reserve(buf);
+        buf.headroom(self.flow_id) < own / 2 || buf.free_slots() < all / 2
     }
 
     /// How far the requester may be told its requests are done.
@@ -137,7 +157,9 @@ impl PseudoAcker {
             // Backpressure: let the requester's window stop it instead of
             // dropping. Delivered reports free slots and retry this.
             self.stats.withheld_acks += 1;
-            self.maybe_cnp(now, out);
+            if self.reserve_eaten(buf) {
+                self.maybe_cnp(now, out);
+            }
             let since = *self.hold_since.get_or_insert(now);
             if now.since(since) < HOLD_ACK_FOR {
                 self.hold_deadline.get_or_insert(now + HOLD_ACK_INTERVAL);
