@@ -39,6 +39,13 @@ pub struct DeepBuffer {
     slab: PacketSlab,
     per_flow_slots: usize,
     used_by: HashMap<u64, usize>,
+    /// Slots each flow holding any may be sent more of without notice (its
+    /// requester's window past the last pseudo-ACK, `qp::ingress`), and
+    /// their sum: the shared slab must keep that much free, since every
+    /// such flow may use its window at once. Forgotten when the flow holds
+    /// no slot (so a vanished flow cannot pin a promise).
+    promised_by: HashMap<u64, usize>,
+    promised: usize,
 }
 
 impl DeepBuffer {
@@ -48,6 +55,8 @@ impl DeepBuffer {
             slab: PacketSlab::new(slots, slot_bytes),
             per_flow_slots: per_flow_slots.min(slots).max(1),
             used_by: HashMap::new(),
+            promised_by: HashMap::new(),
+            promised: 0,
         }
     }
 
@@ -101,6 +110,9 @@ impl DeepBuffer {
             *n -= 1;
             if *n == 0 {
                 self.used_by.remove(&flow);
+                if let Some(w) = self.promised_by.remove(&flow) {
+                    self.promised -= w;
+                }
             }
         }
     }
@@ -123,6 +135,30 @@ impl DeepBuffer {
         // Saturating: a reload may lower the quota below a flow's use.
         let flow_left = self.per_flow_slots.saturating_sub(self.flow_slots(flow));
         flow_left.min(self.slab.free_slots())
+    }
+
+    /// Slots free in the whole buffer.
+    pub fn free_slots(&self) -> usize {
+        self.slab.free_slots()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.slab.capacity()
+    }
+
+    /// Records that `flow` (which holds slots) may be sent up to `slots`
+    /// more packets without a new ACK. Ignored for a flow holding none.
+    pub fn promise(&mut self, flow: u64, slots: usize) {
+        if !self.used_by.contains_key(&flow) {
+            return;
+        }
+        let old = self.promised_by.insert(flow, slots).unwrap_or(0);
+        self.promised = self.promised - old + slots;
+    }
+
+    /// The sum of the promises of the flows holding slots.
+    pub fn promised(&self) -> usize {
+        self.promised
     }
 
     pub fn occupancy(&self) -> Occupancy {
@@ -158,5 +194,23 @@ mod tests {
         }
         assert_eq!(b.flow_slots(1), 0);
         assert_eq!(b.occupancy().slots_used, 2);
+    }
+
+    #[test]
+    fn promises_sum_over_flows_holding_slots_and_go_with_their_last_slot() {
+        let mut b = DeepBuffer::new(64, 64, 64);
+        b.promise(1, 10);
+        assert_eq!(b.promised(), 0, "a flow holding nothing promises nothing");
+        let h1 = b.reserve(1, 8).unwrap();
+        let h2 = b.reserve(2, 8).unwrap();
+        b.promise(1, 10);
+        b.promise(2, 5);
+        b.promise(1, 12);
+        assert_eq!(b.promised(), 17);
+        b.release(1, h1);
+        assert_eq!(b.promised(), 5, "flow 1 holds nothing: its promise is gone");
+        b.release(2, h2);
+        assert_eq!(b.promised(), 0);
+        assert_eq!(b.free_slots(), 64);
     }
 }

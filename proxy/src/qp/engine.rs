@@ -43,7 +43,7 @@ pub struct EngineConfig {
 }
 
 impl Default for EngineConfig {
-    /// Lab defaults: 64 Ki slots of 4.5 KiB (288 MiB), edge policy.
+    /// Lab defaults: 128 Ki slots of 4.5 KiB (576 MiB), edge policy.
     fn default() -> EngineConfig {
         EngineConfig {
             ack: AckTuning {
@@ -51,13 +51,14 @@ impl Default for EngineConfig {
                 coalesce_packets: 16,
                 coalesce: Duration::from_micros(20),
                 ack_reserve_slots: 256,
+                assumed_window_slots: 2_048,
                 egress_window: 16_384,
                 cnp_on_backpressure: true,
             },
             egress: EgressTuning::default(),
-            buffer_slots: 65_536,
+            buffer_slots: 131_072,
             slot_bytes: 4_608,
-            per_flow_slots: 65_536,
+            per_flow_slots: 131_072,
             hash_key: HashKey::default(),
         }
     }

@@ -51,6 +51,8 @@ mod tests_hw;
 #[cfg(test)]
 mod tests_orphan;
 #[cfg(test)]
+mod tests_reserve;
+#[cfg(test)]
 mod tests_stall;
 #[cfg(test)]
 mod tests_timers;

@@ -792,6 +792,14 @@ impl Requester {
 
     /// Fires the RNR wait and the retransmit timer if due.
     pub fn handle_timeout(&mut self, now: Time, cfg: &QpConfig, sh: &mut Shared) -> Flow {
+        // The rate limiter let the held request go: the QP is ready to send
+        // and the port decides when (a busy port polls it once free). Kept,
+        // the past deadline would be reported due at every instant until
+        // the port polls — the driver spins at `now` and never advances
+        // (docs/benchmarks.md §8, the lossy 400 Gb/s run that never ended).
+        if self.paced_until.is_some_and(|t| t <= now) {
+            self.paced_until = None;
+        }
         if self.rnr_at.is_some_and(|t| t <= now) {
             self.rnr_at = None; // need_retry is set: the next poll goes back
         }

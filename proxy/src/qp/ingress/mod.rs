@@ -13,7 +13,6 @@
 //! - let a far-end failure look like success: it injects a NAK instead.
 
 use std::collections::VecDeque;
-use std::time::Duration;
 
 use soya_config::AckPolicy;
 
@@ -22,38 +21,15 @@ use crate::roce::builders::{self, ReplyTo};
 use crate::roce::{NakCode, OpKind, Position, Psn, RocePacket};
 use crate::time::Time;
 
+mod acking;
+
+pub use acking::{AckTuning, HOLD_ACK_FOR, HOLD_ACK_INTERVAL};
+
 use super::expiry::Quiet;
 use super::half::HalfKey;
 use super::outbox::{Outbox, Output};
 use super::poison::InProgress;
 use super::twin::{Carry, TwinMsg, MAX_ORPHAN_CANDIDATES};
-
-/// Coalescing and backpressure knobs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AckTuning {
-    pub policy: AckPolicy,
-    /// Acknowledge at least every this many packets...
-    pub coalesce_packets: u32,
-    /// ...or this long after the oldest unacknowledged one.
-    pub coalesce: Duration,
-    /// Stop acknowledging when fewer slots than this are left for the flow:
-    /// the requester can send at most its window (128 PSNs in rxe) past our
-    /// last ACK, so this reserve means backpressure never has to drop.
-    pub ack_reserve_slots: usize,
-    /// Most packets forwarded to the twin and not yet delivered.
-    pub egress_window: u32,
-    /// Send CNPs to the requester while withholding ACKs.
-    pub cnp_on_backpressure: bool,
-}
-
-/// While pseudo-ACKs are withheld (backpressure), the last one is repeated
-/// this often: below the shortest ACK timeout requesters commonly use
-/// (4.096 µs × 2^13 = 34 ms; perftest's default is 67 ms).
-pub const HOLD_ACK_INTERVAL: Duration = Duration::from_millis(10);
-/// ...for at most this long: backpressure is a transient the requester need
-/// not see; a longer wait (every WAN path down) is left to its own retry
-/// settings (docs/semantics.md).
-pub const HOLD_ACK_FOR: Duration = Duration::from_secs(4);
 
 /// How far this half has come.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,6 +156,9 @@ pub struct PseudoAcker {
     read_slack: Option<(Psn, u32, u32)>,
     /// Packets beyond that guess were dropped: NAK once the span is known.
     nak_after_read: bool,
+    /// Most packets the requester was seen to send past our last
+    /// pseudo-ACK: its window, as far as we know it (`acking`).
+    window: usize,
     /// Activity, for forgetting the half once it is quiet (`qp::expiry`).
     pub quiet: Quiet,
     pub stats: IngressStats,
@@ -225,6 +204,7 @@ impl PseudoAcker {
             pmtu: None,
             read_slack: None,
             nak_after_read: false,
+            window: 0,
             quiet: Quiet::default(),
             stats: IngressStats::default(),
         }
@@ -411,6 +391,10 @@ impl PseudoAcker {
             }
         };
         self.nak_sent = false;
+        self.note_window(
+            self.entries.len().saturating_sub(self.first_unacked) + 1,
+            buf,
+        );
         self.learn_pmtu(p);
         let (span, span_max) = read_span(p, self.pmtu);
         self.read_slack = (span < span_max).then_some((psn, span_max, p.ext.reth.len));
@@ -568,109 +552,6 @@ impl PseudoAcker {
                 carry: Carry::Reliable,
                 packet,
             }));
-        }
-    }
-
-    /// How far the requester may be told its requests are done.
-    fn ack_limit(&self) -> Option<(Psn, u32, bool, Time)> {
-        if self.mode != Mode::Accelerated || self.tuning.policy == AckPolicy::Off {
-            return None;
-        }
-        let mut limit = None;
-        let mut ack_req = false;
-        let mut oldest = None;
-        for e in self.entries.iter().skip(self.first_unacked) {
-            if e.needs_response && !e.answered {
-                break; // never at or past an outstanding READ/atomic
-            }
-            if self.tuning.policy == AckPolicy::Strict
-                && e.ends_message
-                && self.delivered.is_none_or(|d| e.last().after(d))
-            {
-                break; // strict: the last packet waits for the real ACK
-            }
-            if e.needs_response {
-                // Answered READ: the response already acknowledged it.
-                continue;
-            }
-            limit = Some((e.last(), self.msn_at(e.msgs_after)));
-            ack_req |= e.ack_req;
-            oldest.get_or_insert(e.accepted_at);
-        }
-        let (psn, msn) = limit?;
-        Some((psn, msn, ack_req, oldest.unwrap_or(Time::ZERO)))
-    }
-
-    fn count_unacked_ackable(&self, limit: Psn) -> u32 {
-        self.entries
-            .iter()
-            .skip(self.first_unacked)
-            .take_while(|e| !e.psn.after(limit))
-            .count() as u32
-    }
-
-    /// Sends a pseudo-ACK if policy, coalescing and backpressure allow.
-    fn maybe_ack(&mut self, now: Time, buf: &DeepBuffer, out: &mut Outbox) {
-        self.ack_deadline = None;
-        let Some((psn, msn, ack_req, oldest)) = self.ack_limit() else {
-            return;
-        };
-        if self.acked.is_some_and(|(a, _)| !psn.after(a)) {
-            return;
-        }
-        if buf.headroom(self.flow_id) < self.tuning.ack_reserve_slots {
-            // Backpressure: let the requester's window stop it instead of
-            // dropping. Delivered reports free slots and retry this.
-            self.stats.withheld_acks += 1;
-            self.maybe_cnp(now, out);
-            let since = *self.hold_since.get_or_insert(now);
-            if now.since(since) < HOLD_ACK_FOR {
-                self.hold_deadline.get_or_insert(now + HOLD_ACK_INTERVAL);
-            }
-            return;
-        }
-        self.hold_deadline = None;
-        self.hold_since = None;
-        let due = oldest + self.tuning.coalesce;
-        if ack_req || self.count_unacked_ackable(psn) >= self.tuning.coalesce_packets || now >= due
-        {
-            self.stats.pseudo_acks += 1;
-            self.send_ack(psn, msn, out);
-            self.set_acked(psn, msn);
-        } else {
-            self.ack_deadline = Some(due);
-        }
-    }
-
-    fn set_acked(&mut self, psn: Psn, msn: u32) {
-        if self.acked.is_none_or(|(a, _)| psn.after(a)) {
-            self.acked = Some((psn, msn));
-        }
-        while let Some(e) = self.entries.get(self.first_unacked) {
-            if e.last().after(psn) {
-                break;
-            }
-            self.first_unacked += 1;
-        }
-    }
-
-    fn maybe_cnp(&mut self, now: Time, out: &mut Outbox) {
-        const CNP_INTERVAL: Duration = Duration::from_micros(50);
-        if !self.tuning.cnp_on_backpressure {
-            return;
-        }
-        let Some(reply) = self.reply else { return };
-        if self.last_cnp.is_some_and(|t| now < t + CNP_INTERVAL) {
-            return;
-        }
-        self.last_cnp = Some(now);
-        self.stats.cnps_sent += 1;
-        out.dc_repr(&builders::cnp(&reply));
-    }
-
-    fn send_ack(&self, psn: Psn, msn: u32, out: &mut Outbox) {
-        if let Some(reply) = self.reply {
-            out.dc_repr(&builders::ack(&reply, psn, msn));
         }
     }
 

@@ -1,0 +1,213 @@
+//! When the ingress may acknowledge, and backpressure: a pseudo-ACK
+//! moves the requester's window, so it is only sent while the deep buffer
+//! has room for everything that window then lets the requester send.
+//!
+//! The buffer is one slab shared by every flow of the gateway, and each
+//! requester may send its whole window past its last pseudo-ACK before it
+//! stops: a reserve per flow, checked against the shared free slots, lets
+//! N flows overrun it N-fold at once (16 hardware QPs x 2,048 packets
+//! against a 256-slot reserve: requests dropped at the hard limit, each a
+//! go-back-N of a window — docs/benchmarks.md §8). So each flow promises
+//! the buffer the window its requester was seen to use, and a pseudo-ACK
+//! waits until the free slots cover the sum of the promises.
+
+use std::time::Duration;
+
+use soya_config::AckPolicy;
+
+use crate::buffer::DeepBuffer;
+use crate::roce::builders;
+use crate::roce::Psn;
+use crate::time::Time;
+
+use super::{Mode, PseudoAcker};
+use crate::qp::outbox::Outbox;
+
+/// Coalescing and backpressure knobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AckTuning {
+    pub policy: AckPolicy,
+    /// Acknowledge at least every this many packets...
+    pub coalesce_packets: u32,
+    /// ...or this long after the oldest unacknowledged one.
+    pub coalesce: Duration,
+    /// Stop acknowledging when fewer slots than this are left for the flow:
+    /// the requester can send at most its window (128 PSNs in rxe) past our
+    /// last ACK, so this reserve means backpressure never has to drop. It is
+    /// a floor: the reserve grows with the window each requester is seen to
+    /// use (a hardware send queue: depth x message size, e.g. 2,048
+    /// packets), see [`PseudoAcker::room_to_ack`].
+    pub ack_reserve_slots: usize,
+    /// The window assumed for a requester until it is seen to use a larger
+    /// one: a hardware send queue of 128 x 64 KiB at a 4 KiB MTU is 2,048
+    /// packets (rxe's is 128 PSNs; over-reserving for it costs buffer, not
+    /// drops).
+    pub assumed_window_slots: usize,
+    /// Most packets forwarded to the twin and not yet delivered.
+    pub egress_window: u32,
+    /// Send CNPs to the requester while withholding ACKs.
+    pub cnp_on_backpressure: bool,
+}
+
+/// While pseudo-ACKs are withheld (backpressure), the last one is repeated
+/// this often: below the shortest ACK timeout requesters commonly use
+/// (4.096 µs × 2^13 = 34 ms; perftest's default is 67 ms).
+pub const HOLD_ACK_INTERVAL: Duration = Duration::from_millis(10);
+/// ...for at most this long: backpressure is a transient the requester need
+/// not see; a longer wait (every WAN path down) is left to its own retry
+/// settings (docs/semantics.md).
+pub const HOLD_ACK_FOR: Duration = Duration::from_secs(4);
+
+impl PseudoAcker {
+    /// An admitted request is `past_ack` packets past the last pseudo-ACK:
+    /// the requester's window is at least that. Promise the buffer the
+    /// window seen so far (it only grows: a send queue does not shrink).
+    pub(super) fn note_window(&mut self, past_ack: usize, buf: &mut DeepBuffer) {
+        self.window = self.window.max(past_ack);
+        buf.promise(self.flow_id, self.expected_window());
+    }
+
+    /// The window to reserve for: the one seen, or the assumed one while
+    /// none larger was seen. A requester shows its window only once it is
+    /// withheld, and the first overrun must not drop either.
+    fn expected_window(&self) -> usize {
+        self.window.max(self.tuning.assumed_window_slots)
+    }
+
+    /// Whether the buffer can take what a pseudo-ACK lets requesters send:
+    /// this flow's window within its quota, and every flow's window within
+    /// the shared slab. Each bound is at least `ack_reserve_slots` and at
+    /// most half of the quota or slab it protects: a window as large as the
+    /// buffer cannot be covered, and reserving it all would stop the flow.
+    pub(super) fn room_to_ack(&self, buf: &DeepBuffer) -> bool {
+        let (own, all) = self.reserve(buf);
+        buf.headroom(self.flow_id) >= own && buf.free_slots() >= all
+    }
+
+    /// The slots to keep free for this flow's window within its quota, and
+    /// for every flow's window within the shared slab.
+    fn reserve(&self, buf: &DeepBuffer) -> (usize, usize) {
+        let floor = self.tuning.ack_reserve_slots;
+        let own = floor.max(self.expected_window().min(buf.per_flow_slots() / 2));
+        let all = floor.max(buf.promised().min(buf.capacity() / 2));
+        (own, all)
+    }
+
+    /// Whether requesters have used more than half of the reserve while
+    /// pseudo-ACKs are withheld: more flows at their windows at once, or a
+    /// window larger than promised, than the reserve was sized for. Only
+    /// then is a CNP worth its cost: within the reserve the withheld
+    /// window stops the requester by itself, while DCQCN halves a hardware
+    /// requester's rate per CNP and takes ~0.3 s to recover from 25 Gb/s
+    /// (lossy 400 Gb/s run: 167 CNPs, 126 Gb/s instead of ~350 with none,
+    /// docs/benchmarks.md §8).
+    fn reserve_eaten(&self, buf: &DeepBuffer) -> bool {
+        let (own, all) = self.reserve(buf);
+        buf.headroom(self.flow_id) < own / 2 || buf.free_slots() < all / 2
+    }
+
+    /// How far the requester may be told its requests are done.
+    pub(super) fn ack_limit(&self) -> Option<(Psn, u32, bool, Time)> {
+        if self.mode != Mode::Accelerated || self.tuning.policy == AckPolicy::Off {
+            return None;
+        }
+        let mut limit = None;
+        let mut ack_req = false;
+        let mut oldest = None;
+        for e in self.entries.iter().skip(self.first_unacked) {
+            if e.needs_response && !e.answered {
+                break; // never at or past an outstanding READ/atomic
+            }
+            if self.tuning.policy == AckPolicy::Strict
+                && e.ends_message
+                && self.delivered.is_none_or(|d| e.last().after(d))
+            {
+                break; // strict: the last packet waits for the real ACK
+            }
+            if e.needs_response {
+                // Answered READ: the response already acknowledged it.
+                continue;
+            }
+            limit = Some((e.last(), self.msn_at(e.msgs_after)));
+            ack_req |= e.ack_req;
+            oldest.get_or_insert(e.accepted_at);
+        }
+        let (psn, msn) = limit?;
+        Some((psn, msn, ack_req, oldest.unwrap_or(Time::ZERO)))
+    }
+
+    pub(super) fn count_unacked_ackable(&self, limit: Psn) -> u32 {
+        self.entries
+            .iter()
+            .skip(self.first_unacked)
+            .take_while(|e| !e.psn.after(limit))
+            .count() as u32
+    }
+
+    /// Sends a pseudo-ACK if policy, coalescing and backpressure allow.
+    pub(super) fn maybe_ack(&mut self, now: Time, buf: &DeepBuffer, out: &mut Outbox) {
+        self.ack_deadline = None;
+        let Some((psn, msn, ack_req, oldest)) = self.ack_limit() else {
+            return;
+        };
+        if self.acked.is_some_and(|(a, _)| !psn.after(a)) {
+            return;
+        }
+        if !self.room_to_ack(buf) {
+            // Backpressure: let the requester's window stop it instead of
+            // dropping. Delivered reports free slots and retry this.
+            self.stats.withheld_acks += 1;
+            if self.reserve_eaten(buf) {
+                self.maybe_cnp(now, out);
+            }
+            let since = *self.hold_since.get_or_insert(now);
+            if now.since(since) < HOLD_ACK_FOR {
+                self.hold_deadline.get_or_insert(now + HOLD_ACK_INTERVAL);
+            }
+            return;
+        }
+        self.hold_deadline = None;
+        self.hold_since = None;
+        let due = oldest + self.tuning.coalesce;
+        if ack_req || self.count_unacked_ackable(psn) >= self.tuning.coalesce_packets || now >= due
+        {
+            self.stats.pseudo_acks += 1;
+            self.send_ack(psn, msn, out);
+            self.set_acked(psn, msn);
+        } else {
+            self.ack_deadline = Some(due);
+        }
+    }
+
+    pub(super) fn set_acked(&mut self, psn: Psn, msn: u32) {
+        if self.acked.is_none_or(|(a, _)| psn.after(a)) {
+            self.acked = Some((psn, msn));
+        }
+        while let Some(e) = self.entries.get(self.first_unacked) {
+            if e.last().after(psn) {
+                break;
+            }
+            self.first_unacked += 1;
+        }
+    }
+
+    pub(super) fn maybe_cnp(&mut self, now: Time, out: &mut Outbox) {
+        const CNP_INTERVAL: Duration = Duration::from_micros(50);
+        if !self.tuning.cnp_on_backpressure {
+            return;
+        }
+        let Some(reply) = self.reply else { return };
+        if self.last_cnp.is_some_and(|t| now < t + CNP_INTERVAL) {
+            return;
+        }
+        self.last_cnp = Some(now);
+        self.stats.cnps_sent += 1;
+        out.dc_repr(&builders::cnp(&reply));
+    }
+
+    pub(super) fn send_ack(&self, psn: Psn, msn: u32, out: &mut Outbox) {
+        if let Some(reply) = self.reply {
+            out.dc_repr(&builders::ack(&reply, psn, msn));
+        }
+    }
+}
