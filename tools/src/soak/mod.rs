@@ -659,13 +659,21 @@ fn schedule(
             crashed = true;
             forgery.restarting(lab, 1);
             let from = sh.now_s();
-            lab.restart_gateway(&o.bins, 1)?;
-            lab.wait_connected(Duration::from_secs(30))?;
             // Sessions that began before the crash and end within the
             // twin timeout after the session is back may be failed by it.
+            // The window opens before the kill, with no end yet: a session
+            // failed by the crash may end (and be judged) while B is still
+            // restarting (the 2-minute test once counted such a READ as a
+            // failure outside the crash).
+            let window = sh.crash.lock().map(|mut c| {
+                c.push((from - 12.0, f64::INFINITY));
+                c.len() - 1
+            });
+            lab.restart_gateway(&o.bins, 1)?;
+            lab.wait_connected(Duration::from_secs(30))?;
             let to = sh.now_s() + 10.0;
-            if let Ok(mut c) = sh.crash.lock() {
-                c.push((from - 12.0, to));
+            if let (Ok(mut c), Ok(i)) = (sh.crash.lock(), window) {
+                c[i].1 = to;
             }
             forgery.restarted(lab, 1);
             bump(sh, |r| r.twin_restarts += 1);
