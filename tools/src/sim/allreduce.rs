@@ -21,6 +21,11 @@
 //! directly over the WAN or through the two gateways' real [`soya::site::Site`]
 //! (QP engine, pseudo-ACKs, WAN transport), as `soya-sim run` does.
 //!
+//! With `collectives` > 1, that many AllReduces run back to back on the
+//! same connections: a GPU starts the next one when its kernel for the
+//! previous one ended, and each connection runs them as NCCL's proxy does,
+//! one operation at a time (see [`super::nccl`]).
+//!
 //! The intra-site hops are idealised: each is a FIFO link of
 //! `intra_gbps / channels` per channel with a fixed one-way latency; a chunk
 //! arrives `len × 8 / rate + latency` after it leaves, and leaves when both
