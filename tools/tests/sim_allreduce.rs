@@ -30,6 +30,8 @@ fn small() -> AllreduceConfig {
         dc_gbps: 100.0,
         mtu: 4096,
         seed: 7,
+        collectives: 1,
+        grants_across_collectives: false,
     }
 }
 
@@ -136,4 +138,103 @@ fn the_cli_prints_the_json_keys() {
         assert!(v[k].as_f64().is_some(), "{k} missing: {v:#}");
     }
     assert_eq!(v["steps"], 2, "2 GPUs: 2(N − 1) = 2 steps");
+}
+
+/// One WAN crossing at 300 km (4.9 µs per km).
+const ONE_WAY: Duration = Duration::from_micros(1470);
+
+fn back_to_back(across: bool) -> (AllreduceConfig, soya_tools::sim::allreduce::RingOutcome) {
+    let mut c = small();
+    c.collectives = 3;
+    c.grants_across_collectives = across;
+    // 4 MiB per connection: NCCL's buffers (8 MiB per round trip over the
+    // two channels, 22.8 Gbit/s) are no bound at 10 Gbit/s, so what is
+    // left between collectives is the grant's crossing itself.
+    c.nccl.buffsize = 4 << 20;
+    let o = run_case(
+        &c,
+        Case {
+            distance_km: 300.0,
+            accelerated: true,
+            loss: 0.0,
+        },
+    )
+    .expect("runs");
+    assert!(o.violations.is_empty(), "{:?}", o.violations);
+    // Every chunk of every step of all three collectives, verified.
+    let chunks_per_step = c.channel_segment().div_ceil(u64::from(c.nccl.step_bytes()));
+    assert_eq!(o.chunks_per_edge, 6 * chunks_per_step);
+    assert_eq!(o.wan_bytes_verified, 3 * c.wan_bytes_per_direction());
+    assert_eq!(o.collective_ms.len(), 3);
+    // No collective beats the WAN's line rate.
+    let bound = c.wire_bound_ms();
+    for m in &o.collective_ms {
+        assert!(*m >= bound, "a collective took {m} ms < {bound} ms: {o:?}");
+    }
+    assert!((o.first_comm_ms - o.collective_ms[0]).abs() < 1e-12);
+    let mean = (o.collective_ms[1] + o.collective_ms[2]) / 2.0;
+    assert!(
+        (o.comm_ms - mean).abs() < 1e-9,
+        "comm_ms is the steady state"
+    );
+    assert_eq!(o.wan_trace.len(), 2 * c.channels as usize);
+    (c, o)
+}
+
+/// Back-to-back AllReduces as NCCL runs them: each collective is one proxy
+/// operation per connection, and the proxy starts a connection's next one
+/// only once the previous one is done. So on every WAN edge the receiver
+/// grants collective j's first buffer at the very event its GPU consumed
+/// collective j − 1's last chunk (not before: that would be a pre-grant
+/// NCCL does not make; not after: a wait that is not there), the grant
+/// crosses the WAN, and the sender posts the chunk at the first moment it
+/// has both the grant and the data (its GPU started collective j).
+#[test]
+fn back_to_back_collectives_grant_as_nccl_does_one_operation_at_a_time() {
+    let (_, o) = back_to_back(false);
+    for t in &o.wan_trace {
+        for j in 1..3 {
+            assert_eq!(
+                t.first_grant[j],
+                t.last_arrival[j - 1],
+                "collective {j}'s first grant, edge {t:?}"
+            );
+            assert!(
+                t.first_grant_seen[j] >= t.first_grant[j] + ONE_WAY,
+                "the grant crosses the WAN: {t:?}"
+            );
+            assert_eq!(
+                t.first_post[j],
+                t.first_grant_seen[j].max(t.gpu_start[j]),
+                "collective {j}'s first chunk waited for nothing else: {t:?}"
+            );
+        }
+    }
+}
+
+/// The what-if (`--grants-across-collectives`): receivers grant the next
+/// collective's buffers as soon as they are free. Then collective 2 and 3
+/// start their WAN data without waiting for any grant issued after they
+/// started: every first grant was issued, and had crossed, before the
+/// sending GPU started the collective, which posts its first chunk the
+/// moment it starts; and the steady state gains at least one crossing over
+/// NCCL's per-operation grants.
+#[test]
+fn grants_across_collectives_let_the_next_one_start_without_a_grant_round_trip() {
+    let (_, nccl) = back_to_back(false);
+    let (_, o) = back_to_back(true);
+    for t in &o.wan_trace {
+        for j in 1..3 {
+            assert!(t.first_grant[j] < t.gpu_start[j], "{j}: {t:?}");
+            assert!(t.first_grant_seen[j] <= t.gpu_start[j], "{j}: {t:?}");
+            assert_eq!(t.first_post[j], t.gpu_start[j], "{j}: {t:?}");
+        }
+    }
+    let one_way_ms = ONE_WAY.as_secs_f64() * 1e3;
+    assert!(
+        o.comm_ms + one_way_ms <= nccl.comm_ms,
+        "what-if {} ms vs NCCL {} ms",
+        o.comm_ms,
+        nccl.comm_ms
+    );
 }

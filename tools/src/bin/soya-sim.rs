@@ -85,6 +85,21 @@ struct AllreduceArgs {
     mtu: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// AllReduces run back to back on the same connections, as a training
+    /// job's steps (or gradient buckets) are: each GPU starts the next as
+    /// soon as its kernel for the previous one ended, and each connection
+    /// runs them one after the other, as NCCL's proxy does. With K > 1,
+    /// comm_ms_0km, comm_ms_direct, comm_ms_soya (and soya_over_0km,
+    /// plan_over_soya) are the steady state, the mean time per collective
+    /// of collectives 2..K; first_comm_ms_* is the first one alone and
+    /// collective_ms_* every one.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    collectives: u32,
+    /// What-if, not NCCL's behaviour: receivers grant the next collective's
+    /// buffers while the previous one still runs (NCCL's proxy starts a
+    /// connection's next operation only once the previous one is done).
+    #[arg(long)]
+    grants_across_collectives: bool,
     /// One JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -119,6 +134,8 @@ fn allreduce(a: AllreduceArgs) -> ExitCode {
         dc_gbps: a.dc_gbps.unwrap_or(wan.max(100.0)),
         mtu: a.mtu,
         seed: a.seed,
+        collectives: a.collectives,
+        grants_across_collectives: a.grants_across_collectives,
     };
     soya_tools::sim::allreduce_cli::report(&c, a.json)
 }

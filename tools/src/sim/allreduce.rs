@@ -21,6 +21,11 @@
 //! directly over the WAN or through the two gateways' real [`soya::site::Site`]
 //! (QP engine, pseudo-ACKs, WAN transport), as `soya-sim run` does.
 //!
+//! With `collectives` > 1, that many AllReduces run back to back on the
+//! same connections: a GPU starts the next one when its kernel for the
+//! previous one ended, and each connection runs them as NCCL's proxy does,
+//! one operation at a time (see [`super::nccl`]).
+//!
 //! The intra-site hops are idealised: each is a FIFO link of
 //! `intra_gbps / channels` per channel with a fixed one-way latency; a chunk
 //! arrives `len × 8 / rate + latency` after it leaves, and leaves when both
@@ -60,6 +65,12 @@ pub struct AllreduceConfig {
     pub dc_gbps: f64,
     pub mtu: usize,
     pub seed: u64,
+    /// AllReduces run back to back on the same connections (a training
+    /// job's steps, or its gradient buckets); 1: one, as before.
+    pub collectives: u32,
+    /// What-if, not NCCL: receivers grant the next collective's buffers
+    /// while the previous one still runs ([`super::nccl::Conn::grants_across_ops`]).
+    pub grants_across_collectives: bool,
 }
 
 impl AllreduceConfig {
@@ -117,12 +128,35 @@ pub struct Case {
     pub loss: f64,
 }
 
-/// What one AllReduce took and whether its data arrived.
+/// One WAN edge of one channel, per collective of the measured run, from
+/// the run's start (virtual time): when the sending GPU started the
+/// collective, when the receiver granted the buffer of its first chunk,
+/// the sender saw that grant and posted that chunk, and when its last chunk arrived.
+#[derive(Clone, Debug, Default)]
+pub struct WanEdgeTrace {
+    pub channel: usize,
+    /// 0: A→B, 1: B→A.
+    pub direction: usize,
+    pub gpu_start: Vec<Duration>,
+    pub first_grant: Vec<Duration>,
+    pub first_grant_seen: Vec<Duration>,
+    pub first_post: Vec<Duration>,
+    pub last_arrival: Vec<Duration>,
+}
+
+/// What the measured AllReduces took and whether their data arrived.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RingOutcome {
-    /// From the first chunk's start to the last chunk's arrival on every
-    /// edge of every channel.
+    /// One AllReduce: from the first chunk's start to the last chunk's
+    /// arrival on every edge of every channel. Several back to back: the
+    /// steady state, the mean of `collective_ms` after the first.
     pub comm_ms: f64,
+    /// The first collective alone (= `comm_ms` for one).
+    pub first_comm_ms: f64,
+    /// Each collective's time: the first from the start, each later one
+    /// from the previous one's end to its own.
+    pub collective_ms: Vec<f64>,
+    pub collectives: u32,
     pub steps: u32,
     /// Chunks each edge of each channel moved (all equal when complete).
     pub chunks_per_edge: u64,
@@ -142,6 +176,8 @@ pub struct RingOutcome {
     pub wall_s: f64,
     pub events_per_wall_s: f64,
     pub violations: Vec<String>,
+    #[serde(skip)]
+    pub wan_trace: Vec<WanEdgeTrace>,
 }
 
 /// A chunk reaching the end of an intra-site hop.
@@ -149,23 +185,29 @@ pub struct RingOutcome {
 struct Arrival {
     at: Time,
     ch: usize,
+    /// The collective, the edge, the chunk.
+    j: usize,
     edge: usize,
     k: usize,
 }
 
 /// Per channel: the WAN edges' connections (A→B, then B→A), and how far
-/// each edge got in the AllReduce under way.
+/// each edge got in each collective of the run under way.
 struct Ring {
     wan: [Conn; 2],
-    /// Chunks of the connections before this AllReduce's.
+    /// Chunks of the connections before this run's.
     base: [usize; 2],
-    /// Chunks received in order on each edge.
-    arrived: Vec<usize>,
-    /// Intra edges: chunks sent, and when the hop is free again.
-    sent: Vec<usize>,
+    /// Per GPU (the sender of the edge of the same index): collectives it
+    /// started, and when it started each.
+    started: Vec<usize>,
+    started_at: Vec<Vec<Time>>,
+    /// Per collective, per edge: chunks received in order; on intra edges,
+    /// chunks sent; when the last chunk arrived.
+    arrived: Vec<Vec<usize>>,
+    sent: Vec<Vec<usize>>,
+    last: Vec<Vec<Time>>,
+    /// Per intra edge: when the hop is free again.
     free_at: Vec<Time>,
-    /// When the last chunk arrived on each edge.
-    last: Vec<Time>,
 }
 
 /// The idealised intra-site hop: per-channel rate and one-way latency.
@@ -182,79 +224,144 @@ struct Shape {
     wan: [usize; 2],
 }
 
-/// Runs one AllReduce of `lens` chunks per edge (`cps` per step) on the
-/// rings' connections, from `w.now`; returns when it started and ended
-/// (the last chunk's arrival on every edge of every channel), or why it
-/// did not finish by `deadline`.
+/// When a run of collectives started, when each ended (its last chunk's
+/// arrival on every edge of every channel), and why it did not finish.
+struct RunTimes {
+    start: Time,
+    ends: Vec<Time>,
+    failure: Option<String>,
+}
+
+impl Ring {
+    /// Chunks edge `e` may send in collective `j`: none before GPU `e`
+    /// started it; then a step's worth (its own segment), and one more
+    /// for each chunk that arrived on the edge before it.
+    fn avail(&self, j: usize, e: usize, cps: usize, total: usize) -> usize {
+        if self.started[e] <= j {
+            return 0;
+        }
+        let n = self.arrived[j].len();
+        (cps + self.arrived[j][(e + n - 1) % n]).min(total)
+    }
+
+    /// Whether GPU `e`'s kernel for collective `j` ended, so that it may
+    /// start `j + 1` (one stream: collectives run in order on a GPU): it
+    /// received all of `j` and handed all of `j` to its outgoing edge
+    /// (on a WAN edge, every chunk had a send buffer, NCCL's head).
+    fn kernel_done(&self, shape: &Shape, j: usize, e: usize, total: usize) -> bool {
+        let n = shape.n;
+        if self.arrived[j][(e + n - 1) % n] < total {
+            return false;
+        }
+        match shape.wan.iter().position(|&x| x == e) {
+            Some(i) => self.wan[i].sent() + NCCL_STEPS as usize >= self.base[i] + (j + 1) * total,
+            None => self.sent[j][e] == total,
+        }
+    }
+}
+
+/// Runs `k` AllReduces back to back, each of `lens` chunks per edge (`cps`
+/// per step), on the rings' connections, from `w.now`: each collective is
+/// one NCCL proxy operation per connection, and each GPU starts
+/// collective j + 1 as soon as its kernel for j ended, as a training step's
+/// AllReduces queued on one stream do.
+#[allow(clippy::too_many_arguments)]
 fn ring(
     w: &mut World,
     rings: &mut [Ring],
     shape: &Shape,
     lens: &[u32],
     cps: usize,
+    k: usize,
     intra: Intra,
     deadline: Time,
-) -> (Time, Time, Option<String>) {
+) -> RunTimes {
     let (n, total) = (shape.n, lens.len());
     let start = w.now;
     for r in rings.iter_mut() {
         for (i, c) in r.wan.iter_mut().enumerate() {
             r.base[i] = c.total();
-            c.extend(lens);
+            for _ in 0..k {
+                c.extend(lens);
+            }
         }
-        r.arrived = vec![0; n];
-        r.sent = vec![0; n];
+        r.started = vec![1; n];
+        r.started_at = vec![vec![start; n]];
+        r.arrived = vec![vec![0; n]; k];
+        r.sent = vec![vec![0; n]; k];
+        r.last = vec![vec![start; n]; k];
         r.free_at = vec![start; n];
-        r.last = vec![start; n];
     }
     let mut heap: BinaryHeap<Reverse<Arrival>> = BinaryHeap::new();
-    // Chunks edge `e` may send: a step's worth from the start (each GPU's
-    // own segment), then one for each chunk that arrived on the edge before.
-    let avail = |r: &Ring, e: usize| (cps + r.arrived[(e + n - 1) % n]).min(total);
     let mut failure = None;
     loop {
         let mut moved = true;
         while moved {
             moved = false;
             for (ch, r) in rings.iter_mut().enumerate() {
+                for e in 0..n {
+                    let s = r.started[e];
+                    if s < k && r.kernel_done(shape, s - 1, e, total) {
+                        r.started[e] += 1;
+                        if r.started_at.len() <= s {
+                            r.started_at.push(vec![start; n]);
+                        }
+                        r.started_at[s][e] = w.now;
+                        moved = true;
+                    }
+                }
                 for (i, e) in shape.wan.into_iter().enumerate() {
-                    let a = r.base[i] + avail(r, e);
+                    let j = r.started[e] - 1;
+                    let a = r.base[i] + j * total + r.avail(j, e, cps, total);
                     r.wan[i].make_available(a);
                     if r.wan[i].pump(w) {
                         moved = true;
-                        r.arrived[e] = r.wan[i].received() - r.base[i];
-                        r.last[e] = *r.wan[i].received_at.last().expect("one arrived");
+                        let got = r.wan[i].received() - r.base[i];
+                        for j in 0..k {
+                            let now = got.saturating_sub(j * total).min(total);
+                            if now > r.arrived[j][e] {
+                                r.arrived[j][e] = now;
+                                r.last[j][e] =
+                                    r.wan[i].received_at[r.base[i] + j * total + now - 1];
+                            }
+                        }
                     }
                 }
                 for e in (0..n).filter(|e| !shape.wan.contains(e)) {
-                    while r.sent[e] < avail(r, e) {
-                        let k = r.sent[e];
-                        let leave = r.free_at[e].max(w.now);
-                        let ser = Duration::from_nanos(
-                            (f64::from(lens[k]) * 8.0 / intra.bps * 1e9).ceil() as u64,
-                        );
-                        r.free_at[e] = leave + ser;
-                        heap.push(Reverse(Arrival {
-                            at: r.free_at[e] + intra.latency,
-                            ch,
-                            edge: e,
-                            k,
-                        }));
-                        r.sent[e] += 1;
+                    for j in 0..r.started[e] {
+                        while r.sent[j][e] < r.avail(j, e, cps, total) {
+                            let c = r.sent[j][e];
+                            let leave = r.free_at[e].max(w.now);
+                            let ser = Duration::from_nanos(
+                                (f64::from(lens[c]) * 8.0 / intra.bps * 1e9).ceil() as u64,
+                            );
+                            r.free_at[e] = leave + ser;
+                            heap.push(Reverse(Arrival {
+                                at: r.free_at[e] + intra.latency,
+                                ch,
+                                j,
+                                edge: e,
+                                k: c,
+                            }));
+                            r.sent[j][e] += 1;
+                        }
                     }
                 }
             }
             while heap.peek().is_some_and(|a| a.0.at <= w.now) {
                 let Reverse(a) = heap.pop().expect("peeked");
                 let r = &mut rings[a.ch];
-                debug_assert_eq!(r.arrived[a.edge], a.k, "an intra hop is FIFO");
-                r.arrived[a.edge] = a.k + 1;
-                r.last[a.edge] = a.at;
+                debug_assert_eq!(r.arrived[a.j][a.edge], a.k, "an intra hop is FIFO");
+                r.arrived[a.j][a.edge] = a.k + 1;
+                r.last[a.j][a.edge] = a.at;
                 moved = true;
             }
         }
         w.flush();
-        if rings.iter().all(|r| r.arrived.iter().all(|&a| a == total)) {
+        if rings
+            .iter()
+            .all(|r| r.arrived.iter().flatten().all(|&a| a == total))
+        {
             break;
         }
         let next = match (w.next_time(), heap.peek().map(|a| a.0.at)) {
@@ -276,12 +383,21 @@ fn ring(
             Some(t) => w.step_to(t),
         }
     }
-    let end = rings
-        .iter()
-        .flat_map(|r| r.last.iter().copied())
-        .max()
-        .unwrap_or(start);
-    (start, end, failure)
+    let ends = (0..k)
+        .map(|j| {
+            rings
+                .iter()
+                .flat_map(|r| r.last[j].iter().copied())
+                .max()
+                .unwrap_or(start)
+                .max(start)
+        })
+        .collect();
+    RunTimes {
+        start,
+        ends,
+        failure,
+    }
 }
 
 /// Runs one case of an AllReduce: a small AllReduce first, on the same
@@ -290,9 +406,12 @@ fn ring(
 /// the measured one.
 pub fn run_case(c: &AllreduceConfig, case: Case) -> Result<RingOutcome, String> {
     let wall = std::time::Instant::now();
-    if c.gpus_per_site == 0 || c.channels == 0 || c.gradient_bytes == 0 {
-        return Err("need at least one GPU per site, one channel and one byte".into());
+    if c.gpus_per_site == 0 || c.channels == 0 || c.gradient_bytes == 0 || c.collectives == 0 {
+        return Err(
+            "need at least one GPU per site, one channel, one byte and one collective".into(),
+        );
     }
+    let k = c.collectives as usize;
     let n = c.gpus() as usize;
     let g = c.gpus_per_site as usize;
     let shape = Shape {
@@ -310,15 +429,19 @@ pub fn run_case(c: &AllreduceConfig, case: Case) -> Result<RingOutcome, String> 
     for ch in 0..c.channels as usize {
         let seed = (c.seed as u32).wrapping_mul(31).wrapping_add(ch as u32 * 2);
         let mut conn = |from, to, seed| Conn::new(&mut w, &s, from, to, c.nccl, Vec::new(), seed);
-        let ab = conn(Node::HostA, Node::HostB, seed)?;
-        let ba = conn(Node::HostB, Node::HostA, seed + 1)?;
+        let mut ab = conn(Node::HostA, Node::HostB, seed)?;
+        let mut ba = conn(Node::HostB, Node::HostA, seed + 1)?;
+        ab.grants_across_ops = c.grants_across_collectives;
+        ba.grants_across_ops = c.grants_across_collectives;
         rings.push(Ring {
             wan: [ab, ba],
             base: [0; 2],
+            started: Vec::new(),
+            started_at: Vec::new(),
             arrived: Vec::new(),
             sent: Vec::new(),
-            free_at: Vec::new(),
             last: Vec::new(),
+            free_at: Vec::new(),
         });
     }
     let begin = scenario::warm_up(&s, &mut w);
@@ -328,14 +451,24 @@ pub fn run_case(c: &AllreduceConfig, case: Case) -> Result<RingOutcome, String> 
     };
     let mut out = RingOutcome {
         steps: c.steps(),
-        wan_bytes_per_direction: c.wan_bytes_per_direction(),
+        collectives: c.collectives,
+        wan_bytes_per_direction: c.wan_bytes_per_direction() * k as u64,
         ..RingOutcome::default()
     };
     // The warm-up: one 4 KiB chunk per step on every edge.
     let warm = vec![4096; c.steps() as usize];
     let limit = time_limit(c, case);
-    let (_, _, fail) = ring(&mut w, &mut rings, &shape, &warm, 1, intra, begin + limit);
-    if let Some(f) = fail {
+    let warm_run = ring(
+        &mut w,
+        &mut rings,
+        &shape,
+        &warm,
+        1,
+        1,
+        intra,
+        begin + limit,
+    );
+    if let Some(f) = warm_run.failure {
         out.violations.push(format!("warm-up: {f}"));
     }
     // ...and until every requester heard back for all of it, so that
@@ -363,15 +496,36 @@ pub fn run_case(c: &AllreduceConfig, case: Case) -> Result<RingOutcome, String> 
     }
     let before = data(&w, &rings);
     let retrans_before = retransmissions(&w, &rings);
-    let (start, end, fail) = ring(&mut w, &mut rings, &shape, &lens, cps, intra, begin + limit);
-    out.violations.extend(fail);
-    out.comm_ms = (end.max(start) - start).as_secs_f64() * 1e3;
+    let run = ring(
+        &mut w,
+        &mut rings,
+        &shape,
+        &lens,
+        cps,
+        k,
+        intra,
+        begin + limit * c.collectives,
+    );
+    out.violations.extend(run.failure);
+    let start = run.start;
+    out.collective_ms = std::iter::once(start)
+        .chain(run.ends.iter().copied())
+        .zip(&run.ends)
+        .map(|(a, &b)| (b.max(a) - a).as_secs_f64() * 1e3)
+        .collect();
+    out.first_comm_ms = out.collective_ms[0];
+    out.comm_ms = if k > 1 {
+        out.collective_ms[1..].iter().sum::<f64>() / (k - 1) as f64
+    } else {
+        out.first_comm_ms
+    };
     out.chunks_per_edge = rings
         .iter()
-        .flat_map(|r| r.arrived.iter())
+        .flat_map(|r| r.arrived.iter().flatten())
         .copied()
         .min()
         .unwrap_or(0) as u64;
+    out.wan_trace = trace(&rings, &shape, total, start);
     let after = data(&w, &rings);
     // The CTS writes land on the senders: count only the data direction
     // (the receivers' QPs), the smaller of the two directions.
@@ -393,7 +547,7 @@ pub fn run_case(c: &AllreduceConfig, case: Case) -> Result<RingOutcome, String> 
         out.pseudo_acks += t.pseudo_acks;
         out.pseudo_acks_withheld += t.withheld_acks;
     }
-    check(c, total, &mut out);
+    check(c, total, k, &mut out);
     out.events = w.events;
     out.wall_s = wall.elapsed().as_secs_f64();
     out.events_per_wall_s = out.events as f64 / out.wall_s.max(1e-9);
@@ -424,16 +578,41 @@ fn data(w: &World, rings: &[Ring]) -> ([u64; 2], [u64; 2], u64) {
     (v, p, e)
 }
 
-/// The invariants of a finished AllReduce.
-fn check(c: &AllreduceConfig, total: usize, out: &mut RingOutcome) {
+/// The WAN edges' events of a finished run (see [`WanEdgeTrace`]).
+fn trace(rings: &[Ring], shape: &Shape, total: usize, start: Time) -> Vec<WanEdgeTrace> {
+    let mut v = Vec::new();
+    for (ch, r) in rings.iter().enumerate() {
+        for (i, &e) in shape.wan.iter().enumerate() {
+            let conn = &r.wan[i];
+            let at = |ts: &Vec<Time>, j: usize| {
+                ts.get(r.base[i] + j * total)
+                    .map_or(Duration::MAX, |&t| t.max(start) - start)
+            };
+            let k = r.arrived.len();
+            v.push(WanEdgeTrace {
+                channel: ch,
+                direction: i,
+                gpu_start: r.started_at.iter().map(|s| s[e] - start).collect(),
+                first_grant: (0..k).map(|j| at(&conn.granted_at, j)).collect(),
+                first_grant_seen: (0..k).map(|j| at(&conn.grant_seen_at, j)).collect(),
+                first_post: (0..k).map(|j| at(&conn.posted_at, j)).collect(),
+                last_arrival: (0..k).map(|j| r.last[j][e].max(start) - start).collect(),
+            });
+        }
+    }
+    v
+}
+
+/// The invariants of a finished run of AllReduces.
+fn check(c: &AllreduceConfig, total: usize, k: usize, out: &mut RingOutcome) {
     let v = &mut out.violations;
     if out.chunks_per_edge != total as u64 {
         v.push(format!(
-            "an edge moved {} chunks of {total} ({} steps)",
+            "an edge moved {} chunks of {total} ({} steps) in one of its {k} collectives",
             out.chunks_per_edge, out.steps
         ));
     }
-    let want = c.wan_bytes_per_direction();
+    let want = c.wan_bytes_per_direction() * k as u64;
     if out.wan_bytes_verified != want || out.wan_bytes_placed != want {
         v.push(format!(
             "a WAN direction placed {} bytes and verified {} of {want}",

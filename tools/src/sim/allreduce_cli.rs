@@ -71,6 +71,8 @@ pub fn cases(c: &AllreduceConfig) -> [(&'static str, Case); 3] {
 /// Runs the three cases; returns their outcomes and the JSON object
 /// `--json` prints (`comm_ms_0km`, `comm_ms_direct`, `comm_ms_soya`,
 /// `plan_comm_ms`, ...; every violation of any case in `violations`).
+/// With several collectives `comm_ms_*` are the steady state (the mean of
+/// collectives 2..K), `first_comm_ms_*` the first, `collective_ms_*` each.
 pub fn simulate(
     c: &AllreduceConfig,
     progress: bool,
@@ -112,6 +114,15 @@ pub fn simulate(
         "comm_ms_direct": direct.comm_ms,
         "comm_ms_soya": soya.comm_ms,
         "soya_over_0km": soya.comm_ms / zero.comm_ms,
+        "collectives": c.collectives,
+        "grants_across_collectives": c.grants_across_collectives,
+        "first_comm_ms_0km": zero.first_comm_ms,
+        "first_comm_ms_direct": direct.first_comm_ms,
+        "first_comm_ms_soya": soya.first_comm_ms,
+        "first_soya_over_0km": soya.first_comm_ms / zero.first_comm_ms,
+        "collective_ms_0km": zero.collective_ms,
+        "collective_ms_direct": direct.collective_ms,
+        "collective_ms_soya": soya.collective_ms,
         "plan_comm_ms": plan_ms,
         "plan_direct_comm_ms": plan_direct_ms,
         "plan_over_soya": plan_ms / soya.comm_ms,
@@ -184,6 +195,23 @@ pub fn report(c: &AllreduceConfig, json_out: bool) -> ExitCode {
                 o.wan_bytes_verified,
                 o.events_per_wall_s
             );
+        }
+        if c.collectives > 1 {
+            println!(
+                "\n{} collectives back to back: comm ms above is the mean of collectives \
+                 2..{}; the first alone, and each:",
+                c.collectives, c.collectives
+            );
+            for ((name, _), o) in cases(c).iter().zip(&res) {
+                let each: Vec<String> = o.collective_ms.iter().map(|m| format!("{m:.3}")).collect();
+                println!(
+                    "{:<16} first {:.3} ms ({:.3} × 0 km's first); each: {}",
+                    name,
+                    o.first_comm_ms,
+                    o.first_comm_ms / zero.first_comm_ms,
+                    each.join(" ")
+                );
+            }
         }
         let plan_ms = v["plan_comm_ms"].as_f64().unwrap_or(f64::NAN);
         println!(

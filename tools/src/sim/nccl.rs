@@ -24,6 +24,18 @@
 //!   gateway's pseudo-ACK shortens the requester's ACK loop, not this one.
 //! - The sender's own buffer also has `NCCL_STEPS` slots; a slot is free
 //!   again when its WRITEs completed (which pseudo-ACKs do speed up).
+//! - **One operation at a time per connection.** Every collective is a
+//!   proxy operation of its own (its own `opCount`), and NCCL's proxy runs
+//!   the operations of one connection one after the other: `ProxyAppend`
+//!   chains a later one as the `nextPeer` of the one under way, and
+//!   `removeOp` activates it only once that one is done (receiver: the GPU
+//!   consumed its last step; sender: its last send completed; `src/proxy.cc`,
+//!   `sendProxyProgress`/`recvProxyProgress` in `src/transport/net.cc`).
+//!   So the receiver's grants for collective k + 1 leave only when
+//!   collective k's last step on that connection was consumed, and cross the
+//!   WAN before k + 1's first byte can. [`Conn::extend`] queues one
+//!   operation; [`Conn::grants_across_ops`] lifts the rule (a what-if: no
+//!   NCCL does it) to measure what it costs.
 //!
 //! Idealised: the GPU consumes a received step at once (no reduction time,
 //! no back-pressure from the next hop's buffer), and the FIFO write is
@@ -118,6 +130,12 @@ pub struct Conn {
     p: NcclParams,
     /// Length of every chunk to send, in order.
     lens: Vec<u32>,
+    /// Where each queued operation (collective) ends in `lens`.
+    op_ends: Vec<usize>,
+    /// What-if, not NCCL: the receiver grants the next operation's buffers
+    /// as soon as they are free, the sender sends as soon as granted,
+    /// across operation boundaries (see the module's notes).
+    pub grants_across_ops: bool,
     /// Chunks the application made available to send (in order).
     available: usize,
     /// Chunks posted to the QPs.
@@ -133,6 +151,12 @@ pub struct Conn {
     recv_done: Vec<usize>,
     /// When each chunk was received whole (every QP's part).
     pub received_at: Vec<Time>,
+    /// When the receiver granted each chunk's buffer (posted its FIFO
+    /// entry), and when the sender posted each chunk's WRITEs.
+    pub granted_at: Vec<Time>,
+    pub posted_at: Vec<Time>,
+    /// When the sender saw each grant (its FIFO entry placed).
+    pub grant_seen_at: Vec<Time>,
     /// Failed work requests or receives (any: the run is invalid).
     pub failures: u64,
     /// Receive completions that were not a WRITE_WITH_IMM of the expected
@@ -212,6 +236,12 @@ impl Conn {
             send_qps,
             recv_qps,
             p,
+            op_ends: if lens.is_empty() {
+                Vec::new()
+            } else {
+                vec![lens.len()]
+            },
+            grants_across_ops: false,
             lens,
             available: 0,
             posted: 0,
@@ -220,6 +250,9 @@ impl Conn {
             cts_done: 0,
             recv_done: vec![0; n],
             received_at: Vec::new(),
+            granted_at: Vec::new(),
+            posted_at: Vec::new(),
+            grant_seen_at: Vec::new(),
             failures: 0,
             bad_completions: 0,
         })
@@ -239,9 +272,32 @@ impl Conn {
         self.received() == self.total()
     }
 
-    /// Queues more chunks (the next collective on the same connection).
+    /// Queues more chunks: the next collective on the same connection,
+    /// one proxy operation.
     pub fn extend(&mut self, lens: &[u32]) {
         self.lens.extend_from_slice(lens);
+        if !lens.is_empty() {
+            self.op_ends.push(self.lens.len());
+        }
+    }
+
+    /// Chunks whose every WRITE completed (the sender's `done`).
+    pub fn sent(&self) -> usize {
+        self.send_done.iter().copied().min().unwrap_or(0)
+    }
+
+    /// Where the operation under way ends, once the first `done` chunks
+    /// are done: NCCL's proxy does not start an operation's steps before
+    /// the previous operation on the connection is done.
+    fn op_end(&self, done: usize) -> usize {
+        if self.grants_across_ops {
+            return self.total();
+        }
+        self.op_ends
+            .iter()
+            .copied()
+            .find(|&e| e > done)
+            .unwrap_or(self.total())
     }
 
     /// The application made the first `n` chunks available to send.
@@ -292,7 +348,7 @@ impl Conn {
         }
         // The GPU consumed what arrived: repost its buffers, each with a
         // receive on every QP and a FIFO entry for the sender.
-        let target = (self.received() + NCCL_STEPS as usize).min(self.total());
+        let target = (self.received() + NCCL_STEPS as usize).min(self.op_end(self.received()));
         while self.granted < target {
             let slot = (self.granted % NCCL_STEPS as usize) as u64;
             let sh = host(w, self.sender);
@@ -316,6 +372,7 @@ impl Conn {
                 break;
             }
             self.granted += 1;
+            self.granted_at.push(w.now);
         }
         // Sender: its WRITE completions free its buffers.
         let sh = host_mut(w, self.sender);
@@ -330,13 +387,18 @@ impl Conn {
                 self.bad_completions += 1;
             }
         }
-        let sent = self.send_done.iter().copied().min().unwrap_or(0);
+        let sent = self.sent();
+        let op_end = self.op_end(sent);
         let cts_seen = sh.qps[self.send_qps[0]].memory().stats().writes_placed as usize;
+        while self.grant_seen_at.len() < cts_seen {
+            self.grant_seen_at.push(w.now);
+        }
         // A chunk goes when the application has it, the receiver's FIFO
         // entry for it arrived, and the sender has a free buffer.
         while self.posted < self.available
             && self.posted < cts_seen
             && self.posted < sent + NCCL_STEPS as usize
+            && self.posted < op_end
         {
             let k = self.posted;
             let len = self.lens[k];
@@ -364,6 +426,7 @@ impl Conn {
                 }
             }
             self.posted += 1;
+            self.posted_at.push(w.now);
         }
         self.received() > before
     }
