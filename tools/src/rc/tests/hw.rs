@@ -134,13 +134,8 @@ fn hw_reads_are_bounded_by_max_rd_atomic_16() {
     assert_eq!(h.completions(Side::A).len(), 40);
 }
 
-/// A CNP halves the rate (α starts at 1): the requests after it leave
-/// spaced by their serialisation time at 50 Gb/s; without CNPs, back to
-/// back.
-#[test]
-fn hw_dcqcn_paces_requests_after_a_cnp() {
-    let mut h = Harness::new(hw(false));
-    h.delay = Duration::from_micros(100);
+/// A CNP from B's side to A's QP, as a switch or B's NIC would send it.
+fn inject_cnp(h: &mut Harness) {
     let cnp = builders::cnp(&ReplyTo {
         ip: IpHeader::v4(B_IP, A_IP),
         src_port: 0xC000,
@@ -149,6 +144,16 @@ fn hw_dcqcn_paces_requests_after_a_cnp() {
     .to_vec(&[])
     .unwrap();
     h.inject(Side::A, &cnp);
+}
+
+/// A CNP halves the rate (α starts at 1): the requests after it leave
+/// spaced by their serialisation time at 50 Gb/s; without CNPs, back to
+/// back.
+#[test]
+fn hw_dcqcn_paces_requests_after_a_cnp() {
+    let mut h = Harness::new(hw(false));
+    h.delay = Duration::from_micros(100);
+    inject_cnp(&mut h);
     assert_eq!(h.a.stats().cnps_received, 1);
     let wr = write(&h, 0, 16 * 4096);
     h.a.post_send(wr).unwrap();
@@ -184,14 +189,7 @@ fn hw_dcqcn_paces_requests_after_a_cnp() {
 #[test]
 fn hw_paced_deadline_that_passed_while_the_port_was_busy_is_not_due_again() {
     let mut h = Harness::new(hw(false));
-    let cnp = builders::cnp(&ReplyTo {
-        ip: IpHeader::v4(B_IP, A_IP),
-        src_port: 0xC000,
-        dest_qp: A_QPN,
-    })
-    .to_vec(&[])
-    .unwrap();
-    h.inject(Side::A, &cnp);
+    inject_cnp(&mut h);
     let wr = write(&h, 0, 16 * 4096);
     h.a.post_send(wr).unwrap();
     let mut buf = vec![0u8; 9000];
