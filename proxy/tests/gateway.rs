@@ -19,7 +19,7 @@ use soya::gateway::{control, Gateway, RunOutcome, Snapshot};
 
 #[path = "common/lab.rs"]
 mod lab;
-use lab::{config_text, pair, start, unique_ip, wait_for, write_key, Knobs, Pair};
+use lab::{config_text, pair, restart, start, unique_ip, wait_for, write_key, Knobs, Pair};
 
 fn soya() -> Command {
     Command::new(env!("CARGO_BIN_EXE_soya"))
@@ -407,7 +407,7 @@ fn a_restarted_twin_is_detected_and_traffic_resumes() {
     let g1 = wait_for(&b, "connected", |s| s.connected).generation;
     let sb = b.abort();
     assert_eq!(sb.outcome, RunOutcome::Aborted);
-    let _b = start(&fb);
+    let _b = restart(&fb);
     let s = wait_for(&a, "peer restart", |s| {
         s.wan.peer_restarts == 1 && s.connected
     });
@@ -427,14 +427,43 @@ fn wait_child(c: &mut Child, within: Duration) -> Option<std::process::ExitStatu
     None
 }
 
-fn spawn_daemon(cfg: &Path, socket: &Path) -> Child {
-    let c = soya()
-        .args(["gateway", "--config"])
-        .arg(cfg)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+/// A `soya gateway` child that is killed when the test ends, however it
+/// ends: a failed assertion must not leave a daemon running (one left by a
+/// failed run of `sighup_reloads_and_sigterm_drains_with_exit_zero` was
+/// still up an hour and a half later, holding its loopback ports).
+struct Daemon(Child);
+
+impl std::ops::Deref for Daemon {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Daemon {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // Both fail harmlessly once the child has exited and been reaped.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_daemon(cfg: &Path, socket: &Path) -> Daemon {
+    let c = Daemon(
+        soya()
+            .args(["gateway", "--config"])
+            .arg(cfg)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let t0 = Instant::now();
     while !socket.exists() {
         assert!(
