@@ -177,7 +177,10 @@ fn main() -> ExitCode {
                 check_config(&files, quiet)
             }
         }
-        Command::Plan(args) => soya::plan::run(&args.into()),
+        Command::Plan(args) => match args.try_into() {
+            Ok(a) => soya::plan::run(&a),
+            Err(e) => soya::plan::refused(&e),
+        },
         Command::Demo(args) => demo(&args),
         Command::Gateway { config, check, io } => {
             if let Some(io) = io {

@@ -132,11 +132,16 @@ pub const MAX_CHANNELS: u32 = 1024;
 /// direct vs. through Sōya, and a data-parallel job's AllReduce time vs. its
 /// backward pass. The command line (`soya plan --help`) is the binary's
 /// (`src/plan_cli.rs`): this library has no argument parser.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// The plan echoes them as its `inputs` (JSON): the WAN delay as
+/// `distance_km` (`null` with `rtt_ms`, which the plan gives itself), and
+/// the job's fields only with a job.
+#[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct PlanArgs {
     /// Fibre route length between the two sites, in km; RTT = 2 × 4.9 µs/km × km
     pub distance_km: Option<f64>,
     /// Measured WAN round-trip time in ms, instead of `distance_km`
+    #[serde(skip)]
     pub rtt_ms: Option<f64>,
     /// Line rate of each WAN path, in Gbit/s (before header overhead)
     pub link_gbps: f64,
@@ -154,21 +159,60 @@ pub struct PlanArgs {
     pub dc_rtt_us: f64,
     /// Deep-buffer size as a multiple of the BDP, 1..=16
     pub safety_factor: f64,
+    /// Print one JSON object instead of the table
+    #[serde(skip)]
+    pub json: bool,
+    /// The data-parallel job, if one is planned for
+    #[serde(flatten)]
+    pub job: Option<JobArgs>,
+}
+
+/// A data-parallel training job: its GPUs, gradients and backward pass
+/// (`--gpus`, `--params` and `--backward-ms` go together), and NCCL's
+/// buffers if given.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct JobArgs {
     /// GPUs in the data-parallel job
-    pub gpus: Option<u32>,
+    pub gpus: u32,
     /// Model parameters, a count
-    pub params: Option<f64>,
+    pub params: f64,
     /// Gradient bytes per parameter
     pub bytes_per_param: u32,
     /// Backward-pass compute time per step, in ms
-    pub backward_ms: Option<f64>,
-    /// Print one JSON object instead of the table
-    pub json: bool,
+    pub backward_ms: f64,
     /// NCCL's buffer per connection (`NCCL_BUFFSIZE`), bytes: the receiver
     /// grants that much, and no more, per end-to-end round trip
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl_buffsize: Option<u64>,
     /// NCCL channels: connections per WAN direction (1 if not given)
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub channels: Option<u32>,
+}
+
+impl JobArgs {
+    /// The job the workload flags describe: none without `gpus`, `params`
+    /// and `backward_ms`, an error with only some of them.
+    pub fn from_flags(
+        gpus: Option<u32>,
+        params: Option<f64>,
+        bytes_per_param: u32,
+        backward_ms: Option<f64>,
+        nccl_buffsize: Option<u64>,
+        channels: Option<u32>,
+    ) -> Result<Option<JobArgs>, PlanError> {
+        match (gpus, params, backward_ms) {
+            (None, None, None) => Ok(None),
+            (Some(gpus), Some(params), Some(backward_ms)) => Ok(Some(JobArgs {
+                gpus,
+                params,
+                bytes_per_param,
+                backward_ms,
+                nccl_buffsize,
+                channels,
+            })),
+            _ => Err(PlanError::PartialWorkload),
+        }
+    }
 }
 
 /// Why a plan's arguments were refused: the text `soya plan` prints.
@@ -211,37 +255,11 @@ pub enum PlanError {
     Overflow(&'static str),
 }
 
-/// The inputs as the plan used them (echoed in the JSON).
-#[derive(Serialize, Debug, Clone, PartialEq)]
-pub struct PlanInputs {
-    /// `None` when the RTT was given with `--rtt-ms`.
-    pub distance_km: Option<f64>,
-    pub link_gbps: f64,
-    pub paths: u32,
-    pub loss: f64,
-    pub mtu: u32,
-    pub tx_depth: u32,
-    pub qps: u32,
-    pub dc_rtt_us: f64,
-    pub safety_factor: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpus: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub params: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bytes_per_param: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub backward_ms: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub nccl_buffsize: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub channels: Option<u32>,
-}
-
 /// The result of [`plan`]. Rates are payload (goodput) unless named `wan_gbps`.
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct Plan {
-    pub inputs: PlanInputs,
+    /// The arguments it was computed from.
+    pub inputs: PlanArgs,
     /// One-way propagation delay, ms.
     pub one_way_ms: f64,
     /// WAN round-trip time, ms.
@@ -305,8 +323,8 @@ pub struct Workload {
 
 // ---------------------------------------------------------------------------
 // Validation: one checker per flag, shared by the command line's value
-// parsers (`parse_*`) and by `plan()` (which also accepts a `PlanArgs` built
-// in code).
+// parsers ([`number_in`] of the checker, [`parse_mtu`]) and by `plan()`
+// (which also accepts a `PlanArgs` built in code).
 
 fn number(s: &str) -> Result<f64, PlanError> {
     let v: f64 = s
@@ -318,6 +336,13 @@ fn number(s: &str) -> Result<f64, PlanError> {
     } else {
         Err(PlanError::NotFinite(s.to_owned()))
     }
+}
+
+/// A command-line value parser: a finite number that `check` accepts.
+pub fn number_in(
+    check: fn(f64) -> Result<f64, PlanError>,
+) -> impl Fn(&str) -> Result<f64, PlanError> + Clone + Send + Sync + 'static {
+    move |s| check(number(s)?)
 }
 
 fn in_range(
@@ -335,10 +360,10 @@ fn in_range(
     }
 }
 
-fn check_distance_km(v: f64) -> Result<f64, PlanError> {
+pub fn check_distance_km(v: f64) -> Result<f64, PlanError> {
     in_range(v, true, 0.0, 40_000.0, "distance must be 0 < km <= 40000")
 }
-fn check_rtt_ms(v: f64) -> Result<f64, PlanError> {
+pub fn check_rtt_ms(v: f64) -> Result<f64, PlanError> {
     in_range(
         v,
         false,
@@ -347,7 +372,7 @@ fn check_rtt_ms(v: f64) -> Result<f64, PlanError> {
         "RTT must be 0.001 ms (1 µs) to 10000 ms",
     )
 }
-fn check_link_gbps(v: f64) -> Result<f64, PlanError> {
+pub fn check_link_gbps(v: f64) -> Result<f64, PlanError> {
     in_range(
         v,
         false,
@@ -356,7 +381,7 @@ fn check_link_gbps(v: f64) -> Result<f64, PlanError> {
         "link rate must be 0.000001 Gbit/s (1 kbit/s) to 10000 Gbit/s",
     )
 }
-fn check_loss(v: f64) -> Result<f64, PlanError> {
+pub fn check_loss(v: f64) -> Result<f64, PlanError> {
     if (0.0..1.0).contains(&v) {
         Ok(v)
     } else {
@@ -373,7 +398,7 @@ fn check_mtu(v: u32) -> Result<u32, PlanError> {
         Err(PlanError::Mtu(v))
     }
 }
-fn check_dc_rtt_us(v: f64) -> Result<f64, PlanError> {
+pub fn check_dc_rtt_us(v: f64) -> Result<f64, PlanError> {
     in_range(
         v,
         false,
@@ -382,13 +407,13 @@ fn check_dc_rtt_us(v: f64) -> Result<f64, PlanError> {
         "DC RTT must be 0.1 µs to 100000 µs",
     )
 }
-fn check_safety_factor(v: f64) -> Result<f64, PlanError> {
+pub fn check_safety_factor(v: f64) -> Result<f64, PlanError> {
     in_range(v, false, 1.0, 16.0, "safety factor must be 1.0 to 16.0")
 }
-fn check_params(v: f64) -> Result<f64, PlanError> {
+pub fn check_params(v: f64) -> Result<f64, PlanError> {
     in_range(v, false, 1.0, 1e15, "parameter count must be 1 to 1e15")
 }
-fn check_backward_ms(v: f64) -> Result<f64, PlanError> {
+pub fn check_backward_ms(v: f64) -> Result<f64, PlanError> {
     in_range(v, true, 0.0, 1e9, "backward time must be > 0 ms")
 }
 fn check_nccl_buffsize(v: u64) -> Result<u64, PlanError> {
@@ -414,36 +439,13 @@ fn check_int(v: u32, lo: u32, hi: u32, what: &'static str) -> Result<u32, PlanEr
     }
 }
 
-pub fn parse_distance_km(s: &str) -> Result<f64, PlanError> {
-    check_distance_km(number(s)?)
-}
-pub fn parse_rtt_ms(s: &str) -> Result<f64, PlanError> {
-    check_rtt_ms(number(s)?)
-}
-pub fn parse_link_gbps(s: &str) -> Result<f64, PlanError> {
-    check_link_gbps(number(s)?)
-}
-pub fn parse_loss(s: &str) -> Result<f64, PlanError> {
-    check_loss(number(s)?)
-}
+/// The `--mtu` value parser: a whole number that is a RoCE path MTU.
 pub fn parse_mtu(s: &str) -> Result<u32, PlanError> {
     let v: u32 = s
         .trim()
         .parse()
         .map_err(|_| PlanError::MtuText(s.to_owned()))?;
     check_mtu(v)
-}
-pub fn parse_dc_rtt_us(s: &str) -> Result<f64, PlanError> {
-    check_dc_rtt_us(number(s)?)
-}
-pub fn parse_safety_factor(s: &str) -> Result<f64, PlanError> {
-    check_safety_factor(number(s)?)
-}
-pub fn parse_params(s: &str) -> Result<f64, PlanError> {
-    check_params(number(s)?)
-}
-pub fn parse_backward_ms(s: &str) -> Result<f64, PlanError> {
-    check_backward_ms(number(s)?)
 }
 
 /// Prefixes a range-check message with the flag it is about.
@@ -474,21 +476,18 @@ fn validate(a: &PlanArgs) -> Result<(), PlanError> {
     check_int(a.qps, 1, MAX_QPS, "QP count").map_err(flag("qps"))?;
     check_dc_rtt_us(a.dc_rtt_us).map_err(flag("dc-rtt-us"))?;
     check_safety_factor(a.safety_factor).map_err(flag("safety-factor"))?;
-    check_int(a.bytes_per_param, 1, 16, "bytes per parameter").map_err(flag("bytes-per-param"))?;
-    if let Some(b) = a.nccl_buffsize {
-        check_nccl_buffsize(b).map_err(flag("nccl-buffsize"))?;
-    }
-    if let Some(c) = a.channels {
-        check_int(c, 1, MAX_CHANNELS, "channel count").map_err(flag("channels"))?;
-    }
-    match (a.gpus, a.params, a.backward_ms) {
-        (None, None, None) => {}
-        (Some(g), Some(p), Some(b)) => {
-            check_int(g, 2, MAX_GPUS, "GPU count").map_err(flag("gpus"))?;
-            check_params(p).map_err(flag("params"))?;
-            check_backward_ms(b).map_err(flag("backward-ms"))?;
+    if let Some(j) = &a.job {
+        check_int(j.bytes_per_param, 1, 16, "bytes per parameter")
+            .map_err(flag("bytes-per-param"))?;
+        if let Some(b) = j.nccl_buffsize {
+            check_nccl_buffsize(b).map_err(flag("nccl-buffsize"))?;
         }
-        _ => return Err(PlanError::PartialWorkload),
+        if let Some(c) = j.channels {
+            check_int(c, 1, MAX_CHANNELS, "channel count").map_err(flag("channels"))?;
+        }
+        check_int(j.gpus, 2, MAX_GPUS, "GPU count").map_err(flag("gpus"))?;
+        check_params(j.params).map_err(flag("params"))?;
+        check_backward_ms(j.backward_ms).map_err(flag("backward-ms"))?;
     }
     Ok(())
 }
@@ -546,16 +545,17 @@ pub fn plan(a: &PlanArgs) -> Result<Plan, PlanError> {
 
     let speedup = (direct > 0.0).then(|| accelerated / direct);
 
-    let workload = match (a.gpus, a.params, a.backward_ms) {
-        (Some(gpus), Some(params), Some(backward_ms)) => {
-            let n = f64::from(gpus);
-            let gradient_bytes = params * f64::from(a.bytes_per_param);
+    let workload = match &a.job {
+        Some(j) => {
+            let backward_ms = j.backward_ms;
+            let n = f64::from(j.gpus);
+            let gradient_bytes = j.params * f64::from(j.bytes_per_param);
             let per_gpu = 2.0 * (n - 1.0) / n * gradient_bytes;
             // NCCL's receiver grants its buffers across the WAN: a
             // pseudo-ACK cannot shorten that loop (module docs).
             let nccl = |loop_s: f64| {
-                a.nccl_buffsize
-                    .map(|b| b as f64 * 8.0 * f64::from(a.channels.unwrap_or(1)) / loop_s)
+                j.nccl_buffsize
+                    .map(|b| b as f64 * 8.0 * f64::from(j.channels.unwrap_or(1)) / loop_s)
             };
             let nccl_soya = nccl(rtt_s + a.dc_rtt_us * 1e-6);
             let soya_rate = nccl_soya.map_or(accelerated, |r| r.min(accelerated));
@@ -563,7 +563,7 @@ pub fn plan(a: &PlanArgs) -> Result<Plan, PlanError> {
             // With NCCL's flow control modelled, its latency too: the
             // receivers' first grants cross the WAN before the first byte
             // can, and the last chunk crosses after it left (one RTT).
-            let latency_ms = if a.nccl_buffsize.is_some() {
+            let latency_ms = if j.nccl_buffsize.is_some() {
                 rtt_s * 1e3
             } else {
                 0.0
@@ -584,27 +584,11 @@ pub fn plan(a: &PlanArgs) -> Result<Plan, PlanError> {
                 nccl_window_gbps: nccl_soya.map(|r| r / 1e9),
             })
         }
-        _ => None,
+        None => None,
     };
 
     let mut plan = Plan {
-        inputs: PlanInputs {
-            distance_km: a.distance_km,
-            link_gbps: a.link_gbps,
-            paths: a.paths,
-            loss: a.loss,
-            mtu: a.mtu,
-            tx_depth: a.tx_depth,
-            qps: a.qps,
-            dc_rtt_us: a.dc_rtt_us,
-            safety_factor: a.safety_factor,
-            gpus: a.gpus,
-            params: a.params,
-            bytes_per_param: a.gpus.map(|_| a.bytes_per_param),
-            backward_ms: a.backward_ms,
-            nccl_buffsize: a.nccl_buffsize,
-            channels: a.channels,
-        },
+        inputs: a.clone(),
         one_way_ms: rtt_ns as f64 / 2e6,
         rtt_ms: rtt_ns as f64 / 1e6,
         wan_gbps: wan_bps as f64 / 1e9,
@@ -683,7 +667,7 @@ fn notes(p: &Plan) -> Vec<String> {
              backward, else the GPUs idle max(0, comm − backward) per step"
                 .to_string(),
         );
-        if i.nccl_buffsize.is_some() {
+        if i.job.as_ref().is_some_and(|j| j.nccl_buffsize.is_some()) {
             n.push(
                 "NCCL: each connection's receiver grants NCCL_BUFFSIZE bytes (8 buffers) and \
                  grants a buffer again only once its data arrived, by a write that crosses the \
@@ -862,13 +846,9 @@ impl Plan {
             String::new(),
         );
 
-        if let (Some(w), Some(gpus), Some(params), Some(bpp), Some(backward)) = (
-            &self.workload,
-            i.gpus,
-            i.params,
-            i.bytes_per_param,
-            i.backward_ms,
-        ) {
+        if let (Some(w), Some(j)) = (&self.workload, &i.job) {
+            let (gpus, params, bpp, backward) =
+                (j.gpus, j.params, j.bytes_per_param, j.backward_ms);
             let _ = writeln!(
                 out,
                 "\nData-parallel step: {gpus} GPUs over the two sites, {} params × {bpp} B, \
@@ -898,8 +878,8 @@ impl Plan {
                     gbps(g),
                     format!(
                         "{} channel(s) × {} per end-to-end RTT",
-                        i.channels.unwrap_or(1),
-                        format_bytes(i.nccl_buffsize.unwrap_or(0))
+                        j.channels.unwrap_or(1),
+                        format_bytes(j.nccl_buffsize.unwrap_or(0))
                     ),
                 );
             }
@@ -950,10 +930,7 @@ impl Plan {
 pub fn run(args: &PlanArgs) -> ExitCode {
     let plan = match plan(args) {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("soya plan: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return refused(&e),
     };
     let text = if args.json {
         match serde_json::to_string_pretty(&plan) {
@@ -969,4 +946,10 @@ pub fn run(args: &PlanArgs) -> ExitCode {
     // A closed pipe (`| head`) ends the output quietly.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
     ExitCode::SUCCESS
+}
+
+/// `soya plan` refusing its arguments: the reason on stderr, status 2.
+pub fn refused(e: &PlanError) -> ExitCode {
+    eprintln!("soya plan: {e}");
+    ExitCode::from(2)
 }

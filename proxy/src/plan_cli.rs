@@ -1,6 +1,6 @@
 //! `soya plan`'s command line: the binary's (`main.rs`), so that the `soya`
 //! library has no argument parser. The checks themselves are the library's
-//! (`soya::plan::parse_*`), so the messages are the same whether a value
+//! (`soya::plan::check_*`), so the messages are the same whether a value
 //! comes from the command line or from a `PlanArgs` built in code.
 //! (`tests/plan.rs` includes this file too.)
 
@@ -22,17 +22,17 @@ const WORKLOAD: &str = "Data-parallel training step (give all of --gpus, --param
 )]
 pub struct PlanCli {
     /// Fibre route length between the two sites, in km; RTT = 2 × 4.9 µs/km × km
-    #[arg(long, value_name = "KM", value_parser = plan::parse_distance_km,
+    #[arg(long, value_name = "KM", value_parser = plan::number_in(plan::check_distance_km),
           allow_negative_numbers = true, help_heading = "WAN")]
     pub distance_km: Option<f64>,
 
     /// Measured WAN round-trip time in ms, instead of --distance-km
-    #[arg(long, value_name = "MS", value_parser = plan::parse_rtt_ms,
+    #[arg(long, value_name = "MS", value_parser = plan::number_in(plan::check_rtt_ms),
           conflicts_with = "distance_km", allow_negative_numbers = true, help_heading = "WAN")]
     pub rtt_ms: Option<f64>,
 
     /// Line rate of each WAN path, in Gbit/s (before header overhead)
-    #[arg(long, value_name = "GBPS", value_parser = plan::parse_link_gbps,
+    #[arg(long, value_name = "GBPS", value_parser = plan::number_in(plan::check_link_gbps),
           allow_negative_numbers = true, help_heading = "WAN")]
     pub link_gbps: f64,
 
@@ -43,8 +43,9 @@ pub struct PlanCli {
     pub paths: u32,
 
     /// WAN packet loss probability per packet, 0 <= P < 1 (0.001 = 0.1 %)
-    #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = plan::parse_loss,
-          allow_negative_numbers = true, help_heading = "WAN")]
+    #[arg(long, value_name = "P", default_value_t = 0.0,
+          value_parser = plan::number_in(plan::check_loss), allow_negative_numbers = true,
+          help_heading = "WAN")]
     pub loss: f64,
 
     /// RoCE path MTU in bytes of payload per packet: 1024, 2048 or 4096
@@ -66,13 +67,13 @@ pub struct PlanCli {
 
     /// In-DC RTT between requester and gateway, in µs (the pseudo-ACK loop)
     #[arg(long, value_name = "US", default_value_t = plan::DEFAULT_DC_RTT_US,
-          value_parser = plan::parse_dc_rtt_us, allow_negative_numbers = true,
+          value_parser = plan::number_in(plan::check_dc_rtt_us), allow_negative_numbers = true,
           help_heading = RDMA)]
     pub dc_rtt_us: f64,
 
     /// Deep-buffer size as a multiple of the BDP, 1..=16 (as buffer.safety_factor)
     #[arg(long, value_name = "FACTOR", default_value_t = soya_config::DEFAULT_SAFETY_FACTOR,
-          value_parser = plan::parse_safety_factor, allow_negative_numbers = true,
+          value_parser = plan::number_in(plan::check_safety_factor), allow_negative_numbers = true,
           help_heading = RDMA)]
     pub safety_factor: f64,
 
@@ -84,7 +85,7 @@ pub struct PlanCli {
 
     /// Model parameters, a count (e.g. 1e9 or 70e9)
     #[arg(long, value_name = "COUNT", requires_all = ["gpus", "backward_ms"],
-          value_parser = plan::parse_params, allow_negative_numbers = true,
+          value_parser = plan::number_in(plan::check_params), allow_negative_numbers = true,
           help_heading = WORKLOAD)]
     pub params: Option<f64>,
 
@@ -96,7 +97,7 @@ pub struct PlanCli {
 
     /// Backward-pass compute time per step, in ms
     #[arg(long, value_name = "MS", requires_all = ["gpus", "params"],
-          value_parser = plan::parse_backward_ms, allow_negative_numbers = true,
+          value_parser = plan::number_in(plan::check_backward_ms), allow_negative_numbers = true,
           help_heading = WORKLOAD)]
     pub backward_ms: Option<f64>,
 
@@ -115,9 +116,12 @@ pub struct PlanCli {
     pub json: bool,
 }
 
-impl From<PlanCli> for PlanArgs {
-    fn from(c: PlanCli) -> PlanArgs {
-        PlanArgs {
+/// clap already refuses part of the workload options (`requires_all`); the
+/// library says so too, for a `PlanCli` built otherwise.
+impl TryFrom<PlanCli> for PlanArgs {
+    type Error = plan::PlanError;
+    fn try_from(c: PlanCli) -> Result<PlanArgs, plan::PlanError> {
+        Ok(PlanArgs {
             distance_km: c.distance_km,
             rtt_ms: c.rtt_ms,
             link_gbps: c.link_gbps,
@@ -128,13 +132,15 @@ impl From<PlanCli> for PlanArgs {
             qps: c.qps,
             dc_rtt_us: c.dc_rtt_us,
             safety_factor: c.safety_factor,
-            gpus: c.gpus,
-            params: c.params,
-            bytes_per_param: c.bytes_per_param,
-            backward_ms: c.backward_ms,
             json: c.json,
-            nccl_buffsize: c.nccl_buffsize,
-            channels: c.channels,
-        }
+            job: plan::JobArgs::from_flags(
+                c.gpus,
+                c.params,
+                c.bytes_per_param,
+                c.backward_ms,
+                c.nccl_buffsize,
+                c.channels,
+            )?,
+        })
     }
 }

@@ -25,7 +25,10 @@ struct Cli {
 fn args(argv: &str) -> PlanArgs {
     let argv = std::iter::once("soya-plan").chain(argv.split_whitespace());
     match Cli::try_parse_from(argv) {
-        Ok(cli) => cli.args.into(),
+        Ok(cli) => cli
+            .args
+            .try_into()
+            .expect("clap refuses a partial workload"),
         Err(e) => panic!("rejected: {e}"),
     }
 }
@@ -514,15 +517,38 @@ fn plan_rejects_arguments_built_in_code() {
         (|a| a.loss = 1.0, "--loss"),
         (|a| a.rtt_ms = Some(3.0), "not both"),
         (|a| a.distance_km = None, "--distance-km KM or --rtt-ms MS"),
-        (|a| a.gpus = Some(16), "go together"),
+        (|a| a.job.as_mut().unwrap().gpus = 1, "--gpus"),
         (|a| a.paths = 0, "--paths"),
     ];
     for (break_it, msg) in cases {
-        let mut a = args(SAPPORO);
+        let mut a = args(SAPPORO_JOB);
         break_it(&mut a);
         let e = plan::plan(&a).expect_err(msg);
         has(&e.to_string(), msg);
     }
+}
+
+/// The workload options make a job only all together: some of them alone
+/// are refused, none of them is no job.
+#[test]
+fn a_job_needs_gpus_params_and_backward_together() {
+    use plan::JobArgs;
+    for (gpus, params, backward) in [
+        (Some(16), None, None),
+        (None, Some(1e9), None),
+        (None, None, Some(250.0)),
+        (Some(16), Some(1e9), None),
+        (None, Some(1e9), Some(250.0)),
+    ] {
+        let e = JobArgs::from_flags(gpus, params, 4, backward, None, None).expect_err("partial");
+        has(&e.to_string(), "go together");
+    }
+    assert_eq!(
+        JobArgs::from_flags(None, None, 4, None, None, None),
+        Ok(None)
+    );
+    let job = JobArgs::from_flags(Some(16), Some(1e9), 4, Some(250.0), None, None).unwrap();
+    assert_eq!(args(SAPPORO_JOB).job, job);
 }
 
 /// NCCL's receiver-driven flow control (`--nccl-buffsize`, `--channels`):

@@ -219,14 +219,7 @@ fn the_simulator_and_the_daemons_turn_emit_the_same_packets() {
             v[i.saturating_sub(2)..(i + 3).min(v.len())]
                 .iter()
                 .map(|p| match soya::roce::RocePacket::parse(p) {
-                    Ok(r) => format!(
-                        "{} {}->{} qp {:#x} psn {}",
-                        r.info.name,
-                        r.ip.src(),
-                        r.ip.dst(),
-                        r.bth.dest_qp,
-                        r.psn()
-                    ),
+                    Ok(r) => r.to_string(),
                     Err(_) => format!("{} bytes", p.len()),
                 })
                 .collect::<Vec<_>>()

@@ -130,6 +130,7 @@ impl CmConns {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::{Rng, SeedableRng};
 
     fn conn(n: u32, local_comm_id: u32, far_comm_id: u32) -> CmConn {
         CmConn {
@@ -175,13 +176,8 @@ mod tests {
         // IDs, duplicates, far errors, and a take of everything.
         let mut m = Model::default();
         let mut s = CmConns::default();
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut rnd = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
+        let mut rnd = |n: u64| rng.random_range(0..n);
         for i in 0..20_000u32 {
             match rnd(10) {
                 0..=4 => {

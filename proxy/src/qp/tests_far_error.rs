@@ -14,7 +14,7 @@ use super::tests::{
 use super::tests_twin::{twin_delivered, twin_delivered_msn, twin_error, twin_request};
 use super::tests_twin_lost::{
     ack_to, cm_engine, dc_requests, dreqs, far_send, local_acks_far, poison_answer_absorbed,
-    request_to,
+    poison_at, request_to,
 };
 use super::twin::{Carry, TwinMsg};
 use super::HalfKey;
@@ -80,7 +80,7 @@ fn a_far_error_poisons_a_pseudo_acked_requester_with_nothing_outstanding() {
     let out = drain(&mut e);
     assert_eq!(
         dc_requests(&out),
-        vec![(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_MIDDLE, 8, 0)],
+        vec![poison_at(8)],
         "the poison at the QP's exact ePSN, from the far QP, no payload"
     );
     let Some(Output::Dc(v)) = out.iter().find(
@@ -196,7 +196,7 @@ fn an_rdma_cm_connection_is_poisoned_and_disconnected_at_both_ends() {
     let out = drain(&mut e);
     assert_eq!(
         dc_requests(&out),
-        vec![(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_MIDDLE, 700, 0)],
+        vec![poison_at(700)],
         "at the far side's first PSN, from RDMA-CM"
     );
     // The local end in the far host's name (comm IDs 0x5678 there, 0x1234

@@ -82,6 +82,12 @@ pub(super) fn poison_answer_absorbed(e: &mut QpEngine, t: Time, psn: u32) {
     assert!(drain(e).is_empty(), "the poison's answer is absorbed");
 }
 
+/// The poison REQUESTER's QP RQ_QPN gets at `psn`, as [`dc_requests`]
+/// lists it: a SEND Middle from the far host, no payload.
+pub(super) fn poison_at(psn: u32) -> (Ipv4Addr, Ipv4Addr, u32, Opcode, u32, usize) {
+    (RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_MIDDLE, psn, 0)
+}
+
 /// Request packets sent to the DC side: (source, destination, dest QP,
 /// opcode, PSN, payload length, AckReq, UDP source port), ICRC checked.
 pub(super) fn dc_requests(out: &[Output]) -> Vec<(Ipv4Addr, Ipv4Addr, u32, Opcode, u32, usize)> {
@@ -359,10 +365,7 @@ fn a_pseudo_acked_requester_is_poisoned_through_its_responder_role() {
         acks(&out).is_empty(),
         "a NAK would find no work request to land on"
     );
-    assert_eq!(
-        dc_requests(&out),
-        vec![(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_MIDDLE, 8, 0)]
-    );
+    assert_eq!(dc_requests(&out), vec![poison_at(8)]);
     assert_eq!(
         sum,
         TwinLostSummary {
@@ -395,10 +398,7 @@ fn an_idle_qp_learned_from_rdma_cm_is_poisoned_at_the_far_sides_starting_psn() {
     let sum = e.fail_all(Time::from_micros(1), LOST);
     let out = drain(&mut e);
     assert!(acks(&out).is_empty());
-    assert_eq!(
-        dc_requests(&out),
-        vec![(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_MIDDLE, 700, 0)]
-    );
+    assert_eq!(dc_requests(&out), vec![poison_at(700)]);
     assert_eq!((sum.qps_poisoned, sum.unattributable), (1, 0));
     assert_eq!(e.stats.qps_poisoned, 1);
 }
@@ -529,6 +529,17 @@ fn probed_engine() -> (QpEngine, TwinLostSummary, Vec<Output>) {
     (e, sum, out)
 }
 
+/// [`probed_engine`] whose QP answered the probes at 2 µs with a re-ACK of
+/// 899 (rxe's `resp.ack_psn`, which may lag the ePSN): the engine, that
+/// time and what the re-ACK led to (the poison at 900).
+fn re_acked_899() -> (QpEngine, Time, Vec<Output>) {
+    let (mut e, _, _) = probed_engine();
+    let t = Time::from_micros(2);
+    e.handle_dc(t, &answer(899, Syndrome::ACK_UNLIMITED));
+    let out = drain(&mut e);
+    (e, t, out)
+}
+
 /// What an rxe responder (rxe_resp.c `check_psn`, `duplicate_request`,
 /// `check_op_seq`) expecting `epsn` answers to a probe/poison at `psn`:
 /// (PSN, syndrome), or nothing. `sent_nak`: rxe's `sent_psn_nak`;
@@ -579,20 +590,7 @@ fn a_qp_with_no_known_epsn_is_probed_half_the_psn_space_apart() {
     assert!(acks(&out).is_empty());
     // From the far host to the local QP, its learned QPN, no payload, no
     // RETH (checked by dc_requests), with the far QP's UDP port.
-    assert_eq!(
-        dc_requests(&out),
-        vec![
-            (RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_MIDDLE, 0, 0),
-            (
-                RESPONDER,
-                REQUESTER,
-                RQ_QPN,
-                Opcode::RC_SEND_MIDDLE,
-                1 << 23,
-                0
-            ),
-        ]
-    );
+    assert_eq!(dc_requests(&out), vec![poison_at(0), poison_at(1 << 23),]);
     let Output::Dc(v) = &out[0] else { panic!() };
     let p = RocePacket::parse_verified(v).unwrap();
     assert_eq!(p.udp.src_port, rxe_udp_sport(RS_QPN, RQ_QPN));
@@ -609,14 +607,7 @@ fn reack_4999_then_the_poison_lands_at_5000(e: &mut QpEngine, t: Time) {
     no_twin_output(&out);
     assert_eq!(
         dc_requests(&out),
-        vec![(
-            RESPONDER,
-            REQUESTER,
-            RQ_QPN,
-            Opcode::RC_SEND_MIDDLE,
-            5000,
-            0
-        )],
+        vec![poison_at(5000)],
         "the poison, at ePSN = re-ACK + 1"
     );
     e.handle_dc(t, &answer(5000, Syndrome::Nak(NakCode::InvalidRequest)));
@@ -651,17 +642,7 @@ fn a_probe_ahead_of_the_epsn_gets_a_nak_seq_and_the_poison_goes_there() {
     e.handle_dc(t, &answer(epsn, Syndrome::Nak(NakCode::PsnSequenceError)));
     let out = drain(&mut e);
     no_twin_output(&out);
-    assert_eq!(
-        dc_requests(&out),
-        vec![(
-            RESPONDER,
-            REQUESTER,
-            RQ_QPN,
-            Opcode::RC_SEND_MIDDLE,
-            epsn,
-            0
-        )]
-    );
+    assert_eq!(dc_requests(&out), vec![poison_at(epsn)]);
     // The re-ACK arriving late (epsn - 1 + 1 = epsn) changes nothing.
     e.handle_dc(t, &answer(epsn - 1, Syndrome::ACK_UNLIMITED));
     assert!(dc_requests(&drain(&mut e)).is_empty());
@@ -674,10 +655,8 @@ fn a_probe_ahead_of_the_epsn_gets_a_nak_seq_and_the_poison_goes_there() {
 fn a_nak_seq_corrects_an_estimate_from_a_lagging_re_ack() {
     // rxe's re-ACK uses resp.ack_psn, which a READ does not advance: the
     // re-ACK can say 899 when the ePSN is 903. The NAK-seq is exact.
-    let (mut e, _, _) = probed_engine();
-    let t = Time::from_micros(2);
-    e.handle_dc(t, &answer(899, Syndrome::ACK_UNLIMITED));
-    assert_eq!(dc_requests(&drain(&mut e))[0].4, 900);
+    let (mut e, t, out) = re_acked_899();
+    assert_eq!(dc_requests(&out)[0].4, 900);
     e.handle_dc(t, &answer(903, Syndrome::Nak(NakCode::PsnSequenceError)));
     let v = dc_requests(&drain(&mut e));
     assert_eq!(v.len(), 1);
@@ -792,10 +771,7 @@ fn a_probe_answered_late_behind_a_burst_still_leads_to_the_poison() {
 fn a_poison_that_gets_no_fatal_answer_is_retried_then_given_up() {
     // The re-ACK said 899 and the poison at 900 gets the same re-ACK again
     // (the ePSN is further, no NAK-seq comes): bounded, then unattributable.
-    let (mut e, _, _) = probed_engine();
-    let t = Time::from_micros(2);
-    e.handle_dc(t, &answer(899, Syndrome::ACK_UNLIMITED));
-    drain(&mut e);
+    let (mut e, _, _) = re_acked_899();
     let mut n = 0;
     while let Some(t) = e.poll_timeout() {
         e.handle_dc(t, &answer(899, Syndrome::ACK_UNLIMITED));

@@ -305,6 +305,7 @@ impl<V: Timed> Halves<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::{Rng, SeedableRng};
 
     /// A half that is only a deadline.
     struct Fake(Option<Time>);
@@ -329,13 +330,8 @@ mod tests {
     #[test]
     fn the_heap_agrees_with_a_scan_through_moves_and_removals() {
         let mut h: Halves<Fake> = Halves::with_hasher(HashKey([3, 4]));
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut rnd = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
+        let mut rnd = |n: u64| rng.random_range(0..n);
         let mut now = Time::ZERO;
         for round in 0..20_000 {
             let k = key(rnd(64) as u32);

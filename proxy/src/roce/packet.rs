@@ -291,6 +291,29 @@ pub fn set_ack_req(ip_packet: &mut [u8]) -> Result<bool> {
     Ok(true)
 }
 
+/// One line for traces and test failures: opcode, addresses, QP and PSN,
+/// ` A` when AckReq is set, and the AETH if any.
+impl std::fmt::Display for RocePacket<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}->{} qp {:#x} psn {}",
+            self.info.name,
+            self.ip.src(),
+            self.ip.dst(),
+            self.bth.dest_qp,
+            self.psn()
+        )?;
+        if self.bth.ack_req {
+            f.write_str(" A")?;
+        }
+        if let Some(a) = self.ext.aeth {
+            write!(f, " {:?} msn {}", a.syndrome, a.msn)?;
+        }
+        Ok(())
+    }
+}
+
 /// Pad bytes that bring a payload to a multiple of four.
 pub const fn pad_for(payload_len: usize) -> usize {
     (4 - payload_len % 4) % 4

@@ -112,6 +112,29 @@ fn every_bit_flip_in_covered_bytes_breaks_the_icrc() {
     }
 }
 
+/// The one-line form traces and test failures print (`Display`): opcode,
+/// addresses, QP, PSN, ` A` with AckReq, the AETH when there is one.
+#[test]
+fn a_packet_prints_as_one_trace_line() {
+    let f = hex(WRITE_ONLY);
+    let mut v = ethernet_payload(&f).unwrap().to_vec();
+    let p = RocePacket::parse(&v).unwrap();
+    let line = format!("{} 192.168.2.1->192.168.2.2 qp 0x2 psn 0", p.info.name);
+    assert_eq!(p.to_string(), line);
+    assert!(set_ack_req(&mut v).unwrap());
+    assert_eq!(RocePacket::parse(&v).unwrap().to_string(), line + " A");
+    let f = hex(PSEUDO_ACK);
+    let p = RocePacket::parse(ethernet_payload(&f).unwrap()).unwrap();
+    let syndrome = p.ext.aeth.unwrap().syndrome;
+    assert_eq!(
+        p.to_string(),
+        format!(
+            "{} 10.0.0.2->10.0.0.1 qp 0x11 psn 1193046 {syndrome:?} msn 7",
+            p.info.name
+        )
+    );
+}
+
 #[test]
 fn builders_make_valid_naks_rnrs_and_cnps() {
     let to = ReplyTo {

@@ -3,11 +3,13 @@
 //! receive timestamps, GRO and GSO.
 
 use std::io;
-use std::mem::{size_of, zeroed};
+use std::mem::size_of;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use super::{wait_writable, RawAddr, SO_RXQ_OVFL, SO_TIMESTAMPNS, UDP_GRO, UDP_SEGMENT};
+use super::{
+    wait_writable, zeroed_vec, RawAddr, SO_RXQ_OVFL, SO_TIMESTAMPNS, UDP_GRO, UDP_SEGMENT,
+};
 
 const SCM_TIMESTAMPNS: libc::c_int = SO_TIMESTAMPNS;
 
@@ -56,18 +58,15 @@ impl RecvBatch {
     /// `landing`: bytes per message beyond its buffer (0 = none), for
     /// GRO batches and oversize datagrams.
     pub fn new(cap: usize, landing: usize) -> RecvBatch {
-        // SAFETY: all-zero is valid for these plain C structs.
-        unsafe {
-            RecvBatch {
-                hdrs: vec![zeroed(); cap],
-                iovs: vec![zeroed(); cap],
-                addrs: vec![zeroed(); cap],
-                ctrl: vec![[0; CTRL_LEN / 8]; cap],
-                landing: vec![0; cap * landing],
-                landing_len: landing,
-                kernel_drops: 0,
-                ptrs: Vec::with_capacity(cap),
-            }
+        RecvBatch {
+            hdrs: zeroed_vec(cap),
+            iovs: zeroed_vec(cap),
+            addrs: zeroed_vec(cap),
+            ctrl: vec![[0; CTRL_LEN / 8]; cap],
+            landing: vec![0; cap * landing],
+            landing_len: landing,
+            kernel_drops: 0,
+            ptrs: Vec::with_capacity(cap),
         }
     }
 
@@ -217,16 +216,13 @@ pub struct SendOutcome {
 
 impl SendBatch {
     pub fn new(cap: usize, gso: bool) -> SendBatch {
-        // SAFETY: all-zero is valid for these plain C structs.
-        unsafe {
-            SendBatch {
-                hdrs: vec![zeroed(); cap],
-                iovs: vec![zeroed(); cap],
-                ctrl: vec![[0; CTRL_LEN / 8]; cap],
-                groups: Vec::with_capacity(cap),
-                gso,
-                pkts: Vec::with_capacity(cap),
-            }
+        SendBatch {
+            hdrs: zeroed_vec(cap),
+            iovs: zeroed_vec(cap),
+            ctrl: vec![[0; CTRL_LEN / 8]; cap],
+            groups: Vec::with_capacity(cap),
+            gso,
+            pkts: Vec::with_capacity(cap),
         }
     }
 

@@ -34,6 +34,28 @@ const SO_RXQ_OVFL: libc::c_int = 40;
 const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
 
+/// Plain C structs: all-zero bytes are a valid value of each (integers,
+/// raw pointers and arrays of them), the state the batch I/O fills in.
+///
+/// # Safety
+/// Implement only for types all of whose fields are integers, raw pointers
+/// or arrays and structs of those.
+unsafe trait PlainC: Copy {}
+// SAFETY: integers, raw pointers and structs of those (sys/socket.h, sys/uio.h).
+unsafe impl PlainC for libc::mmsghdr {}
+// SAFETY: as above.
+unsafe impl PlainC for libc::iovec {}
+// SAFETY: as above.
+unsafe impl PlainC for [libc::iovec; 2] {}
+// SAFETY: as above.
+unsafe impl PlainC for libc::sockaddr_storage {}
+
+/// `n` all-zero `T`s.
+fn zeroed_vec<T: PlainC>(n: usize) -> Vec<T> {
+    // SAFETY: all-zero is a valid `T` (`PlainC`).
+    vec![unsafe { zeroed() }; n]
+}
+
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
         Err(io::Error::last_os_error())

@@ -33,12 +33,12 @@
 //! transport's loss recovery handles it.
 
 use std::io;
-use std::mem::{size_of, zeroed};
+use std::mem::size_of;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 
 pub use super::{enable_gro, enable_rxq_ovfl, probe_gso};
-use super::{storage_to_std as to_std, RawAddr, SO_RXQ_OVFL, UDP_GRO, UDP_SEGMENT};
+use super::{storage_to_std as to_std, zeroed_vec, RawAddr, SO_RXQ_OVFL, UDP_GRO, UDP_SEGMENT};
 
 /// Most datagrams per GSO message (the kernel's `UDP_MAX_SEGMENTS`).
 pub const GSO_MAX_SEGMENTS: usize = 64;
@@ -275,7 +275,6 @@ impl UdpIo {
         };
         let rx_batch = if mode == IoMode::Single { 1 } else { batch };
         let tx_batch = if mode == IoMode::Single { 1 } else { batch };
-        // SAFETY (zeroed): all-zero is valid for these plain C structs.
         UdpIo {
             fd,
             mode,
@@ -284,15 +283,15 @@ impl UdpIo {
             what: what.to_string(),
             stats: IoStats::default(),
             groups: Vec::with_capacity(tx_batch),
-            tx_hdrs: vec![unsafe { zeroed() }; tx_batch],
+            tx_hdrs: zeroed_vec(tx_batch),
             tx_iovs: Vec::with_capacity(tx_batch * GSO_MAX_SEGMENTS),
             tx_ctrl: vec![[0; CTRL_LEN / 8]; tx_batch],
             tx_names: vec![RawAddr::from_std(SocketAddr::from(([0, 0, 0, 0], 0))); tx_batch],
             rx_slot,
             rx_buf: vec![0; rx_slot * rx_batch],
-            rx_hdrs: vec![unsafe { zeroed() }; rx_batch],
-            rx_iovs: vec![unsafe { zeroed() }; rx_batch],
-            rx_names: vec![unsafe { zeroed() }; rx_batch],
+            rx_hdrs: zeroed_vec(rx_batch),
+            rx_iovs: zeroed_vec(rx_batch),
+            rx_names: zeroed_vec(rx_batch),
             rx_ctrl: vec![[0; CTRL_LEN / 8]; rx_batch],
             rx_out: Vec::with_capacity(rx_batch * GSO_MAX_SEGMENTS),
             rx_got: vec![None; rx_batch],

@@ -4,16 +4,18 @@
 //! that keeps `tx_depth` work requests outstanding and accounts for their
 //! completions.
 //!
-//! The layout is the simulator's (`sim::scenario`): two slots WRITEs cycle
+//! The layout is the simulator's too (`sim::scenario` builds its work
+//! requests and sizes its memory with [`Layout`]): two slots WRITEs cycle
 //! through, one slot READs fetch (never written, so a READ racing a WRITE
 //! cannot see a torn message), and 4 KiB of atomic counters. Both ends of a
 //! connection use the same layout, so READ data lands in the requester's own
 //! memory at the VA it came from (as perftest reads into its own buffer).
 //!
-//! The simulator can use it as is: `Layout::new(MEM_BASE, s.size).wr(op, n,
-//! RKEY)` is its `next_wr` for a fixed op (choose the op first for `mixed`),
-//! `Layout::mem_size` its `mem_size`, and [`QpDriver::pump`] replaces the
-//! per-QP `Progress` loop of `scenario::run`.
+//! [`QpDriver::pump`] could replace the per-QP `Progress` loop of
+//! `scenario::run` too, but not to the letter: that loop keeps the first
+//! completion it handles (not the earliest of all QPs) as the start of the
+//! measured time, and counts a QP in error as failed without a failed
+//! completion.
 
 use std::collections::VecDeque;
 

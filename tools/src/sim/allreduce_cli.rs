@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use serde_json::json;
-use soya::plan::{self, PlanArgs};
+use soya::plan::{self, JobArgs, PlanArgs};
 
 use super::allreduce::{run_case, window_packets, AllreduceConfig, Case, RingOutcome};
 
@@ -22,15 +22,17 @@ pub fn plan_for(c: &AllreduceConfig) -> Result<(f64, Option<f64>, plan::Plan), S
         qps: c.channels * c.nccl.qps_per_conn,
         dc_rtt_us: plan::DEFAULT_DC_RTT_US,
         safety_factor: soya_config::DEFAULT_SAFETY_FACTOR,
-        gpus: Some(c.gpus()),
-        // The gradient in bytes: one byte per "parameter".
-        params: Some(c.gradient_bytes as f64),
-        bytes_per_param: 1,
-        // Not simulated: only the communication time is compared.
-        backward_ms: Some(1.0),
         json: false,
-        nccl_buffsize: Some(u64::from(c.nccl.buffsize)),
-        channels: Some(c.channels),
+        job: Some(JobArgs {
+            gpus: c.gpus(),
+            // The gradient in bytes: one byte per "parameter".
+            params: c.gradient_bytes as f64,
+            bytes_per_param: 1,
+            // Not simulated: only the communication time is compared.
+            backward_ms: 1.0,
+            nccl_buffsize: Some(u64::from(c.nccl.buffsize)),
+            channels: Some(c.channels),
+        }),
     };
     let p = plan::plan(&a).map_err(|e| format!("soya plan refused the inputs: {e}"))?;
     let w = p.workload.as_ref().ok_or("the plan has no workload")?;

@@ -17,6 +17,7 @@ use soya_config::AckPolicy;
 
 use super::link::{GilbertElliott, Link, LinkProfile};
 use super::world::{qp1_packet, Node, World};
+use crate::perf::workload::{Layout, Op as WrOp};
 use crate::rc::hw::{hw_config, EndpointModel};
 use crate::rc::{CompletionStatus, QpAddr, QpConfig, RcQp, WorkRequest};
 
@@ -273,17 +274,16 @@ fn rxe_qp_config(s: &Scenario, mem_size: usize) -> QpConfig {
     }
 }
 
-/// Bytes one message slot takes (64-byte pattern blocks).
-fn slot(s: &Scenario) -> u64 {
-    u64::from(s.size).next_multiple_of(64).max(64)
+/// Memory layout of every QP, soya-perf's ([`Layout`]): two slots WRITEs
+/// cycle through, one slot READs fetch (never written, so a READ racing a
+/// WRITE cannot see a torn message), and 4 KiB of atomic counters (which
+/// would break the pattern of any data block they hit).
+fn layout(s: &Scenario) -> Layout {
+    Layout::new(MEM_BASE, s.size)
 }
 
-/// Memory layout of every QP: two slots WRITEs cycle through, one slot
-/// READs fetch (never written, so a READ racing a WRITE cannot see a torn
-/// message), and 4 KiB of atomic counters (which would break the pattern
-/// of any data block they hit).
 fn mem_size(s: &Scenario) -> usize {
-    (3 * slot(s) + 4096) as usize
+    layout(s).mem_size()
 }
 
 /// Builds the world a scenario describes (with `qps: 0`: links and
@@ -435,32 +435,13 @@ fn add_gateways(s: &Scenario, w: &mut World, wan: &LinkProfile, rng: &mut ChaCha
 /// The next work request of a workload.
 fn next_wr(s: &Scenario, n: u64, rng: &mut ChaCha8Rng) -> WorkRequest {
     let op = match s.op {
-        Op::Mixed => [Op::Write, Op::Read, Op::Send, Op::Atomic][rng.random_range(0..4)],
-        op => op,
+        Op::Write => WrOp::Write,
+        Op::Read => WrOp::Read,
+        Op::Send => WrOp::Send,
+        Op::Atomic => WrOp::Atomic,
+        Op::Mixed => [WrOp::Write, WrOp::Read, WrOp::Send, WrOp::Atomic][rng.random_range(0..4)],
     };
-    let va = MEM_BASE + (n % 2) * slot(s);
-    match op {
-        Op::Write | Op::Mixed => WorkRequest::Write {
-            remote_va: va,
-            rkey: RKEY,
-            len: s.size,
-            imm: None,
-        },
-        Op::Read => WorkRequest::Read {
-            remote_va: MEM_BASE + 2 * slot(s),
-            rkey: RKEY,
-            len: s.size,
-        },
-        Op::Send => WorkRequest::Send {
-            len: s.size,
-            imm: None,
-        },
-        Op::Atomic => WorkRequest::FetchAdd {
-            remote_va: MEM_BASE + 3 * slot(s) + (n % 64) * 8,
-            rkey: RKEY,
-            add: 1,
-        },
-    }
+    layout(s).wr(op, n, RKEY)
 }
 
 /// Per-QP workload progress.

@@ -239,19 +239,7 @@ pub struct World {
 /// One line about a payload, for traces.
 fn describe(p: &Payload) -> String {
     let pkt = |v: &[u8]| match RocePacket::parse(v) {
-        Ok(p) => format!(
-            "{} {}->{} qp {:#x} psn {}{}{}",
-            p.info.name,
-            p.ip.src(),
-            p.ip.dst(),
-            p.bth.dest_qp,
-            p.psn(),
-            if p.bth.ack_req { " A" } else { "" },
-            p.ext
-                .aeth
-                .map(|a| format!(" {:?} msn {}", a.syndrome, a.msn))
-                .unwrap_or_default()
-        ),
+        Ok(p) => p.to_string(),
         Err(e) => format!("unparsable: {e}"),
     };
     match p {

@@ -466,6 +466,16 @@ fn worker(
                 evidence.save(n, direction, op);
             }
         }
+        // This session's failure, whatever the cause.
+        let failure = |how: &str, error: String, bytes_lost: u64| Failure {
+            at_s: from,
+            direction,
+            op: op.into(),
+            how: how.into(),
+            error,
+            in_crash_window: crash,
+            bytes_lost,
+        };
         let Ok(mut r) = sh.report.lock() else { return };
         r.sessions += 1;
         r.qps_opened += QPS_PER_SESSION;
@@ -480,18 +490,7 @@ fn worker(
                 Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
                 Err(e) => e.to_string(),
             };
-            fail(
-                &mut r,
-                Failure {
-                    at_s: from,
-                    direction,
-                    op: op.into(),
-                    how: "no report (client failed)".into(),
-                    error: err,
-                    in_crash_window: crash,
-                    bytes_lost: 0,
-                },
-            );
+            fail(&mut r, failure("no report (client failed)", err, 0));
             continue;
         };
         if p.ok {
@@ -516,18 +515,8 @@ fn worker(
             } else {
                 "error reported"
             };
-            fail(
-                &mut r,
-                Failure {
-                    at_s: from,
-                    direction,
-                    op: op.into(),
-                    how: how.into(),
-                    error: p.error.clone().unwrap_or_default(),
-                    in_crash_window: crash,
-                    bytes_lost: p.bytes_lost,
-                },
-            );
+            let error = p.error.clone().unwrap_or_default();
+            fail(&mut r, failure(how, error, p.bytes_lost));
         }
         if crash {
             r.bytes_lost_gateway_crash += p.bytes_lost;

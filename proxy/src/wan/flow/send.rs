@@ -279,15 +279,13 @@ impl SendFlows {
         self.unsent += len;
         self.buffered += len;
         self.messages_queued += 1;
-        if !f.in_ready && f.sendable() {
-            enqueue(
-                &mut self.ready,
-                &mut self.ready_floor,
-                flow,
-                f,
-                self.frag_size,
-            );
-        }
+        wake(
+            &mut self.ready,
+            &mut self.ready_floor,
+            flow,
+            f,
+            self.frag_size,
+        );
         Ok(())
     }
 
@@ -357,6 +355,19 @@ impl SendFlows {
     /// already says no flow fits: same packets, without O(flows) encode
     /// attempts per packet.
     pub fn write_new(&mut self, w: &mut Writer<'_>, out: &mut Vec<SentFrame>) {
+        self.write_rounds(w, out, true);
+    }
+
+    /// `write_new` as it was before `ready_floor`: every round tried to
+    /// the end (tests: the oracle the floor must not change).
+    #[cfg(test)]
+    pub fn write_new_every_round(&mut self, w: &mut Writer<'_>, out: &mut Vec<SentFrame>) {
+        self.write_rounds(w, out, false);
+    }
+
+    /// The rounds of [`Self::write_new`]; `use_floor` false tries every
+    /// round to the end, whatever `ready_floor` says.
+    fn write_rounds(&mut self, w: &mut Writer<'_>, out: &mut Vec<SentFrame>, use_floor: bool) {
         if self.ready.is_empty() {
             self.ready_floor = usize::MAX;
             return;
@@ -369,7 +380,7 @@ impl SendFlows {
         while tries > 0 {
             if round_start {
                 round_start = false;
-                if w.remaining() < self.ready_floor {
+                if use_floor && w.remaining() < self.ready_floor {
                     return;
                 }
             }
@@ -405,9 +416,7 @@ impl SendFlows {
                 assert_eq!(w.len() - before, need);
             }
             f.sent_frag(id, &mut self.unsent, out);
-            if f.sendable() {
-                enqueue(&mut self.ready, &mut self.ready_floor, id, f, frag_size);
-            }
+            wake(&mut self.ready, &mut self.ready_floor, id, f, frag_size);
             tries = self.ready.len();
             round_start = true;
         }
@@ -417,41 +426,6 @@ impl SendFlows {
             self.ready_floor = usize::MAX;
         } else {
             self.ready_floor = self.ready_floor.max(w.remaining() + 1);
-        }
-    }
-
-    /// `write_new` as it was before `ready_floor`: every round tried to
-    /// the end (tests: the oracle the floor must not change).
-    #[cfg(test)]
-    pub fn write_new_every_round(&mut self, w: &mut Writer<'_>, out: &mut Vec<SentFrame>) {
-        let mut tries = self.ready.len();
-        while tries > 0 {
-            tries -= 1;
-            let Some(id) = self.ready.pop_front() else {
-                return;
-            };
-            let frag_size = self.frag_size;
-            let Some(f) = self.flows.get_mut(&id) else {
-                continue;
-            };
-            f.in_ready = false;
-            if !f.sendable() {
-                continue;
-            }
-            let cursor = f.cursor;
-            let m = &mut f.msgs[cursor];
-            let frag = m.next_frag;
-            if !Self::write_frag(w, m, id, frag, frag_size) {
-                f.in_ready = true;
-                self.ready.push_back(id);
-                continue;
-            }
-            f.sent_frag(id, &mut self.unsent, out);
-            if f.sendable() {
-                f.in_ready = true;
-                self.ready.push_back(id);
-            }
-            tries = self.ready.len();
         }
     }
 
@@ -503,15 +477,13 @@ impl SendFlows {
             return;
         };
         f.credit = f.credit.max(max_offset);
-        if !f.in_ready && f.sendable() {
-            enqueue(
-                &mut self.ready,
-                &mut self.ready_floor,
-                flow,
-                f,
-                self.frag_size,
-            );
-        }
+        wake(
+            &mut self.ready,
+            &mut self.ready_floor,
+            flow,
+            f,
+            self.frag_size,
+        );
     }
 
     /// A new peer session: its initial credit for every flow.
@@ -519,15 +491,13 @@ impl SendFlows {
         self.initial_credit = credit;
         for (id, f) in self.flows.iter_mut() {
             f.credit = credit;
-            if !f.in_ready && f.sendable() {
-                enqueue(
-                    &mut self.ready,
-                    &mut self.ready_floor,
-                    *id,
-                    f,
-                    self.frag_size,
-                );
-            }
+            wake(
+                &mut self.ready,
+                &mut self.ready_floor,
+                *id,
+                f,
+                self.frag_size,
+            );
         }
     }
 
@@ -647,15 +617,13 @@ impl SendFlows {
     }
 }
 
-/// Marks `f` ready: to the back of the round robin, and the floor of the
-/// ready flows' frame sizes lowered to its next frame.
-fn enqueue(
-    ready: &mut VecDeque<u64>,
-    floor: &mut usize,
-    id: u64,
-    f: &mut SendFlow,
-    frag_size: usize,
-) {
+/// Marks `f` ready if it may send and is not already: to the back of the
+/// round robin, and the floor of the ready flows' frame sizes lowered to
+/// its next frame.
+fn wake(ready: &mut VecDeque<u64>, floor: &mut usize, id: u64, f: &mut SendFlow, frag_size: usize) {
+    if f.in_ready || !f.sendable() {
+        return;
+    }
     f.in_ready = true;
     ready.push_back(id);
     *floor = (*floor).min(f.next_frame_len(frag_size));
