@@ -60,10 +60,10 @@ const BURST: u32 = 16;
 /// The WAN path's rate (forward.py's default `--rate`): the transport
 /// paces at it in virtual time.
 const WAN_RATE: &str = "40gbit";
-/// The requester offers half the path's rate: a round of `burst` packets
-/// per this much virtual time.
-fn round(burst: u32) -> Duration {
-    Duration::from_nanos(u64::from(burst) * (PAYLOAD as u64) * 8 * 1_000_000_000 / 20_000_000_000)
+/// The requester offers `gbps` (default half the path's rate): a round of
+/// `burst` packets per this much virtual time.
+fn round(burst: u32, gbps: u32) -> Duration {
+    Duration::from_nanos(u64::from(burst) * (PAYLOAD as u64) * 8 / u64::from(gbps.max(1)))
 }
 const WARM_UP: u32 = 5_000;
 
@@ -309,6 +309,11 @@ struct World {
     timed: bool,
     burst: u32,
     ignore_added_asks: bool,
+    /// How long the responder takes to answer an AckReq (virtual time).
+    responder_delay: Duration,
+    offered_gbps: u32,
+    /// Its answers not yet due, in order.
+    owed: VecDeque<(Time, Vec<u8>)>,
 }
 
 impl World {
@@ -326,6 +331,9 @@ impl World {
             timed: false,
             burst: o.burst,
             ignore_added_asks: o.ignore_added_asks,
+            responder_delay: Duration::from_micros(u64::from(o.responder_delay_us)),
+            owed: VecDeque::new(),
+            offered_gbps: o.offered_gbps,
         };
         for _ in 0..500 {
             w.settle();
@@ -373,9 +381,20 @@ impl World {
                 v.resize(128, 0);
                 let len = ack(r.psn().value(), self.msn, &mut v);
                 v.truncate(len);
-                self.b.dc.rx.push_back(v);
+                let due = self.clock.now() + self.responder_delay;
+                self.owed.push_back((due, v));
             }
             self.b.dc.bufs.put(p);
+        }
+        // The ACKs due by now go to gateway B.
+        while self
+            .owed
+            .front()
+            .is_some_and(|(due, _)| *due <= self.clock.now())
+        {
+            let (_, v) = self.owed.pop_front().expect("just seen");
+            self.b.dc.rx.push_back(v);
+            moved = true;
         }
         moved
     }
@@ -411,7 +430,7 @@ impl World {
                 burst += 1;
             }
             self.settle();
-            self.advance(round(self.burst));
+            self.advance(round(self.burst, self.offered_gbps));
             stuck = if (self.sent, self.acked, self.received) == before {
                 stuck + 1
             } else {
@@ -684,6 +703,15 @@ struct Opts {
     /// one packet per turn is every packet. Shows what those added ACKs
     /// and the `Delivered` messages they cause cost the gateways.
     ignore_added_asks: bool,
+    /// The responder's turnaround for an ACK, in µs of virtual time
+    /// (default 0: at once, before the next WRITE when one comes per turn).
+    /// With a turnaround longer than the gap between WRITEs (1.6 µs at the
+    /// default `--offered-gbps`), the asks gateway B adds are answered less
+    /// often.
+    responder_delay_us: u32,
+    /// The requester's rate in Gb/s of virtual time (default 20, half the
+    /// path's): with `--burst 1`, the gap between two WRITEs.
+    offered_gbps: u32,
     modes: Vec<bool>,
 }
 
@@ -703,6 +731,8 @@ impl Opts {
             burst: num("--burst", BURST),
             only_pair: flag("--only-pair"),
             ignore_added_asks: flag("--ignore-added-asks"),
+            responder_delay_us: num("--responder-delay-us", 0),
+            offered_gbps: num("--offered-gbps", 20),
             modes: if flag("--insecure") {
                 vec![false]
             } else if flag("--keyed") {
@@ -719,9 +749,11 @@ fn main() {
     let packets = o.packets;
     println!(
         "pair: {packets} 4 KiB WRITEs per run after {WARM_UP} of warm-up, window {WINDOW}, \
-         {} per {:?} of virtual time{}; Gb/s per CPU-second of this thread",
+         {} per {:?} of virtual time, responder answers after {} µs{}; \
+         Gb/s per CPU-second of this thread",
         o.burst,
-        round(o.burst),
+        round(o.burst, o.offered_gbps),
+        o.responder_delay_us,
         if o.ignore_added_asks {
             ", responder ignores the AckReqs gateway B adds (what-if)"
         } else {
