@@ -19,7 +19,9 @@
 //! would (into the buffer the site lends the DC reader, as tun's `read`
 //! does; out of the WAN staging buffer on flush, as `sendmmsg` does; out of
 //! the site toward a host, as tun's `write` does), and those copies are
-//! charged to the gateway, as the kernel's are in forward.py's figure.
+//! charged to the gateway, as the kernel's are in forward.py's figure. A
+//! gateway takes a turn only when the daemon's `ppoll` would return:
+//! something to read or a timer due.
 //!
 //! In the same run, with the same clock, it measures what the sans-IO
 //! parts cost alone: the QP engine's ingress and egress roles
@@ -272,9 +274,23 @@ impl Gateway {
         }
     }
 
-    /// One turn of the device loop, timed; what it did (the site's
-    /// events drained, as the device loop logs them).
+    /// Whether the daemon's `ppoll` would return now: something to read,
+    /// or a timer (the site's, a held paced datagram's) due.
+    fn ready(&self, now: Time) -> bool {
+        !self.dc.rx.is_empty()
+            || !self.wan.rx.is_empty()
+            || [self.site.poll_timeout(), self.turn.held_until()]
+                .into_iter()
+                .flatten()
+                .any(|t| t <= now)
+    }
+
+    /// One turn of the device loop if it would wake now, timed; the site's
+    /// events drained, as the device loop logs them.
     fn turn(&mut self, clock: &VirtualClock, timed: bool) {
+        if !self.ready(clock.now()) {
+            return;
+        }
         let t0 = if timed { thread_cpu_ns() } else { 0 };
         self.turn
             .run_all(&mut self.site, &mut self.dc, &mut self.wan, clock)
