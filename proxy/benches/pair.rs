@@ -1,9 +1,10 @@
 //! Gb/s per gateway core of the daemon's per-shard code path, without the
 //! kernel: two gateways' [`Site`]s, each driven by the device loop's own
 //! turn (`soya::gateway::turn::Turn::run_all`, as the differential test
-//! does) over in-memory DC and WAN ports, carry 4 KiB RDMA WRITEs (path
-//! MTU 4096) from a requester behind gateway A to a responder behind
-//! gateway B, whose ACKs go back. Keyed (AES-256-GCM) and insecure.
+//! does) over in-memory DC and WAN ports, carry 64 KiB RDMA WRITEs in
+//! 4 KiB packets (path MTU 4096, as forward.py's soya-perf sends them) from
+//! a requester behind gateway A to a responder behind gateway B, whose ACKs
+//! go back. Keyed (AES-256-GCM) and insecure.
 //!
 //! ```sh
 //! cargo bench -p soya --bench pair                       # keyed and insecure, 3 rounds each
@@ -73,24 +74,38 @@ fn psn(n: u32) -> u32 {
     FIRST_PSN.wrapping_add(n) & 0xFF_FFFF
 }
 
+/// The `n`th 4 KiB WRITE Only (the parts' packets, as in engine.rs).
 fn write(n: u32, ack_req: bool, buf: &mut [u8]) -> usize {
+    write_op(n, Opcode::RC_WRITE_ONLY, ack_req, PAYLOAD, buf)
+}
+
+/// Packets per WRITE message of the pair: forward.py's 64 KiB WRITEs.
+const MSG_PACKETS: u32 = 16;
+
+/// The requester's `n`th packet: its WRITEs are 64 KiB messages (First,
+/// Middle…, Last), AckReq on each Last, as rxe's requester sets it (on
+/// message ends, and every 64th packet).
+fn write_msg(n: u32, buf: &mut [u8]) -> usize {
+    let op = match n % MSG_PACKETS {
+        0 => Opcode::RC_WRITE_FIRST,
+        i if i == MSG_PACKETS - 1 => Opcode::RC_WRITE_LAST,
+        _ => Opcode::RC_WRITE_MIDDLE,
+    };
+    let last = n % MSG_PACKETS == MSG_PACKETS - 1;
+    write_op(n, op, last, PAYLOAD * MSG_PACKETS as usize, buf)
+}
+
+fn write_op(n: u32, op: Opcode, ack_req: bool, len: usize, buf: &mut [u8]) -> usize {
     static DATA: [u8; PAYLOAD] = [0x5a; PAYLOAD];
     let reth = Reth {
         va: 0x1000,
         rkey: 7,
-        len: PAYLOAD as u32,
+        len: len as u32,
     };
     let ip = IpHeader::v4(REQUESTER, RESPONDER);
-    builders::request(
-        ip,
-        RS_QPN,
-        Opcode::RC_WRITE_ONLY,
-        Psn::new(psn(n)),
-        ack_req,
-        reth,
-    )
-    .emit(&DATA, buf)
-    .unwrap()
+    builders::request(ip, RS_QPN, op, Psn::new(psn(n)), ack_req, reth)
+        .emit(&DATA, buf)
+        .unwrap()
 }
 
 fn ack(psn: u32, msn: u32, buf: &mut [u8]) -> usize {
@@ -387,11 +402,13 @@ impl World {
             assert!(n <= self.received, "in order, no loss");
             if n == self.received {
                 self.received += 1;
-                self.msn += 1;
+                if r.info.completes_message() {
+                    self.msn += 1;
+                }
             }
-            // (`--ignore-added-asks`: only the requester's own AckReqs
+            // (`--ignore-added-asks`: only the AckReqs on message ends
             // are answered, a what-if, see `main`.)
-            let asked = r.bth.ack_req && (!self.ignore_added_asks || n % 16 == 15);
+            let asked = r.bth.ack_req && (!self.ignore_added_asks || r.info.completes_message());
             if asked {
                 let mut v = self.b.dc.bufs.take();
                 v.resize(128, 0);
@@ -439,7 +456,7 @@ impl World {
             while self.sent < target && self.sent - self.acked < WINDOW && burst < self.burst {
                 let mut v = self.a.dc.bufs.take();
                 v.resize(PAYLOAD + 128, 0);
-                let len = write(self.sent, self.sent % 16 == 15, &mut v);
+                let len = write_msg(self.sent, &mut v);
                 v.truncate(len);
                 self.a.dc.rx.push_back(v);
                 self.sent += 1;
@@ -477,10 +494,10 @@ struct PairRun {
     b: f64,
     /// CPU ns one call of the thread CPU clock costs.
     clock_call_ns: f64,
-    /// WAN datagrams per WRITE, A to B and B to A.
+    /// WAN datagrams per packet, A to B and B to A.
     datagrams_a: f64,
     datagrams_b: f64,
-    /// Twin messages from B per WRITE (`Delivered`: one per responder ACK).
+    /// Twin messages from B per packet (`Delivered`: one per responder ACK).
     messages_b: f64,
     turns_per_packet: f64,
 }
@@ -714,10 +731,12 @@ struct Opts {
     /// Only the pair, without the parts (for a profile of the gateways).
     only_pair: bool,
     /// A what-if, not a protocol: the responder answers only the AckReqs
-    /// the requester set (every 16th packet), not those gateway B's egress
-    /// adds on the last packet it holds (`qp::egress`, `tail`), which with
-    /// one packet per turn is every packet. Shows what those added ACKs
-    /// and the `Delivered` messages they cause cost the gateways.
+    /// on message ends (the requester's, every 16th packet), not those
+    /// gateway B's egress adds on the last packet it holds (`qp::egress`,
+    /// `tail`), which with one packet per turn is every packet. Shows what
+    /// those added ACKs and the `Delivered` messages they cause cost the
+    /// gateways: what an egress that added asks only at message ends
+    /// would save on this traffic.
     ignore_added_asks: bool,
     /// The responder's turnaround for an ACK, in µs of virtual time
     /// (default 0: at once, before the next WRITE when one comes per turn).
@@ -726,7 +745,7 @@ struct Opts {
     /// often.
     responder_delay_us: u32,
     /// The requester's rate in Gb/s of virtual time (default 20, half the
-    /// path's): with `--burst 1`, the gap between two WRITEs.
+    /// path's): with `--burst 1`, the gap between two packets.
     offered_gbps: u32,
     modes: Vec<bool>,
 }
@@ -764,7 +783,7 @@ fn main() {
     let o = Opts::parse();
     let packets = o.packets;
     println!(
-        "pair: {packets} 4 KiB WRITEs per run after {WARM_UP} of warm-up, window {WINDOW}, \
+        "pair: {packets} 4 KiB packets (64 KiB WRITEs) per run after {WARM_UP} of warm-up, window {WINDOW}, \
          {} per {:?} of virtual time, responder answers after {} µs{}; \
          Gb/s per CPU-second of this thread",
         o.burst,
@@ -789,7 +808,7 @@ fn main() {
             let run = pair(&o, keyed);
             println!(
                 "{mode} round {r}: gateway A {:.2} Gb/s per core, B {:.2}, mean {:.2} \
-                 (per WRITE: {:.2} turns, WAN datagrams A>B {:.2} B>A {:.2}, B's twin messages {:.2}; \
+                 (per packet: {:.2} turns, WAN datagrams A>B {:.2} B>A {:.2}, B's twin messages {:.2}; \
                  clock call {:.0} ns)",
                 run.a,
                 run.b,
