@@ -739,8 +739,8 @@ struct Opts {
     /// would save on this traffic.
     ignore_added_asks: bool,
     /// The responder's turnaround for an ACK, in µs of virtual time
-    /// (default 0: at once, before the next WRITE when one comes per turn).
-    /// With a turnaround longer than the gap between WRITEs (1.6 µs at the
+    /// (default 0: at once, before the next packet when one comes per turn).
+    /// With a turnaround longer than the gap between packets (1.6 µs at the
     /// default `--offered-gbps`), the asks gateway B adds are answered less
     /// often.
     responder_delay_us: u32,
