@@ -563,7 +563,12 @@ def run_once(args, bins, shards, key, tmp, tag):
                           packets_retransmitted=w.get("packets_retransmitted"),
                           path_down=sum(x.get("times_down", 0) for x in snap.get("paths", [])))
             shard_info[k] = [dict(index=x.get("index"), dc_rx=x.get("dc_rx_accepted"),
-                                  handoff_in=x.get("handoff_in"), handoff_out=x.get("handoff_out"))
+                                  handoff_in=x.get("handoff_in"), handoff_out=x.get("handoff_out"),
+                                  turns=x.get("turns"),
+                                  # packets read (DC and WAN) per turn
+                                  read_per_turn=(x.get("dc_rx_accepted", 0)
+                                                 + x.get("wan_packets_received", 0)) / x["turns"]
+                                  if x.get("turns") else None)
                              for x in snap.get("shards", [])]
             if snap.get("dc", {}).get("handoff_dropped"):
                 errors.append(f"gateway {k.upper()}: {snap['dc']['handoff_dropped']} handoff drops")
@@ -628,6 +633,13 @@ def print_run(r, cores):
                  f"processes {max(0.0, mb * cores - gw - ep - rl):.2f} cores")
     print(line)
     for k, sh in r["gw_shards"].items():
+        # Packets per device-loop turn (over the gateway's life): a packet
+        # costs about twice as much at one per turn as at 16
+        # (docs/benchmarks.md §4, "The per-shard code without the kernel").
+        per_turn = ", ".join(f"#{x['index']} {x['read_per_turn']:.2f}" for x in sh
+                             if x.get("read_per_turn") is not None)
+        if per_turn:
+            print(f"   gateway {k.upper()} packets read (DC + WAN) per device-loop turn: {per_turn}")
         if len(sh) > 1:
             print(f"   gateway {k.upper()} shards: " + "; ".join(
                 f"#{x['index']} dc_rx {x['dc_rx']} handoff in/out {x['handoff_in']}/{x['handoff_out']}"

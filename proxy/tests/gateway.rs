@@ -257,6 +257,10 @@ fn datagrams_cross_and_acl_counts(keyed: bool) {
     assert_eq!(s.twin.datagrams_out, 1, "{s:#?}");
     assert_eq!(s.twin.datagrams_in, 2, "{s:#?}");
     assert_eq!(s.dc.lab_hosts, 1);
+    // The device loop counts its wake-ups (packets per turn, with the
+    // packet counters): it woke at least once per packet batch it read.
+    assert_eq!(s.shards.len(), 1, "{:?}", s.shards);
+    assert!(s.shards[0].turns > 0, "{:?}", s.shards);
     assert_eq!(s.insecure, !keyed);
 
     // Garbage on B's WAN socket: dropped and counted by the transport.

@@ -119,6 +119,8 @@ pub struct Device {
     /// Why this shard has no session, once it has looked long enough.
     alarm: String,
     next_check: Instant,
+    /// Wake-ups of the loop ([`ShardSnap::turns`]).
+    turns: u64,
 }
 
 /// A fresh session nonce for a [`Site`] ([`crate::rand::session_nonce`]);
@@ -180,6 +182,7 @@ impl Device {
             shard,
             alarm: String::new(),
             next_check: Instant::now() + CONNECT_ALARM,
+            turns: 0,
         }
     }
 
@@ -231,6 +234,7 @@ impl Device {
             if let Err(e) = sys::ppoll(&mut fds, Some(timeout)) {
                 return self.stop(RunOutcome::Failed(format!("ppoll: {e}")), started);
             }
+            self.turns += 1;
             if fds[0].revents != 0 {
                 self.wake().clear();
             }
@@ -721,6 +725,7 @@ impl Device {
                 slots_used: occ.slots_used as u64,
                 alarm: self.alarm.clone(),
                 dc_mode: self.dc.xdp_mode().unwrap_or_default().into(),
+                turns: self.turns,
             }],
         }
     }

@@ -82,6 +82,12 @@ pub struct ShardSnap {
     /// xdp backend: `zero-copy` or `copy` (empty for the other backends).
     #[serde(default)]
     pub dc_mode: String,
+    /// Turns of the device loop so far (each wake-up from `ppoll`). Beside
+    /// the packet counters, the packets per turn: what a packet costs
+    /// depends on it (docs/benchmarks.md §4, "The per-shard code without
+    /// the kernel").
+    #[serde(default)]
+    pub turns: u64,
 }
 
 /// A snapshot's view of a protocol stats struct: the `copied` counters
