@@ -31,14 +31,13 @@
 
 #![deny(unsafe_code)]
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::VecDeque;
-use std::io;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::rc::Rc;
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use soya::gateway::ports::{Clock, DcPort, DcRx, TxOutcome, WanPort};
+use soya::gateway::memory::{MemDc, MemWan, VirtualClock};
+use soya::gateway::ports::Clock;
 use soya::gateway::turn::Turn;
 use soya::qp::twin::Carry;
 use soya::qp::{EngineConfig, HalfKey, Output, QpEngine, TwinMsg};
@@ -119,127 +118,6 @@ fn ack(psn: u32, msn: u32, buf: &mut [u8]) -> usize {
         .unwrap()
 }
 
-// ----- the memory ports -----
-
-/// Packet buffers of the hosts and ports, recycled (their allocations are
-/// not what is measured).
-#[derive(Default)]
-struct Bufs(Vec<Vec<u8>>);
-
-impl Bufs {
-    fn take(&mut self) -> Vec<u8> {
-        self.0.pop().unwrap_or_else(|| Vec::with_capacity(9216))
-    }
-    fn put(&mut self, mut v: Vec<u8>) {
-        v.clear();
-        self.0.push(v);
-    }
-}
-
-/// A gateway's DC side: packets from its hosts waiting to be read, packets
-/// sent to them.
-#[derive(Default)]
-struct MemDc {
-    rx: VecDeque<Vec<u8>>,
-    tx: VecDeque<Vec<u8>>,
-    bufs: Bufs,
-}
-
-impl DcPort for MemDc {
-    /// As tun does: the packet copied into a buffer the site lent.
-    fn recv_batch(
-        &mut self,
-        buf: &mut [u8],
-        lent: &mut Vec<Vec<u8>>,
-        mut f: impl FnMut(DcRx<'_>, Option<SocketAddr>) -> Option<IpAddr>,
-    ) -> io::Result<(usize, bool)> {
-        let mut n = 0;
-        while let Some(p) = self.rx.pop_front() {
-            match lent.pop() {
-                Some(mut v) => {
-                    v.extend_from_slice(&p);
-                    f(DcRx::Lent(v), None);
-                }
-                None => {
-                    buf[..p.len()].copy_from_slice(&p);
-                    f(DcRx::Borrowed(&buf[..p.len()]), None);
-                }
-            }
-            self.bufs.put(p);
-            n += 1;
-            if n == 64 {
-                return Ok((n, self.rx.is_empty()));
-            }
-        }
-        Ok((n, true))
-    }
-
-    fn send(&mut self, packet: &[u8], _dst: IpAddr) -> TxOutcome {
-        let mut v = self.bufs.take();
-        v.extend_from_slice(packet);
-        self.tx.push_back(v);
-        TxOutcome::Sent
-    }
-
-    fn flush(&mut self) {}
-
-    fn learn(&mut self, _src: IpAddr, _from: SocketAddr) {}
-}
-
-/// A gateway's WAN socket: datagrams from the twin waiting to be read,
-/// datagrams sent (taken by the other side). Both sockets share one pool
-/// of datagram buffers: most go from A to B.
-#[derive(Default)]
-struct MemWan {
-    rx: VecDeque<(usize, Vec<u8>)>,
-    staged: Vec<(usize, usize, usize)>,
-    sent: VecDeque<(usize, Vec<u8>)>,
-    bufs: Rc<RefCell<Bufs>>,
-}
-
-impl WanPort for MemWan {
-    fn sockets(&self) -> usize {
-        1
-    }
-
-    fn recv_batch(&mut self, _sock: usize, mut f: impl FnMut(usize, &mut [u8])) -> (usize, bool) {
-        let mut n = 0;
-        while let Some((path, mut d)) = self.rx.pop_front() {
-            f(path, &mut d);
-            self.bufs.borrow_mut().put(d);
-            n += 1;
-            if n == 64 {
-                return (n, self.rx.is_empty());
-            }
-        }
-        (n, true)
-    }
-
-    fn stage(&mut self, path: usize, off: usize, len: usize) {
-        self.staged.push((path, off, len));
-    }
-
-    fn flush(&mut self, buf: &[u8]) {
-        for (path, off, len) in self.staged.drain(..) {
-            let mut v = self.bufs.borrow_mut().take();
-            v.extend_from_slice(&buf[off..off + len]);
-            self.sent.push_back((path, v));
-        }
-    }
-}
-
-/// Virtual time, set by the driver; a wait moves it forward.
-struct VirtualClock(Cell<Time>);
-
-impl Clock for VirtualClock {
-    fn now(&self) -> Time {
-        self.0.get()
-    }
-    fn wait_until(&self, t: Time) {
-        self.0.set(self.0.get().max(t));
-    }
-}
-
 // ----- the two gateways -----
 
 fn site_config(client: bool) -> soya_config::SiteConfig {
@@ -281,8 +159,15 @@ impl Gateway {
         Gateway {
             turn: Turn::new(site.params().wan.max_datagram),
             site,
-            dc: MemDc::default(),
-            wan: MemWan::default(),
+            // The kernel's batches: 64 packets per read.
+            dc: MemDc {
+                batch: 64,
+                ..MemDc::default()
+            },
+            wan: MemWan {
+                batch: 64,
+                ..MemWan::default()
+            },
             cpu_ns: 0,
             turns: 0,
             datagrams: 0,

@@ -24,7 +24,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use soya::gateway::ports::{Clock, DcPort, DcRx, TxOutcome, WanPort};
+use soya::gateway::memory::{MemDc, MemWan, VirtualClock};
 use soya::gateway::turn::Turn;
 use soya::site::Site;
 use soya::time::Time;
@@ -32,97 +32,6 @@ use soya_tools::sim::scenario::{
     run_world, seeded_nonces, site_params, Op, Scenario, HOST_A, HOST_B,
 };
 use soya_tools::sim::world::{Emitted, Payload, TraceItem};
-
-/// The DC side in memory: packets waiting to be read, packets sent.
-#[derive(Default)]
-struct MemDc {
-    rx: VecDeque<Vec<u8>>,
-    sent: Vec<Vec<u8>>,
-}
-
-impl DcPort for MemDc {
-    /// As tun does: into a buffer the site lent while there is one (the
-    /// simulator's side feeds the same packets borrowed, so the trace
-    /// also checks that both ways into the site behave the same), then
-    /// into the scratch buffer.
-    fn recv_batch(
-        &mut self,
-        buf: &mut [u8],
-        lent: &mut Vec<Vec<u8>>,
-        mut f: impl FnMut(DcRx<'_>, Option<SocketAddr>) -> Option<IpAddr>,
-    ) -> io::Result<(usize, bool)> {
-        let mut n = 0;
-        while let Some(p) = self.rx.pop_front() {
-            match lent.pop() {
-                Some(mut v) => {
-                    v.extend_from_slice(&p);
-                    f(DcRx::Lent(v), None);
-                }
-                None => {
-                    buf[..p.len()].copy_from_slice(&p);
-                    f(DcRx::Borrowed(&buf[..p.len()]), None);
-                }
-            }
-            n += 1;
-        }
-        Ok((n, true))
-    }
-
-    fn send(&mut self, packet: &[u8], _dst: IpAddr) -> TxOutcome {
-        self.sent.push(packet.to_vec());
-        TxOutcome::Sent
-    }
-
-    fn flush(&mut self) {}
-
-    fn learn(&mut self, _src: IpAddr, _from: SocketAddr) {}
-}
-
-/// One WAN socket carrying every path, in memory.
-#[derive(Default)]
-struct MemWan {
-    rx: VecDeque<(usize, Vec<u8>)>,
-    staged: Vec<(usize, usize, usize)>,
-    sent: Vec<(usize, Vec<u8>)>,
-}
-
-impl WanPort for MemWan {
-    fn sockets(&self) -> usize {
-        1
-    }
-
-    fn recv_batch(&mut self, _sock: usize, mut f: impl FnMut(usize, &mut [u8])) -> (usize, bool) {
-        let mut n = 0;
-        while let Some((path, mut d)) = self.rx.pop_front() {
-            f(path, &mut d);
-            n += 1;
-        }
-        (n, true)
-    }
-
-    fn stage(&mut self, path: usize, off: usize, len: usize) {
-        self.staged.push((path, off, len));
-    }
-
-    fn flush(&mut self, buf: &[u8]) {
-        for (path, off, len) in self.staged.drain(..) {
-            self.sent.push((path, buf[off..off + len].to_vec()));
-        }
-    }
-}
-
-/// Virtual time, set by the test; a wait moves it forward.
-struct VirtualClock(Cell<Time>);
-
-impl Clock for VirtualClock {
-    fn now(&self) -> Time {
-        self.0.get()
-    }
-
-    fn wait_until(&self, t: Time) {
-        self.0.set(self.0.get().max(t));
-    }
-}
 
 /// A run with a path cut and a twin restart, gateway A traced.
 fn scenario() -> Scenario {
@@ -170,8 +79,8 @@ fn replay_through_the_daemons_turn(s: &Scenario, seed: u64, trace: &[TraceItem])
         }
     }
     Emitted {
-        dc: dc.sent,
-        wan: wan.sent,
+        dc: dc.tx.into(),
+        wan: wan.sent.into(),
     }
 }
 

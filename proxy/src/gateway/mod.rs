@@ -56,6 +56,7 @@ pub mod control_plane;
 pub mod device;
 pub mod health;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod ports;
 pub mod reload;
