@@ -205,6 +205,13 @@ pub struct Outcome {
     pub hold_acks: u64,
     pub backpressure_drops: u64,
     pub cnps_sent: u64,
+    /// Both gateways: resent READs not passed to the responder (their
+    /// answer still waited for the WAN), waiting READ responses dropped
+    /// as dead (a replay followed them), and the most bytes ever waiting
+    /// for the WAN transport at one gateway (`site::replays`).
+    pub read_replays_suppressed: u64,
+    pub stale_read_responses_dropped: u64,
+    pub twin_queue_high_water_bytes: u64,
     pub gw_buffer_high_water: usize,
     pub gw_buffer_left: usize,
     /// Per-flow state of both gateways at the end of the run, besides
@@ -1010,6 +1017,14 @@ fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
     // A message to the twin dropped at the bound of the site's pending
     // queue loses whatever it carried (a READ response, a Delivered): the
     // flow waits for it forever, or pseudo-ACKed data is gone.
+    for g in [&w.gw_a, &w.gw_b].into_iter().flatten() {
+        let t = g.twin_counters();
+        out.read_replays_suppressed += t.read_replays_suppressed;
+        out.stale_read_responses_dropped += t.stale_read_responses_dropped;
+        out.twin_queue_high_water_bytes = out
+            .twin_queue_high_water_bytes
+            .max(t.pending_high_water_bytes);
+    }
     let overflow: u64 = [&w.gw_a, &w.gw_b]
         .into_iter()
         .flatten()
