@@ -256,9 +256,7 @@ impl Pending {
                 continue;
             };
             while let Some(w) = q.front() {
-                let dead = w
-                    .tag
-                    .is_some_and(|t| self.replays.is_dead(flow, &t, w.seq));
+                let dead = w.tag.is_some_and(|t| self.replays.is_dead(flow, &t, w.seq));
                 if !dead && wan.send_room(flow) < w.len as u64 {
                     break;
                 }

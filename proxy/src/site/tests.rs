@@ -612,8 +612,10 @@ const BIG_READ: u32 = 40_000;
 
 /// A pair whose WAN transport takes at most ~9 MiB of a flow at once.
 fn small_window_pair() -> Pair {
-    let mut engine = EngineConfig::default();
-    engine.buffer_slots = 1024;
+    let engine = EngineConfig {
+        buffer_slots: 1024,
+        ..EngineConfig::default()
+    };
     Pair::with(
         site_with(true, 0x1000, engine),
         site_with(false, 0x2000, engine),
@@ -680,7 +682,10 @@ fn a_resent_read_whose_answer_waits_for_the_wan_is_not_replayed() {
 #[test]
 fn a_resent_read_after_a_loss_is_replayed_and_the_dead_answer_dropped() {
     let mut p = answers_waiting_at_b(&[(QP_X, 1000, BIG_READ)]);
-    p.run_until(|p| responses_received(p, QP_X).len() > 2, "the first responses");
+    p.run_until(
+        |p| responses_received(p, QP_X).len() > 2,
+        "the first responses",
+    );
     // The requester lost 1001 in its datacenter; it asks for the rest.
     let lost = 1001;
     p.now += Duration::from_millis(2);
