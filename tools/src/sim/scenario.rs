@@ -132,6 +132,10 @@ pub struct Scenario {
     /// started after the connection), and its first round trip is
     /// tunnelled.
     pub cm_handshake: bool,
+    /// The gateways' deep buffer in slots (`None`: the engine's default,
+    /// 131,072 slots of 4,608 B). To run a point at the size a daemon
+    /// would pick (`buffer.size = "auto"`: `soya plan` prints it).
+    pub buffer_slots: Option<usize>,
 }
 
 impl Default for Scenario {
@@ -172,6 +176,7 @@ impl Default for Scenario {
             rdma_cm: true,
             adaptive_timer: true,
             cm_handshake: false,
+            buffer_slots: None,
         }
     }
 }
@@ -398,6 +403,10 @@ pub fn site_params(s: &Scenario, local: Ipv4Addr, remote: Ipv4Addr) -> SiteParam
     wan.cc = CcKind::FixedRate;
     let mut engine = EngineConfig::default();
     engine.ack.policy = s.policy;
+    if let Some(slots) = s.buffer_slots {
+        engine.buffer_slots = slots;
+        engine.per_flow_slots = slots;
+    }
     let prefix = |a: Ipv4Addr| format!("{a}/32").parse().expect("a /32 prefix");
     let acl = Acl {
         local: vec![prefix(local)],
