@@ -172,3 +172,72 @@ impl ReadReplays {
         self.stale_rules.clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FLOW: u64 = 7;
+    const QP: u32 = 0x11;
+
+    fn queue(r: &mut ReadReplays, psn: u32) -> u64 {
+        let seq = r.next_seq();
+        r.queue(
+            FLOW,
+            Tag {
+                qpn: QP,
+                psn: Psn::new(psn),
+            },
+            seq,
+        );
+        seq
+    }
+
+    fn tag(psn: u32) -> Tag {
+        Tag {
+            qpn: QP,
+            psn: Psn::new(psn),
+        }
+    }
+
+    /// A new READ (its PSNs past everything waiting) kills nothing; a
+    /// replay from 101 kills what waits past 101 and nothing before it,
+    /// nor its own answer queued after it; a re-issue at 102 then finds
+    /// only a dead copy: not redundant.
+    #[test]
+    fn a_replay_kills_only_older_answers_past_its_psn() {
+        let mut r = ReadReplays::default();
+        let old: Vec<(u32, u64)> = (100..104).map(|p| (p, queue(&mut r, p))).collect();
+        assert!(!r.on_read(FLOW, QP, Psn::new(200)), "a new READ");
+        assert!(old.iter().all(|&(p, s)| !r.is_dead(FLOW, &tag(p), s)));
+        assert!(r.on_read(FLOW, QP, Psn::new(101)), "101 still waits");
+        assert_eq!(r.redundant, 1);
+        // 101 left and was lost downstream: the re-issue is replayed.
+        r.dequeue(FLOW, &tag(101));
+        assert!(!r.on_read(FLOW, QP, Psn::new(101)));
+        let replayed = queue(&mut r, 102);
+        let dead: Vec<u32> = old
+            .iter()
+            .filter(|&&(p, s)| r.is_dead(FLOW, &tag(p), s))
+            .map(|&(p, _)| p)
+            .collect();
+        assert_eq!(dead, vec![102, 103]);
+        assert!(!r.is_dead(FLOW, &tag(102), replayed), "the replay's own");
+        assert!(
+            !r.is_dead(
+                FLOW,
+                &Tag {
+                    qpn: 0x12,
+                    ..tag(103)
+                },
+                old[3].1
+            ),
+            "another QP's"
+        );
+        // The replay's 102 waits: a re-issue at 102 is redundant again.
+        assert!(r.on_read(FLOW, QP, Psn::new(102)));
+        // Once the queue's head is past the rule, it is forgotten.
+        r.advanced(FLOW, Some(replayed));
+        assert!(r.stale_rules.is_empty());
+    }
+}
