@@ -226,6 +226,9 @@ impl Pending {
 #[derive(Debug)]
 pub struct Reinjector {
     pub key: HalfKey,
+    /// The requester's QPN, from the responder's answers (the site finds
+    /// a READ's queued answers by it: `site::replays`).
+    pub requester_qpn: Option<u32>,
     /// `key.id()`, the deep buffer's quota key, computed once (it hashes
     /// the key: not worth redoing on every packet).
     flow_id: u64,
@@ -310,6 +313,7 @@ impl Reinjector {
     pub fn new(key: HalfKey, tuning: EgressTuning) -> Reinjector {
         Reinjector {
             key,
+            requester_qpn: None,
             flow_id: key.id(),
             queue: VecDeque::new(),
             awaiting_response: 0,

@@ -458,6 +458,12 @@ impl QpEngine {
         self.egress.values()
     }
 
+    /// The QPN of `key`'s requester, as this site's egress learned it from
+    /// the responder's answers (`None` before the first).
+    pub fn requester_qpn(&self, key: &HalfKey) -> Option<u32> {
+        self.egress.get(key)?.requester_qpn
+    }
+
     /// A packet from the local DC side. A request accepted into the deep
     /// buffer is held as a pooled copy of `packet`.
     pub fn handle_dc(&mut self, now: Time, packet: &[u8]) {
@@ -605,7 +611,10 @@ impl QpEngine {
             return;
         }
         match key.and_then(|k| self.egress.get_mut(&k)) {
-            Some(r) => r.on_response(now, p, &mut self.buffer, &mut self.out),
+            Some(r) => {
+                r.requester_qpn = Some(id.1);
+                r.on_response(now, p, &mut self.buffer, &mut self.out);
+            }
             None => {
                 self.stats.unmatched_responses += 1;
                 self.out

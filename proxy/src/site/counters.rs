@@ -61,6 +61,14 @@ pub struct TwinCounters {
     pub pending_high_water_bytes: u64,
     /// Messages dropped at the pending-queue bound (must stay 0).
     pub pending_overflow: u64,
+    /// Resent READs not injected toward the responder: their answer was
+    /// still waiting for the WAN (`site::replays`).
+    #[serde(default)]
+    pub read_replays_suppressed: u64,
+    /// Waiting READ responses dropped: the requester asked again from an
+    /// earlier PSN, so it would have discarded them (a replay follows).
+    #[serde(default)]
+    pub stale_read_responses_dropped: u64,
     pub blocked: u64,
     pub send_errors: u64,
     pub discarded_on_restart: u64,

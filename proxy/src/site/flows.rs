@@ -54,9 +54,11 @@ use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 
 use crate::qp::{HalfKey, TwinMsg};
-use crate::roce::{IpHeader, RocePacket};
+use crate::roce::{IpHeader, OpKind, RocePacket};
 use crate::time::Time;
 use crate::wan::{SendError, WanConnection};
+
+use super::replays::{ReadReplays, Tag};
 
 /// At most this many messages wait per flow (a flow's share of the engine's
 /// egress window is far below it).
@@ -136,10 +138,32 @@ pub fn flow_of(msg: &TwinMsg) -> Option<u64> {
     })
 }
 
+/// A message waiting for room in the transport.
+struct Waiting {
+    msg: TwinMsg,
+    len: usize,
+    /// Order of queuing ([`ReadReplays::next_seq`]).
+    seq: u64,
+    /// A READ response's requester QPN and PSN ([`super::replays`]).
+    tag: Option<Tag>,
+}
+
+/// The requester's QPN and the PSN of a READ response.
+fn read_response_tag(msg: &TwinMsg) -> Option<Tag> {
+    let TwinMsg::Response { packet } = msg else {
+        return None;
+    };
+    let p = RocePacket::parse(packet).ok()?;
+    (p.info.kind == OpKind::ReadResponse).then(|| Tag {
+        qpn: p.bth.dest_qp,
+        psn: p.psn(),
+    })
+}
+
 /// Messages waiting for room in the transport, per flow, in order.
 #[derive(Default)]
 pub struct Pending {
-    flows: HashMap<u64, VecDeque<(TwinMsg, usize)>>,
+    flows: HashMap<u64, VecDeque<Waiting>>,
     /// Flows with something waiting, in the order they started waiting.
     order: VecDeque<u64>,
     pub messages: usize,
@@ -155,6 +179,8 @@ pub struct Pending {
     pub send_errors: u64,
     /// Messages dropped because the twin restarted while they waited.
     pub discarded: u64,
+    /// The READ responses waiting, and what resent READs make of them.
+    pub replays: ReadReplays,
 }
 
 impl Pending {
@@ -193,11 +219,16 @@ impl Pending {
             return;
         }
         self.blocked += 1;
+        let seq = self.replays.next_seq();
+        let tag = read_response_tag(&msg);
+        if let Some(t) = tag {
+            self.replays.queue(flow, t, seq);
+        }
         let q = self.flows.entry(flow).or_default();
         if q.is_empty() {
             self.order.push_back(flow);
         }
-        q.push_back((msg, len));
+        q.push_back(Waiting { msg, len, seq, tag });
         self.messages += 1;
         self.bytes += len;
         self.high_water_bytes = self.high_water_bytes.max(self.bytes);
@@ -224,19 +255,29 @@ impl Pending {
             let Some(q) = self.flows.get_mut(&flow) else {
                 continue;
             };
-            while let Some((_, len)) = q.front() {
-                if wan.send_room(flow) < *len as u64 {
+            while let Some(w) = q.front() {
+                let dead = w.tag.is_some_and(|t| self.replays.is_dead(flow, &t, w.seq));
+                if !dead && wan.send_room(flow) < w.len as u64 {
                     break;
                 }
-                let (msg, len) = q.pop_front().expect("front exists");
+                let w = q.pop_front().expect("front exists");
                 self.messages -= 1;
-                self.bytes -= len;
+                self.bytes -= w.len;
                 moved = true;
-                if let Err(e) = wan.send(now, flow, msg) {
+                if let Some(t) = w.tag {
+                    self.replays.dequeue(flow, &t);
+                }
+                if dead {
+                    // A replay behind it brings it again (`replays`).
+                    self.replays.stale += 1;
+                    continue;
+                }
+                if let Err(e) = wan.send(now, flow, w.msg) {
                     self.send_errors += 1;
                     tracing::error!(flow = format_args!("{flow:#018x}"), error = %e, "twin message refused by the WAN transport");
                 }
             }
+            self.replays.advanced(flow, q.front().map(|w| w.seq));
             if q.is_empty() {
                 self.flows.remove(&flow);
             } else {
@@ -253,6 +294,7 @@ impl Pending {
         self.order.clear();
         self.messages = 0;
         self.bytes = 0;
+        self.replays.clear();
     }
 }
 

@@ -31,6 +31,7 @@ pub mod counters;
 pub mod flows;
 pub mod params;
 pub mod reconfig;
+pub mod replays;
 pub mod twin;
 
 #[cfg(test)]
@@ -42,8 +43,8 @@ use std::time::Duration;
 
 use crate::buffer::PacketPool;
 use crate::qp::keyed::HashKey;
-use crate::qp::{HeldRef, Output, QpEngine, TwinMsg};
-use crate::roce::RocePacket;
+use crate::qp::{HalfKey, HeldRef, Output, QpEngine, TwinMsg};
+use crate::roce::{OpKind, RocePacket};
 use crate::time::Time;
 use crate::wan::{CipherOffer, Event, Transmit, WanConnection};
 
@@ -438,6 +439,9 @@ impl Site {
             while let Some(out) = self.engine.poll_output() {
                 moved = true;
                 match out {
+                    Output::Dc(packet) if self.redundant_read(&packet) => {
+                        self.engine.recycle(packet);
+                    }
                     Output::Dc(packet) => self.queue_for_dc(packet),
                     Output::DcHeld(r) => self.queue_held_for_dc(r),
                     Output::Twin(msg) => match flows::flow_of(&msg) {
@@ -464,6 +468,30 @@ impl Site {
                 return;
             }
         }
+    }
+
+    /// Is `packet` a READ on its way to a local responder whose answer
+    /// already waits for the WAN here? Then it is not injected; otherwise
+    /// the answers it makes dead are dropped from the queue
+    /// ([`replays`]: the requester's re-issues multiplied READ responses
+    /// behind a slow WAN, issue 18 seed 3408). Only what the egress
+    /// forwards as is (a tunnel-phase READ, a resend) comes this way.
+    fn redundant_read(&mut self, packet: &[u8]) -> bool {
+        if self.pending.is_empty() {
+            return false;
+        }
+        let Ok(p) = RocePacket::parse(packet) else {
+            return false;
+        };
+        if p.info.kind != OpKind::ReadRequest {
+            return false;
+        }
+        let key = HalfKey::of_request(&p);
+        let Some(qpn) = self.engine.requester_qpn(&key) else {
+            return false;
+        };
+        let flow = flows::response_flow(key.requester, key.responder);
+        self.pending.replays.on_read(flow, qpn, p.psn())
     }
 
     /// An engine packet for the DC side: only ever toward a local host.
@@ -673,6 +701,8 @@ impl Site {
             pending_bytes: self.pending.bytes as u64,
             pending_high_water_bytes: self.pending.high_water_bytes as u64,
             pending_overflow: self.pending.overflow,
+            read_replays_suppressed: self.pending.replays.redundant,
+            stale_read_responses_dropped: self.pending.replays.stale,
             blocked: self.pending.blocked,
             send_errors: self.pending.send_errors,
             ..self.tw.clone()

@@ -46,6 +46,11 @@ fn site(client: bool) -> Site {
 /// A site whose session nonces start after `first_nonce` (a restarted
 /// gateway draws new ones: a new generation).
 fn site_from(client: bool, first_nonce: u64) -> Site {
+    site_with(client, first_nonce, EngineConfig::default())
+}
+
+/// A site with the engine settings `engine`.
+fn site_with(client: bool, first_nonce: u64, engine: EngineConfig) -> Site {
     let mut path = PathConfig::new("p0");
     path.rate_bps = Some(10_000_000_000);
     path.rtt_hint = Some(Duration::from_millis(3));
@@ -57,7 +62,7 @@ fn site_from(client: bool, first_nonce: u64) -> Site {
         local: vec![local.parse().unwrap()],
         remote: vec![remote.parse().unwrap()],
     };
-    let params = SiteParams::new(EngineConfig::default(), wan, acl, TWIN_TIMEOUT);
+    let params = SiteParams::new(engine, wan, acl, TWIN_TIMEOUT);
     let mut n = first_nonce;
     Site::new(
         params,
@@ -92,9 +97,13 @@ const ONE_WAY: Duration = Duration::from_micros(1500);
 
 impl Pair {
     fn new() -> Pair {
+        Pair::with(site(true), site(false))
+    }
+
+    fn with(a: Site, b: Site) -> Pair {
         let mut p = Pair {
-            a: site(true),
-            b: site(false),
+            a,
+            b,
             now: Time::ZERO,
             wan_up: true,
             flight: Vec::new(),
@@ -515,4 +524,197 @@ fn a_forged_request_is_counted_as_forged_even_while_requests_are_refused() {
     p.a.handle_dc(p.now, &forged);
     assert_eq!(p.a.dc_counters().rx_draining, 1, "a forgery is no request");
     assert_eq!(p.a.engine().stats.dc_bad_icrc, 1);
+}
+
+/// Two QPs between the requester and the responder hosts: (responder
+/// QPN, requester QPN). Their answers share one response flow.
+const QP_X: (u32, u32) = (RS_QPN, 0x11);
+const QP_Y: (u32, u32) = (0x23, 0x12);
+
+/// A READ of `n` × 1 KiB at PSN `psn` on `qp`, as the requester sends it.
+fn read_request(qp: (u32, u32), psn: u32, n: u32) -> Vec<u8> {
+    let reth = Reth {
+        va: 0x10_0000 + u64::from(psn) * 1024,
+        rkey: 7,
+        len: n * 1024,
+    };
+    let ip = IpHeader::v4(REQUESTER, RESPONDER);
+    let mut pkt = vec![0; 256];
+    let len = builders::request(ip, qp.0, Opcode::RC_READ_REQUEST, Psn::new(psn), true, reth)
+        .emit(&[], &mut pkt)
+        .unwrap();
+    pkt.truncate(len);
+    pkt
+}
+
+/// The responder's answer to [`read_request`]`(qp, psn, n)`.
+fn read_responses(qp: (u32, u32), psn: u32, n: u32) -> Vec<Vec<u8>> {
+    use crate::roce::{Aeth, Bth, ExtHeaders, Headers, RoceRepr};
+    (0..n)
+        .map(|i| {
+            let op = match (i, n) {
+                (_, 1) => Opcode::RC_READ_RESPONSE_ONLY,
+                (0, _) => Opcode::RC_READ_RESPONSE_FIRST,
+                (i, n) if i == n - 1 => Opcode::RC_READ_RESPONSE_LAST,
+                _ => Opcode::RC_READ_RESPONSE_MIDDLE,
+            };
+            let info = op.info().unwrap();
+            RoceRepr {
+                ip: IpHeader::v4(RESPONDER, REQUESTER),
+                src_port: 0xc000,
+                bth: Bth::new(op, qp.1, Psn::new(psn + i)),
+                ext: ExtHeaders {
+                    present: info.headers,
+                    aeth: info.headers.contains(Headers::AETH).then_some(Aeth {
+                        syndrome: Syndrome::ACK_UNLIMITED,
+                        msn: 1,
+                    }),
+                    ..Default::default()
+                },
+            }
+            .to_vec(&[0xcd; 1024])
+            .unwrap()
+        })
+        .collect()
+}
+
+/// PSNs of the READ responses `qp`'s requester received, in order.
+fn responses_received(p: &Pair, qp: (u32, u32)) -> Vec<u32> {
+    p.to_requester
+        .iter()
+        .filter_map(|b| RocePacket::parse(b).ok())
+        .filter(|r| r.info.kind == OpKind::ReadResponse && r.bth.dest_qp == qp.1)
+        .map(|r| r.psn().value())
+        .collect()
+}
+
+/// READs the egress at B passed on to the responder.
+fn reads_at_responder(p: &Pair) -> usize {
+    p.to_responder
+        .iter()
+        .filter_map(|b| RocePacket::parse_verified(b).ok())
+        .filter(|r| r.info.kind == OpKind::ReadRequest)
+        .count()
+}
+
+/// READs forwarded as is that reached B's egress (injected or not).
+fn reads_at_egress(p: &Pair) -> u64 {
+    p.b.engine()
+        .egress_halves()
+        .map(|r| r.stats.raw_injected)
+        .sum()
+}
+
+/// Size of the big READ below (KiB): far more than the WAN transport
+/// takes at once (its 8 MiB flow window with a small buffer, plus 1 MiB),
+/// so that most of its answer waits in B's response flow.
+const BIG_READ: u32 = 40_000;
+
+/// A pair whose WAN transport takes at most ~9 MiB of a flow at once.
+fn small_window_pair() -> Pair {
+    let engine = EngineConfig {
+        buffer_slots: 1024,
+        ..EngineConfig::default()
+    };
+    Pair::with(
+        site_with(true, 0x1000, engine),
+        site_with(false, 0x2000, engine),
+    )
+}
+
+/// The requester at A sends `reads` (QP, PSN, KiB) through the pair, the
+/// responder at B answers them all at once (DC speed), in that order:
+/// most of the answers wait at B for the WAN.
+fn answers_waiting_at_b(reads: &[((u32, u32), u32, u32)]) -> Pair {
+    let mut p = small_window_pair();
+    for &(qp, psn, n) in reads {
+        p.a.handle_dc(p.now, &read_request(qp, psn, n));
+    }
+    p.run_until(|p| reads_at_responder(p) == reads.len(), "the READs at B");
+    for &(qp, psn, n) in reads {
+        for r in read_responses(qp, psn, n) {
+            p.b.handle_dc(p.now, &r);
+        }
+    }
+    p.drain();
+    let waiting = p.b.twin_counters().pending_messages;
+    assert!(
+        waiting > u64::from(BIG_READ) / 2,
+        "the premise: most answers wait at B ({waiting} responses)"
+    );
+    p
+}
+
+/// Issue 18, sweep seed 3408 (3 QPs between two hosts, READs, a WAN ten
+/// times slower than the datacenter, hardware requesters): a requester's
+/// 2 ms timer fires while its READ's answer still waits at the
+/// responder's gateway behind another QP's, and it re-issues the READ.
+/// Injected, the re-issue had the responder replay the answer behind the
+/// copy already waiting (seed 3408: ~85 responses sent per one needed,
+/// and the queue's bound reached). The waiting answer reaches the
+/// requester first and in order: the re-issue is redundant.
+#[test]
+fn a_resent_read_whose_answer_waits_for_the_wan_is_not_replayed() {
+    let mut p = answers_waiting_at_b(&[(QP_Y, 5000, BIG_READ), (QP_X, 1000, 64)]);
+    // X's requester has heard nothing for 2 ms: the same READ again.
+    p.now += Duration::from_millis(2);
+    p.a.handle_dc(p.now, &read_request(QP_X, 1000, 64));
+    p.run_until(|p| reads_at_egress(p) == 3, "the resent READ at B");
+    assert_eq!(
+        reads_at_responder(&p),
+        2,
+        "a READ whose answer waits at B is not replayed by the responder"
+    );
+    assert_eq!(p.b.twin_counters().read_replays_suppressed, 1);
+    // The waiting answer completes the READ, each response once, in order.
+    p.run_until(|p| p.b.is_drained(), "B drained");
+    p.run_for(Duration::from_millis(10));
+    assert!(responses_received(&p, QP_X).into_iter().eq(1000..1064));
+    assert_eq!(p.b.twin_counters().pending_overflow, 0);
+}
+
+/// The other case: the requester lost one response in its datacenter (it
+/// had left B already) and re-issues the READ from there. The responder
+/// must replay it, and the rest of the old answer still waiting at B is
+/// dead: a go-back-N requester drops every response past the one it
+/// expects until the replay comes, behind them. They are dropped at B
+/// instead of crossing the WAN, and the replay completes the READ.
+#[test]
+fn a_resent_read_after_a_loss_is_replayed_and_the_dead_answer_dropped() {
+    let mut p = answers_waiting_at_b(&[(QP_X, 1000, BIG_READ)]);
+    p.run_until(
+        |p| responses_received(p, QP_X).len() > 2,
+        "the first responses",
+    );
+    // The requester lost 1001 in its datacenter; it asks for the rest.
+    let lost = 1001;
+    p.now += Duration::from_millis(2);
+    p.a.handle_dc(p.now, &read_request(QP_X, lost, BIG_READ - 1));
+    p.run_until(|p| reads_at_egress(p) == 2, "the resent READ at B");
+    assert_eq!(reads_at_responder(&p), 2, "the re-issue is replayed");
+    for r in read_responses(QP_X, lost, BIG_READ - 1) {
+        p.b.handle_dc(p.now, &r);
+    }
+    p.run_until(|p| p.b.is_drained(), "B drained");
+    p.run_for(Duration::from_millis(10));
+    // The requester (go-back-N, 1001 lost) takes each next PSN only.
+    let mut expected = 1000;
+    let mut lost_once = false;
+    let mut useless = 0u64;
+    for psn in responses_received(&p, QP_X) {
+        if psn == lost && !lost_once {
+            lost_once = true;
+        } else if psn == expected {
+            expected += 1;
+        } else {
+            useless += 1;
+        }
+    }
+    let dropped = p.b.twin_counters().stale_read_responses_dropped;
+    assert!(
+        useless < u64::from(BIG_READ) / 4,
+        "{useless} responses crossed the WAN only to be discarded ({dropped} dropped at B)"
+    );
+    assert_eq!(expected, 1000 + BIG_READ, "the replay completes the READ");
+    assert_eq!(p.b.twin_counters().pending_overflow, 0);
 }

@@ -166,6 +166,10 @@ struct RunArgs {
     /// band, as NCCL does): min_rnr_timer 12 instead of RDMA-CM's 0 (655 ms).
     #[arg(long)]
     no_rdma_cm: bool,
+    /// The gateways' deep buffer in slots of 4,608 B (default 131,072):
+    /// e.g. the size `soya plan` gives a daemon for this point.
+    #[arg(long)]
+    buffer_slots: Option<usize>,
     /// Host NIC / datacenter link rate in Gbit/s (default: the larger of
     /// 100 and the sum of the WAN paths).
     #[arg(long, value_parser = parse_gbps)]
@@ -320,6 +324,7 @@ fn run(a: RunArgs) -> ExitCode {
         // RDMA-CM connects each QP through the gateways, which learn it
         // from the REQ/REP before its first packet (docs/roce-notes.md).
         cm_handshake: !a.no_rdma_cm,
+        buffer_slots: a.buffer_slots,
         dc_gbps: a
             .dc_gbps
             .unwrap_or((a.path_gbps * f64::from(a.paths)).max(100.0)),

@@ -133,6 +133,10 @@ pub struct Scenario {
     /// started after the connection), and its first round trip is
     /// tunnelled.
     pub cm_handshake: bool,
+    /// The gateways' deep buffer in slots (`None`: the engine's default,
+    /// 131,072 slots of 4,608 B). To run a point at the size a daemon
+    /// would pick (`buffer.size = "auto"`: `soya plan` prints it).
+    pub buffer_slots: Option<usize>,
 }
 
 impl Default for Scenario {
@@ -173,6 +177,7 @@ impl Default for Scenario {
             rdma_cm: true,
             adaptive_timer: true,
             cm_handshake: false,
+            buffer_slots: None,
         }
     }
 }
@@ -206,6 +211,13 @@ pub struct Outcome {
     pub hold_acks: u64,
     pub backpressure_drops: u64,
     pub cnps_sent: u64,
+    /// Both gateways: resent READs not passed to the responder (their
+    /// answer still waited for the WAN), waiting READ responses dropped
+    /// as dead (a replay followed them), and the most bytes ever waiting
+    /// for the WAN transport at one gateway (`site::replays`).
+    pub read_replays_suppressed: u64,
+    pub stale_read_responses_dropped: u64,
+    pub twin_queue_high_water_bytes: u64,
     pub gw_buffer_high_water: usize,
     pub gw_buffer_left: usize,
     /// Per-flow state of both gateways at the end of the run, besides
@@ -391,6 +403,10 @@ pub fn site_params(s: &Scenario, local: Ipv4Addr, remote: Ipv4Addr) -> SiteParam
     wan.cc = CcKind::FixedRate;
     let mut engine = EngineConfig::default();
     engine.ack.policy = s.policy;
+    if let Some(slots) = s.buffer_slots {
+        engine.buffer_slots = slots;
+        engine.per_flow_slots = slots;
+    }
     let prefix = |a: Ipv4Addr| format!("{a}/32").parse().expect("a /32 prefix");
     let acl = Acl {
         local: vec![prefix(local)],
@@ -991,6 +1007,14 @@ fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
     // A message to the twin dropped at the bound of the site's pending
     // queue loses whatever it carried (a READ response, a Delivered): the
     // flow waits for it forever, or pseudo-ACKed data is gone.
+    for g in [&w.gw_a, &w.gw_b].into_iter().flatten() {
+        let t = g.twin_counters();
+        out.read_replays_suppressed += t.read_replays_suppressed;
+        out.stale_read_responses_dropped += t.stale_read_responses_dropped;
+        out.twin_queue_high_water_bytes = out
+            .twin_queue_high_water_bytes
+            .max(t.pending_high_water_bytes);
+    }
     let overflow: u64 = [&w.gw_a, &w.gw_b]
         .into_iter()
         .flatten()

@@ -342,6 +342,20 @@ pub static METRICS: &[Metric] = &[
         samples: |s| one(s.twin.pending_overflow),
     },
     Metric {
+        name: "soya_twin_read_replays_suppressed_total",
+        kind: Counter,
+        help: "Resent READs not passed to the responder: their answer was still waiting for the WAN.",
+        labels: &[],
+        samples: |s| one(s.twin.read_replays_suppressed),
+    },
+    Metric {
+        name: "soya_twin_stale_read_responses_dropped_total",
+        kind: Counter,
+        help: "Waiting READ responses dropped because the requester asked again from an earlier PSN (a replay follows).",
+        labels: &[],
+        samples: |s| one(s.twin.stale_read_responses_dropped),
+    },
+    Metric {
         name: "soya_twin_blocked_total",
         kind: Counter,
         help: "Messages that had to wait for WAN flow credit or buffer room.",
