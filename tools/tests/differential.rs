@@ -19,9 +19,6 @@
 #![deny(unsafe_code)]
 
 use std::cell::Cell;
-use std::collections::VecDeque;
-use std::io;
-use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use soya::gateway::memory::{MemDc, MemWan, VirtualClock};
