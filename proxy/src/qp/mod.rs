@@ -41,6 +41,10 @@ pub use twin::TwinMsg;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_egress;
+#[cfg(test)]
+mod tests_egress_timeouts;
+#[cfg(test)]
 mod tests_expiry;
 #[cfg(test)]
 mod tests_far_error;
@@ -48,6 +52,8 @@ mod tests_far_error;
 mod tests_held;
 #[cfg(test)]
 mod tests_hw;
+#[cfg(test)]
+mod tests_ingress;
 #[cfg(test)]
 mod tests_orphan;
 #[cfg(test)]

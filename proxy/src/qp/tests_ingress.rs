@@ -1,0 +1,285 @@
+//! The ingress role, at the requester's site: what it pseudo-ACKs and when
+//! (coalescing, never past an outstanding READ, MSNs), how it answers
+//! duplicates and gaps, how backpressure withholds ACKs instead of dropping,
+//! and what it refuses (forged or malformed packets, a failed half). Split
+//! from the egress tests because a reader chasing a wrong pseudo-ACK should
+//! not have to wade through re-injection.
+
+use std::time::Duration;
+
+use soya_config::AckPolicy;
+
+use super::engine::{Output, QpEngine};
+use super::ingress::HOLD_ACK_FOR;
+use super::tests::{
+    acks, assert_acks, assert_nak, cfg, drain, drained_acks, edge_ingress, forwarded,
+    ingress_engine, key, request, response, run_timers, REQUESTER, RQ_QPN,
+};
+use super::tests_twin::{twin_delivered, twin_error, twin_response};
+use crate::roce::builders::{self, ReplyTo};
+use crate::roce::{NakCode, Opcode, Psn, RocePacket, Syndrome};
+use crate::time::Time;
+
+#[test]
+fn write_is_pseudo_acked_with_responder_fields_and_msn() {
+    let (mut e, t) = edge_ingress();
+    e.handle_dc(t, &request(Opcode::RC_WRITE_FIRST, 100, false, 64, 0));
+    e.handle_dc(t, &request(Opcode::RC_WRITE_MIDDLE, 101, false, 64, 0));
+    e.handle_dc(t, &request(Opcode::RC_WRITE_LAST, 102, true, 64, 0));
+    let out = drain(&mut e);
+    assert_eq!(forwarded(&out), vec![100, 101, 102]);
+    // MSN: the learning ACK said 0 at PSN 99, +1 for this WRITE.
+    assert_eq!(acks(&out), vec![(102, Syndrome::ACK_UNLIMITED, 1)]);
+    assert_eq!(e.occupancy().slots_used, 3);
+}
+
+#[test]
+fn coalesces_to_every_n_packets_then_the_timer() {
+    let (mut e, t) = edge_ingress();
+    for psn in 100..106 {
+        e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, psn, false, 8, 0));
+    }
+    assert_eq!(
+        drained_acks(&mut e),
+        vec![(103, Syndrome::ACK_UNLIMITED, 4)],
+        "one ACK per 4 packets"
+    );
+    let deadline = e.poll_timeout().expect("timer for the remaining two");
+    assert_eq!(deadline, t + Duration::from_micros(20));
+    e.handle_timeout(deadline);
+    assert_eq!(
+        drained_acks(&mut e),
+        vec![(105, Syndrome::ACK_UNLIMITED, 6)]
+    );
+}
+
+#[test]
+fn never_acks_at_or_past_an_outstanding_read() {
+    let (mut e, t) = edge_ingress();
+    e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 100, true, 64, 0));
+    // READ of 2 x 4096: two PSNs (101, 102) once the MTU is known; unknown
+    // here, so the gateway must not assume fewer than it can prove.
+    e.handle_dc(t, &request(Opcode::RC_READ_REQUEST, 101, true, 0, 8192));
+    e.handle_dc(t, &request(Opcode::RC_WRITE_ONLY, 103, true, 64, 0));
+    let out = drain(&mut e);
+    assert_eq!(forwarded(&out), vec![100, 101, 103], "103 widened the READ");
+    assert_eq!(acks(&out), vec![(100, Syndrome::ACK_UNLIMITED, 1)]);
+    // The READ's responses come back; the last one answers it.
+    let first = response(
+        Opcode::RC_READ_RESPONSE_FIRST,
+        101,
+        Syndrome::ACK_UNLIMITED,
+        4096,
+    );
+    let last = response(
+        Opcode::RC_READ_RESPONSE_LAST,
+        102,
+        Syndrome::ACK_UNLIMITED,
+        4096,
+    );
+    twin_response(&mut e, t, first.clone());
+    assert_eq!(drain(&mut e), vec![Output::Dc(first)]);
+    twin_response(&mut e, t, last.clone());
+    let out = drain(&mut e);
+    assert_eq!(out[0], Output::Dc(last));
+    assert_eq!(acks(&out[1..]), vec![(103, Syndrome::ACK_UNLIMITED, 3)]);
+}
+
+#[test]
+fn duplicates_are_re_acked_and_a_gap_gets_one_nak() {
+    let (mut e, t) = edge_ingress();
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, true, 8, 0));
+    drain(&mut e);
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 100, true, 8, 0));
+    let out = drain(&mut e);
+    assert_eq!(
+        forwarded(&out),
+        Vec::<u32>::new(),
+        "duplicate not forwarded"
+    );
+    assert_eq!(acks(&out), vec![(100, Syndrome::ACK_UNLIMITED, 1)]);
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 102, true, 8, 0));
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 103, true, 8, 0));
+    let out = drain(&mut e);
+    assert_eq!(
+        acks(&out),
+        vec![(101, Syndrome::Nak(NakCode::PsnSequenceError), 1)],
+        "one NAK with the expected PSN, then silence"
+    );
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 101, true, 8, 0));
+    assert_acks(&mut e, &[(101, Syndrome::ACK_UNLIMITED, 2)]);
+}
+
+#[test]
+fn delivered_frees_the_buffer_and_errors_reach_the_requester() {
+    let (mut e, t) = edge_ingress();
+    for psn in 100..104 {
+        e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
+    }
+    drain(&mut e);
+    assert_eq!(e.occupancy().slots_used, 4);
+    twin_delivered(&mut e, t, key(), 101);
+    assert_eq!(e.occupancy().slots_used, 2);
+    twin_error(&mut e, t, key(), 102, NakCode::RemoteAccessError);
+    let out = drain(&mut e);
+    assert_eq!(
+        acks(&out),
+        vec![(104, Syndrome::Nak(NakCode::RemoteAccessError), 4)],
+        "NAK at the requester's next outstanding PSN"
+    );
+    assert_eq!(e.occupancy().slots_used, 0);
+    // Anything new is refused the same way: never a silent success.
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 104, true, 8, 0));
+    let out = drain(&mut e);
+    assert_eq!(
+        acks(&out),
+        vec![(104, Syndrome::Nak(NakCode::RemoteAccessError), 4)]
+    );
+    assert!(forwarded(&out).is_empty());
+}
+
+#[test]
+fn strict_waits_for_the_real_ack_of_each_message_end() {
+    let mut e = ingress_engine(AckPolicy::Strict);
+    let t = Time::from_micros(1);
+    e.handle_dc(t, &request(Opcode::RC_WRITE_FIRST, 100, false, 64, 0));
+    e.handle_dc(t, &request(Opcode::RC_WRITE_MIDDLE, 101, false, 64, 0));
+    e.handle_dc(t, &request(Opcode::RC_WRITE_LAST, 102, true, 64, 0));
+    let out = drain(&mut e);
+    assert!(acks(&out).is_empty(), "coalescing: nothing due yet");
+    let d = e.poll_timeout().unwrap();
+    e.handle_timeout(d);
+    assert_eq!(
+        drained_acks(&mut e),
+        vec![(101, Syndrome::ACK_UNLIMITED, 0)],
+        "everything but the last packet"
+    );
+    twin_delivered(&mut e, d, key(), 102);
+    assert_eq!(
+        drained_acks(&mut e),
+        vec![(102, Syndrome::ACK_UNLIMITED, 1)]
+    );
+}
+
+/// An accelerated half in a 12-slot buffer with an 8-slot ACK reserve,
+/// after SENDs 100..105 at `t`: the first four are acknowledged, then the
+/// reserve is reached and ACKs are withheld.
+fn nearly_full_engine() -> (QpEngine, Time) {
+    let mut c = cfg(AckPolicy::Edge);
+    c.buffer_slots = 12;
+    c.ack.ack_reserve_slots = 8;
+    let mut e = QpEngine::new(c);
+    e.handle_dc(Time::ZERO, &request(Opcode::RC_SEND_ONLY, 99, true, 8, 0));
+    twin_response(
+        &mut e,
+        Time::ZERO,
+        response(Opcode::RC_ACK, 99, Syndrome::ACK_UNLIMITED, 0),
+    );
+    drain(&mut e);
+    let t = Time::from_micros(1);
+    for psn in 100..106 {
+        e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
+    }
+    (e, t)
+}
+
+#[test]
+fn backpressure_withholds_acks_instead_of_dropping() {
+    let (mut e, t) = nearly_full_engine();
+    let out = drain(&mut e);
+    let a = acks(&out);
+    // 12 slots, 8 reserved: ACKs stop once 5 are held.
+    assert_eq!(a.last().unwrap().0, 103);
+    assert_eq!(forwarded(&out).len(), 6, "all accepted and forwarded");
+    twin_delivered(&mut e, t, key(), 105);
+    assert_acks(&mut e, &[(105, Syndrome::ACK_UNLIMITED, 6)]);
+}
+
+#[test]
+fn malformed_and_forged_packets_are_counted_and_dropped() {
+    let mut e = ingress_engine(AckPolicy::Edge);
+    let mut bad = request(Opcode::RC_SEND_ONLY, 100, true, 8, 0);
+    let n = bad.len();
+    bad[n - 1] ^= 0xff; // ICRC
+    e.handle_dc(Time::ZERO, &bad);
+    e.handle_dc(Time::ZERO, &bad[..30]);
+    assert!(drain(&mut e).is_empty());
+    assert_eq!((e.stats.dc_bad_icrc, e.stats.dc_malformed), (1, 1));
+    // A forged pseudo-ACK builder check: ReplyTo reverses addresses.
+    let p = RocePacket::parse(&request(Opcode::RC_SEND_ONLY, 1, true, 0, 0))
+        .map(|p| ReplyTo::answering(&p, RQ_QPN))
+        .unwrap();
+    let ack = builders::ack(&p, Psn::new(1), 0).to_vec(&[]).unwrap();
+    assert_eq!(
+        RocePacket::parse_verified(&ack).unwrap().ip.dst(),
+        REQUESTER
+    );
+}
+
+#[test]
+fn a_gap_before_the_switch_naks_the_first_psn_the_responder_has_not_acked() {
+    // Raw 99..=101 went through the tunnel; the responder has acknowledged
+    // only 99 when the requester's 103 arrives (102 lost in the DC). A NAK
+    // at 102 would also acknowledge 100 and 101, which may never arrive
+    // (rxe completes everything before a NAK's PSN): NAK 100 instead.
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::ZERO;
+    for psn in 99..=101 {
+        e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
+    }
+    assert_eq!(drain(&mut e).len(), 3, "tunnelled");
+    // The real ACK of 99 carries the responder's MSN 5.
+    let ack = builders::ack(
+        &ReplyTo::answering(
+            &RocePacket::parse(&request(Opcode::RC_SEND_ONLY, 99, true, 8, 0)).unwrap(),
+            RQ_QPN,
+        ),
+        Psn::new(99),
+        5,
+    )
+    .to_vec(&[])
+    .unwrap();
+    twin_response(&mut e, t, ack);
+    drain(&mut e);
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 103, true, 8, 0));
+    assert_nak(&mut e, 100, NakCode::PsnSequenceError, 5);
+}
+
+/// Backpressure withholds pseudo-ACKs; if that lasts longer than the
+/// requester's ACK timeout (67 ms with perftest) it would resend its whole
+/// window. The last pseudo-ACK is repeated meanwhile: it acknowledges
+/// nothing new (the buffer is full), but rxe restarts its retransmission
+/// timer on every response it processes.
+#[test]
+fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
+    let (mut e, t) = nearly_full_engine();
+    assert_eq!(drained_acks(&mut e).last().unwrap().0, 103, "then withheld");
+    // 100 ms of a full buffer: the ACK of 103 again, every 10 ms.
+    let until = t + Duration::from_millis(100);
+    let repeated = acks(&run_timers(&mut e, until));
+    assert_eq!(repeated.len(), 10, "{repeated:?}");
+    assert!(repeated
+        .iter()
+        .all(|&a| a == (103, Syndrome::ACK_UNLIMITED, 4)));
+    // The twin delivers: the real pseudo-ACK moves on, the repeats stop.
+    twin_delivered(&mut e, until, key(), 105);
+    assert_acks(&mut e, &[(105, Syndrome::ACK_UNLIMITED, 6)]);
+    assert!(acks(&run_timers(&mut e, until + Duration::from_millis(100))).is_empty());
+    // A longer hold (every WAN path down) is the requester's to judge: the
+    // repeats stop after HOLD_ACK_FOR.
+    for psn in 106..113 {
+        e.handle_dc(until, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
+    }
+    assert_eq!(
+        drained_acks(&mut e).last().unwrap().0,
+        109,
+        "withheld again"
+    );
+    let held = acks(&run_timers(&mut e, until + Duration::from_secs(10)));
+    let expected = (HOLD_ACK_FOR.as_millis() / 10) as usize;
+    assert!(
+        (expected - 1..=expected).contains(&held.len()),
+        "{} repeats",
+        held.len()
+    );
+}

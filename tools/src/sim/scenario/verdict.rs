@@ -1,0 +1,201 @@
+//! Judging a run's end state: every invariant a scenario must hold (nothing
+//! acknowledged and lost, never silently; no gateway giving up with nothing
+//! injected; no head of line behind a stalled QP; buffers back to zero),
+//! and the figures the [`Outcome`] reports.
+
+use soya::site::Site;
+use soya::time::Time;
+
+use super::super::world::World;
+use super::{Outcome, Scenario};
+use crate::rc::hw::EndpointModel;
+
+/// The QPs beside a stalled one must not wait behind it: their data lands
+/// before the gateway gives up on the stalled one (its RNR budget takes
+/// well over half a second; they need milliseconds). Waiting behind it,
+/// they would land only once it failed, or never.
+pub(super) fn check_no_head_of_line(
+    landed: Option<Time>,
+    stall_failed: Option<(Time, bool)>,
+    out: &mut Outcome,
+) {
+    match (landed, stall_failed) {
+        (Some(l), Some((f, true))) if l > f => out.violations.push(format!(
+            "head of line: the QPs beside the stalled one landed at {l:?}, after it failed at {f:?}"
+        )),
+        (Some(_), _) => {}
+        (None, _) => out
+            .violations
+            .push("head of line: the QPs beside the stalled one never landed".into()),
+    }
+}
+
+pub(super) fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
+    out.events = w.events;
+    out.elapsed_s = (last - start).as_secs_f64();
+    if out.elapsed_s > 0.0 {
+        out.goodput_gbps = out.bytes_completed as f64 * 8.0 / out.elapsed_s / 1e9;
+    }
+    let mut completed_write_bytes = 0u64;
+    let mut placed_bytes = 0u64;
+    for (req_host, resp_host) in [(&w.host_a, &w.host_b), (&w.host_b, &w.host_a)] {
+        for (qa, qb) in req_host.qps.iter().zip(resp_host.qps.iter()) {
+            let st = qa.stats();
+            out.requester_retransmissions += st.retransmitted_packets;
+            out.requester_timeouts += st.timeouts;
+            out.requester_timeouts_after_ack += st.timeouts_after_ack;
+            out.implied_naks += st.implied_naks;
+            out.data_errors += st.data_errors;
+            let mem = qb.memory().stats();
+            out.bytes_verified += mem.bytes_verified;
+            out.data_errors += mem.data_errors;
+            placed_bytes += mem.bytes_placed + mem.send_bytes_received;
+            completed_write_bytes += st.bytes_completed_writes_sends();
+        }
+    }
+    let errors_injected: u64 = w
+        .engines()
+        .map(|g| g.ingress_totals().errors_injected)
+        .sum();
+    let expect_failures = s.responder_error
+        || (s.recv_refill.is_none() && s.recv_credits.is_some_and(|r| r < s.iters))
+        || s.twin_restart.is_some()
+        || s.stall_qp0;
+    if errors_injected > 0 && !expect_failures {
+        out.violations.push(format!(
+            "a gateway gave up on a flow ({errors_injected} errors injected) with no failure injected"
+        ));
+    }
+    // With a failure injected, the documented path (an error NAK on a later
+    // work request, or on the next one posted) may leave completed WRITEs
+    // unplaced; docs/semantics.md. Without one, never.
+    let poisoned = w
+        .host_a
+        .qps
+        .iter()
+        .chain(w.host_b.qps.iter())
+        .filter(|q| q.is_error())
+        .count();
+    if completed_write_bytes > placed_bytes && errors_injected == 0 && poisoned == 0 {
+        out.bytes_lost = completed_write_bytes - placed_bytes;
+        out.violations.push(format!(
+            "applications were told {completed_write_bytes} bytes landed; {placed_bytes} did"
+        ));
+    }
+    // Even then, never silently: a requester whose completed data did not
+    // land must have been told, its QP moved to the error state (an error
+    // completion, or its receives flushed).
+    for (req_host, resp_host) in [(&w.host_a, &w.host_b), (&w.host_b, &w.host_a)] {
+        for (i, (qa, qb)) in req_host.qps.iter().zip(resp_host.qps.iter()).enumerate() {
+            let told = qa.stats().bytes_completed_writes_sends();
+            let m = qb.memory().stats();
+            let placed = m.bytes_placed + m.send_bytes_received;
+            if told > placed && !qa.is_error() {
+                out.bytes_lost += told - placed;
+                out.violations.push(format!(
+                    "silent loss: QP {i}'s application was told {told} bytes landed, {placed} \
+                     did, and its QP is not in error"
+                ));
+            }
+        }
+    }
+    if out.data_errors > 0 {
+        out.violations.push(format!(
+            "{} data errors (corrupt, misplaced, stale or duplicated data)",
+            out.data_errors
+        ));
+        out.bytes_misordered = out.data_errors;
+    }
+    if out.messages_failed > 0 && !expect_failures {
+        out.violations.push(format!(
+            "{} work requests failed with nothing injected",
+            out.messages_failed
+        ));
+    }
+    // With loss inside the requester's DC, an implied NAK is what rxe does
+    // when a READ response is lost and a later ACK arrives, gateway or not.
+    // A hardware requester whose timer fired (a 2 ms step on a READ whose
+    // response takes a longer RTT: no pseudo-ACK may answer it) resends the
+    // READ and what follows; the responder's answers to the first copies
+    // then arrive past the re-issued READ: implied NAKs of its own making.
+    let own_retries = s.endpoint == EndpointModel::Hw && out.requester_timeouts > 0;
+    if s.accelerated && s.dc_loss == 0.0 && !own_retries && out.implied_naks > 0 {
+        out.violations.push(format!(
+            "{} implied NAKs at the requester: a pseudo-ACK went past a READ or atomic",
+            out.implied_naks
+        ));
+    }
+    if std::env::var_os("SOYA_SIM_DEBUG").is_some() {
+        for (name, gw) in [
+            ("A", w.gw_a.as_ref().map(Site::engine)),
+            ("B", w.gw_b.as_ref().map(Site::engine)),
+        ] {
+            let Some(gw) = gw else { continue };
+            eprintln!("gw {name}: {:?} {:?}", gw.stats, gw.occupancy());
+            let site = if name == "A" { &w.gw_a } else { &w.gw_b };
+            if let Some(site) = site {
+                eprintln!("  twin {:?}", site.twin_counters());
+            }
+            for h in gw.ingress_halves() {
+                eprintln!("  ingress {} {:?} {:?}", h.key, h.mode, h.stats);
+            }
+            for h in gw.egress_halves() {
+                eprintln!("  egress {} held {} {:?}", h.key, h.held(), h.stats);
+            }
+        }
+        for (n, h) in [("A", &w.host_a), ("B", &w.host_b)] {
+            for qp in &h.qps {
+                eprintln!("host {n}: {:?} mem {:?}", qp.stats(), qp.memory().stats());
+            }
+        }
+        for ((a, b), l) in &w.links {
+            eprintln!("link {a:?}->{b:?}: {:?}", l.stats);
+        }
+    }
+    let state: usize = w
+        .gw_a
+        .iter()
+        .chain(w.gw_b.iter())
+        .map(|g| g.engine().state_bytes() + g.wan().flow_state_bytes())
+        .sum();
+    out.state_bytes_per_qp = (state / s.qps.max(1) as usize) as u64;
+    for gw in w.engines() {
+        let occ = gw.occupancy();
+        out.gw_buffer_high_water = out.gw_buffer_high_water.max(occ.high_water);
+        out.gw_buffer_left += occ.slots_used;
+        // Totals: halves forgotten once quiet (`qp::expiry`) count too.
+        let t = gw.ingress_totals();
+        out.pseudo_acks += t.pseudo_acks;
+        out.pseudo_acks_withheld += t.withheld_acks;
+        out.hold_acks += t.hold_acks;
+        out.backpressure_drops += t.backpressure_drops;
+        out.cnps_sent += t.cnps_sent;
+    }
+    // A message to the twin dropped at the bound of the site's pending
+    // queue loses whatever it carried (a READ response, a Delivered): the
+    // flow waits for it forever, or pseudo-ACKed data is gone.
+    for g in [&w.gw_a, &w.gw_b].into_iter().flatten() {
+        let t = g.twin_counters();
+        out.read_replays_suppressed += t.read_replays_suppressed;
+        out.stale_read_responses_dropped += t.stale_read_responses_dropped;
+        out.twin_queue_high_water_bytes = out
+            .twin_queue_high_water_bytes
+            .max(t.pending_high_water_bytes);
+    }
+    let overflow: u64 = [&w.gw_a, &w.gw_b]
+        .into_iter()
+        .flatten()
+        .map(|g| g.twin_counters().pending_overflow)
+        .sum();
+    if overflow > 0 {
+        out.violations.push(format!(
+            "{overflow} twin messages dropped at the pending queue's bound"
+        ));
+    }
+    if out.gw_buffer_left > 0 {
+        out.violations.push(format!(
+            "{} buffer slots still held after the run",
+            out.gw_buffer_left
+        ));
+    }
+}
