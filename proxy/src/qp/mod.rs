@@ -41,6 +41,8 @@ pub use twin::TwinMsg;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_asks;
+#[cfg(test)]
 mod tests_expiry;
 #[cfg(test)]
 mod tests_far_error;
