@@ -26,8 +26,9 @@
 //!   [`EgressTuning::give_up`].
 //! - **Tail probe**: rxe's responder acknowledges only packets with AckReq
 //!   set. Packets sent while a request for an ACK was outstanding are covered
-//!   by none once that ACK is in; the twin's next packets (a WAN round trip
-//!   away, at worst) will ask. Only if none come within
+//!   by none once that ACK is in, and a tail in the middle of a message asks
+//!   for nothing (`pump`); the twin's next packets (a WAN round trip away,
+//!   at worst) will ask. Only if none come within
 //!   [`EgressTuning::tail_probe`] is the last one resent with AckReq. (Timing
 //!   those packets out at the local RTO was the cause of most resends seen
 //!   against rxe: docs/interop.md.)
