@@ -26,8 +26,9 @@
 //!   [`EgressTuning::give_up`].
 //! - **Tail probe**: rxe's responder acknowledges only packets with AckReq
 //!   set. Packets sent while a request for an ACK was outstanding are covered
-//!   by none once that ACK is in; the twin's next packets (a WAN round trip
-//!   away, at worst) will ask. Only if none come within
+//!   by none once that ACK is in, and a tail in the middle of a message asks
+//!   for nothing (`pump`); the twin's next packets (a WAN round trip away,
+//!   at worst) will ask. Only if none come within
 //!   [`EgressTuning::tail_probe`] is the last one resent with AckReq. (Timing
 //!   those packets out at the local RTO was the cause of most resends seen
 //!   against rxe: docs/interop.md.)
@@ -591,10 +592,9 @@ impl Reinjector {
         self.rnr_until = None;
         // The responder acknowledges only packets with AckReq set (the
         // requester sets it on the last packet of a message and on every
-        // 64th). A packet that fills our window, or the last one we hold
-        // (the twin's next ones may be a WAN hiccup away), would otherwise
-        // leave nothing to acknowledge until our timeout: ask for an ACK
-        // on it.
+        // 64th). A packet that fills our window would otherwise leave
+        // nothing to acknowledge until our timeout, and so would the last
+        // packet of a message that we hold last: ask for an ACK on them.
         let limit = self.cwnd.min(self.tuning.window);
         while self.next < self.queue.len() {
             // The window limits where a packet *starts*: a READ spanning
@@ -620,13 +620,30 @@ impl Reinjector {
                 .get(self.next + 1)
                 .map_or(used >= limit, |n| n.psn.diff(first) as u32 >= limit);
             // The last packet we hold, with no request for an ACK in
-            // flight: the twin's next packets may be a WAN hiccup away, so
-            // it must ask too. (One outstanding request is enough: when its
-            // ACK comes, whatever follows is sent and asks in turn.)
+            // flight, asks only where it ends a message (Last/Only, so also
+            // a READ request or an atomic): after it the requester may
+            // send nothing for a long time. In the middle of a message the
+            // requester must send the rest, so the twin's next packets
+            // follow and the one that ends the message asks; asking on
+            // every mid-message tail made the responder ACK every packet
+            // whenever the gateway is faster than the traffic, each ACK a
+            // `Delivered` over the WAN (docs/benchmarks.md §4). A huge
+            // message whose requester never asks mid-message still asks at
+            // our window edge (`fills`), and a mid-message tail that stalls
+            // (a WAN hiccup) is resent with AckReq after `tail_probe`
+            // (`arm`): its `Delivered` comes that much later, the twin
+            // holds its copy that much longer. (One outstanding request is
+            // enough: when its ACK comes, whatever follows is sent and
+            // asks in turn.)
             let asking = self
                 .ack_req_out
                 .is_some_and(|r| self.acked.is_none_or(|a| r.after(a)));
-            let tail = self.next + 1 == self.queue.len() && !asking;
+            let tail = self.next + 1 == self.queue.len()
+                && !asking
+                && self.queue[self.next]
+                    .op
+                    .info()
+                    .is_some_and(|i| i.completes_message());
             // AckReq is set on the held packet itself, not on a copy: the
             // DC side sends the held bytes in place (`Output::DcHeld`), and
             // a retransmission that asks for an ACK does no harm.

@@ -41,6 +41,8 @@ pub use twin::TwinMsg;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_asks;
+#[cfg(test)]
 mod tests_egress;
 #[cfg(test)]
 mod tests_egress_timeouts;
