@@ -11,6 +11,9 @@ mod demo_common;
 mod demo_netns;
 pub mod netns;
 pub mod perf;
+/// The `soya-perf` command line: its server and client, and the demo that
+/// `soya demo` runs through it (so it sits above `perf` and `demo`).
+pub mod perf_cli;
 pub mod rc;
 pub mod sim;
 pub mod size;

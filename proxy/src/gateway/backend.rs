@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 
 use soya_config::{DcBackend, Prefix};
 
-use super::ports::DcRx;
+pub use super::ports::TxOutcome;
+use super::ports::{DcPort, DcRx};
 use super::xdp::{self, SendError, XdpDc};
 use crate::sys;
 use crate::sys::udpio::{IoMode, IoStats, TxDatagram, UdpIo};
@@ -55,15 +56,6 @@ pub const DC_MAX_PACKET: usize = 9_216;
 const DC_STAGE_BYTES: usize = 512 << 10;
 /// Packets read from the tun device per batch.
 const TUN_BATCH: usize = 64;
-
-/// What became of a packet written to the DC side.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TxOutcome {
-    Sent,
-    /// udp backend: the destination host's UDP address is not learned yet.
-    NoPeer,
-    Error,
-}
 
 #[derive(Debug)]
 struct Peer {
@@ -511,6 +503,30 @@ fn would_block(e: &io::Error) -> bool {
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
     )
+}
+
+/// The shard's turn sees the backends through [`DcPort`] only.
+impl DcPort for DcIo {
+    fn recv_batch(
+        &mut self,
+        buf: &mut [u8],
+        lent: &mut Vec<Vec<u8>>,
+        f: impl FnMut(DcRx<'_>, Option<SocketAddr>) -> Option<IpAddr>,
+    ) -> io::Result<(usize, bool)> {
+        DcIo::recv_batch(self, buf, lent, Instant::now(), f)
+    }
+
+    fn send(&mut self, packet: &[u8], dst: IpAddr) -> TxOutcome {
+        DcIo::send(self, packet, dst)
+    }
+
+    fn flush(&mut self) {
+        DcIo::flush(self)
+    }
+
+    fn learn(&mut self, src: IpAddr, from: SocketAddr) {
+        DcIo::learn(self, src, from, Instant::now())
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,14 @@ use std::time::{Duration, Instant};
 
 use crate::time::Time;
 
-pub use super::backend::TxOutcome;
+/// What became of a packet written to the DC side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxOutcome {
+    Sent,
+    /// udp backend: the destination host's UDP address is not learned yet.
+    NoPeer,
+    Error,
+}
 
 /// A packet a DC backend read.
 pub enum DcRx<'a> {
@@ -104,29 +111,6 @@ impl Clock for MonotonicClock {
         while Instant::now() < due {
             std::hint::spin_loop();
         }
-    }
-}
-
-impl DcPort for super::backend::DcIo {
-    fn recv_batch(
-        &mut self,
-        buf: &mut [u8],
-        lent: &mut Vec<Vec<u8>>,
-        f: impl FnMut(DcRx<'_>, Option<SocketAddr>) -> Option<IpAddr>,
-    ) -> io::Result<(usize, bool)> {
-        super::backend::DcIo::recv_batch(self, buf, lent, Instant::now(), f)
-    }
-
-    fn send(&mut self, packet: &[u8], dst: IpAddr) -> TxOutcome {
-        super::backend::DcIo::send(self, packet, dst)
-    }
-
-    fn flush(&mut self) {
-        super::backend::DcIo::flush(self)
-    }
-
-    fn learn(&mut self, src: IpAddr, from: SocketAddr) {
-        super::backend::DcIo::learn(self, src, from, Instant::now())
     }
 }
 

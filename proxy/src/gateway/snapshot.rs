@@ -168,7 +168,7 @@ counters_from! {
             #[serde(default)] orphan_requesters_watched,
             #[serde(default)] orphan_requesters_failed,
             #[serde(default)] orphan_requester_naks,
-            /// Halves forgotten after `idle_after` of quiet (`qp::expiry`), of
+            /// Halves forgotten after `idle_after` of quiet (`qp::engine::expiry`), of
             /// which failed ones.
             #[serde(default)] halves_expired_ingress,
             #[serde(default)] halves_expired_egress,

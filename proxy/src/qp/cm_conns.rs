@@ -18,7 +18,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use super::engine::CmConn;
+/// An RDMA-CM connection with one end here and one at the twin's site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct CmConn {
+    pub(super) local: IpAddr,
+    pub(super) far: IpAddr,
+    pub(super) local_comm_id: u32,
+    pub(super) far_comm_id: u32,
+    pub(super) local_qpn: u32,
+    /// The far end's QP (the DREQ toward it names it).
+    pub(super) far_qpn: u32,
+}
 
 /// At most this many RDMA-CM connections are remembered (the oldest go).
 pub(super) const MAX_CM_CONNS: usize = 65_536;

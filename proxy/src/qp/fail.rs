@@ -16,8 +16,9 @@ use crate::roce::{builders, cm};
 use crate::roce::{IpHeader, NakCode, Psn, RocePacket, Syndrome};
 use crate::time::Time;
 
+use super::cm_conns::CmConn;
 use super::egress::Reinjector;
-use super::engine::{CmConn, QpEngine, TwinLostSummary};
+use super::engine::{QpEngine, TwinLostSummary};
 use super::half::HalfKey;
 use super::poison::{self, InProgress, Probe, Target};
 use super::twin::TwinMsg;

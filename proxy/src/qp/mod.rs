@@ -23,7 +23,6 @@
 mod cm_conns;
 pub mod egress;
 pub mod engine;
-pub mod expiry;
 mod fail;
 pub mod half;
 pub mod ingress;
@@ -31,6 +30,7 @@ pub mod keyed;
 mod orphan;
 pub mod outbox;
 pub mod poison;
+mod quiet;
 mod timers;
 pub mod twin;
 

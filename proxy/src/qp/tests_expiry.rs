@@ -1,4 +1,4 @@
-//! Forgetting quiet halves (`qp::expiry`, issue 17), packet by packet: a
+//! Forgetting quiet halves (`qp::engine::expiry`, issue 17), packet by packet: a
 //! quiet half goes with its side-table entries; a half with anything held
 //! or armed stays whatever the silence; a failed half keeps answering with
 //! its NAK for `idle_after`, then goes; and a QP that resumes after being
@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use soya_config::AckPolicy;
 
+use super::engine::expiry::idle_after;
 use super::engine::{EngineConfig, Output, QpEngine};
-use super::expiry::idle_after;
 use super::ingress::Mode;
 use super::tests::{
     cfg, drain, drained_acks, ingress_engine, key, request, response, REQUESTER, RESPONDER, RQ_QPN,

@@ -96,7 +96,7 @@ impl<V: Timed> Halves<V> {
     }
 
     /// Gives back what a burst of halves grew the table and its timers to
-    /// (`qp::expiry`, after forgetting quiet halves).
+    /// (`qp::engine::expiry`, after forgetting quiet halves).
     pub(super) fn shrink(&mut self) {
         fn loose(len: usize, capacity: usize) -> bool {
             capacity > 64 && len < capacity / 4

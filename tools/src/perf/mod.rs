@@ -62,7 +62,6 @@
 //! (MTU 9000 on the TUN devices: RoCE packets of MTU 4096 are 4.2 KB IP
 //! packets, sent with DF.)
 
-pub mod cli;
 pub mod client;
 pub mod endpoint;
 pub mod exchange;

@@ -48,11 +48,11 @@ use crate::roce::ext::RNR_TIMER_US;
 use crate::roce::{set_ack_req, NakCode, OpKind, Opcode, Psn, RocePacket, Syndrome};
 use crate::time::Time;
 
-use super::expiry::Quiet;
 use super::half::HalfKey;
 use super::ingress::span_of;
 use super::outbox::{HeldRef, Outbox, Output};
 use super::poison::InProgress;
+use super::quiet::Quiet;
 use super::twin::TwinMsg;
 
 mod timers;
@@ -297,7 +297,7 @@ pub struct Reinjector {
     /// on both), the best first probe when the plan is unknown.
     last_nak_epsn: Option<Psn>,
     tuning: EgressTuning,
-    /// Activity, for forgetting the half once it is quiet (`qp::expiry`).
+    /// Activity, for forgetting the half once it is quiet (`qp::engine::expiry`).
     pub quiet: Quiet,
     pub stats: EgressStats,
 }
@@ -456,7 +456,7 @@ impl Reinjector {
         self.quiet.touch();
         // A tunnel phase that starts anew after everything was answered
         // (the twin's ingress forgot the half and learns it again,
-        // `qp::expiry`): the old phase's bounds are history, and compared
+        // `qp::engine::expiry`): the old phase's bounds are history, and compared
         // with PSNs far past them (24 bits, modular) they would say
         // nothing true.
         if self.queue.is_empty() && self.raw_done && self.acked.is_some_and(|a| p.psn().after(a)) {

@@ -25,10 +25,10 @@ mod acking;
 
 pub use acking::{AckTuning, HOLD_ACK_FOR, HOLD_ACK_INTERVAL};
 
-use super::expiry::Quiet;
 use super::half::HalfKey;
 use super::outbox::{Outbox, Output};
 use super::poison::InProgress;
+use super::quiet::Quiet;
 use super::twin::{Carry, TwinMsg, MAX_ORPHAN_CANDIDATES};
 
 /// How far this half has come.
@@ -159,7 +159,7 @@ pub struct PseudoAcker {
     /// Most packets the requester was seen to send past our last
     /// pseudo-ACK: its window, as far as we know it (`acking`).
     window: usize,
-    /// Activity, for forgetting the half once it is quiet (`qp::expiry`).
+    /// Activity, for forgetting the half once it is quiet (`qp::engine::expiry`).
     pub quiet: Quiet,
     pub stats: IngressStats,
 }

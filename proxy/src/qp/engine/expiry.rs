@@ -17,7 +17,7 @@
 //! pair lives), its RDMA-CM starting PSN (`cm_start`), and, on their own
 //! clocks, poisoned QPs (absorbing their answers: kept between `idle_after`
 //! and twice that after the poison) and orphaned requesters (their
-//! [`super::orphan::ORPHAN_REQUESTER_TTL`]). The counters of a forgotten
+//! [`crate::qp::orphan::ORPHAN_REQUESTER_TTL`]). The counters of a forgotten
 //! half are added to the engine's retired totals
 //! ([`QpEngine::ingress_totals`], [`QpEngine::egress_totals`]), so that no
 //! count is lost with it.
@@ -67,12 +67,13 @@ use std::time::Duration;
 
 use crate::time::Time;
 
-use super::egress::{EgressStats, Reinjector};
-use super::engine::QpEngine;
-use super::half::HalfKey;
-use super::ingress::{IngressStats, PseudoAcker};
-use super::timers::{Halves, Timed};
+use super::QpEngine;
 use crate::buffer::DeepBuffer;
+use crate::qp::egress::{EgressStats, Reinjector};
+use crate::qp::half::HalfKey;
+use crate::qp::ingress::{IngressStats, PseudoAcker};
+use crate::qp::quiet::Quiet;
+use crate::qp::timers::{Halves, Timed};
 
 /// `idle_after` in units of `dc.give_up_after` (module docs).
 pub const IDLE_GIVE_UPS: u32 = 15;
@@ -83,43 +84,6 @@ const SWEEPS_PER_IDLE: u32 = 4;
 /// How long a quiescent half must be silent before it is forgotten.
 pub fn idle_after(give_up: Duration) -> Duration {
     give_up * IDLE_GIVE_UPS
-}
-
-/// A half's activity as the sweep sees it: touched by every packet or
-/// message for the half, looked at by every sweep.
-#[derive(Clone, Copy, Debug)]
-pub struct Quiet {
-    touched: bool,
-    /// The first sweep that found it quiescent and untouched since the
-    /// one before, in the current run of such sweeps.
-    since: Option<Time>,
-}
-
-impl Default for Quiet {
-    fn default() -> Quiet {
-        Quiet {
-            touched: true,
-            since: None,
-        }
-    }
-}
-
-impl Quiet {
-    /// Something happened to the half.
-    pub fn touch(&mut self) {
-        self.touched = true;
-    }
-
-    /// A sweep at `now`: true once the half has been `quiescent` and
-    /// untouched for `after`. The silence is counted from the sweep after
-    /// its last activity, so it is never shorter than `after`.
-    fn sweep(&mut self, now: Time, quiescent: bool, after: Duration) -> bool {
-        if std::mem::take(&mut self.touched) || !quiescent {
-            self.since = Some(now);
-            return false;
-        }
-        now.since(*self.since.get_or_insert(now)) >= after
-    }
 }
 
 /// The engine's expiry state.

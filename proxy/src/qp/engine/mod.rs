@@ -4,6 +4,10 @@
 //! Inputs: packets from the DC side ([`QpEngine::handle_dc`]), messages from
 //! the twin ([`QpEngine::handle_twin`]) and timers. Outputs: packets for the
 //! DC side and messages for the twin ([`QpEngine::poll_output`]).
+//!
+//! Forgetting quiet halves is part of the engine's own state, in the child
+//! module [`expiry`] (it reads every table here; the halves it sweeps only
+//! carry a [`Quiet`](super::quiet::Quiet) and never import it).
 
 use std::collections::BTreeMap;
 
@@ -20,15 +24,17 @@ use crate::roce::ip::rxe_udp_sport;
 use crate::roce::{is_roce, IpHeader, NakCode, OpKind, Psn, RocePacket, WireError};
 use crate::time::Time;
 
-use super::cm_conns::CmConns;
+pub mod expiry;
+
+use super::cm_conns::{CmConn, CmConns};
 use super::egress::{EgressTuning, Reinjector, RequestInfo};
-use super::expiry::Expiry;
 use super::half::HalfKey;
 use super::ingress::{AckTuning, Admitted, PseudoAcker};
 pub use super::outbox::{HeldRef, Outbox, Output};
 use super::poison::{Orphan, OrphanRequester, Probe};
 use super::timers::Halves;
 use super::twin::{Carry, TwinMsg};
+use expiry::Expiry;
 
 #[derive(Clone, Copy, Debug)]
 pub struct EngineConfig {
@@ -208,12 +214,12 @@ pub struct EngineStats {
     pub orphan_requester_naks: u64,
     /// ...and the probes of their responder role that this made moot.
     pub orphan_probes_superseded: u64,
-    /// Halves forgotten after `idle_after` of quiet (`qp::expiry`)...
+    /// Halves forgotten after `idle_after` of quiet (`qp::engine::expiry`)...
     pub halves_expired_ingress: u64,
     pub halves_expired_egress: u64,
     /// ...of which failed halves (their fatal-NAK promise kept until then).
     pub halves_expired_failed: u64,
-    /// Poisoned QPs no longer watched for answers (`qp::expiry`).
+    /// Poisoned QPs no longer watched for answers (`qp::engine::expiry`).
     pub poisoned_expired: u64,
 }
 
@@ -239,18 +245,6 @@ pub struct TwinLostSummary {
     pub egress_packets_dropped: u64,
     /// DREQs sent in a lost twin's name to local RDMA-CM connections.
     pub dreqs_sent: u64,
-}
-
-/// An RDMA-CM connection with one end here and one at the twin's site.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct CmConn {
-    pub(super) local: IpAddr,
-    pub(super) far: IpAddr,
-    pub(super) local_comm_id: u32,
-    pub(super) far_comm_id: u32,
-    pub(super) local_qpn: u32,
-    /// The far end's QP (the DREQ toward it names it).
-    pub(super) far_qpn: u32,
 }
 
 pub(super) use super::cm_conns::MAX_CM_CONNS;
@@ -298,7 +292,7 @@ pub struct QpEngine {
     /// Requesters of this site orphaned by this gateway's restart, watched
     /// for their retransmissions, by the half of their requests.
     pub(super) orphan_requesters: KeyedMap<HalfKey, OrphanRequester>,
-    /// Forgetting quiet halves (`qp::expiry`).
+    /// Forgetting quiet halves (`qp::engine::expiry`).
     pub(super) expiry: Expiry,
     pub(super) out: Outbox,
     /// `handle_timeout`'s list of halves due, kept so that a timeout

@@ -35,13 +35,13 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use soya::roce::ip::ROCE_PORT;
 
-use super::client::{run_client, ClientConfig, RunLimit};
-use super::endpoint::Tunnel;
-use super::exchange::DEFAULT_PORT;
-use super::report::PerfReport;
-use super::server::{Server, ServerConfig};
-use super::workload::Op;
-use super::{PerfError, ProgressTo, Transport};
+use crate::perf::client::{run_client, ClientConfig, RunLimit};
+use crate::perf::endpoint::Tunnel;
+use crate::perf::exchange::DEFAULT_PORT;
+use crate::perf::report::PerfReport;
+use crate::perf::server::{Server, ServerConfig};
+use crate::perf::workload::Op;
+use crate::perf::{PerfError, ProgressTo, Transport};
 use crate::size::parse_size;
 
 /// A RoCEv2 RC endpoint in software (UDP port 4791, modelled on Linux rxe),
@@ -152,8 +152,8 @@ impl Common {
     }
 
     #[cfg(feature = "verbs")]
-    fn verbs_options(&self) -> super::verbs::VerbsOptions {
-        super::verbs::VerbsOptions {
+    fn verbs_options(&self) -> crate::perf::verbs::VerbsOptions {
+        crate::perf::verbs::VerbsOptions {
             device: self.device.clone(),
             gid_index: self.gid_index,
             qp_timeout: self.qp_timeout,
@@ -425,12 +425,12 @@ fn server(a: ServerArgs) -> i32 {
 
 #[cfg(feature = "verbs")]
 fn verbs_client(cfg: &ClientConfig, c: &Common) -> Result<PerfReport, PerfError> {
-    super::verbs::run_client(cfg, &c.verbs_options())
+    crate::perf::verbs::run_client(cfg, &c.verbs_options())
 }
 
 #[cfg(not(feature = "verbs"))]
 fn verbs_client(_: &ClientConfig, _: &Common) -> Result<PerfReport, PerfError> {
-    Err(PerfError::Usage(super::VERBS_UNAVAILABLE.into()))
+    Err(PerfError::Usage(crate::perf::VERBS_UNAVAILABLE.into()))
 }
 
 #[cfg(feature = "verbs")]
@@ -444,7 +444,7 @@ fn verbs_server(cfg: &ServerConfig, c: &Common, once: bool) -> i32 {
             )))
         }
     };
-    let names = super::verbs::device_names();
+    let names = crate::perf::verbs::device_names();
     if names.is_empty() {
         return fail(&PerfError::Failed(
             "--verbs: no RDMA device found (for Soft-RoCE: modprobe rdma_rxe; \
@@ -460,7 +460,7 @@ fn verbs_server(cfg: &ServerConfig, c: &Common, once: bool) -> i32 {
         );
     }
     loop {
-        let status = match super::verbs::serve(cfg, &c.verbs_options(), &listener) {
+        let status = match crate::perf::verbs::serve(cfg, &c.verbs_options(), &listener) {
             Ok(r) => {
                 print_report(&r, c.json);
                 i32::from(!r.ok)
@@ -475,7 +475,7 @@ fn verbs_server(cfg: &ServerConfig, c: &Common, once: bool) -> i32 {
 
 #[cfg(not(feature = "verbs"))]
 fn verbs_server(_: &ServerConfig, _: &Common, _: bool) -> i32 {
-    fail(&PerfError::Usage(super::VERBS_UNAVAILABLE.into()))
+    fail(&PerfError::Usage(crate::perf::VERBS_UNAVAILABLE.into()))
 }
 
 /// Runs `soya-perf` with `args` (program name first); returns the exit status.
