@@ -550,7 +550,8 @@ fn schedule(
     // swept every quarter of that), so the engine holds as many QP halves
     // as it will in steady state; a quarter of the run, at least that
     // long, at most 5 minutes.
-    let forgotten = soya::qp::engine::expiry::idle_after(soya_config::DEFAULT_GIVE_UP_AFTER).as_secs_f64()
+    let forgotten = soya::qp::engine::expiry::idle_after(soya_config::DEFAULT_GIVE_UP_AFTER)
+        .as_secs_f64()
         * 1.25
         + 10.0;
     let warm_at = (total * 0.25).clamp(forgotten.min(300.0), 300.0);

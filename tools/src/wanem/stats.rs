@@ -67,6 +67,9 @@ counters!(
     /// Waits that ended (a timer or an arrival): each costs a context
     /// switch, which `--slack-us` moderates.
     wakeups,
+    /// Of those, sleeps of `--slack-us` after a wake-up that found work,
+    /// to serve what gathers meanwhile together (never while idle).
+    moderated,
 );
 
 impl DirStats {
