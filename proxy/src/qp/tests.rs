@@ -16,10 +16,8 @@ use super::engine::{EngineConfig, Output, QpEngine};
 use super::half::HalfKey;
 use super::tests_twin::{twin_request, twin_response};
 use super::twin::{Carry, TwinMsg};
-use crate::roce::{
-    Aeth, Bth, ExtHeaders, Headers, IpHeader, NakCode, Opcode, Psn, Reth, RocePacket, RoceRepr,
-    Syndrome,
-};
+use crate::roce::builders::{self, ReplyTo};
+use crate::roce::{IpHeader, NakCode, Opcode, Psn, Reth, RocePacket, Syndrome};
 use crate::time::Time;
 
 pub(super) const REQUESTER: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
@@ -62,28 +60,25 @@ pub(super) fn request_on(
         rkey: 7,
         len: read_len.max(payload as u32),
     };
-    crate::roce::builders::request(ip, dest_qp, op, Psn::new(psn), ack_req, reth)
+    builders::request(ip, dest_qp, op, Psn::new(psn), ack_req, reth)
         .to_vec(&vec![0xab; payload])
         .unwrap()
 }
 
-/// A response from the responder to the requester (what the egress twin sees).
-pub(super) fn response(op: Opcode, psn: u32, syndrome: Syndrome, payload: usize) -> Vec<u8> {
-    let info = op.info().unwrap();
-    let repr = RoceRepr {
+/// Where the responder answers the requester's QP.
+pub(super) fn to_requester() -> ReplyTo {
+    ReplyTo {
         ip: IpHeader::v4(RESPONDER, REQUESTER),
         src_port: 0xc000,
-        bth: Bth::new(op, RQ_QPN, Psn::new(psn)),
-        ext: ExtHeaders {
-            present: info.headers,
-            aeth: info
-                .headers
-                .contains(Headers::AETH)
-                .then_some(Aeth { syndrome, msn: 0 }),
-            ..Default::default()
-        },
-    };
-    repr.to_vec(&vec![0xcd; payload]).unwrap()
+        dest_qp: RQ_QPN,
+    }
+}
+
+/// A response from the responder to the requester (what the egress twin sees).
+pub(super) fn response(op: Opcode, psn: u32, syndrome: Syndrome, payload: usize) -> Vec<u8> {
+    builders::response(&to_requester(), op, Psn::new(psn), syndrome, 0)
+        .to_vec(&vec![0xcd; payload])
+        .unwrap()
 }
 
 pub(super) fn cfg(policy: AckPolicy) -> EngineConfig {
