@@ -7,6 +7,7 @@
 //! (re-injection) and `tests_egress_timeouts` (its timers), so that this
 //! file stays the one place to read how a test packet is made.
 
+use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -217,6 +218,53 @@ pub(super) fn sent_with_ack_req(out: &[Output]) -> Vec<(u32, bool)> {
             _ => None,
         })
         .collect()
+}
+
+/// A responder behind the egress that executes what it was sent in order,
+/// one packet per [`Self::execute_one`]: it ACKs what asks and re-ACKs a
+/// duplicate with the last PSN it executed (C9-105). Nothing is lost on
+/// its link: a gap fails the test.
+pub(super) struct InOrderResponder {
+    /// Sent to it and not executed yet: (PSN, AckReq).
+    pub queue: VecDeque<(u32, bool)>,
+    /// The PSN it executes next.
+    pub expected: u32,
+    /// Packets it had executed already.
+    pub duplicates: u32,
+}
+
+impl InOrderResponder {
+    pub fn new(first_psn: u32) -> Self {
+        InOrderResponder {
+            queue: VecDeque::new(),
+            expected: first_psn,
+            duplicates: 0,
+        }
+    }
+
+    /// Queues what the egress `e` sent since it last looked.
+    pub fn receive(&mut self, e: &mut QpEngine) {
+        self.queue.extend(sent_with_ack_req(&drain(e)));
+    }
+
+    /// Executes the oldest packet it holds, if any, and answers at `now`.
+    pub fn execute_one(&mut self, e: &mut QpEngine, now: Time) {
+        let Some((psn, ack_req)) = self.queue.pop_front() else {
+            return;
+        };
+        let ack = if psn == self.expected {
+            self.expected += 1;
+            ack_req.then_some(psn)
+        } else {
+            assert!(psn < self.expected, "a gap at {psn}: nothing is lost here");
+            self.duplicates += 1;
+            Some(self.expected - 1)
+        };
+        if let Some(a) = ack {
+            let ack = response(Opcode::RC_ACK, a, Syndrome::ACK_UNLIMITED, 0);
+            e.handle_dc(now, &ack);
+        }
+    }
 }
 
 pub(super) fn delivered(out: &[Output]) -> Vec<u32> {
