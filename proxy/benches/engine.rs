@@ -38,11 +38,15 @@ use criterion::{criterion_group, BatchSize, Criterion, Throughput};
 use soya::qp::egress::Reinjector;
 use soya::qp::ingress::{Mode, PseudoAcker};
 use soya::qp::twin::Carry;
-use soya::qp::{EngineConfig, HalfKey, Output, QpEngine, TwinMsg};
-use soya::roce::{builders, IpHeader, Opcode, Psn, Reth, RocePacket};
+use soya::qp::{EngineConfig, Output, QpEngine, TwinMsg};
+use soya::roce::{Opcode, Psn, RocePacket};
 use soya::sys::{CountingAlloc, HeapChange};
 use soya::time::Time;
 use soya::wan::{msg, CcKind, Cipher, CipherPolicy, Event, PathConfig, WanConfig, WanConnection};
+
+#[path = "../tests/common/hosts.rs"]
+mod hosts;
+use hosts::{key, REQUESTER};
 
 // ---------------------------------------------------------------------------
 // A global allocator that counts live heap bytes while `COUNTING` is set
@@ -72,10 +76,6 @@ fn live() -> isize {
 // ---------------------------------------------------------------------------
 // Packets.
 
-const REQUESTER: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
-const RESPONDER: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 1);
-const RQ_QPN: u32 = 0x11;
-const RS_QPN: u32 = 0x22;
 const PAYLOAD: usize = 4096;
 /// The simulated clock advances this much per packet (4 KiB at ~80 Gbit/s):
 /// pseudo-ACKs are due by count, long before the 20 µs coalescing timer.
@@ -94,23 +94,9 @@ fn psn(n: u32) -> u32 {
     FIRST_PSN.wrapping_add(n) & 0xFF_FFFF
 }
 
-fn key(requester: Ipv4Addr) -> HalfKey {
-    HalfKey {
-        requester: requester.into(),
-        responder: RESPONDER.into(),
-        responder_qpn: RS_QPN,
-    }
-}
-
 /// A request from `requester` to the responder.
 fn request(op: Opcode, requester: Ipv4Addr, psn: u32, ack_req: bool, len: usize) -> Vec<u8> {
-    let reth = Reth {
-        va: 0x1000,
-        rkey: 7,
-        len: len as u32,
-    };
-    let ip = IpHeader::v4(requester, RESPONDER);
-    builders::request(ip, RS_QPN, op, Psn::new(psn & 0xFF_FFFF), ack_req, reth)
+    hosts::request(requester, op, psn, ack_req, len as u32)
         .to_vec(&vec![0x5a; len])
         .unwrap()
 }
@@ -129,14 +115,7 @@ fn write(requester: Ipv4Addr, n: u32) -> Vec<u8> {
 
 /// The responder's ACK of `psn` to `requester`.
 fn ack(requester: Ipv4Addr, psn: u32, msn: u32) -> Vec<u8> {
-    let to = builders::ReplyTo {
-        ip: IpHeader::v4(RESPONDER, requester),
-        src_port: 0xc000,
-        dest_qp: RQ_QPN,
-    };
-    builders::ack(&to, Psn::new(psn & 0xFF_FFFF), msn)
-        .to_vec(&[])
-        .unwrap()
+    hosts::ack(requester, psn, msn).to_vec(&[]).unwrap()
 }
 
 /// Takes every output, and gives its packet buffer back to the engine's

@@ -33,24 +33,23 @@
 
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use soya::gateway::memory::{MemDc, MemWan, VirtualClock};
 use soya::gateway::ports::Clock;
 use soya::gateway::turn::Turn;
 use soya::qp::twin::Carry;
-use soya::qp::{EngineConfig, HalfKey, Output, QpEngine, TwinMsg};
-use soya::roce::{builders, is_roce, IpHeader, OpKind, Opcode, Psn, Reth, RocePacket};
+use soya::qp::{EngineConfig, Output, QpEngine, TwinMsg};
+use soya::roce::{is_roce, OpKind, Opcode, Psn, RocePacket};
 use soya::site::{Site, SiteParams};
 use soya::sys::thread_cpu_ns;
 use soya::time::Time;
 use soya::wan::{Event, WanConnection};
 
-const REQUESTER: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
-const RESPONDER: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 1);
-const RQ_QPN: u32 = 0x11;
-const RS_QPN: u32 = 0x22;
+#[path = "../tests/common/hosts.rs"]
+mod hosts;
+use hosts::{key, REQUESTER};
+
 const PAYLOAD: usize = 4096;
 const FIRST_PSN: u32 = 0xFF_F000; // wraps early in the run
 /// PSNs the requester may have unacknowledged: soya-perf's 128 WRs of
@@ -96,26 +95,13 @@ fn write_msg(n: u32, buf: &mut [u8]) -> usize {
 
 fn write_op(n: u32, op: Opcode, ack_req: bool, len: usize, buf: &mut [u8]) -> usize {
     static DATA: [u8; PAYLOAD] = [0x5a; PAYLOAD];
-    let reth = Reth {
-        va: 0x1000,
-        rkey: 7,
-        len: len as u32,
-    };
-    let ip = IpHeader::v4(REQUESTER, RESPONDER);
-    builders::request(ip, RS_QPN, op, Psn::new(psn(n)), ack_req, reth)
+    hosts::request(REQUESTER, op, psn(n), ack_req, len as u32)
         .emit(&DATA, buf)
         .unwrap()
 }
 
 fn ack(psn: u32, msn: u32, buf: &mut [u8]) -> usize {
-    let to = builders::ReplyTo {
-        ip: IpHeader::v4(RESPONDER, REQUESTER),
-        src_port: 0xc000,
-        dest_qp: RQ_QPN,
-    };
-    builders::ack(&to, Psn::new(psn), msn)
-        .emit(&[], buf)
-        .unwrap()
+    hosts::ack(REQUESTER, psn, msn).emit(&[], buf).unwrap()
 }
 
 // ----- the two gateways -----
@@ -421,14 +407,6 @@ fn pair(o: &Opts, keyed: bool) -> PairRun {
 
 // ----- the sans-IO parts alone -----
 
-fn key() -> HalfKey {
-    HalfKey {
-        requester: REQUESTER.into(),
-        responder: RESPONDER.into(),
-        responder_qpn: RS_QPN,
-    }
-}
-
 fn drain(e: &mut QpEngine) {
     while let Some(o) = e.poll_output() {
         match o {
@@ -484,7 +462,7 @@ fn engine_ingress(packets: u32) -> f64 {
                 e.handle_twin(
                     now,
                     TwinMsg::Delivered {
-                        half: key(),
+                        half: key(REQUESTER),
                         psn: Psn::new(psn(n)),
                         msn: Some((n + 1) & 0xFF_FFFF),
                     },

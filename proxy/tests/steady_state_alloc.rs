@@ -23,16 +23,19 @@
 #![deny(unsafe_code)]
 
 use std::cell::Cell;
-use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use soya::copies::{self, Copies};
 use soya::qp::EngineConfig;
-use soya::roce::{builders, is_roce, IpHeader, OpKind, Opcode, Psn, Reth, RocePacket, Syndrome};
+use soya::roce::{is_roce, IpHeader, OpKind, Opcode, RocePacket, Syndrome};
 use soya::site::{Acl, DcSent, Site, SiteParams};
 use soya::sys::{CountingAlloc, HeapChange};
 use soya::time::Time;
 use soya::wan::{CcKind, PathConfig, WanConfig};
+
+#[path = "common/hosts.rs"]
+mod hosts;
+use hosts::{REQUESTER, RESPONDER};
 
 /// A host behind a gateway: what the gateway sends it.
 trait DcHost {
@@ -103,10 +106,6 @@ fn charged<R>(to: &mut Copies, f: impl FnOnce() -> R) -> R {
 
 // ----- the two hosts -----
 
-const REQUESTER: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
-const RESPONDER: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 1);
-const RQ_QPN: u32 = 0x11;
-const RS_QPN: u32 = 0x22;
 const FIRST_PSN: u32 = 0xFF_F000; // wraps during the run
 const PAYLOAD: [u8; 4096] = [0x5a; 4096];
 /// PSNs the requester may have unacknowledged (rxe: 128).
@@ -139,16 +138,16 @@ impl Requester {
     fn write_next(&mut self, buf: &mut [u8]) -> usize {
         let n = self.sent;
         self.sent += 1;
-        let reth = Reth {
-            va: 0x1000,
-            rkey: 7,
-            len: PAYLOAD.len() as u32,
-        };
-        let ip = IpHeader::v4(REQUESTER, RESPONDER);
-        let psn = Psn::new(Self::psn(n));
-        builders::request(ip, RS_QPN, Opcode::RC_WRITE_ONLY, psn, n % 16 == 0, reth)
-            .emit(&PAYLOAD, buf)
-            .unwrap()
+        let op = Opcode::RC_WRITE_ONLY;
+        hosts::request(
+            REQUESTER,
+            op,
+            Self::psn(n),
+            n % 16 == 0,
+            PAYLOAD.len() as u32,
+        )
+        .emit(&PAYLOAD, buf)
+        .unwrap()
     }
 }
 
@@ -227,14 +226,7 @@ impl DcHost for Responder {
 }
 
 fn ack(psn: u32, msn: u32, buf: &mut [u8]) -> usize {
-    let to = builders::ReplyTo {
-        ip: IpHeader::v4(RESPONDER, REQUESTER),
-        src_port: 0xc000,
-        dest_qp: RQ_QPN,
-    };
-    builders::ack(&to, Psn::new(psn), msn)
-        .emit(&[], buf)
-        .unwrap()
+    hosts::ack(REQUESTER, psn, msn).emit(&[], buf).unwrap()
 }
 
 // ----- the two gateways -----

@@ -7,6 +7,7 @@
 //! (re-injection) and `tests_egress_timeouts` (its timers), so that this
 //! file stays the one place to read how a test packet is made.
 
+use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -16,10 +17,8 @@ use super::engine::{EngineConfig, Output, QpEngine};
 use super::half::HalfKey;
 use super::tests_twin::{twin_request, twin_response};
 use super::twin::{Carry, TwinMsg};
-use crate::roce::{
-    Aeth, Bth, ExtHeaders, Headers, IpHeader, NakCode, Opcode, Psn, Reth, RocePacket, RoceRepr,
-    Syndrome,
-};
+use crate::roce::builders::{self, ReplyTo};
+use crate::roce::{IpHeader, NakCode, Opcode, Psn, Reth, RocePacket, Syndrome};
 use crate::time::Time;
 
 pub(super) const REQUESTER: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
@@ -62,28 +61,25 @@ pub(super) fn request_on(
         rkey: 7,
         len: read_len.max(payload as u32),
     };
-    crate::roce::builders::request(ip, dest_qp, op, Psn::new(psn), ack_req, reth)
+    builders::request(ip, dest_qp, op, Psn::new(psn), ack_req, reth)
         .to_vec(&vec![0xab; payload])
         .unwrap()
 }
 
-/// A response from the responder to the requester (what the egress twin sees).
-pub(super) fn response(op: Opcode, psn: u32, syndrome: Syndrome, payload: usize) -> Vec<u8> {
-    let info = op.info().unwrap();
-    let repr = RoceRepr {
+/// Where the responder answers the requester's QP.
+pub(super) fn to_requester() -> ReplyTo {
+    ReplyTo {
         ip: IpHeader::v4(RESPONDER, REQUESTER),
         src_port: 0xc000,
-        bth: Bth::new(op, RQ_QPN, Psn::new(psn)),
-        ext: ExtHeaders {
-            present: info.headers,
-            aeth: info
-                .headers
-                .contains(Headers::AETH)
-                .then_some(Aeth { syndrome, msn: 0 }),
-            ..Default::default()
-        },
-    };
-    repr.to_vec(&vec![0xcd; payload]).unwrap()
+        dest_qp: RQ_QPN,
+    }
+}
+
+/// A response from the responder to the requester (what the egress twin sees).
+pub(super) fn response(op: Opcode, psn: u32, syndrome: Syndrome, payload: usize) -> Vec<u8> {
+    builders::response(&to_requester(), op, Psn::new(psn), syndrome, 0)
+        .to_vec(&vec![0xcd; payload])
+        .unwrap()
 }
 
 pub(super) fn cfg(policy: AckPolicy) -> EngineConfig {
@@ -222,6 +218,53 @@ pub(super) fn sent_with_ack_req(out: &[Output]) -> Vec<(u32, bool)> {
             _ => None,
         })
         .collect()
+}
+
+/// A responder behind the egress that executes what it was sent in order,
+/// one packet per [`Self::execute_one`]: it ACKs what asks and re-ACKs a
+/// duplicate with the last PSN it executed (C9-105). Nothing is lost on
+/// its link: a gap fails the test.
+pub(super) struct InOrderResponder {
+    /// Sent to it and not executed yet: (PSN, AckReq).
+    pub queue: VecDeque<(u32, bool)>,
+    /// The PSN it executes next.
+    pub expected: u32,
+    /// Packets it had executed already.
+    pub duplicates: u32,
+}
+
+impl InOrderResponder {
+    pub fn new(first_psn: u32) -> Self {
+        InOrderResponder {
+            queue: VecDeque::new(),
+            expected: first_psn,
+            duplicates: 0,
+        }
+    }
+
+    /// Queues what the egress `e` sent since it last looked.
+    pub fn receive(&mut self, e: &mut QpEngine) {
+        self.queue.extend(sent_with_ack_req(&drain(e)));
+    }
+
+    /// Executes the oldest packet it holds, if any, and answers at `now`.
+    pub fn execute_one(&mut self, e: &mut QpEngine, now: Time) {
+        let Some((psn, ack_req)) = self.queue.pop_front() else {
+            return;
+        };
+        let ack = if psn == self.expected {
+            self.expected += 1;
+            ack_req.then_some(psn)
+        } else {
+            assert!(psn < self.expected, "a gap at {psn}: nothing is lost here");
+            self.duplicates += 1;
+            Some(self.expected - 1)
+        };
+        if let Some(a) = ack {
+            let ack = response(Opcode::RC_ACK, a, Syndrome::ACK_UNLIMITED, 0);
+            e.handle_dc(now, &ack);
+        }
+    }
 }
 
 pub(super) fn delivered(out: &[Output]) -> Vec<u32> {

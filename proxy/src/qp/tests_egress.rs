@@ -5,7 +5,6 @@
 //! the twin, an atomic whose answer was lost is asked again). Its timers
 //! (RTO, back-off, tail probe, give-up) are in `tests_egress_timeouts`.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use soya_config::AckPolicy;
@@ -13,7 +12,7 @@ use soya_config::AckPolicy;
 use super::engine::{EngineConfig, Output, QpEngine};
 use super::tests::{
     cfg, drain, edge_engine, egress_engine_with, injected, key, request, response,
-    sent_with_ack_req,
+    sent_with_ack_req, InOrderResponder,
 };
 use super::tests_twin::twin_request;
 use super::twin::{Carry, TwinMsg};
@@ -293,41 +292,31 @@ fn egress_keeps_a_slow_responders_queue_below_the_rto() {
     }
     // The responder: in order, one packet per 250 µs, ACKs what asks,
     // re-ACKs duplicates with the last PSN it executed (C9-105).
-    let mut queue: VecDeque<(u32, bool)> = VecDeque::new();
-    let (mut expected, mut duplicates, mut longest) = (1000u32, 0u32, 0usize);
+    let mut r = InOrderResponder::new(1000);
+    let mut longest = 0;
     let step = Duration::from_micros(250);
     let mut now = t0;
     for _ in 0..40_000 {
-        queue.extend(sent_with_ack_req(&drain(&mut e)));
-        longest = longest.max(queue.len());
-        if let Some((psn, ack_req)) = queue.pop_front() {
-            let ack = if psn == expected {
-                expected += 1;
-                ack_req.then_some(psn)
-            } else {
-                assert!(psn < expected, "a gap at {psn}: nothing is lost here");
-                duplicates += 1;
-                Some(expected - 1)
-            };
-            if let Some(a) = ack {
-                e.handle_dc(
-                    now,
-                    &response(Opcode::RC_ACK, a, Syndrome::ACK_UNLIMITED, 0),
-                );
-            }
-        }
+        r.receive(&mut e);
+        longest = longest.max(r.queue.len());
+        r.execute_one(&mut e, now);
         now += step;
         if e.poll_timeout().is_some_and(|d| d <= now) {
             e.handle_timeout(now);
         }
-        if expected == 1000 + 3072 && queue.is_empty() {
+        if r.expected == 1000 + 3072 && r.queue.is_empty() {
             break;
         }
     }
     let eg = e.egress_halves().next().unwrap();
-    assert_eq!(expected, 1000 + 3072, "everything executed: {:?}", eg.stats);
     assert_eq!(
-        (duplicates, eg.stats.timeouts, eg.stats.retransmitted),
+        r.expected,
+        1000 + 3072,
+        "everything executed: {:?}",
+        eg.stats
+    );
+    assert_eq!(
+        (r.duplicates, eg.stats.timeouts, eg.stats.retransmitted),
         (0, 0, 0),
         "{:?}",
         eg.stats

@@ -6,7 +6,6 @@
 //! shows received). Apart from `tests_egress` because these are the rules a
 //! spurious-retransmission hunt reads, and they need their own time lines.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use soya_config::AckPolicy;
@@ -14,7 +13,7 @@ use soya_config::AckPolicy;
 use super::engine::{EngineConfig, Output, QpEngine};
 use super::tests::{
     cfg, delivered, drain, edge_engine, errors, feed, injected, request, response, run_timers,
-    sent_with_ack_req,
+    sent_with_ack_req, InOrderResponder,
 };
 use super::tests_twin::twin_request;
 use crate::roce::{Opcode, Syndrome};
@@ -375,47 +374,32 @@ fn egress_does_not_go_back_n_after_a_timeout_on_a_responder_that_only_stalled() 
             (1000 + i, op, i % 64 == 63)
         })
         .collect();
-    let mut queue: VecDeque<(u32, bool)> = feed(&mut e, t0, &burst).into();
-    assert_eq!(queue.len(), 128);
+    let mut r = InOrderResponder::new(1000);
+    r.queue.extend(feed(&mut e, t0, &burst));
+    assert_eq!(r.queue.len(), 128);
     // The responder stalls 60 ms (past the 50 ms RTO), then works through
     // its queue at one packet per ms: ACKs for 1063 and 1127, and for the
     // resent head, a duplicate, the re-ACK of the last it executed.
-    let mut expected = 1000u32;
-    let mut duplicates = 0;
     for ms in 0..400u64 {
         let now = t0 + Duration::from_millis(ms);
         if e.poll_timeout().is_some_and(|d| d <= now) {
             e.handle_timeout(now);
         }
-        queue.extend(sent_with_ack_req(&drain(&mut e)));
-        if ms < 60 {
-            continue;
-        }
-        if let Some((psn, ack_req)) = queue.pop_front() {
-            let ack = if psn == expected {
-                expected += 1;
-                ack_req.then_some(psn)
-            } else {
-                duplicates += 1;
-                Some(expected - 1)
-            };
-            if let Some(a) = ack {
-                e.handle_dc(
-                    now,
-                    &response(Opcode::RC_ACK, a, Syndrome::ACK_UNLIMITED, 0),
-                );
-            }
+        r.receive(&mut e);
+        if ms >= 60 {
+            r.execute_one(&mut e, now);
         }
     }
-    queue.extend(sent_with_ack_req(&drain(&mut e)));
+    r.receive(&mut e);
     let eg = e.egress_halves().next().unwrap();
-    assert_eq!(expected, 1128, "{:?}", eg.stats);
+    assert_eq!(r.expected, 1128, "{:?}", eg.stats);
     // The resent head (twice: its original's ACK, alone, cannot tell a
     // stall from a loss) and what one ACK let out before the responder's
     // next answer showed it had everything; not the 64 packets behind it.
     assert!(
-        duplicates <= 4 && eg.stats.retransmitted <= 4,
-        "{duplicates} duplicates: {:?}",
+        r.duplicates <= 4 && eg.stats.retransmitted <= 4,
+        "{} duplicates: {:?}",
+        r.duplicates,
         eg.stats
     );
     assert_eq!(e.occupancy().slots_used, 0);

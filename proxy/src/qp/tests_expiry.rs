@@ -14,16 +14,14 @@ use super::engine::expiry::idle_after;
 use super::engine::{EngineConfig, Output, QpEngine};
 use super::ingress::Mode;
 use super::tests::{
-    cfg, drain, drained_acks, ingress_engine, key, request, response, REQUESTER, RESPONDER, RQ_QPN,
+    cfg, drain, drained_acks, ingress_engine, key, request, response, to_requester, REQUESTER,
+    RESPONDER, RQ_QPN,
 };
 use super::tests_twin::{twin_delivered, twin_delivered_msn};
 use super::tests_twin_lost::{ack_to, cm_engine, request_to};
 use super::twin::{Carry, TwinMsg};
-use crate::roce::builders::{self, ReplyTo};
-use crate::roce::{
-    Aeth, Bth, ExtHeaders, Headers, IpHeader, NakCode, OpKind, Opcode, Psn, RocePacket, RoceRepr,
-    Syndrome,
-};
+use crate::roce::builders;
+use crate::roce::{NakCode, OpKind, Opcode, Psn, RocePacket, Syndrome};
 use crate::time::Time;
 
 /// `dc.give_up_after` in these tests: `idle_after` is 15 × this = 3 s.
@@ -250,39 +248,19 @@ struct Responder {
 
 const PMTU: u32 = 4096;
 
-fn to_requester() -> ReplyTo {
-    ReplyTo {
-        ip: IpHeader::v4(RESPONDER, REQUESTER),
-        src_port: 0xc000,
-        dest_qp: RQ_QPN,
-    }
-}
-
 fn read_responses(psn: Psn, len: u32, msn: u32) -> Vec<Vec<u8>> {
     let n = len.div_ceil(PMTU).max(1);
     (0..n)
         .map(|i| {
-            let op = match (n, i) {
-                (1, _) => Opcode::RC_READ_RESPONSE_ONLY,
-                (_, 0) => Opcode::RC_READ_RESPONSE_FIRST,
-                (_, i) if i + 1 == n => Opcode::RC_READ_RESPONSE_LAST,
-                _ => Opcode::RC_READ_RESPONSE_MIDDLE,
-            };
-            let info = op.info().unwrap();
+            let op = Opcode::read_response(i == 0, i + 1 == n);
             let payload = (len - i * PMTU).min(PMTU) as usize;
-            RoceRepr {
-                ip: IpHeader::v4(RESPONDER, REQUESTER),
-                src_port: 0xc000,
-                bth: Bth::new(op, RQ_QPN, psn.add(i)),
-                ext: ExtHeaders {
-                    present: info.headers,
-                    aeth: info.headers.contains(Headers::AETH).then_some(Aeth {
-                        syndrome: Syndrome::ACK_UNLIMITED,
-                        msn,
-                    }),
-                    ..Default::default()
-                },
-            }
+            builders::response(
+                &to_requester(),
+                op,
+                psn.add(i),
+                Syndrome::ACK_UNLIMITED,
+                msn,
+            )
             .to_vec(&vec![0xcd; payload])
             .unwrap()
         })

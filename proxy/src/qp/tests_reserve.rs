@@ -11,10 +11,9 @@ use super::engine::{Output, QpEngine};
 use super::half::HalfKey;
 use super::tests::{cfg, drain, REQUESTER, RESPONDER};
 use super::tests_twin::{twin_delivered, twin_response};
+use super::tests_twin_lost::ack_to;
 use crate::roce::builders;
-use crate::roce::{
-    Aeth, Bth, ExtHeaders, Headers, IpHeader, Opcode, Psn, Reth, RocePacket, RoceRepr, Syndrome,
-};
+use crate::roce::{IpHeader, Opcode, Psn, Reth, RocePacket, Syndrome};
 use crate::time::Time;
 
 /// Packets per message, and the requester's window: one 16-packet WRITE
@@ -53,22 +52,13 @@ impl Requester {
 
     /// The responder's ACK of `psn`, as the twin forwards it.
     fn real_ack(&self, psn: u32) -> Vec<u8> {
-        let info = Opcode::RC_ACK.info().unwrap();
-        RoceRepr {
-            ip: IpHeader::v4(RESPONDER, REQUESTER),
-            src_port: 0xc000,
-            bth: Bth::new(Opcode::RC_ACK, self.rq_qpn, Psn::new(psn)),
-            ext: ExtHeaders {
-                present: info.headers,
-                aeth: info.headers.contains(Headers::AETH).then_some(Aeth {
-                    syndrome: Syndrome::ACK_UNLIMITED,
-                    msn: 0,
-                }),
-                ..Default::default()
-            },
-        }
-        .to_vec(&[])
-        .unwrap()
+        ack_to(
+            RESPONDER,
+            REQUESTER,
+            self.rq_qpn,
+            psn,
+            Syndrome::ACK_UNLIMITED,
+        )
     }
 
     /// May it send another packet (its window past the last ACK)?

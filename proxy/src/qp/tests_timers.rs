@@ -7,11 +7,10 @@ use soya_config::AckPolicy;
 
 use super::engine::{EngineConfig, Output, QpEngine};
 use super::tests::{cfg, drain, REQUESTER, RESPONDER};
+use super::tests_twin_lost::ack_to;
 use super::twin::{Carry, TwinMsg};
 use crate::roce::builders;
-use crate::roce::{
-    Aeth, Bth, ExtHeaders, Headers, IpHeader, Opcode, Psn, Reth, RocePacket, RoceRepr, Syndrome,
-};
+use crate::roce::{IpHeader, Opcode, Psn, Reth, RocePacket, Syndrome};
 use crate::time::Time;
 
 /// The victim half: the local responder QP its requests go to.
@@ -43,22 +42,13 @@ fn twin_request(responder_qpn: u32, psn: u32) -> TwinMsg {
 
 /// The local responder's ACK of `psn` to the far requester `requester_qpn`.
 fn dc_ack(requester_qpn: u32, psn: u32) -> Vec<u8> {
-    let op = Opcode::RC_ACK;
-    let repr = RoceRepr {
-        ip: IpHeader::v4(RESPONDER, REQUESTER),
-        src_port: 0xc000,
-        bth: Bth::new(op, requester_qpn, Psn::new(psn)),
-        ext: ExtHeaders {
-            present: op.info().unwrap().headers,
-            aeth: Some(Aeth {
-                syndrome: Syndrome::ACK_UNLIMITED,
-                msn: 0,
-            }),
-            ..Default::default()
-        },
-    };
-    assert!(repr.ext.present.contains(Headers::AETH));
-    repr.to_vec(&[]).unwrap()
+    ack_to(
+        RESPONDER,
+        REQUESTER,
+        requester_qpn,
+        psn,
+        Syndrome::ACK_UNLIMITED,
+    )
 }
 
 /// (responder QPN, PSN) of every request injected toward the DC.

@@ -46,11 +46,9 @@ pub(super) fn ack_to(
         src_port: 0xc000,
         dest_qp,
     };
-    let repr = match syndrome {
-        Syndrome::Nak(code) => crate::roce::builders::nak(&to_, Psn::new(psn), code, 0),
-        _ => crate::roce::builders::ack(&to_, Psn::new(psn), 0),
-    };
-    repr.to_vec(&[]).unwrap()
+    crate::roce::builders::response(&to_, Opcode::RC_ACK, Psn::new(psn), syndrome, 0)
+        .to_vec(&[])
+        .unwrap()
 }
 
 /// The far host (RESPONDER) sends REQUESTER's QP a SEND, through the twin.

@@ -1,7 +1,8 @@
 //! Complete, ICRC-correct packets the gateway originates: ACK, NAK (each
-//! code), RNR NAK, CNP and RDMA-CM MADs ([`cm_mad`]); and, for tests, benchmarks and tools, a
-//! requester's packet ([`request`]). They return a [`RoceRepr`]; emit it
-//! into a slab slot with [`RoceRepr::emit`] or into a vector with
+//! code), RNR NAK, CNP and RDMA-CM MADs ([`cm_mad`]); and, for tests,
+//! benchmarks and tools, a requester's packet ([`request`]) and a
+//! responder's ([`response`]). They return a [`RoceRepr`]; emit it into a
+//! slab slot with [`RoceRepr::emit`] or into a vector with
 //! [`RoceRepr::to_vec`].
 
 use super::bth::Bth;
@@ -38,13 +39,23 @@ impl ReplyTo {
 }
 
 fn aeth_packet(to: &ReplyTo, psn: Psn, syndrome: Syndrome, msn: u32) -> RoceRepr {
+    response(to, Opcode::RC_ACK, psn, syndrome, msn)
+}
+
+/// A responder's packet of opcode `op` (an ACK, a part of a READ response,
+/// an atomic ACK), its AETH, where the opcode has one, carrying `syndrome`
+/// and `msn`; the caller emits it with the payload. The gateway itself
+/// answers with [`ack`], [`nak`] and [`rnr_nak`]; tests and benchmarks
+/// play a responder with this, as they play a requester with [`request`].
+pub fn response(to: &ReplyTo, op: Opcode, psn: Psn, syndrome: Syndrome, msn: u32) -> RoceRepr {
+    let present = op.info().map_or(Headers::NONE, |i| i.headers);
     RoceRepr {
         ip: to.ip,
         src_port: to.src_port,
-        bth: Bth::new(Opcode::RC_ACK, to.dest_qp, psn),
+        bth: Bth::new(op, to.dest_qp, psn),
         ext: ExtHeaders {
-            present: Headers::AETH,
-            aeth: Some(Aeth {
+            present,
+            aeth: present.contains(Headers::AETH).then_some(Aeth {
                 syndrome,
                 msn: msn & 0xFF_FFFF,
             }),

@@ -286,6 +286,17 @@ impl Opcode {
     pub fn name(self) -> &'static str {
         self.info().map_or("unknown", |i| i.name)
     }
+
+    /// The opcode of a packet of an RC READ response: whether it is the
+    /// response's first packet, its last, both (Only) or neither (Middle).
+    pub const fn read_response(first: bool, last: bool) -> Opcode {
+        match (first, last) {
+            (true, true) => Opcode::RC_READ_RESPONSE_ONLY,
+            (true, false) => Opcode::RC_READ_RESPONSE_FIRST,
+            (false, false) => Opcode::RC_READ_RESPONSE_MIDDLE,
+            (false, true) => Opcode::RC_READ_RESPONSE_LAST,
+        }
+    }
 }
 
 impl fmt::Debug for Opcode {

@@ -549,31 +549,17 @@ fn read_request(qp: (u32, u32), psn: u32, n: u32) -> Vec<u8> {
 
 /// The responder's answer to [`read_request`]`(qp, psn, n)`.
 fn read_responses(qp: (u32, u32), psn: u32, n: u32) -> Vec<Vec<u8>> {
-    use crate::roce::{Aeth, Bth, ExtHeaders, Headers, RoceRepr};
+    let to = builders::ReplyTo {
+        ip: IpHeader::v4(RESPONDER, REQUESTER),
+        src_port: 0xc000,
+        dest_qp: qp.1,
+    };
     (0..n)
         .map(|i| {
-            let op = match (i, n) {
-                (_, 1) => Opcode::RC_READ_RESPONSE_ONLY,
-                (0, _) => Opcode::RC_READ_RESPONSE_FIRST,
-                (i, n) if i == n - 1 => Opcode::RC_READ_RESPONSE_LAST,
-                _ => Opcode::RC_READ_RESPONSE_MIDDLE,
-            };
-            let info = op.info().unwrap();
-            RoceRepr {
-                ip: IpHeader::v4(RESPONDER, REQUESTER),
-                src_port: 0xc000,
-                bth: Bth::new(op, qp.1, Psn::new(psn + i)),
-                ext: ExtHeaders {
-                    present: info.headers,
-                    aeth: info.headers.contains(Headers::AETH).then_some(Aeth {
-                        syndrome: Syndrome::ACK_UNLIMITED,
-                        msn: 1,
-                    }),
-                    ..Default::default()
-                },
-            }
-            .to_vec(&[0xcd; 1024])
-            .unwrap()
+            let op = Opcode::read_response(i == 0, i == n - 1);
+            builders::response(&to, op, Psn::new(psn + i), Syndrome::ACK_UNLIMITED, 1)
+                .to_vec(&[0xcd; 1024])
+                .unwrap()
         })
         .collect()
 }

@@ -585,12 +585,7 @@ impl Responder {
                 msn,
             } => {
                 // read_reply: opcode from the state and the bytes left.
-                let opcode = match (*fresh, *resid <= mtu) {
-                    (true, true) => Opcode::RC_READ_RESPONSE_ONLY,
-                    (true, false) => Opcode::RC_READ_RESPONSE_FIRST,
-                    (false, false) => Opcode::RC_READ_RESPONSE_MIDDLE,
-                    (false, true) => Opcode::RC_READ_RESPONSE_LAST,
-                };
+                let opcode = Opcode::read_response(*fresh, *resid <= mtu);
                 let n = (*resid).min(mtu);
                 let out = (
                     opcode,
