@@ -752,6 +752,28 @@ mod tests {
         }
     }
 
+    /// Runs one direction over `io` on its own thread until `done` (the
+    /// 20 s bound only turns a hang into a failure), then stops it; its
+    /// counters.
+    fn run_until(
+        io: Fake,
+        profile: LinkProfile,
+        opts: EngineOptions,
+        done: impl Fn() -> bool,
+    ) -> DirStats {
+        let stop = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(DirCounters::default());
+        let (s, c) = (stop.clone(), counters.clone());
+        let t = std::thread::spawn(move || run(io, &profile, &opts, Clock::start(), &c, &s));
+        let t0 = Instant::now();
+        while !done() && t0.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap();
+        counters.snapshot()
+    }
+
     /// Runs one direction over a [`Fake`] holding one 2,500-byte batch of
     /// 300-byte datagrams into 1,000-byte buffers (so datagrams lie in the
     /// buffer, across its end, and in the landing area) until `want`
@@ -773,18 +795,8 @@ mod tests {
             realtime: false,
             ..EngineOptions::default()
         };
-        let stop = Arc::new(AtomicBool::new(false));
-        let counters = Arc::new(DirCounters::default());
-        let (s, c) = (stop.clone(), counters.clone());
-        let t = std::thread::spawn(move || run(io, &profile, &opts, Clock::start(), &c, &s));
-        // Wait for the datagrams (the deadline only turns a hang into a
-        // failure; a correct engine sends them at once).
-        let t0 = Instant::now();
-        while sent.lock().unwrap().len() < want && t0.elapsed() < Duration::from_secs(20) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        stop.store(true, Ordering::Relaxed);
-        t.join().unwrap();
+        // Wait for the datagrams (a correct engine sends them at once).
+        run_until(io, profile, opts, || sent.lock().unwrap().len() >= want);
         let out = sent.lock().unwrap().clone();
         (batch, out)
     }
@@ -823,17 +835,7 @@ mod tests {
             spin: Duration::ZERO,
             ..EngineOptions::default()
         };
-        let stop = Arc::new(AtomicBool::new(false));
-        let counters = Arc::new(DirCounters::default());
-        let (s, c) = (stop.clone(), counters.clone());
-        let t = std::thread::spawn(move || run(io, &profile, &opts, Clock::start(), &c, &s));
-        let t0 = Instant::now();
-        while recvs.load(Ordering::Relaxed) < 5 && t0.elapsed() < Duration::from_secs(20) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        stop.store(true, Ordering::Relaxed);
-        t.join().unwrap();
-        let st = counters.snapshot();
+        let st = run_until(io, profile, opts, || recvs.load(Ordering::Relaxed) >= 5);
         assert!(
             recvs.load(Ordering::Relaxed) >= 5,
             "the engine never looked"
