@@ -751,6 +751,61 @@ fn buffer_tunables() {
     );
 }
 
+#[test]
+fn buffer_requester_reserve() {
+    for (line, why) in [
+        ("requester_window = 0", "0 bytes is out of range"),
+        (
+            "requester_window = \"2GiB\"",
+            "2 GiB (2147483648 bytes) is out of range",
+        ),
+        ("requester_window = -1", "must not be negative"),
+        (
+            "requester_window = \"8 megs\"",
+            "unknown size unit \"megs\"",
+        ),
+    ] {
+        let text = append(&format!("[buffer]\n{line}\n"));
+        expect_error(&text, "requester_window", "buffer.requester_window", &[why]);
+    }
+    let text = append("[buffer]\nrequester_window = 0\n");
+    expect_error(
+        &text,
+        "requester_window",
+        "buffer.requester_window",
+        &["send-queue depth x message size", "must be 1 byte to 1 GiB"],
+    );
+    for n in ["-1", "65537"] {
+        let text = append(&format!("[buffer]\nrequesters = {n}\n"));
+        expect_error(
+            &text,
+            "requesters",
+            "buffer.requesters",
+            &["requesters must be an integer 0..=65536 (the QPs expected at their full window at once)"],
+        );
+    }
+    let text = append("[buffer]\nrequesters = \"16\"\n");
+    expect_error(
+        &text,
+        "requesters",
+        "buffer.requesters",
+        &["an integer 0..=65536"],
+    );
+    // The reserve counts toward the 1 TiB ceiling of an auto size:
+    // 65,536 × 1 GiB windows.
+    let text =
+        append("[buffer]\nsize = \"auto\"\nrequesters = 65536\nrequester_window = \"1GiB\"\n");
+    expect_error(
+        &text,
+        "size = \"auto\"",
+        "buffer.size",
+        &[
+            "exceeds the maximum of 1 TiB",
+            "buffer.requesters x requester_window",
+        ],
+    );
+}
+
 // ---- [pseudo_ack], [control] -----------------------------------------------
 
 #[test]
