@@ -36,6 +36,11 @@ pub(crate) fn defaulted_keys(raw: &RawConfig) -> Vec<String> {
     note(raw.buffer.size.is_none(), "buffer.size");
     note(raw.buffer.safety_factor.is_none(), "buffer.safety_factor");
     note(raw.buffer.slot_bytes.is_none(), "buffer.slot_bytes");
+    note(
+        raw.buffer.requester_window.is_none(),
+        "buffer.requester_window",
+    );
+    note(raw.buffer.requesters.is_none(), "buffer.requesters");
     note(raw.pseudo_ack.policy.is_none(), "pseudo_ack.policy");
     note(
         raw.pseudo_ack.coalesce_packets.is_none(),
@@ -226,16 +231,24 @@ impl SiteConfig {
             BufferSizing::Auto {
                 total_rate_bps,
                 max_rtt,
+                bdp_part_bytes,
+                reserve_bytes,
                 unrounded_bytes,
             } => {
                 let _ = writeln!(
                     s,
                     "                   (auto{}: {} total rate x {} max RTT x safety factor {:?} / 8\n\
+                     \x20                    = {bdp_part_bytes} bytes\n\
+                     \x20                    + {} requesters x {} slots x {} bytes (their windows)\n\
+                     \x20                    = {reserve_bytes} bytes\n\
                      \x20                   = {unrounded_bytes} bytes, rounded up to a whole MiB)",
                     d("buffer.size"),
                     format_rate(*total_rate_bps),
                     format_duration(*max_rtt),
                     b.safety_factor,
+                    b.requesters,
+                    b.requester_window_slots,
+                    b.slot_bytes,
                 );
             }
         }
@@ -251,6 +264,20 @@ impl SiteConfig {
             b.slots,
             b.slot_bytes,
             d("buffer.slot_bytes")
+        );
+        let _ = writeln!(
+            s,
+            "  requester_window {} = {} packets of {} B{}",
+            format_bytes(b.requester_window),
+            b.requester_window_slots,
+            crate::buffer::slot_mtu(b.slot_bytes),
+            d("buffer.requester_window")
+        );
+        let _ = writeln!(
+            s,
+            "  requesters       {}{}",
+            b.requesters,
+            d("buffer.requesters")
         );
         let quota = b.per_flow_quota.map_or(
             "none (one flow may fill the whole buffer)".to_string(),

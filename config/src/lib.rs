@@ -34,7 +34,11 @@ mod validate;
 
 use std::path::Path;
 
-pub use buffer::{DEFAULT_SAFETY_FACTOR, DEFAULT_SLOT_BYTES, MAX_BYTES as MAX_BUFFER_BYTES};
+pub use buffer::{
+    auto_size_of, slot_mtu, window_slots, AutoSize, DEFAULT_REQUESTERS, DEFAULT_REQUESTER_WINDOW,
+    DEFAULT_SAFETY_FACTOR, DEFAULT_SLOT_BYTES, MAX_BYTES as MAX_BUFFER_BYTES, MAX_REQUESTERS,
+    MAX_REQUESTER_WINDOW,
+};
 pub use error::{ConfigError, Diagnostic, Location};
 pub use keyfile::{decode_key, read_key_file, MIN_KEY_BYTES};
 pub use model::*;

@@ -175,6 +175,15 @@ pub struct BufferConfig {
     pub slot_bytes: u32,
     /// `bytes / slot_bytes`, at least 16.
     pub slots: u64,
+    /// Bytes a requester may send past the last pseudo-ACK: its send
+    /// queue, depth × message size (`buffer.requester_window`).
+    pub requester_window: u64,
+    /// ...in packets of the largest RoCE MTU a slot holds: the window the
+    /// ingress assumes for a requester until it sees a larger one.
+    pub requester_window_slots: u64,
+    /// QPs expected at their full window at once (`buffer.requesters`):
+    /// `auto` adds room for their windows.
+    pub requesters: u32,
 }
 
 /// Where the buffer size came from.
@@ -182,12 +191,17 @@ pub struct BufferConfig {
 pub enum BufferSizing {
     /// Given explicitly.
     Explicit,
-    /// `auto`: Σ rate × max RTT × safety_factor, rounded up to a MiB (and up to
-    /// at least 16 slots). The inputs are kept so the number can be explained.
+    /// `auto`: Σ rate × max RTT × safety_factor + requesters × window,
+    /// rounded up to a MiB (and up to at least 16 slots). The inputs are
+    /// kept so the number can be explained.
     Auto {
         total_rate_bps: u64,
         max_rtt: Duration,
-        /// Bytes before rounding up.
+        /// Σ rate × max RTT × safety_factor / 8, not rounded.
+        bdp_part_bytes: u64,
+        /// requesters × window in slots × slot_bytes.
+        reserve_bytes: u64,
+        /// Bytes before rounding up (the two parts' sum).
         unrounded_bytes: u64,
     },
 }

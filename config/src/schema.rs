@@ -199,6 +199,8 @@ pub(crate) struct RawBuffer {
     pub safety_factor: Option<f64>,
     pub per_flow_quota: Option<StrOrInt>,
     pub slot_bytes: Option<i64>,
+    pub requester_window: Option<StrOrInt>,
+    pub requesters: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -319,6 +321,11 @@ pub(crate) const ACCEPTED: &[(&str, &str)] = &[
         "a byte size like \"64MiB\" (at most buffer.size)",
     ),
     ("buffer.slot_bytes", "an integer 1024..=16384"),
+    (
+        "buffer.requester_window",
+        "a byte size like \"8MiB\" (send-queue depth x message size), at most 1 GiB",
+    ),
+    ("buffer.requesters", "an integer 0..=65536"),
     ("pseudo_ack", "a table [pseudo_ack]"),
     ("pseudo_ack.policy", "one of \"edge\", \"strict\", \"off\""),
     ("pseudo_ack.coalesce_packets", "an integer 1..=128"),

@@ -86,20 +86,27 @@ fn sapporo_loads_with_everything_resolved() {
     assert_eq!(inland.rtt, Some(Duration::from_micros(3_724)));
 
     // auto = (100 + 10) Gbit/s × 3.724 ms (the larger RTT) × 2.0 / 8
-    //      = 110e9 × 3.724e-3 × 2 / 8 = 102_410_000 bytes
-    //      → rounded up to MiB: ceil(102_410_000 / 1_048_576) = 98 MiB.
-    assert_eq!(cfg.buffer.bytes, 98 * 1_048_576);
-    assert_eq!(cfg.buffer.bytes, 102_760_448);
+    //      = 110e9 × 3.724e-3 × 2 / 8 = 102_410_000 bytes (data in flight)
+    //      + 16 requesters × (8 MiB / 4096 B = 2048 packets) × 4608 B
+    //      = 150_994_944 bytes (their windows)
+    //      = 253_404_944 → rounded up to MiB: ceil(/ 1_048_576) = 242 MiB.
+    assert_eq!(cfg.buffer.bytes, 242 * 1_048_576);
+    assert_eq!(cfg.buffer.bytes, 253_755_392);
     assert_eq!(
         cfg.buffer.sizing,
         BufferSizing::Auto {
             total_rate_bps: 110_000_000_000,
             max_rtt: Duration::from_micros(3_724),
-            unrounded_bytes: 102_410_000,
+            bdp_part_bytes: 102_410_000,
+            reserve_bytes: 150_994_944,
+            unrounded_bytes: 253_404_944,
         }
     );
     assert_eq!(cfg.buffer.slot_bytes, 4608);
-    assert_eq!(cfg.buffer.slots, 22_300); // floor(102_760_448 / 4608)
+    assert_eq!(cfg.buffer.slots, 55_068); // floor(253_755_392 / 4608)
+    assert_eq!(cfg.buffer.requester_window, 8 * 1_048_576);
+    assert_eq!(cfg.buffer.requester_window_slots, 2048);
+    assert_eq!(cfg.buffer.requesters, 16);
     assert_eq!(cfg.buffer.per_flow_quota, Some(32 * 1_048_576));
 
     assert_eq!(cfg.pseudo_ack.policy, AckPolicy::Edge);
@@ -122,7 +129,7 @@ fn sapporo_loads_with_everything_resolved() {
 #[test]
 fn wakkanai_loads() {
     let (_dir, cfg) = load_example("wakkanai", 0o600);
-    assert_eq!(cfg.buffer.bytes, 102_760_448); // symmetric links, same auto size
+    assert_eq!(cfg.buffer.bytes, 253_755_392); // symmetric links, same auto size
     assert_eq!(cfg.log.format, LogFormat::Json);
     // A group-readable key (root:soya 0640) is fine; only "other" is refused.
     load_example("wakkanai", 0o640);
@@ -218,9 +225,13 @@ fn explain_shows_derivations_and_defaults() {
     let text = parse_example("sapporo").explain();
     for want in [
         "Sōya site \"sapporo\"",
-        "98 MiB (102760448 bytes)",
+        "242 MiB (253755392 bytes)",
         "110 Gbit/s total rate x 3.724 ms max RTT x safety factor 2.0",
         "= 102410000 bytes",
+        "+ 16 requesters x 2048 slots x 4608 bytes (their windows)",
+        "= 150994944 bytes",
+        "= 253404944 bytes, rounded up to a whole MiB",
+        "requester_window 8 MiB (8388608 bytes) = 2048 packets of 4096 B",
         "2.94 ms (2 x 4.9 us/km x 300 km of fibre)",
         "198.51.100.10:7400",
         "dscp 46 (EF",
@@ -237,6 +248,8 @@ fn explain_shows_derivations_and_defaults() {
         "metrics          disabled  (default)",
         "socket           /run/soya/t.sock  (default)",
         "level            info  (default)",
+        "safety_factor    3.0  (default)",
+        "requesters       16  (default)",
     ] {
         assert!(text.contains(want), "explain lacks {want:?}:\n{text}");
     }
@@ -245,25 +258,35 @@ fn explain_shows_derivations_and_defaults() {
 /// Hand-computed auto sizes for other shapes than the examples.
 #[test]
 fn auto_buffer_size_by_hand() {
-    // One path: 100 Gbit/s × 2·300 km·4.9 µs × 2.0 / 8
-    //   = 1e11 × 2.94e-3 × 2 / 8 = 73_500_000 B → ceil(/1 MiB) = 71 MiB.
+    // One path: 100 Gbit/s × 2·300 km·4.9 µs × 3.0 (the default) / 8
+    //   = 1e11 × 2.94e-3 × 3 / 8 = 110_250_000 B, + the 16 windows'
+    //   150_994_944 B = 261_244_944 B → ceil(/1 MiB) = 250 MiB.
     let one = edit(
         "rate = \"10gbit\"\nrtt = \"3ms\"",
         "rate = \"100gbit\"\ndistance_km = 300",
     );
     let cfg = parse_str(&one, "t.toml").unwrap();
-    assert_eq!(cfg.buffer.bytes, 71 * 1_048_576);
+    assert_eq!(cfg.buffer.bytes, 250 * 1_048_576);
     assert!(matches!(
         cfg.buffer.sizing,
         BufferSizing::Auto {
-            unrounded_bytes: 73_500_000,
+            bdp_part_bytes: 110_250_000,
+            unrounded_bytes: 261_244_944,
             ..
         }
     ));
 
-    // The lab pair with auto sizing: (800 + 200) Mbit/s × 4.5 ms × 2.0 / 8
-    //   = 1_125_000 B → 2 MiB. Its 16MiB per-flow quota then no longer fits.
+    // The lab pair with auto sizing: (800 + 200) Mbit/s × 4.5 ms × 3.0 / 8
+    //   = 1_687_500 B, + 150_994_944 B = 152_682_444 B → 146 MiB.
     let lab = example_text("lab-udp-a").replace("size = \"64MiB\"", "size = \"auto\"");
+    assert_eq!(
+        parse_str(&lab, "lab.toml").unwrap().buffer.bytes,
+        146 * 1_048_576
+    );
+    // Without the reserve (rxe requesters, whose 128-PSN windows the
+    // engine sees and reserves for anyway): 1_687_500 B → 2 MiB, and its
+    // 16MiB per-flow quota no longer fits.
+    let lab = lab.replace("[buffer]\n", "[buffer]\nrequesters = 0\n");
     let err = parse_str(&lab, "lab.toml").unwrap_err().to_string();
     assert!(
         err.contains("buffer.per_flow_quota = \"16MiB\": per_flow_quota 16 MiB (16777216 bytes) exceeds the buffer size 2 MiB (2097152 bytes) (auto)"),
@@ -273,9 +296,22 @@ fn auto_buffer_size_by_hand() {
     let cfg = parse_str(&lab, "lab.toml").unwrap();
     assert_eq!(cfg.buffer.bytes, 2 * 1_048_576);
 
-    // safety_factor 1.0 and 10 Gbit/s × 3 ms: 3_750_000 B → 4 MiB.
+    // safety_factor 1.0 and 10 Gbit/s × 3 ms: 3_750_000 B, + 150_994_944 B
+    // = 154_744_944 B → 148 MiB.
     let cfg = parse_str(&append("[buffer]\nsafety_factor = 1.0\n"), "t.toml").unwrap();
-    assert_eq!(cfg.buffer.bytes, 4 * 1_048_576);
+    assert_eq!(cfg.buffer.bytes, 148 * 1_048_576);
+    // Two requesters of a 1 MiB window at a 2 KiB MTU (slot 2,304 B):
+    // 2 × 512 packets × 2,304 B = 2_359_296 B, + 3_750_000 → 6_109_296 B → 6 MiB.
+    let cfg = parse_str(
+        &append(
+            "[buffer]\nsafety_factor = 1.0\nslot_bytes = 2304\nrequesters = 2\n\
+             requester_window = \"1MiB\"\n",
+        ),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(cfg.buffer.requester_window_slots, 512);
+    assert_eq!(cfg.buffer.bytes, 6 * 1_048_576);
 }
 
 /// The example from the crate's brief, reproduced on a real file.

@@ -77,6 +77,20 @@ pub struct PlanCli {
           help_heading = RDMA)]
     pub safety_factor: f64,
 
+    /// Bytes one requester may send past the last pseudo-ACK: send-queue
+    /// depth × message size (as buffer.requester_window; 128 × 64 KiB)
+    #[arg(long, value_name = "BYTES", default_value_t = soya_config::DEFAULT_REQUESTER_WINDOW,
+          value_parser = plan::bytes_in(plan::check_requester_window),
+          help_heading = RDMA)]
+    pub requester_window: u64,
+
+    /// QPs expected at their full window at once: the buffer keeps room for
+    /// their windows (as buffer.requesters)
+    #[arg(long, value_name = "N", default_value_t = soya_config::DEFAULT_REQUESTERS,
+          value_parser = clap::value_parser!(u32).range(0..=plan::MAX_REQUESTERS as i64),
+          help_heading = RDMA)]
+    pub requesters: u32,
+
     /// GPUs in the data-parallel job, a count, split over the two sites
     #[arg(long, value_name = "N", requires_all = ["params", "backward_ms"],
           value_parser = clap::value_parser!(u32).range(2..=plan::MAX_GPUS as i64),
@@ -132,6 +146,8 @@ impl TryFrom<PlanCli> for PlanArgs {
             qps: c.qps,
             dc_rtt_us: c.dc_rtt_us,
             safety_factor: c.safety_factor,
+            requester_window: c.requester_window,
+            requesters: c.requesters,
             json: c.json,
             job: plan::JobArgs::from_flags(
                 c.gpus,

@@ -72,8 +72,17 @@ fn delay_bdp_and_buffer_at_300_km() {
     close(p.wan_gbps, 100.0);
     // 100e9 bit/s × 2.94e-3 s = 294e6 bit = 36_750_000 B.
     assert_eq!(p.bdp_bytes, 36_750_000);
-    // × 2.0 = 73_500_000 B = 70.095 MiB → 71 MiB = 71 × 1_048_576.
-    assert_eq!(p.buffer_bytes, 74_448_896);
+    // × 3.0 = 110_250_000 B, + 16 requesters × 2048 packets × 4608 B =
+    // 150_994_944 B: 261_244_944 B = 249.14 MiB → 250 MiB.
+    assert_eq!(p.buffer_bdp_part_bytes, 110_250_000);
+    assert_eq!(p.buffer_reserve_bytes, 150_994_944);
+    assert_eq!(p.buffer_bytes, 262_144_000);
+    // Without the reserve: 110_250_000 B = 105.14 MiB → 106 MiB.
+    let p = plan_of(&format!("{SAPPORO} --requesters 0"));
+    assert_eq!(p.buffer_bytes, 106 * 1_048_576);
+    // One 1 MiB window: 256 packets of 4 KiB, a 4,608 B slot each.
+    let p = plan_of(&format!("{SAPPORO} --requesters 1 --requester-window 1MiB"));
+    assert_eq!(p.buffer_reserve_bytes, 256 * 4608);
 }
 
 #[test]
@@ -155,8 +164,9 @@ fn two_paths_hide_a_bf16_job_behind_backward() {
     );
     // BDP over both paths: 200e9 × 2.94e-3 / 8 = 73_500_000 B.
     assert_eq!(p.bdp_bytes, 73_500_000);
-    // × 2 = 147_000_000 B = 140.19 MiB → 141 MiB = 147_849_216 B.
-    assert_eq!(p.buffer_bytes, 147_849_216);
+    // × 3 = 220_500_000 B, + 150_994_944 B = 371_494_944 B = 354.28 MiB
+    //   → 355 MiB.
+    assert_eq!(p.buffer_bytes, 355 * 1_048_576);
     // Sōya stripes over both: 2 × 98.0373384 = 196.0746769 Gbit/s (the 419
     // Gbit/s DC window is not the limit).
     close(p.accelerated_gbps, 196.074_676_878_889_4);
@@ -182,9 +192,10 @@ fn link_limited_direct_path_with_many_qps() {
     close(p.one_way_ms, 0.05);
     close(p.rtt_ms, 0.1);
     assert_eq!(p.inputs.distance_km, None);
-    // 20e9 × 1e-4 / 8 = 250_000 B; × 2 = 500_000 B → 1 MiB.
+    // 20e9 × 1e-4 / 8 = 250_000 B; × 3 = 750_000 B, + 150_994_944 B
+    //   = 151_744_944 B → 145 MiB.
     assert_eq!(p.bdp_bytes, 250_000);
-    assert_eq!(p.buffer_bytes, 1_048_576);
+    assert_eq!(p.buffer_bytes, 145 * 1_048_576);
     // Window 64 × 1024 × 8 = 524_288 bit per 0.1 ms = 5.24288 Gbit/s per QP.
     close(p.direct_window_gbps, 5.242_88);
     // 4 QPs on 2 paths: share = 10 × 1024/1106 × 2/4 = 4.62929476 Gbit/s < window.
@@ -222,14 +233,21 @@ fn rtt_ms_is_the_same_as_the_equivalent_distance() {
 
 #[test]
 fn safety_factor_scales_the_buffer() {
-    // 36_750_000 B × 1.0 = 35.05 MiB → 36 MiB; × 4.5 = 165_375_000 B = 157.7 MiB → 158 MiB.
+    // 36_750_000 B × 1.0 = 35.05 MiB → 36 MiB; × 4.5 = 165_375_000 B = 157.7 MiB → 158 MiB
+    // (without the reserve).
+    let bare = format!("{SAPPORO} --requesters 0");
     assert_eq!(
-        plan_of(&format!("{SAPPORO} --safety-factor 1")).buffer_bytes,
+        plan_of(&format!("{bare} --safety-factor 1")).buffer_bytes,
         36 * 1_048_576
     );
     assert_eq!(
-        plan_of(&format!("{SAPPORO} --safety-factor 4.5")).buffer_bytes,
+        plan_of(&format!("{bare} --safety-factor 4.5")).buffer_bytes,
         158 * 1_048_576
+    );
+    // With the default reserve of 150_994_944 B: 187_744_944 B → 180 MiB.
+    assert_eq!(
+        plan_of(&format!("{SAPPORO} --safety-factor 1")).buffer_bytes,
+        180 * 1_048_576
     );
 }
 
@@ -248,7 +266,21 @@ fn buffer_matches_the_site_config_auto_size() {
     let cfg = soya_config::parse_str(&text, "sapporo.toml").unwrap();
     let p = plan_of("--distance-km 300 --link-gbps 100 --paths 2 --safety-factor 2");
     assert_eq!(cfg.buffer.bytes, p.buffer_bytes);
-    assert_eq!(p.buffer_bytes, 147_849_216);
+    // 147_000_000 + 150_994_944 = 297_994_944 B → 285 MiB.
+    assert_eq!(p.buffer_bytes, 285 * 1_048_576);
+    // And with the reserve's keys set otherwise.
+    let cfg = soya_config::parse_str(
+        &text
+            .replace("requesters = 16", "requesters = 3")
+            .replace("requester_window = \"8MiB\"", "requester_window = \"1MiB\""),
+        "sapporo.toml",
+    )
+    .unwrap();
+    let p = plan_of(
+        "--distance-km 300 --link-gbps 100 --paths 2 --safety-factor 2 \
+         --requesters 3 --requester-window 1MiB",
+    );
+    assert_eq!(cfg.buffer.bytes, p.buffer_bytes);
 }
 
 #[test]
@@ -297,7 +329,9 @@ fn json_has_the_documented_keys() {
         assert!(v.get(key).is_some(), "{key} missing from {v:#}");
     }
     assert_eq!(v["bdp_bytes"], 36_750_000);
-    assert_eq!(v["buffer_bytes"], 74_448_896);
+    assert_eq!(v["buffer_bytes"], 262_144_000);
+    assert_eq!(v["buffer_bdp_part_bytes"], 110_250_000);
+    assert_eq!(v["buffer_reserve_bytes"], 150_994_944);
     assert_eq!(v["hidden_by_backward"], false);
     assert_eq!(v["inputs"]["gpus"], 16);
     close(v["comm_ms"].as_f64().unwrap(), 612.011_718_75);
@@ -325,8 +359,12 @@ fn table_mentions_every_figure() {
         "1.47 ms",                          // one way
         "2.94 ms",                          // RTT
         "36750000 bytes",                   // BDP
-        "74448896 bytes",                   // buffer
-        "71 MiB",                           // buffer, readable
+        "262144000 bytes",                  // buffer
+        "250 MiB",                          // buffer, readable
+        "110250000 bytes",                  // its BDP part
+        "BDP × 3 safety factor",            //
+        "150994944 bytes",                  // its reserve
+        "16 requesters × 8 MiB",            //
         "98.037 Gbit/s",                    // line goodput, and through Sōya
         "1.427 Gbit/s",                     // direct
         "419.43 Gbit/s",                    // DC window

@@ -156,6 +156,11 @@ impl DeepBuffer {
         self.promised = self.promised - old + slots;
     }
 
+    /// `flow`'s promise (0 for a flow holding no slot).
+    pub fn promise_of(&self, flow: u64) -> usize {
+        self.promised_by.get(&flow).copied().unwrap_or(0)
+    }
+
     /// The sum of the promises of the flows holding slots.
     pub fn promised(&self) -> usize {
         self.promised

@@ -10,7 +10,7 @@ use std::time::Duration;
 use soya_config::AckPolicy;
 
 use super::engine::{Output, QpEngine};
-use super::ingress::HOLD_ACK_FOR;
+use super::ingress::{HOLD_ACK_FOR, HOLD_ACK_INTERVAL};
 use super::tests::{
     acks, assert_acks, assert_nak, cfg, drain, drained_acks, edge_ingress, forwarded,
     ingress_engine, key, request, response, run_timers, REQUESTER, RQ_QPN,
@@ -254,8 +254,8 @@ fn a_gap_before_the_switch_naks_the_first_psn_the_responder_has_not_acked() {
 fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
     let (mut e, t) = nearly_full_engine();
     assert_eq!(drained_acks(&mut e).last().unwrap().0, 103, "then withheld");
-    // 100 ms of a full buffer: the ACK of 103 again, every 10 ms.
-    let until = t + Duration::from_millis(100);
+    // 10 intervals of a full buffer: the ACK of 103 again, every interval.
+    let until = t + HOLD_ACK_INTERVAL * 10;
     let repeated = acks(&run_timers(&mut e, until));
     assert_eq!(repeated.len(), 10, "{repeated:?}");
     assert!(repeated
@@ -276,7 +276,7 @@ fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
         "withheld again"
     );
     let held = acks(&run_timers(&mut e, until + Duration::from_secs(10)));
-    let expected = (HOLD_ACK_FOR.as_millis() / 10) as usize;
+    let expected = (HOLD_ACK_FOR.as_micros() / HOLD_ACK_INTERVAL.as_micros()) as usize;
     assert!(
         (expected - 1..=expected).contains(&held.len()),
         "{} repeats",

@@ -9,7 +9,8 @@ use soya_config::AckPolicy;
 
 use super::engine::{Output, QpEngine};
 use super::half::HalfKey;
-use super::tests::{cfg, drain, REQUESTER, RESPONDER};
+use super::ingress::HOLD_ACK_INTERVAL;
+use super::tests::{cfg, drain, run_timers, REQUESTER, RESPONDER};
 use super::tests_twin::{twin_delivered, twin_response};
 use super::tests_twin_lost::ack_to;
 use crate::roce::builders;
@@ -102,6 +103,50 @@ impl Requester {
     }
 }
 
+/// Learns the requesters' halves through the tunnel: one raw SEND each
+/// (PSN spaces apart, so the responses tell the halves apart) and its real
+/// ACK.
+fn learn(e: &mut QpEngine, t: Time, reqs: &mut [Requester]) {
+    for r in reqs.iter_mut() {
+        let first = r.acked0() - 1;
+        let send = r.packet(Opcode::RC_SEND_ONLY, first, true);
+        e.handle_dc(t, &send);
+        twin_response(e, t, r.real_ack(first));
+        r.next = first + 1;
+        r.acked = first + 1;
+    }
+    drain(e);
+}
+
+/// The requesters send whenever their windows allow, interleaved, until
+/// every one waits for an ACK.
+fn send_while_allowed(e: &mut QpEngine, t: Time, reqs: &mut [Requester]) {
+    loop {
+        let mut sent = false;
+        for i in 0..reqs.len() {
+            if reqs[i].may_send() {
+                let p = reqs[i].send();
+                e.handle_dc(t, &p);
+                sent = true;
+                let out = drain(e);
+                for r in reqs.iter_mut() {
+                    r.take_acks(&out);
+                }
+            }
+        }
+        if !sent {
+            break;
+        }
+    }
+}
+
+/// Requests the ingress dropped (at the hard limit, or after a gap).
+fn drops(e: &QpEngine) -> u64 {
+    e.ingress_halves()
+        .map(|h| h.stats.backpressure_drops + h.stats.out_of_order_dropped)
+        .sum()
+}
+
 /// Two requesters behind one gateway whose 72-slot buffer is never drained
 /// (the twin reports nothing delivered: a slow or lossy WAN). Each sends
 /// whenever its 16-packet window allows. Once the buffer fills, pseudo-ACKs
@@ -129,39 +174,9 @@ fn fill_shared_buffer(assumed_window: usize, coalesce_packets: u32) -> (u64, u64
         next: 0,
         acked: 0,
     });
-    // Learn both halves through the tunnel: one raw SEND each (PSN spaces
-    // apart, so the responses tell the halves apart) and its real ACK.
-    for r in reqs.iter_mut() {
-        let first = r.acked0() - 1;
-        let send = r.packet(Opcode::RC_SEND_ONLY, first, true);
-        e.handle_dc(t, &send);
-        twin_response(&mut e, t, r.real_ack(first));
-        r.next = first + 1;
-        r.acked = first + 1;
-    }
-    drain(&mut e);
-    // Both requesters send whenever their window allows, interleaved.
-    loop {
-        let mut sent = false;
-        for i in 0..reqs.len() {
-            if reqs[i].may_send() {
-                let p = reqs[i].send();
-                e.handle_dc(t, &p);
-                sent = true;
-                let out = drain(&mut e);
-                for r in reqs.iter_mut() {
-                    r.take_acks(&out);
-                }
-            }
-        }
-        if !sent {
-            break;
-        }
-    }
-    let drops: u64 = e
-        .ingress_halves()
-        .map(|h| h.stats.backpressure_drops + h.stats.out_of_order_dropped)
-        .sum();
+    learn(&mut e, t, &mut reqs);
+    send_while_allowed(&mut e, t, &mut reqs);
+    let drops = drops(&e);
     let withheld: u64 = e.ingress_halves().map(|h| h.stats.withheld_acks).sum();
     // The twin reports everything admitted delivered: the buffer empties
     // and the withheld ACKs go out.
@@ -278,4 +293,116 @@ fn no_cnp_while_withheld_windows_fit_the_reserve_one_once_they_eat_into_it() {
     assert_eq!(e.occupancy().slots_used, 40, "the whole window came");
     assert!(cnps > 0, "the reserve was used up: slow the requester down");
     assert_eq!(drops, 0);
+}
+
+/// After a hold, a requester gets its pseudo-ACK back as soon as the
+/// buffer has room for its own window on top of what the others may still
+/// send: what they already sent of their windows is in the buffer and must
+/// not be reserved a second time. Two requesters with 16-packet windows
+/// fill a 64-slot buffer (32 acknowledged, then 16 withheld each); the
+/// twin delivers the first requester's acknowledged packets. With 16 or
+/// more free, that requester may be acknowledged (it can send 16, the
+/// other nothing more); the rule that summed whole windows waited for 32
+/// free, i.e. for the other requester's packets to cross the WAN too (16
+/// hardware QPs at 400 Gb/s: ~2.7 ms, past their 2 ms retransmission
+/// timer, docs/benchmarks.md §8).
+#[test]
+fn after_a_hold_a_requester_is_acked_once_its_own_window_fits_beside_the_others_promises() {
+    let mut c = cfg(AckPolicy::Edge);
+    c.buffer_slots = 64;
+    c.per_flow_slots = 64;
+    c.ack.ack_reserve_slots = 4;
+    c.ack.assumed_window_slots = WINDOW as usize;
+    c.ack.coalesce_packets = 1;
+    c.ack.coalesce = Duration::from_secs(1);
+    let mut e = QpEngine::new(c);
+    let t = Time::from_micros(1);
+    let mut reqs = [0x22, 0x23].map(|rs_qpn| Requester {
+        rq_qpn: rs_qpn - 0x10,
+        rs_qpn,
+        next: 0,
+        acked: 0,
+    });
+    learn(&mut e, t, &mut reqs);
+    send_while_allowed(&mut e, t, &mut reqs);
+    for r in &reqs {
+        assert_eq!(r.next - r.acked, WINDOW, "held at its window");
+    }
+    let used = e.occupancy().slots_used;
+    assert!(used > 64 - 16, "withheld near full: {used} used");
+    // The twin delivers what the first requester had acknowledged.
+    let acked_before = [reqs[0].acked, reqs[1].acked];
+    twin_delivered(&mut e, t, reqs[0].key(), acked_before[0] - 1);
+    let out = drain(&mut e);
+    for r in reqs.iter_mut() {
+        r.take_acks(&out);
+    }
+    let free = 64 - e.occupancy().slots_used;
+    assert!(
+        (WINDOW as usize..2 * WINDOW as usize).contains(&free),
+        "room for one window, not two: {free} free"
+    );
+    assert!(
+        reqs[0].acked > acked_before[0],
+        "acknowledged with {free} slots free for its 16-packet window"
+    );
+    assert_eq!(reqs[1].acked, acked_before[1], "the other still held");
+    // It sends its window; no drop.
+    send_while_allowed(&mut e, t, &mut reqs);
+    assert_eq!(drops(&e), 0);
+}
+
+/// A held requester whose own packets wait (behind a WAN loss, say) has no
+/// event of its own when other flows' deliveries free the room it waits
+/// for: the hold's periodic check must find it before a ConnectX-class
+/// requester's adaptive timer fires (2 ms, restarted only by an ACK that
+/// moves). B's 16 packets are acknowledged and A is held at its window;
+/// the twin then delivers B's: A must be acknowledged within 2 ms with no
+/// other event (with the check every 10 ms, 16 hardware QPs at 400 Gb/s
+/// timed out and resent 800 packets, docs/benchmarks.md §8).
+#[test]
+fn a_held_requester_without_events_of_its_own_is_acked_within_the_hardware_timer() {
+    let mut c = cfg(AckPolicy::Edge);
+    c.buffer_slots = 64;
+    c.per_flow_slots = 64;
+    c.ack.ack_reserve_slots = 4;
+    c.ack.assumed_window_slots = WINDOW as usize;
+    c.ack.coalesce_packets = 1;
+    c.ack.coalesce = Duration::from_secs(1);
+    let mut e = QpEngine::new(c);
+    let t = Time::from_micros(1);
+    let mut reqs = [0x22, 0x23].map(|rs_qpn| Requester {
+        rq_qpn: rs_qpn - 0x10,
+        rs_qpn,
+        next: 0,
+        acked: 0,
+    });
+    learn(&mut e, t, &mut reqs);
+    let [a, b] = &mut reqs;
+    // B: one message, acknowledged.
+    for _ in 0..WINDOW {
+        let p = b.send();
+        e.handle_dc(t, &p);
+        b.take_acks(&drain(&mut e));
+    }
+    assert_eq!(b.acked, b.next, "B acknowledged");
+    // A: until held at its window.
+    while a.may_send() {
+        let p = a.send();
+        e.handle_dc(t, &p);
+        a.take_acks(&drain(&mut e));
+    }
+    let held_at = a.acked;
+    assert!(a.next - held_at == WINDOW, "A held at its window");
+    // B's packets are delivered: room for A's window, but no event of A's.
+    twin_delivered(&mut e, t, b.key(), b.acked - 1);
+    a.take_acks(&drain(&mut e));
+    assert_eq!(a.acked, held_at, "A has no event of its own yet");
+    let out = run_timers(&mut e, t + Duration::from_micros(1_999));
+    a.take_acks(&out);
+    assert!(
+        a.acked > held_at,
+        "A acknowledged before the 2 ms timer (checked every {HOLD_ACK_INTERVAL:?})"
+    );
+    assert_eq!(drops(&e), 0);
 }

@@ -31,8 +31,18 @@ impl SiteParams {
     /// the total across flows, so the larger window costs the receiver no
     /// memory. And which twin is the client follows from the prefixes
     /// ([`Acl::is_client`]): exactly one of two mirrored sites is.
+    ///
+    /// Likewise the WAN sender's cap on the bytes it holds for sending or
+    /// retransmission over all flows covers the deep buffer, plus the
+    /// default's room for what else it carries (responses, control): every
+    /// request it holds is one the buffer still holds, so the buffer
+    /// already bounds them, while a lower cap stops every flow's sends at
+    /// once as soon as WAN losses keep data longer (16 QPs at 400 Gb/s,
+    /// 0.1 % loss, a 565 MiB buffer against the fixed 256 MiB: 0.879 of
+    /// the lossless goodput instead of 0.903, docs/benchmarks.md §8).
     pub fn new(engine: EngineConfig, mut wan: WanConfig, acl: Acl, twin_timeout: Duration) -> Self {
         wan.flow_window_bytes = wan.flow_window_bytes.max(engine.flow_bytes());
+        wan.tuning.max_buffered_bytes += engine.buffer_bytes();
         wan.is_client = acl.is_client();
         SiteParams {
             engine,
@@ -101,6 +111,19 @@ mod tests {
              [buffer]\n{buffer}\n"
         );
         soya_config::parse_str(&text, "test.toml").unwrap()
+    }
+
+    #[test]
+    fn the_wan_senders_cap_covers_the_deep_buffer_and_keeps_its_own_room() {
+        let default = crate::wan::Tuning::default().max_buffered_bytes;
+        let cfg = site("size = \"4GiB\"");
+        let w = SiteParams::from_config(&cfg, None).wan;
+        let b = &cfg.buffer;
+        assert_eq!(
+            w.tuning.max_buffered_bytes,
+            default + b.slots * u64::from(b.slot_bytes)
+        );
+        assert!(w.tuning.max_buffered_bytes > 4 << 30);
     }
 
     #[test]

@@ -166,8 +166,9 @@ struct RunArgs {
     /// band, as NCCL does): min_rnr_timer 12 instead of RDMA-CM's 0 (655 ms).
     #[arg(long)]
     no_rdma_cm: bool,
-    /// The gateways' deep buffer in slots of 4,608 B (default 131,072):
-    /// e.g. the size `soya plan` gives a daemon for this point.
+    /// The gateways' deep buffer in slots of 4,608 B (default: the size a
+    /// daemon picks with `buffer.size = "auto"` for the scenario's paths,
+    /// 2 × BDP + 16 requester windows of 8 MiB, as `soya plan` prints).
     #[arg(long)]
     buffer_slots: Option<usize>,
     /// Host NIC / datacenter link rate in Gbit/s (default: the larger of

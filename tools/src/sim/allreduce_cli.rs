@@ -22,6 +22,8 @@ pub fn plan_for(c: &AllreduceConfig) -> Result<(f64, Option<f64>, plan::Plan), S
         qps: c.channels * c.nccl.qps_per_conn,
         dc_rtt_us: plan::DEFAULT_DC_RTT_US,
         safety_factor: soya_config::DEFAULT_SAFETY_FACTOR,
+        requester_window: soya_config::DEFAULT_REQUESTER_WINDOW,
+        requesters: soya_config::DEFAULT_REQUESTERS,
         json: false,
         job: Some(JobArgs {
             gpus: c.gpus(),

@@ -57,7 +57,12 @@ impl Default for EngineConfig {
                 coalesce_packets: 16,
                 coalesce: Duration::from_micros(20),
                 ack_reserve_slots: 256,
-                assumed_window_slots: 2_048,
+                // 8 MiB at a 4 KiB MTU: 2,048 packets, as a site config
+                // with the default `buffer.requester_window` gives.
+                assumed_window_slots: soya_config::window_slots(
+                    soya_config::DEFAULT_REQUESTER_WINDOW,
+                    soya_config::DEFAULT_SLOT_BYTES,
+                ) as usize,
                 egress_window: 16_384,
                 cnp_on_backpressure: true,
             },
@@ -83,6 +88,8 @@ impl EngineConfig {
         c.per_flow_slots = site.buffer.per_flow_quota.map_or(c.buffer_slots, |q| {
             (q / u64::from(site.buffer.slot_bytes)) as usize
         });
+        // The same window `buffer.size = "auto"` made room for.
+        c.ack.assumed_window_slots = site.buffer.requester_window_slots as usize;
         // The twin holds at most this much of ours in flight: half a flow's quota.
         c.ack.egress_window = (c.per_flow_slots / 2).max(64) as u32;
         c.egress.min_rto = site.dc.retransmit_floor;
@@ -107,6 +114,11 @@ impl EngineConfig {
     /// instead of 2×).
     pub fn flow_bytes(&self) -> u64 {
         self.per_flow_slots.min(self.buffer_slots) as u64 * self.slot_bytes as u64
+    }
+
+    /// Bytes of the whole deep buffer.
+    pub fn buffer_bytes(&self) -> u64 {
+        self.buffer_slots as u64 * self.slot_bytes as u64
     }
 }
 
@@ -391,7 +403,7 @@ impl QpEngine {
         for k in &due {
             if let Some(a) = self.ingress.get_mut(k) {
                 if a.poll_timeout().is_some_and(|t| t <= now) {
-                    a.on_timeout(now, &self.buffer, &mut self.out);
+                    a.on_timeout(now, &mut self.buffer, &mut self.out);
                 }
             }
         }
@@ -493,7 +505,7 @@ impl QpEngine {
 
     fn hold(&mut self, now: Time, key: HalfKey, admitted: Admitted, bytes: Vec<u8>) {
         match self.ingress.get_mut(&key) {
-            Some(a) => a.hold(now, admitted, bytes, &self.buffer, &mut self.out),
+            Some(a) => a.hold(now, admitted, bytes, &mut self.buffer, &mut self.out),
             // `dc_packet` admitted it into this half a moment ago.
             None => self.out.pool.put(bytes),
         }

@@ -8,8 +8,19 @@
 //! N flows overrun it N-fold at once (16 hardware QPs x 2,048 packets
 //! against a 256-slot reserve: requests dropped at the hard limit, each a
 //! go-back-N of a window — docs/benchmarks.md §8). So each flow promises
-//! the buffer the window its requester was seen to use, and a pseudo-ACK
-//! waits until the free slots cover the sum of the promises.
+//! the buffer what its requester may still send without a new ACK — the
+//! window it was seen to use, less the packets already here past the last
+//! pseudo-ACK — and a pseudo-ACK waits until the free slots cover the sum
+//! of the promises once this flow's is back to its whole window.
+//!
+//! Not the sum of whole windows: while ACKs are withheld the requesters
+//! use their windows, and what they sent is already in the buffer. Summing
+//! whole windows counted it twice: after a hold no flow got an ACK until
+//! every flow's withheld packets were delivered, and the reserve looked
+//! eaten into, so CNPs went out, each halving a hardware requester's
+//! DCQCN rate (16 QPs at 400 Gb/s, 0.1 % WAN loss, a buffer of 2 × BDP
+//! plus their windows: 181 CNPs and 0.34 of the lossless goodput; 0 CNPs
+//! and 0.80 with this rule, docs/benchmarks.md §8).
 
 use std::time::Duration;
 
@@ -49,10 +60,19 @@ pub struct AckTuning {
     pub cnp_on_backpressure: bool,
 }
 
-/// While pseudo-ACKs are withheld (backpressure), the last one is repeated
-/// this often: below the shortest ACK timeout requesters commonly use
-/// (4.096 µs × 2^13 = 34 ms; perftest's default is 67 ms).
-pub const HOLD_ACK_INTERVAL: Duration = Duration::from_millis(10);
+/// While pseudo-ACKs are withheld (backpressure), whether one may go out
+/// is checked again this often, and if not the last one is repeated. The
+/// check is what matters: a flow is otherwise re-checked only on its own
+/// events, and a requester stopped at its window whose packets wait behind
+/// a WAN loss has none for a WAN round trip or more, while other flows'
+/// deliveries free the room it waits for. So it is below the first 2 ms
+/// step of the adaptive timer of ConnectX-class requesters, which only an
+/// ACK that moves restarts (with 10 ms, 16 QPs at 400 Gb/s and 0.1 % WAN
+/// loss timed out twice and resent 800 packets; none with 1 ms,
+/// docs/benchmarks.md §8). The repeat (rxe restarts its timer on
+/// any response) then comes well below the shortest ACK timeout requesters
+/// commonly use (4.096 µs × 2^13 = 34 ms; perftest's default is 67 ms).
+pub const HOLD_ACK_INTERVAL: Duration = Duration::from_millis(1);
 /// ...for at most this long: backpressure is a transient the requester need
 /// not see; a longer wait (every WAN path down) is left to its own retry
 /// settings (docs/semantics.md).
@@ -64,7 +84,25 @@ impl PseudoAcker {
     /// window seen so far (it only grows: a send queue does not shrink).
     pub(super) fn note_window(&mut self, past_ack: usize, buf: &mut DeepBuffer) {
         self.window = self.window.max(past_ack);
-        buf.promise(self.flow_id, self.expected_window());
+        buf.promise(
+            self.flow_id,
+            self.expected_window().saturating_sub(past_ack),
+        );
+    }
+
+    /// Packets admitted past the last pseudo-ACK: part of the requester's
+    /// window it has used.
+    fn past_ack(&self) -> usize {
+        self.entries.len().saturating_sub(self.first_unacked)
+    }
+
+    /// Re-promises what the requester may still send, after an ACK moved
+    /// its window.
+    pub(super) fn renew_promise(&self, buf: &mut DeepBuffer) {
+        buf.promise(
+            self.flow_id,
+            self.expected_window().saturating_sub(self.past_ack()),
+        );
     }
 
     /// The window to reserve for: the one seen, or the assumed one while
@@ -85,11 +123,16 @@ impl PseudoAcker {
     }
 
     /// The slots to keep free for this flow's window within its quota, and
-    /// for every flow's window within the shared slab.
+    /// for what every flow may send within the shared slab once this one
+    /// is acknowledged: the others' promises, and this one's whole window.
     fn reserve(&self, buf: &DeepBuffer) -> (usize, usize) {
         let floor = self.tuning.ack_reserve_slots;
-        let own = floor.max(self.expected_window().min(buf.per_flow_slots() / 2));
-        let all = floor.max(buf.promised().min(buf.capacity() / 2));
+        let window = self.expected_window();
+        let own = floor.max(window.min(buf.per_flow_slots() / 2));
+        // This flow's promise is its window less what it used (note_window,
+        // renew_promise); none while it holds no slot.
+        let after_ack = buf.promised() - buf.promise_of(self.flow_id) + window;
+        let all = floor.max(after_ack.min(buf.capacity() / 2));
         (own, all)
     }
 
@@ -145,7 +188,7 @@ impl PseudoAcker {
     }
 
     /// Sends a pseudo-ACK if policy, coalescing and backpressure allow.
-    pub(super) fn maybe_ack(&mut self, now: Time, buf: &DeepBuffer, out: &mut Outbox) {
+    pub(super) fn maybe_ack(&mut self, now: Time, buf: &mut DeepBuffer, out: &mut Outbox) {
         self.ack_deadline = None;
         let Some((psn, msn, ack_req, oldest)) = self.ack_limit() else {
             return;
@@ -174,6 +217,7 @@ impl PseudoAcker {
             self.stats.pseudo_acks += 1;
             self.send_ack(psn, msn, out);
             self.set_acked(psn, msn);
+            self.renew_promise(buf);
         } else {
             self.ack_deadline = Some(due);
         }

@@ -291,7 +291,7 @@ impl PseudoAcker {
         now: Time,
         admitted: Admitted,
         bytes: Vec<u8>,
-        buf: &DeepBuffer,
+        buf: &mut DeepBuffer,
         out: &mut Outbox,
     ) {
         self.quiet.touch();
@@ -589,7 +589,7 @@ impl PseudoAcker {
     }
 
     /// Coalescing timer, and the repeated ACK while withholding.
-    pub fn on_timeout(&mut self, now: Time, buf: &DeepBuffer, out: &mut Outbox) {
+    pub fn on_timeout(&mut self, now: Time, buf: &mut DeepBuffer, out: &mut Outbox) {
         if self.ack_deadline.is_some_and(|d| now >= d) {
             self.maybe_ack(now, buf, out);
         }
@@ -747,6 +747,7 @@ impl PseudoAcker {
                         });
                     // The response acknowledges everything up to it.
                     self.set_acked(psn, msn);
+                    self.renew_promise(buf);
                 }
                 self.maybe_ack(now, buf, out);
                 true

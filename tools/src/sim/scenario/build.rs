@@ -191,16 +191,35 @@ pub fn site_params(s: &Scenario, local: Ipv4Addr, remote: Ipv4Addr) -> SiteParam
     wan.cc = CcKind::FixedRate;
     let mut engine = EngineConfig::default();
     engine.ack.policy = s.policy;
-    if let Some(slots) = s.buffer_slots {
-        engine.buffer_slots = slots;
-        engine.per_flow_slots = slots;
-    }
+    let slots = s.buffer_slots.unwrap_or_else(|| auto_buffer_slots(s));
+    engine.buffer_slots = slots;
+    engine.per_flow_slots = slots;
     let prefix = |a: Ipv4Addr| format!("{a}/32").parse().expect("a /32 prefix");
     let acl = Acl {
         local: vec![prefix(local)],
         remote: vec![prefix(remote)],
     };
     SiteParams::new(engine, wan, acl, s.twin_timeout)
+}
+
+/// The deep buffer a daemon deployed for this scenario would pick with
+/// `buffer.size = "auto"` and the other `[buffer]` keys at their defaults
+/// (no per-flow quota): its paths' summed rate × the fibre RTT, through the
+/// config's own function, so the simulator's figures are the daemon's.
+pub fn auto_buffer_slots(s: &Scenario) -> usize {
+    let paths = u64::from(s.paths.max(1));
+    let rate_bps = (s.wan_gbps * 1e9) as u64 * paths;
+    let rtt = LinkProfile::fibre(s.distance_km) * 2;
+    let slot_bytes = soya_config::DEFAULT_SLOT_BYTES;
+    let a = soya_config::auto_size_of(
+        rate_bps,
+        rtt,
+        soya_config::DEFAULT_SAFETY_FACTOR,
+        slot_bytes,
+        soya_config::DEFAULT_REQUESTER_WINDOW,
+        soya_config::DEFAULT_REQUESTERS,
+    );
+    (a.bytes / u64::from(slot_bytes)) as usize
 }
 
 /// A session nonce source drawing from a seeded generator (runs repeat).

@@ -24,8 +24,8 @@ mod build;
 mod run;
 mod verdict;
 
+pub use build::{auto_buffer_slots, host_line_gbps, seeded_nonces, site_params};
 pub(crate) use build::{build, qp_config};
-pub use build::{host_line_gbps, seeded_nonces, site_params};
 pub(crate) use run::warm_up;
 pub use run::{run, run_world};
 
@@ -141,9 +141,9 @@ pub struct Scenario {
     /// started after the connection), and its first round trip is
     /// tunnelled.
     pub cm_handshake: bool,
-    /// The gateways' deep buffer in slots (`None`: the engine's default,
-    /// 131,072 slots of 4,608 B). To run a point at the size a daemon
-    /// would pick (`buffer.size = "auto"`: `soya plan` prints it).
+    /// The gateways' deep buffer in slots of 4,608 B (`None`: the size a
+    /// daemon picks with `buffer.size = "auto"` for this scenario's paths,
+    /// [`auto_buffer_slots`]; `soya plan` prints it).
     pub buffer_slots: Option<usize>,
 }
 

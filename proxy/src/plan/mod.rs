@@ -16,10 +16,13 @@
 //! measured RTT.
 //!
 //! **BDP and buffer.** BDP = WAN rate × RTT, with the WAN rate the sum of the
-//! paths (`--paths` × `--link-gbps`). The buffer is the config's `auto` size:
-//! BDP × safety factor, rounded up to a MiB, per site (each gateway holds its
-//! outbound direction until the twin confirms it). Integer arithmetic, as in
-//! `soya-config`, so the two agree to the byte.
+//! paths (`--paths` × `--link-gbps`). The buffer is the config's `auto` size,
+//! per site (each gateway holds its outbound direction until the twin
+//! confirms it): BDP × safety factor, plus a reserve for the requesters'
+//! windows (`--requesters` × `--requester-window`, in 4,608-byte slots of one
+//! packet each; the gateway pseudo-ACKs only while that much is free),
+//! rounded up to a MiB. Computed by `soya_config::auto_size_of`, the
+//! config's own function, so the two agree to the byte.
 //!
 //! **Wire overhead.** A RoCEv2 packet carries MTU bytes of payload in
 //! MTU + 82 bytes of wire time: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 +
@@ -99,6 +102,7 @@
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use serde::Serialize;
 use soya_config::units::{format_bytes, format_rate};
@@ -118,11 +122,12 @@ pub const DEFAULT_TX_DEPTH: u32 = 128;
 /// Default in-DC RTT, microseconds: what the gateway's local ACK loop sees.
 pub const DEFAULT_DC_RTT_US: f64 = 10.0;
 
-const MIB: u128 = 1 << 20;
 /// Largest PSN window RC allows: half the 24-bit PSN space.
 pub const MAX_TX_DEPTH: u32 = 1 << 23;
 /// Most parallel QPs the planner accepts.
 pub const MAX_QPS: u32 = 65_536;
+/// Most requesters the planner accepts, as `buffer.requesters`.
+pub const MAX_REQUESTERS: u32 = soya_config::MAX_REQUESTERS;
 /// Most GPUs the planner accepts.
 pub const MAX_GPUS: u32 = 1_000_000;
 /// Most NCCL channels the planner accepts.
@@ -159,6 +164,11 @@ pub struct PlanArgs {
     pub dc_rtt_us: f64,
     /// Deep-buffer size as a multiple of the BDP, 1..=16
     pub safety_factor: f64,
+    /// Bytes one requester may send past the last pseudo-ACK (send-queue
+    /// depth × message size), as `buffer.requester_window`
+    pub requester_window: u64,
+    /// QPs expected at their full window at once, as `buffer.requesters`
+    pub requesters: u32,
     /// Print one JSON object instead of the table
     #[serde(skip)]
     pub json: bool,
@@ -222,6 +232,9 @@ pub enum PlanError {
     NotANumber(String),
     #[error("\"{0}\" is not a finite number")]
     NotFinite(String),
+    /// Not a byte size; the text says what is accepted.
+    #[error("{0}")]
+    Bytes(String),
     /// `what` states the rule.
     #[error("{value} is out of range: {what}")]
     OutOfRange { value: f64, what: &'static str },
@@ -272,8 +285,13 @@ pub struct Plan {
     pub line_goodput_gbps: f64,
     /// Bandwidth-delay product of the WAN (all paths × RTT), bytes, rounded up.
     pub bdp_bytes: u64,
-    /// Deep buffer per site: BDP × safety factor rounded up to a MiB, bytes.
+    /// Deep buffer per site: the two parts below, rounded up to a MiB, bytes.
     pub buffer_bytes: u64,
+    /// BDP × safety factor, bytes, not rounded.
+    pub buffer_bdp_part_bytes: u64,
+    /// Room for the requesters' windows: requesters × window in slots ×
+    /// slot bytes, not rounded.
+    pub buffer_reserve_bytes: u64,
     /// One QP's window over the WAN RTT, W × MTU / RTT, uncapped, Gbit/s.
     pub direct_window_gbps: f64,
     /// One QP's window over the DC RTT, W × MTU / DC RTT, uncapped, Gbit/s.
@@ -321,176 +339,13 @@ pub struct Workload {
     pub nccl_window_gbps: Option<f64>,
 }
 
-// ---------------------------------------------------------------------------
-// Validation: one checker per flag, shared by the command line's value
-// parsers ([`number_in`] of the checker, [`parse_mtu`]) and by `plan()`
-// (which also accepts a `PlanArgs` built in code).
+mod validate;
 
-fn number(s: &str) -> Result<f64, PlanError> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| PlanError::NotANumber(s.to_owned()))?;
-    if v.is_finite() {
-        Ok(v)
-    } else {
-        Err(PlanError::NotFinite(s.to_owned()))
-    }
-}
-
-/// A command-line value parser: a finite number that `check` accepts.
-pub fn number_in(
-    check: fn(f64) -> Result<f64, PlanError>,
-) -> impl Fn(&str) -> Result<f64, PlanError> + Clone + Send + Sync + 'static {
-    move |s| check(number(s)?)
-}
-
-fn in_range(
-    v: f64,
-    lo_exclusive: bool,
-    lo: f64,
-    hi: f64,
-    what: &'static str,
-) -> Result<f64, PlanError> {
-    let lo_ok = if lo_exclusive { v > lo } else { v >= lo };
-    if v.is_finite() && lo_ok && v <= hi {
-        Ok(v)
-    } else {
-        Err(PlanError::OutOfRange { value: v, what })
-    }
-}
-
-pub fn check_distance_km(v: f64) -> Result<f64, PlanError> {
-    in_range(v, true, 0.0, 40_000.0, "distance must be 0 < km <= 40000")
-}
-pub fn check_rtt_ms(v: f64) -> Result<f64, PlanError> {
-    in_range(
-        v,
-        false,
-        0.001,
-        10_000.0,
-        "RTT must be 0.001 ms (1 µs) to 10000 ms",
-    )
-}
-pub fn check_link_gbps(v: f64) -> Result<f64, PlanError> {
-    in_range(
-        v,
-        false,
-        1e-6,
-        10_000.0,
-        "link rate must be 0.000001 Gbit/s (1 kbit/s) to 10000 Gbit/s",
-    )
-}
-pub fn check_loss(v: f64) -> Result<f64, PlanError> {
-    if (0.0..1.0).contains(&v) {
-        Ok(v)
-    } else {
-        Err(PlanError::OutOfRange {
-            value: v,
-            what: "loss is a probability, 0 <= p < 1 (0.001 = 0.1 %)",
-        })
-    }
-}
-fn check_mtu(v: u32) -> Result<u32, PlanError> {
-    if MTUS.contains(&v) {
-        Ok(v)
-    } else {
-        Err(PlanError::Mtu(v))
-    }
-}
-pub fn check_dc_rtt_us(v: f64) -> Result<f64, PlanError> {
-    in_range(
-        v,
-        false,
-        0.1,
-        100_000.0,
-        "DC RTT must be 0.1 µs to 100000 µs",
-    )
-}
-pub fn check_safety_factor(v: f64) -> Result<f64, PlanError> {
-    in_range(v, false, 1.0, 16.0, "safety factor must be 1.0 to 16.0")
-}
-pub fn check_params(v: f64) -> Result<f64, PlanError> {
-    in_range(v, false, 1.0, 1e15, "parameter count must be 1 to 1e15")
-}
-pub fn check_backward_ms(v: f64) -> Result<f64, PlanError> {
-    in_range(v, true, 0.0, 1e9, "backward time must be > 0 ms")
-}
-fn check_nccl_buffsize(v: u64) -> Result<u64, PlanError> {
-    in_range(
-        v as f64,
-        false,
-        4096.0,
-        (1u64 << 40) as f64,
-        "NCCL buffer must be 4 KiB to 1 TiB",
-    )
-    .map(|_| v)
-}
-fn check_int(v: u32, lo: u32, hi: u32, what: &'static str) -> Result<u32, PlanError> {
-    if (lo..=hi).contains(&v) {
-        Ok(v)
-    } else {
-        Err(PlanError::IntOutOfRange {
-            value: v,
-            what,
-            lo,
-            hi,
-        })
-    }
-}
-
-/// The `--mtu` value parser: a whole number that is a RoCE path MTU.
-pub fn parse_mtu(s: &str) -> Result<u32, PlanError> {
-    let v: u32 = s
-        .trim()
-        .parse()
-        .map_err(|_| PlanError::MtuText(s.to_owned()))?;
-    check_mtu(v)
-}
-
-/// Prefixes a range-check message with the flag it is about.
-fn flag(name: &'static str) -> impl Fn(PlanError) -> PlanError {
-    move |e| PlanError::Flag {
-        flag: name,
-        source: Box::new(e),
-    }
-}
-
-/// Every range check, with the flag named, for a `PlanArgs` built in code.
-fn validate(a: &PlanArgs) -> Result<(), PlanError> {
-    match (a.distance_km, a.rtt_ms) {
-        (Some(_), Some(_)) => return Err(PlanError::BothDelays),
-        (None, None) => return Err(PlanError::NoDelay),
-        (Some(km), None) => {
-            check_distance_km(km).map_err(flag("distance-km"))?;
-        }
-        (None, Some(ms)) => {
-            check_rtt_ms(ms).map_err(flag("rtt-ms"))?;
-        }
-    }
-    check_link_gbps(a.link_gbps).map_err(flag("link-gbps"))?;
-    check_int(a.paths, 1, soya_config::MAX_PATHS as u32, "paths").map_err(flag("paths"))?;
-    check_loss(a.loss).map_err(flag("loss"))?;
-    check_mtu(a.mtu).map_err(flag("mtu"))?;
-    check_int(a.tx_depth, 1, MAX_TX_DEPTH, "tx depth").map_err(flag("tx-depth"))?;
-    check_int(a.qps, 1, MAX_QPS, "QP count").map_err(flag("qps"))?;
-    check_dc_rtt_us(a.dc_rtt_us).map_err(flag("dc-rtt-us"))?;
-    check_safety_factor(a.safety_factor).map_err(flag("safety-factor"))?;
-    if let Some(j) = &a.job {
-        check_int(j.bytes_per_param, 1, 16, "bytes per parameter")
-            .map_err(flag("bytes-per-param"))?;
-        if let Some(b) = j.nccl_buffsize {
-            check_nccl_buffsize(b).map_err(flag("nccl-buffsize"))?;
-        }
-        if let Some(c) = j.channels {
-            check_int(c, 1, MAX_CHANNELS, "channel count").map_err(flag("channels"))?;
-        }
-        check_int(j.gpus, 2, MAX_GPUS, "GPU count").map_err(flag("gpus"))?;
-        check_params(j.params).map_err(flag("params"))?;
-        check_backward_ms(j.backward_ms).map_err(flag("backward-ms"))?;
-    }
-    Ok(())
-}
+use validate::validate;
+pub use validate::{
+    bytes_in, check_backward_ms, check_dc_rtt_us, check_distance_km, check_link_gbps, check_loss,
+    check_params, check_requester_window, check_rtt_ms, check_safety_factor, number_in, parse_mtu,
+};
 
 // ---------------------------------------------------------------------------
 // The arithmetic.
@@ -514,9 +369,17 @@ pub fn plan(a: &PlanArgs) -> Result<Plan, PlanError> {
     let wan_bps = u128::from(link_bps) * u128::from(a.paths);
     let bits_ns = wan_bps * u128::from(rtt_ns);
     let bdp_bytes = bits_ns.div_ceil(8_000_000_000);
-    let factor_milli = (a.safety_factor * 1000.0).round() as u128;
-    let buffer_unrounded = (bits_ns * factor_milli).div_ceil(8_000_000_000_000);
-    let buffer_bytes = buffer_unrounded.div_ceil(MIB) * MIB;
+    let buffer = soya_config::auto_size_of(
+        u64::try_from(wan_bps).map_err(|_| PlanError::Overflow("buffer"))?,
+        Duration::from_nanos(rtt_ns),
+        a.safety_factor,
+        soya_config::DEFAULT_SLOT_BYTES,
+        a.requester_window,
+        a.requesters,
+    );
+    if buffer.bytes == u64::MAX {
+        return Err(PlanError::Overflow("buffer"));
+    }
 
     // Goodput, bit/s.
     let mtu = f64::from(a.mtu);
@@ -595,7 +458,9 @@ pub fn plan(a: &PlanArgs) -> Result<Plan, PlanError> {
         wire_efficiency,
         line_goodput_gbps: line_goodput / 1e9,
         bdp_bytes: u64::try_from(bdp_bytes).map_err(|_| PlanError::Overflow("BDP"))?,
-        buffer_bytes: u64::try_from(buffer_bytes).map_err(|_| PlanError::Overflow("buffer"))?,
+        buffer_bytes: buffer.bytes,
+        buffer_bdp_part_bytes: buffer.bdp_part_bytes,
+        buffer_reserve_bytes: buffer.reserve_bytes,
         direct_window_gbps: direct_window / 1e9,
         dc_window_gbps: dc_window / 1e9,
         window_loss_probability: q,
@@ -620,8 +485,10 @@ fn notes(p: &Plan) -> Vec<String> {
         );
     }
     n.push(
-        "BDP = WAN rate (all paths) × RTT; buffer = BDP × safety factor rounded up to a MiB, \
-         per site, as the site config's buffer.size = \"auto\""
+        "BDP = WAN rate (all paths) × RTT; buffer = BDP × safety factor + requesters × their \
+         window (in 4,608 B slots of one packet each) rounded up to a MiB, per site, as the site \
+         config's buffer.size = \"auto\": the gateway pseudo-ACKs only while the requesters' \
+         windows fit in what is free"
             .to_string(),
     );
     if p.buffer_bytes > soya_config::MAX_BUFFER_BYTES {
@@ -778,9 +645,24 @@ impl Plan {
             &mut out,
             "deep buffer",
             format_bytes(self.buffer_bytes),
+            "per site: the two parts below, rounded up to a MiB".into(),
+        );
+        row(
+            &mut out,
+            "  for data in flight",
+            format_bytes(self.buffer_bdp_part_bytes),
+            format!("BDP × {} safety factor", num(i.safety_factor)),
+        );
+        row(
+            &mut out,
+            "  reserve",
+            format_bytes(self.buffer_reserve_bytes),
             format!(
-                "per site: BDP × {} safety factor, rounded up to a MiB",
-                num(i.safety_factor)
+                "{} requesters × {} window ({} packets of {} B, a slot each)",
+                i.requesters,
+                format_bytes(i.requester_window),
+                soya_config::window_slots(i.requester_window, soya_config::DEFAULT_SLOT_BYTES),
+                soya_config::slot_mtu(soya_config::DEFAULT_SLOT_BYTES),
             ),
         );
 
