@@ -85,25 +85,25 @@ fn sapporo_loads_with_everything_resolved() {
     // 2 × 4.9 µs × 380 km = 3724 µs.
     assert_eq!(inland.rtt, Some(Duration::from_micros(3_724)));
 
-    // auto = (100 + 10) Gbit/s × 3.724 ms (the larger RTT) × 2.0 / 8
-    //      = 110e9 × 3.724e-3 × 2 / 8 = 102_410_000 bytes (data in flight)
+    // auto = (100 + 10) Gbit/s × 3.724 ms (the larger RTT) × 3.0 / 8
+    //      = 110e9 × 3.724e-3 × 3 / 8 = 153_615_000 bytes (data in flight)
     //      + 16 requesters × (8 MiB / 4096 B = 2048 packets) × 4608 B
     //      = 150_994_944 bytes (their windows)
-    //      = 253_404_944 → rounded up to MiB: ceil(/ 1_048_576) = 242 MiB.
-    assert_eq!(cfg.buffer.bytes, 242 * 1_048_576);
-    assert_eq!(cfg.buffer.bytes, 253_755_392);
+    //      = 304_609_944 → rounded up to MiB: ceil(/ 1_048_576) = 291 MiB.
+    assert_eq!(cfg.buffer.bytes, 291 * 1_048_576);
+    assert_eq!(cfg.buffer.bytes, 305_135_616);
     assert_eq!(
         cfg.buffer.sizing,
         BufferSizing::Auto {
             total_rate_bps: 110_000_000_000,
             max_rtt: Duration::from_micros(3_724),
-            bdp_part_bytes: 102_410_000,
+            bdp_part_bytes: 153_615_000,
             reserve_bytes: 150_994_944,
-            unrounded_bytes: 253_404_944,
+            unrounded_bytes: 304_609_944,
         }
     );
     assert_eq!(cfg.buffer.slot_bytes, 4608);
-    assert_eq!(cfg.buffer.slots, 55_068); // floor(253_755_392 / 4608)
+    assert_eq!(cfg.buffer.slots, 66_218); // floor(305_135_616 / 4608)
     assert_eq!(cfg.buffer.requester_window, 8 * 1_048_576);
     assert_eq!(cfg.buffer.requester_window_slots, 2048);
     assert_eq!(cfg.buffer.requesters, 16);
@@ -129,7 +129,7 @@ fn sapporo_loads_with_everything_resolved() {
 #[test]
 fn wakkanai_loads() {
     let (_dir, cfg) = load_example("wakkanai", 0o600);
-    assert_eq!(cfg.buffer.bytes, 253_755_392); // symmetric links, same auto size
+    assert_eq!(cfg.buffer.bytes, 305_135_616); // symmetric links, same auto size
     assert_eq!(cfg.log.format, LogFormat::Json);
     // A group-readable key (root:soya 0640) is fine; only "other" is refused.
     load_example("wakkanai", 0o640);
@@ -225,12 +225,12 @@ fn explain_shows_derivations_and_defaults() {
     let text = parse_example("sapporo").explain();
     for want in [
         "Sōya site \"sapporo\"",
-        "242 MiB (253755392 bytes)",
-        "110 Gbit/s total rate x 3.724 ms max RTT x safety factor 2.0",
-        "= 102410000 bytes",
+        "291 MiB (305135616 bytes)",
+        "110 Gbit/s total rate x 3.724 ms max RTT x safety factor 3.0",
+        "= 153615000 bytes",
         "+ 16 requesters x 2048 slots x 4608 bytes (their windows)",
         "= 150994944 bytes",
-        "= 253404944 bytes, rounded up to a whole MiB",
+        "= 304609944 bytes, rounded up to a whole MiB",
         "requester_window 8 MiB (8388608 bytes) = 2048 packets of 4096 B",
         "2.94 ms (2 x 4.9 us/km x 300 km of fibre)",
         "198.51.100.10:7400",

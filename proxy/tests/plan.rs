@@ -264,10 +264,11 @@ fn buffer_matches_the_site_config_auto_size() {
         .replace("rate = \"10gbit\"", "rate = \"100gbit\"")
         .replace("distance_km = 380", "distance_km = 300");
     let cfg = soya_config::parse_str(&text, "sapporo.toml").unwrap();
-    let p = plan_of("--distance-km 300 --link-gbps 100 --paths 2 --safety-factor 2");
+    let p = plan_of("--distance-km 300 --link-gbps 100 --paths 2 --safety-factor 3");
     assert_eq!(cfg.buffer.bytes, p.buffer_bytes);
-    // 147_000_000 + 150_994_944 = 297_994_944 B → 285 MiB.
-    assert_eq!(p.buffer_bytes, 285 * 1_048_576);
+    // 200 Gbit/s × 2.94 ms × 3 / 8 = 220_500_000, + 150_994_944
+    // = 371_494_944 B → 355 MiB.
+    assert_eq!(p.buffer_bytes, 355 * 1_048_576);
     // And with the reserve's keys set otherwise.
     let cfg = soya_config::parse_str(
         &text
@@ -277,7 +278,7 @@ fn buffer_matches_the_site_config_auto_size() {
     )
     .unwrap();
     let p = plan_of(
-        "--distance-km 300 --link-gbps 100 --paths 2 --safety-factor 2 \
+        "--distance-km 300 --link-gbps 100 --paths 2 --safety-factor 3 \
          --requesters 3 --requester-window 1MiB",
     );
     assert_eq!(cfg.buffer.bytes, p.buffer_bytes);
