@@ -74,7 +74,7 @@ pub(super) struct Halves<V> {
 impl<V: Timed> Halves<V> {
     pub(super) fn with_hasher(key: HashKey) -> Halves<V> {
         Halves {
-            map: KeyedMap::with_hasher(key),
+            map: KeyedMap::with_hasher(key.state()),
             timers: RefCell::new(Timers::default()),
         }
     }
@@ -140,19 +140,35 @@ impl<V: Timed> Halves<V> {
 
     /// `entry(key).or_insert_with(f)`.
     pub(super) fn get_or_insert_with(&mut self, key: HalfKey, f: impl FnOnce() -> V) -> &mut V {
-        let s = match self.map.entry(key) {
-            Entry::Occupied(o) => o.into_mut(),
-            Entry::Vacant(v) => v.insert(Self::new_slot(f())),
+        self.get_or_insert_new(key, f).0
+    }
+
+    /// [`Self::get_or_insert_with`], and whether the half is new: one
+    /// lookup where `contains_key` and then an insertion would take two.
+    pub(super) fn get_or_insert_new(
+        &mut self,
+        key: HalfKey,
+        f: impl FnOnce() -> V,
+    ) -> (&mut V, bool) {
+        let (s, new) = match self.map.entry(key) {
+            Entry::Occupied(o) => (o.into_mut(), false),
+            Entry::Vacant(v) => (v.insert(Self::new_slot(f())), true),
         };
         Self::touch(self.timers.get_mut(), key, s);
-        &mut s.half
+        (&mut s.half, new)
     }
 
     pub(super) fn insert(&mut self, key: HalfKey, half: V) -> Option<V> {
-        let old = self.map.insert(key, Self::new_slot(half));
-        let s = self.map.get(&key).expect("just inserted");
+        let (s, old) = match self.map.entry(key) {
+            Entry::Occupied(o) => {
+                let s = o.into_mut();
+                let old = std::mem::replace(s, Self::new_slot(half));
+                (s, Some(old.half))
+            }
+            Entry::Vacant(v) => (v.insert(Self::new_slot(half)), None),
+        };
         Self::touch(self.timers.get_mut(), key, s);
-        old.map(|s| s.half)
+        old
     }
 
     /// Its heap entries die with it (a later half under the same key is
