@@ -13,7 +13,7 @@ pub mod slab;
 pub use pool::{PacketPool, PoolStats};
 pub use slab::{PacketSlab, SlabError, SlotHandle, MAX_SLOTS, MAX_SLOT_BYTES};
 
-use std::collections::HashMap;
+use crate::qp::keyed::{Keyed, KeyedMap};
 
 /// Why the buffer refused a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,13 +38,26 @@ pub struct Occupancy {
 pub struct DeepBuffer {
     slab: PacketSlab,
     per_flow_slots: usize,
-    used_by: HashMap<u64, usize>,
-    /// Slots each flow holding any may be sent more of without notice (its
-    /// requester's window past the last pseudo-ACK, `qp::ingress`), and
-    /// their sum: the shared slab must keep that much free, since every
-    /// such flow may use its window at once. Forgotten when the flow holds
-    /// no slot (so a vanished flow cannot pin a promise).
-    promised_by: HashMap<u64, usize>,
+    /// What each flow holding any slot holds and was promised, in one
+    /// table so that each call looks a flow up once (these lookups run
+    /// several times per packet). The ids are hashes of what the data
+    /// center sends, so the table is keyed (`qp::keyed`); it is only ever
+    /// looked up, never walked, so a random key changes no output.
+    flows: KeyedMap<u64, FlowUse>,
+    promised: usize,
+}
+
+/// One flow's share of the buffer.
+#[derive(Clone, Copy, Debug, Default)]
+struct FlowUse {
+    /// Slots it holds (never 0 in the table: a flow holding none is
+    /// forgotten).
+    used: usize,
+    /// Slots it may be sent more of without notice (its requester's
+    /// window past the last pseudo-ACK, `qp::ingress`): the shared slab
+    /// must keep the sum of these free, since every such flow may use its
+    /// window at once. Forgotten with the flow's last slot (so a vanished
+    /// flow cannot pin a promise).
     promised: usize,
 }
 
@@ -54,8 +67,7 @@ impl DeepBuffer {
         DeepBuffer {
             slab: PacketSlab::new(slots, slot_bytes),
             per_flow_slots: per_flow_slots.min(slots).max(1),
-            used_by: HashMap::new(),
-            promised_by: HashMap::new(),
+            flows: KeyedMap::with_hasher(Keyed::random()),
             promised: 0,
         }
     }
@@ -73,16 +85,7 @@ impl DeepBuffer {
 
     /// Stores a copy of `bytes` for `flow`.
     pub fn store(&mut self, flow: u64, bytes: &[u8]) -> Result<SlotHandle, Refused> {
-        if bytes.len() > self.slab.slot_bytes() {
-            return Err(Refused::TooLarge);
-        }
-        let used = self.used_by.get(&flow).copied().unwrap_or(0);
-        if used >= self.per_flow_slots {
-            return Err(Refused::FlowQuota);
-        }
-        let h = self.slab.alloc(bytes).ok_or(Refused::SiteFull)?;
-        *self.used_by.entry(flow).or_insert(0) += 1;
-        Ok(h)
+        self.take_slot(flow, bytes.len(), bytes)
     }
 
     /// Reserves a slot for `flow` for a packet of `len` bytes held
@@ -91,28 +94,44 @@ impl DeepBuffer {
     /// occupancy, so the buffer's bounds hold as if it were stored. The
     /// engine's halves hold packets this way (no copy), see `qp`.
     pub fn reserve(&mut self, flow: u64, len: usize) -> Result<SlotHandle, Refused> {
+        self.take_slot(flow, len, &[])
+    }
+
+    /// One lookup for a flow that holds slots (the steady state); a new
+    /// flow is entered only once the slab gave it a slot.
+    fn take_slot(&mut self, flow: u64, len: usize, bytes: &[u8]) -> Result<SlotHandle, Refused> {
         if len > self.slab.slot_bytes() {
             return Err(Refused::TooLarge);
         }
-        let used = self.used_by.get(&flow).copied().unwrap_or(0);
-        if used >= self.per_flow_slots {
-            return Err(Refused::FlowQuota);
+        match self.flows.get_mut(&flow) {
+            Some(f) => {
+                if f.used >= self.per_flow_slots {
+                    return Err(Refused::FlowQuota);
+                }
+                let h = self.slab.alloc(bytes).ok_or(Refused::SiteFull)?;
+                f.used += 1;
+                Ok(h)
+            }
+            None => {
+                let h = self.slab.alloc(bytes).ok_or(Refused::SiteFull)?;
+                let first = FlowUse {
+                    used: 1,
+                    promised: 0,
+                };
+                self.flows.insert(flow, first);
+                Ok(h)
+            }
         }
-        let h = self.slab.alloc(&[]).ok_or(Refused::SiteFull)?;
-        *self.used_by.entry(flow).or_insert(0) += 1;
-        Ok(h)
     }
 
     /// Frees a slot held by `flow`.
     pub fn release(&mut self, flow: u64, h: SlotHandle) {
         self.slab.free(h);
-        if let Some(n) = self.used_by.get_mut(&flow) {
-            *n -= 1;
-            if *n == 0 {
-                self.used_by.remove(&flow);
-                if let Some(w) = self.promised_by.remove(&flow) {
-                    self.promised -= w;
-                }
+        if let Some(f) = self.flows.get_mut(&flow) {
+            f.used -= 1;
+            if f.used == 0 {
+                self.promised -= f.promised;
+                self.flows.remove(&flow);
             }
         }
     }
@@ -127,7 +146,7 @@ impl DeepBuffer {
 
     /// Slots `flow` holds now.
     pub fn flow_slots(&self, flow: u64) -> usize {
-        self.used_by.get(&flow).copied().unwrap_or(0)
+        self.flows.get(&flow).map_or(0, |f| f.used)
     }
 
     /// Slots still free for `flow`, the lesser of its quota and the site's.
@@ -149,16 +168,15 @@ impl DeepBuffer {
     /// Records that `flow` (which holds slots) may be sent up to `slots`
     /// more packets without a new ACK. Ignored for a flow holding none.
     pub fn promise(&mut self, flow: u64, slots: usize) {
-        if !self.used_by.contains_key(&flow) {
-            return;
+        if let Some(f) = self.flows.get_mut(&flow) {
+            self.promised = self.promised - f.promised + slots;
+            f.promised = slots;
         }
-        let old = self.promised_by.insert(flow, slots).unwrap_or(0);
-        self.promised = self.promised - old + slots;
     }
 
     /// `flow`'s promise (0 for a flow holding no slot).
     pub fn promise_of(&self, flow: u64) -> usize {
-        self.promised_by.get(&flow).copied().unwrap_or(0)
+        self.flows.get(&flow).map_or(0, |f| f.promised)
     }
 
     /// The sum of the promises of the flows holding slots.

@@ -20,7 +20,6 @@
 //!   by the shards' host-pair hash (everything else goes on to the kernel).
 //!   Every shard reads its own socket: no handoff. See [`super::xdp`].
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -32,6 +31,7 @@ use soya_config::{DcBackend, Prefix};
 pub use super::ports::TxOutcome;
 use super::ports::{DcPort, DcRx};
 use super::xdp::{self, SendError, XdpDc};
+use crate::qp::keyed::KeyedMap;
 use crate::sys;
 use crate::sys::udpio::{IoMode, IoStats, TxDatagram, UdpIo};
 
@@ -79,7 +79,7 @@ impl UdpLab {
 /// Notes that `from` sent a packet whose inner source is `inner_src` (the
 /// packet passed the ACL).
 fn learn(
-    peers: &mut HashMap<IpAddr, Peer>,
+    peers: &mut KeyedMap<IpAddr, Peer>,
     peer_conflicts: &mut u64,
     peers_learned: &mut u64,
     inner_src: IpAddr,
@@ -117,7 +117,9 @@ pub struct UdpLab {
     /// Packets staged for the next flush (slices of `stage`).
     stage: Vec<u8>,
     staged: Vec<TxDatagram>,
-    peers: HashMap<IpAddr, Peer>,
+    /// Looked up for every packet both ways, by addresses from the DC:
+    /// a keyed table (`qp::keyed`).
+    peers: KeyedMap<IpAddr, Peer>,
     /// Datagrams whose inner source is known under another UDP address that
     /// is still active (not learned from).
     pub peer_conflicts: u64,
@@ -131,7 +133,7 @@ impl UdpLab {
             io,
             stage: vec![0; DC_STAGE_BYTES],
             staged: Vec::with_capacity(DC_IO_BATCH),
-            peers: HashMap::new(),
+            peers: KeyedMap::default(),
             peer_conflicts: 0,
             peers_learned: 0,
         }

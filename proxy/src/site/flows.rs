@@ -50,9 +50,10 @@
 //! one ordered flow: harmless, merely ordered together. Messages whose
 //! packet does not parse use key 1 (the engine never produces those).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::IpAddr;
 
+use crate::qp::keyed::KeyedMap;
 use crate::qp::{HalfKey, TwinMsg};
 use crate::roce::{IpHeader, OpKind, RocePacket};
 use crate::time::Time;
@@ -117,12 +118,29 @@ pub fn response_flow(requester: IpAddr, responder: IpAddr) -> u64 {
     f.finish()
 }
 
+/// The half of a request packet the engine built ([`HalfKey::of_request`]
+/// of its parse), read from the IP header and the BTH's destination QP
+/// alone: the engine parsed and checked the packet already, and parsing it
+/// whole again here cost 1–1.5 % of a gateway's turns.
+fn request_half(packet: &[u8]) -> Option<HalfKey> {
+    const UDP_LEN: usize = 8;
+    let s = IpHeader::split(packet).ok()?;
+    // The BTH's bytes 5..8: the destination QP.
+    let qp_at = s.header_len + UDP_LEN + 5;
+    let qp = packet.get(qp_at..qp_at + 3)?;
+    Some(HalfKey {
+        requester: s.header.src(),
+        responder: s.header.dst(),
+        responder_qpn: u32::from_be_bytes([0, qp[0], qp[1], qp[2]]),
+    })
+}
+
 /// The WAN flow of a reliable message; `None` for datagrams.
 pub fn flow_of(msg: &TwinMsg) -> Option<u64> {
     Some(match msg {
-        TwinMsg::Request { packet, .. } => match RocePacket::parse(packet) {
-            Ok(p) => request_flow(&HalfKey::of_request(&p)),
-            Err(_) => 1,
+        TwinMsg::Request { packet, .. } => match request_half(packet) {
+            Some(h) => request_flow(&h),
+            None => 1,
         },
         TwinMsg::Response { packet } => match IpHeader::split(packet) {
             // The response goes from the responder (src) to the requester.
@@ -163,7 +181,9 @@ fn read_response_tag(msg: &TwinMsg) -> Option<Tag> {
 /// Messages waiting for room in the transport, per flow, in order.
 #[derive(Default)]
 pub struct Pending {
-    flows: HashMap<u64, VecDeque<Waiting>>,
+    /// Keyed (`qp::keyed`): flow keys are hashes of what the data center
+    /// sends. Only looked up, never walked.
+    flows: KeyedMap<u64, VecDeque<Waiting>>,
     /// Flows with something waiting, in the order they started waiting.
     order: VecDeque<u64>,
     pub messages: usize,
@@ -326,6 +346,36 @@ mod tests {
             code: NakCode::RemoteOperationalError,
         };
         (delivered, error)
+    }
+
+    /// The light read of a request's half gives what the full parse
+    /// gives, over IPv4 and IPv6 and QPNs using all 24 bits.
+    #[test]
+    fn request_half_matches_the_parse() {
+        use crate::roce::{builders, Opcode, Reth};
+        let hosts: [(IpAddr, IpAddr); 2] = [
+            ("10.1.0.1".parse().unwrap(), "10.2.0.1".parse().unwrap()),
+            ("fd00::1".parse().unwrap(), "fd00:2::7".parse().unwrap()),
+        ];
+        for (src, dst) in hosts {
+            for qpn in [0x11, 0xAB_CDEF, 0xFF_FFFF] {
+                let ip = IpHeader::between(src, dst).unwrap();
+                let pkt = builders::request(
+                    ip,
+                    qpn,
+                    Opcode::RC_SEND_ONLY,
+                    Psn::new(9),
+                    true,
+                    Reth::default(),
+                )
+                .to_vec(&[1, 2, 3])
+                .unwrap();
+                let parsed = HalfKey::of_request(&RocePacket::parse(&pkt).unwrap());
+                assert_eq!(request_half(&pkt), Some(parsed));
+                assert_eq!(parsed.responder_qpn, qpn);
+            }
+        }
+        assert_eq!(request_half(&[0x45, 0, 0]), None);
     }
 
     #[test]

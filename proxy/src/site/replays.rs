@@ -32,8 +32,9 @@
 //! Only READ responses are tracked; atomic ACKs (not idempotent), ACKs
 //! and control messages are never dropped here.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
+use crate::qp::keyed::KeyedMap;
 use crate::roce::Psn;
 
 /// Most stale ranges remembered per flow; older ones are forgotten (their
@@ -60,10 +61,11 @@ struct Stale {
 pub struct ReadReplays {
     seq: u64,
     /// (flow, requester QPN, PSN) → (copies queued, newest copy's seq).
-    queued: HashMap<(u64, u32, u32), (u32, u64)>,
+    /// (Keyed tables, `qp::keyed`: QPNs and PSNs come from the hosts.)
+    queued: KeyedMap<(u64, u32, u32), (u32, u64)>,
     /// (flow, requester QPN) → (responses queued, highest PSN queued).
-    per_qp: HashMap<(u64, u32), (u32, Psn)>,
-    stale_rules: HashMap<u64, VecDeque<Stale>>,
+    per_qp: KeyedMap<(u64, u32), (u32, Psn)>,
+    stale_rules: KeyedMap<u64, VecDeque<Stale>>,
     /// Resent READs not injected: their answer was queued here.
     pub redundant: u64,
     /// Queued READ responses dropped: a replay made them dead.

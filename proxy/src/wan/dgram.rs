@@ -9,10 +9,11 @@
 //! keeps at most [`MAX_PARTIAL`] incomplete datagrams (the oldest is evicted,
 //! counted); datagrams above [`MAX_DATAGRAM`] bytes are refused.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::packet::{DatagramFrame, Frame, Writer};
 use crate::buffer::PacketPool;
+use crate::qp::keyed::KeyedMap;
 
 pub const MAX_DATAGRAM: usize = 65_535;
 pub const MAX_QUEUED: usize = 1024;
@@ -102,7 +103,8 @@ struct Partial {
 
 #[derive(Default)]
 pub struct DgramRecv {
-    partial: HashMap<u64, Partial>,
+    /// Keyed by ids the peer picks (`qp::keyed`); only looked up.
+    partial: KeyedMap<u64, Partial>,
     order: VecDeque<u64>,
     pub evicted: u64,
     pub inconsistent: u64,

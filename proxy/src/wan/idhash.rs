@@ -1,15 +1,16 @@
-//! A cheap hasher for tables keyed by flow ids this side chose.
+//! A cheap hasher for tables keyed by flow ids this side allocates.
 //!
 //! The send side looks a flow up several times per message (room, push,
-//! each fragment written, each fragment acknowledged); with std's SipHash
-//! that was about 2 % of the keyed loopback benchmark's CPU. SipHash is
-//! keyed to resist hash flooding by whoever picks the keys. On the send side
-//! that is the local engine (ids are its 64-bit hashes of QP half keys), so
-//! a fixed mix suffices: MurmurHash3's 64-bit finalizer, a bijection whose
-//! every output bit depends on every input bit (hashbrown takes its bucket
-//! index from the low bits and its tag from the top 7).
+//! each fragment written, each fragment acknowledged). Its wire ids are
+//! sequential numbers this side hands out (`SendFlows::next_id`), which
+//! nobody outside picks, so a fixed mix suffices: MurmurHash3's 64-bit
+//! finalizer, a bijection whose every output bit depends on every input
+//! bit (hashbrown takes its bucket index from the low bits and its tag from
+//! the top 7). Being fixed, it also keeps the order `SendFlows` walks its
+//! flows in the same from run to run.
 //!
-//! Tables keyed by ids the *peer* picks (the receive side) keep SipHash.
+//! Tables keyed by anything someone else picks (the peer's ids, the site's
+//! hashes of what the data center sends) are keyed: `qp::keyed`.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};

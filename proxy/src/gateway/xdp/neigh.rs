@@ -7,7 +7,7 @@
 //! itself) and the packet is dropped and counted; the requester's
 //! retransmission finds the entry.
 
-use std::collections::HashMap;
+use crate::qp::keyed::KeyedMap;
 use std::io;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -41,12 +41,13 @@ pub struct Neighbours {
     ifindex: u32,
     own_mac: [u8; 6],
     routes: Vec<Route>,
-    /// Next hop → its MAC.
-    macs: HashMap<IpAddr, [u8; 6]>,
+    /// Next hop → its MAC. (Keyed tables, `qp::keyed`: `headers` is looked
+    /// up for every packet sent toward a host, by an address from the DC.)
+    macs: KeyedMap<IpAddr, [u8; 6]>,
     /// Destination host → Ethernet header (cache of the two lookups).
-    headers: HashMap<IpAddr, [u8; 14]>,
+    headers: KeyedMap<IpAddr, [u8; 14]>,
     read_at: Option<Instant>,
-    asked: HashMap<IpAddr, Instant>,
+    asked: KeyedMap<IpAddr, Instant>,
     seq: u32,
     /// Packets dropped for want of a neighbour entry.
     pub misses: u64,
@@ -75,10 +76,10 @@ impl Neighbours {
             ifindex,
             own_mac,
             routes: Vec::new(),
-            macs: HashMap::new(),
-            headers: HashMap::new(),
+            macs: KeyedMap::default(),
+            headers: KeyedMap::default(),
             read_at: None,
-            asked: HashMap::new(),
+            asked: KeyedMap::default(),
             seq: 0,
             misses: 0,
         })
@@ -178,7 +179,7 @@ impl Neighbours {
                 });
             },
         )?;
-        let mut macs = HashMap::new();
+        let mut macs = KeyedMap::with_hasher(self.macs.hasher().clone());
         self.dump(
             RouteNetlinkMessage::GetNeighbour(NeighbourMessage::default()),
             |m| {

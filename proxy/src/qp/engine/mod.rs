@@ -29,7 +29,7 @@ pub mod expiry;
 use super::cm_conns::{CmConn, CmConns};
 use super::egress::{EgressTuning, Reinjector, RequestInfo};
 use super::half::HalfKey;
-use super::ingress::{AckTuning, Admitted, PseudoAcker};
+use super::ingress::{AckTuning, PseudoAcker};
 pub use super::outbox::{HeldRef, Outbox, Output};
 use super::poison::{Orphan, OrphanRequester, Probe};
 use super::timers::Halves;
@@ -320,16 +320,16 @@ impl QpEngine {
             cfg,
             ingress: Halves::with_hasher(cfg.hash_key),
             egress: Halves::with_hasher(cfg.hash_key),
-            by_requester: KeyedMap::with_hasher(cfg.hash_key),
-            pending_req: KeyedMap::with_hasher(cfg.hash_key),
+            by_requester: KeyedMap::with_hasher(cfg.hash_key.state()),
+            pending_req: KeyedMap::with_hasher(cfg.hash_key.state()),
             cm_conns: CmConns::default(),
-            cm_start: KeyedMap::with_hasher(cfg.hash_key),
+            cm_start: KeyedMap::with_hasher(cfg.hash_key.state()),
             twin_reachable: true,
-            poisoned: KeyedMap::with_hasher(cfg.hash_key),
+            poisoned: KeyedMap::with_hasher(cfg.hash_key.state()),
             probes: BTreeMap::new(),
             orphans: Vec::new(),
             orphan_dreqs: Vec::new(),
-            orphan_requesters: KeyedMap::with_hasher(cfg.hash_key),
+            orphan_requesters: KeyedMap::with_hasher(cfg.hash_key.state()),
             expiry: Expiry::default(),
             out: Outbox::default(),
             due: Vec::new(),
@@ -473,10 +473,7 @@ impl QpEngine {
     /// A packet from the local DC side. A request accepted into the deep
     /// buffer is held as a pooled copy of `packet`.
     pub fn handle_dc(&mut self, now: Time, packet: &[u8]) {
-        if let Some((key, admitted)) = self.dc_packet(now, packet) {
-            let bytes = self.out.pool.copy_of(packet);
-            self.hold(now, key, admitted, bytes);
-        }
+        self.dc_packet(now, &mut DcBytes::Borrowed(packet));
     }
 
     /// A packet from the local DC side that the backend read into a pooled
@@ -485,9 +482,10 @@ impl QpEngine {
     /// Anything else is handled as by [`Self::handle_dc`] and the buffer
     /// goes back to the pool.
     pub fn handle_dc_owned(&mut self, now: Time, packet: Vec<u8>) {
-        match self.dc_packet(now, &packet) {
-            Some((key, admitted)) => self.hold(now, key, admitted, packet),
-            None => self.out.pool.put(packet),
+        let mut bytes = DcBytes::Owned(Some(packet));
+        self.dc_packet(now, &mut bytes);
+        if let DcBytes::Owned(Some(v)) = bytes {
+            self.out.pool.put(v);
         }
     }
 
@@ -503,28 +501,22 @@ impl QpEngine {
         self.out.pool.put(buf);
     }
 
-    fn hold(&mut self, now: Time, key: HalfKey, admitted: Admitted, bytes: Vec<u8>) {
-        match self.ingress.get_mut(&key) {
-            Some(a) => a.hold(now, admitted, bytes, &mut self.buffer, &mut self.out),
-            // `dc_packet` admitted it into this half a moment ago.
-            None => self.out.pool.put(bytes),
-        }
-    }
-
-    /// Handles a DC packet; a request admitted into an ingress half comes
-    /// back to be held (its bytes are still borrowed here).
-    fn dc_packet(&mut self, now: Time, packet: &[u8]) -> Option<(HalfKey, Admitted)> {
+    /// Handles a DC packet. A request admitted into an ingress half is
+    /// held by that half, found once: `bytes` gives up its buffer (or a
+    /// pooled copy of borrowed bytes) once the parse is done with it.
+    fn dc_packet(&mut self, now: Time, bytes: &mut DcBytes<'_>) {
+        let packet = bytes.as_slice();
         self.stats.dc_packets += 1;
         self.arm_expiry(now);
         if IpHeader::split(packet).is_err() {
             self.stats.dc_malformed += 1;
-            return None;
+            return;
         }
         if !is_roce(packet) {
             // Other IP traffic between the sites travels as a datagram.
             self.stats.dc_not_roce += 1;
             self.out.twin(packet, |packet| TwinMsg::Datagram { packet });
-            return None;
+            return;
         }
         let p = match RocePacket::parse_verified(packet) {
             Ok(p) => p,
@@ -533,13 +525,13 @@ impl QpEngine {
                     WireError::BadIcrc { .. } => self.stats.dc_bad_icrc += 1,
                     _ => self.stats.dc_malformed += 1,
                 }
-                return None;
+                return;
             }
         };
         if cm::is_qp1_mad(&p) {
             self.on_cm(&p, true);
             self.out.twin(packet, |packet| TwinMsg::Datagram { packet });
-            return None;
+            return;
         }
         match p.info.kind {
             OpKind::Cnp => {
@@ -572,16 +564,18 @@ impl QpEngine {
             _ if p.info.is_request() && p.info.is_rc() => {
                 let key = HalfKey::of_request(&p);
                 let tuning = self.cfg.ack;
-                let admitted = self
+                let a = self
                     .ingress
-                    .get_or_insert_with(key, || PseudoAcker::new_raw(key, tuning))
-                    .on_request(now, &p, &mut self.buffer, &mut self.out);
-                return admitted.map(|a| (key, a));
+                    .get_or_insert_with(key, || PseudoAcker::new_raw(key, tuning));
+                if let Some(admitted) = a.on_request(now, &p, &mut self.buffer, &mut self.out) {
+                    // `p` is done with the bytes: they may move now.
+                    let held = bytes.take(&mut self.out.pool);
+                    a.hold(now, admitted, held, &mut self.buffer, &mut self.out);
+                }
             }
             _ if p.info.is_response() => self.dc_response(now, &p),
             _ => self.out.twin(packet, |packet| TwinMsg::Datagram { packet }),
         }
-        None
     }
 
     /// A response from a local responder, to a requester at the far site.
@@ -685,14 +679,14 @@ impl QpEngine {
             return;
         };
         let key = HalfKey::of_request(&p);
-        if !self.egress.contains_key(&key) {
+        let tuning = self.cfg.egress;
+        let (r, new) = self
+            .egress
+            .get_or_insert_new(key, || Reinjector::new(key, tuning));
+        if new {
             // A new QP behind a number once poisoned: its answers are its own.
             self.poisoned.remove(&key);
         }
-        let tuning = self.cfg.egress;
-        let r = self
-            .egress
-            .get_or_insert_with(key, || Reinjector::new(key, tuning));
         match carry {
             Carry::Raw => {
                 r.on_raw_request(&p, &mut self.out);
@@ -862,5 +856,30 @@ impl QpEngine {
         }
         self.by_requester
             .insert((key.requester, requester_qpn, key.responder), key);
+    }
+}
+
+/// A DC packet as the engine receives it: borrowed (a copy is made if it is
+/// held) or in a pooled buffer the backend read it into (held as is).
+enum DcBytes<'a> {
+    Borrowed(&'a [u8]),
+    /// `None` once taken.
+    Owned(Option<Vec<u8>>),
+}
+
+impl DcBytes<'_> {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            DcBytes::Borrowed(b) => b,
+            DcBytes::Owned(v) => v.as_deref().unwrap_or(&[]),
+        }
+    }
+
+    /// The bytes to hold: the buffer itself, or a pooled copy.
+    fn take(&mut self, pool: &mut PacketPool) -> Vec<u8> {
+        match self {
+            DcBytes::Borrowed(b) => pool.copy_of(b),
+            DcBytes::Owned(v) => v.take().unwrap_or_default(),
+        }
     }
 }

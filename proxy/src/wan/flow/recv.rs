@@ -2,7 +2,9 @@
 //! and the memory of closed flows (see the parent module).
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::qp::keyed::KeyedMap;
 
 use super::closed::IdRanges;
 use super::{DataOutcome, MAX_FRAGMENTS, MAX_MESSAGE};
@@ -38,8 +40,10 @@ struct RecvFlow {
 
 /// Receiving half of all flows.
 pub struct RecvFlows {
-    /// Keyed by ids the peer picks: std's keyed SipHash (see `idhash`).
-    flows: HashMap<u64, RecvFlow>,
+    /// Keyed by ids the peer picks: a keyed table (`qp::keyed`, see
+    /// `idhash`). Only looked up or summed, never walked in an order that
+    /// matters.
+    flows: KeyedMap<u64, RecvFlow>,
     /// Ids whose FIN was delivered: their frames are duplicates.
     closed: IdRanges,
     /// Bound on `closed`'s ranges (see the parent module).
@@ -83,7 +87,7 @@ impl RecvFlows {
 
     pub fn new(window: u64, max_flows: usize) -> RecvFlows {
         RecvFlows {
-            flows: HashMap::new(),
+            flows: KeyedMap::default(),
             closed: IdRanges::default(),
             max_closed_ranges: max_flows.saturating_mul(2).saturating_add(1),
             window,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::super::idhash::IdMap;
 use super::{PushError, MAX_FRAGMENTS, MAX_MESSAGE};
 use crate::buffer::PacketPool;
+use crate::qp::keyed::KeyedMap;
 use crate::time::Time;
 
 use super::super::msg::Encoded;
@@ -132,7 +133,10 @@ pub struct SendFlows {
     /// `idhash`).
     flows: IdMap<SendFlow>,
     /// The caller's key → the wire id of its live (not closing) flow.
-    keys: IdMap<u64>,
+    /// The keys are the site's hashes of what the data center sends
+    /// (unkeyed FNV: anyone can compute them), so this table is keyed
+    /// (`qp::keyed`), unlike `flows`. Only looked up, never walked.
+    keys: KeyedMap<u64, u64>,
     /// The next wire id: sequential, never reused in a connection.
     next_id: u64,
     /// Flows that went idle, oldest first: `(when queued, id)`. Each flow
@@ -195,7 +199,7 @@ impl SendFlows {
     ) -> SendFlows {
         SendFlows {
             flows: IdMap::default(),
-            keys: IdMap::default(),
+            keys: KeyedMap::default(),
             next_id: 1,
             idle: VecDeque::new(),
             idle_timeout,
