@@ -26,6 +26,9 @@ pub mod buffer;
 pub mod copies;
 pub mod demo_args;
 pub mod gateway;
+/// Keyed hash tables for everything the data center or the WAN can name
+/// (QPs, flows, peers): below `qp`, `buffer`, `wan` and `site`, which all use it.
+pub mod keyed;
 pub mod plan;
 pub mod qp;
 pub mod rand;

@@ -13,7 +13,7 @@ pub mod slab;
 pub use pool::{PacketPool, PoolStats};
 pub use slab::{PacketSlab, SlabError, SlotHandle, MAX_SLOTS, MAX_SLOT_BYTES};
 
-use crate::qp::keyed::{Keyed, KeyedMap};
+use crate::keyed::{Keyed, KeyedMap};
 
 /// Why the buffer refused a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,7 +41,7 @@ pub struct DeepBuffer {
     /// What each flow holding any slot holds and was promised, in one
     /// table so that each call looks a flow up once (these lookups run
     /// several times per packet). The ids are hashes of what the data
-    /// center sends, so the table is keyed (`qp::keyed`); it is only ever
+    /// center sends, so the table is keyed (`crate::keyed`); it is only ever
     /// looked up, never walked, so a random key changes no output.
     flows: KeyedMap<u64, FlowUse>,
     promised: usize,

@@ -31,7 +31,7 @@ use soya_config::{DcBackend, Prefix};
 pub use super::ports::TxOutcome;
 use super::ports::{DcPort, DcRx};
 use super::xdp::{self, SendError, XdpDc};
-use crate::qp::keyed::KeyedMap;
+use crate::keyed::KeyedMap;
 use crate::sys;
 use crate::sys::udpio::{IoMode, IoStats, TxDatagram, UdpIo};
 
@@ -118,7 +118,7 @@ pub struct UdpLab {
     stage: Vec<u8>,
     staged: Vec<TxDatagram>,
     /// Looked up for every packet both ways, by addresses from the DC:
-    /// a keyed table (`qp::keyed`).
+    /// a keyed table (`crate::keyed`).
     peers: KeyedMap<IpAddr, Peer>,
     /// Datagrams whose inner source is known under another UDP address that
     /// is still active (not learned from).

@@ -26,7 +26,6 @@ pub mod engine;
 mod fail;
 pub mod half;
 pub mod ingress;
-pub mod keyed;
 mod orphan;
 pub mod outbox;
 pub mod poison;

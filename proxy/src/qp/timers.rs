@@ -15,7 +15,7 @@
 //!
 //! Halves due at one instant fire in the table's iteration order, as the
 //! scans did: with a seeded table order the engine emits the same packets in
-//! the same order (`qp::keyed`), so simulated runs repeat byte for byte.
+//! the same order (`crate::keyed`), so simulated runs repeat byte for byte.
 
 use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
@@ -27,7 +27,7 @@ use crate::time::Time;
 use super::egress::Reinjector;
 use super::half::HalfKey;
 use super::ingress::PseudoAcker;
-use super::keyed::{HashKey, KeyedMap};
+use crate::keyed::{HashKey, KeyedMap};
 
 /// A half's earliest timer, a function of the half's own state.
 pub(super) trait Timed {

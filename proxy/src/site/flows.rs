@@ -53,7 +53,7 @@
 use std::collections::VecDeque;
 use std::net::IpAddr;
 
-use crate::qp::keyed::KeyedMap;
+use crate::keyed::KeyedMap;
 use crate::qp::{HalfKey, TwinMsg};
 use crate::roce::{IpHeader, OpKind, RocePacket};
 use crate::time::Time;
@@ -181,7 +181,7 @@ fn read_response_tag(msg: &TwinMsg) -> Option<Tag> {
 /// Messages waiting for room in the transport, per flow, in order.
 #[derive(Default)]
 pub struct Pending {
-    /// Keyed (`qp::keyed`): flow keys are hashes of what the data center
+    /// Keyed (`crate::keyed`): flow keys are hashes of what the data center
     /// sends. Only looked up, never walked.
     flows: KeyedMap<u64, VecDeque<Waiting>>,
     /// Flows with something waiting, in the order they started waiting.

@@ -42,7 +42,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::buffer::PacketPool;
-use crate::qp::keyed::HashKey;
+use crate::keyed::HashKey;
 use crate::qp::{HalfKey, HeldRef, Output, QpEngine, TwinMsg};
 use crate::roce::{OpKind, RocePacket};
 use crate::time::Time;
@@ -155,7 +155,7 @@ impl Site {
     /// [`SiteEvent::NoNonce`], if `nonces` has none).
     pub fn new(mut params: SiteParams, now: Time, mut nonces: NonceSource) -> Site {
         let nonce = nonces();
-        // The engine's tables are keyed from the same source (`qp::keyed`).
+        // The engine's tables are keyed from the same source (`crate::keyed`).
         params.engine.hash_key = HashKey([nonces().unwrap_or(0), nonces().unwrap_or(0)]);
         let mut events = VecDeque::new();
         if nonce.is_none() {

@@ -34,7 +34,7 @@
 
 use std::collections::VecDeque;
 
-use crate::qp::keyed::KeyedMap;
+use crate::keyed::KeyedMap;
 use crate::roce::Psn;
 
 /// Most stale ranges remembered per flow; older ones are forgotten (their
@@ -61,7 +61,7 @@ struct Stale {
 pub struct ReadReplays {
     seq: u64,
     /// (flow, requester QPN, PSN) → (copies queued, newest copy's seq).
-    /// (Keyed tables, `qp::keyed`: QPNs and PSNs come from the hosts.)
+    /// (Keyed tables, `crate::keyed`: QPNs and PSNs come from the hosts.)
     queued: KeyedMap<(u64, u32, u32), (u32, u64)>,
     /// (flow, requester QPN) → (responses queued, highest PSN queued).
     per_qp: KeyedMap<(u64, u32), (u32, Psn)>,

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 
 use super::packet::{DatagramFrame, Frame, Writer};
 use crate::buffer::PacketPool;
-use crate::qp::keyed::KeyedMap;
+use crate::keyed::KeyedMap;
 
 pub const MAX_DATAGRAM: usize = 65_535;
 pub const MAX_QUEUED: usize = 1024;
@@ -103,7 +103,7 @@ struct Partial {
 
 #[derive(Default)]
 pub struct DgramRecv {
-    /// Keyed by ids the peer picks (`qp::keyed`); only looked up.
+    /// Keyed by ids the peer picks (`crate::keyed`); only looked up.
     partial: KeyedMap<u64, Partial>,
     order: VecDeque<u64>,
     pub evicted: u64,

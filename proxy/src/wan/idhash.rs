@@ -10,7 +10,7 @@
 //! flows in the same from run to run.
 //!
 //! Tables keyed by anything someone else picks (the peer's ids, the site's
-//! hashes of what the data center sends) are keyed: `qp::keyed`.
+//! hashes of what the data center sends) are keyed: `crate::keyed`.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};

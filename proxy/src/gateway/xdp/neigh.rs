@@ -7,7 +7,7 @@
 //! itself) and the packet is dropped and counted; the requester's
 //! retransmission finds the entry.
 
-use crate::qp::keyed::KeyedMap;
+use crate::keyed::KeyedMap;
 use std::io;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -41,7 +41,7 @@ pub struct Neighbours {
     ifindex: u32,
     own_mac: [u8; 6],
     routes: Vec<Route>,
-    /// Next hop → its MAC. (Keyed tables, `qp::keyed`: `headers` is looked
+    /// Next hop → its MAC. (Keyed tables, `crate::keyed`: `headers` is looked
     /// up for every packet sent toward a host, by an address from the DC.)
     macs: KeyedMap<IpAddr, [u8; 6]>,
     /// Destination host → Ethernet header (cache of the two lookups).

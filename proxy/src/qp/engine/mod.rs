@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use super::keyed::{HashKey, KeyedMap};
+use crate::keyed::{HashKey, KeyedMap};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -43,7 +43,7 @@ pub struct EngineConfig {
     pub buffer_slots: usize,
     pub slot_bytes: usize,
     pub per_flow_slots: usize,
-    /// Keys the engine's tables (`qp::keyed`): secret in the daemon, seeded
+    /// Keys the engine's tables (`crate::keyed`): secret in the daemon, seeded
     /// in the simulator.
     pub hash_key: HashKey,
 }

@@ -4,7 +4,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::qp::keyed::KeyedMap;
+use crate::keyed::KeyedMap;
 
 use super::closed::IdRanges;
 use super::{DataOutcome, MAX_FRAGMENTS, MAX_MESSAGE};
@@ -40,7 +40,7 @@ struct RecvFlow {
 
 /// Receiving half of all flows.
 pub struct RecvFlows {
-    /// Keyed by ids the peer picks: a keyed table (`qp::keyed`, see
+    /// Keyed by ids the peer picks: a keyed table (`crate::keyed`, see
     /// `idhash`). Only looked up or summed, never walked in an order that
     /// matters.
     flows: KeyedMap<u64, RecvFlow>,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::super::idhash::IdMap;
 use super::{PushError, MAX_FRAGMENTS, MAX_MESSAGE};
 use crate::buffer::PacketPool;
-use crate::qp::keyed::KeyedMap;
+use crate::keyed::KeyedMap;
 use crate::time::Time;
 
 use super::super::msg::Encoded;
@@ -135,7 +135,7 @@ pub struct SendFlows {
     /// The caller's key → the wire id of its live (not closing) flow.
     /// The keys are the site's hashes of what the data center sends
     /// (unkeyed FNV: anyone can compute them), so this table is keyed
-    /// (`qp::keyed`), unlike `flows`. Only looked up, never walked.
+    /// (`crate::keyed`), unlike `flows`. Only looked up, never walked.
     keys: KeyedMap<u64, u64>,
     /// The next wire id: sequential, never reused in a connection.
     next_id: u64,
