@@ -157,24 +157,9 @@ fn drops(e: &QpEngine) -> u64 {
 /// dropped and the ACKs withheld; checks the withheld ACKs go out once the
 /// twin reports everything delivered.
 fn fill_shared_buffer(assumed_window: usize, coalesce_packets: u32) -> (u64, u64) {
-    let mut c = cfg(AckPolicy::Edge);
-    // Not a multiple of the windows: a fixed reserve lets the third
-    // round of messages overrun it.
-    c.buffer_slots = 72;
-    c.per_flow_slots = 72;
-    c.ack.ack_reserve_slots = 4;
-    c.ack.assumed_window_slots = assumed_window;
-    c.ack.coalesce_packets = coalesce_packets;
-    c.ack.coalesce = Duration::from_secs(1);
-    let mut e = QpEngine::new(c);
-    let t = Time::from_micros(1);
-    let mut reqs = [0x22, 0x23].map(|rs_qpn| Requester {
-        rq_qpn: rs_qpn - 0x10,
-        rs_qpn,
-        next: 0,
-        acked: 0,
-    });
-    learn(&mut e, t, &mut reqs);
+    // 72 slots, not a multiple of the windows: a fixed reserve lets the
+    // third round of messages overrun it.
+    let (mut e, t, mut reqs) = two_requesters(72, assumed_window, coalesce_packets);
     send_while_allowed(&mut e, t, &mut reqs);
     let drops = drops(&e);
     let withheld: u64 = e.ingress_halves().map(|h| h.stats.withheld_acks).sum();
@@ -295,6 +280,33 @@ fn no_cnp_while_withheld_windows_fit_the_reserve_one_once_they_eat_into_it() {
     assert_eq!(drops, 0);
 }
 
+/// An engine with a buffer of `slots` (all of it one flow's quota), a
+/// 4-slot reserve floor, the assumed window of `assumed_window` packets and
+/// an ACK every `coalesce_packets`, which has learned two requesters.
+fn two_requesters(
+    slots: usize,
+    assumed_window: usize,
+    coalesce_packets: u32,
+) -> (QpEngine, Time, [Requester; 2]) {
+    let mut c = cfg(AckPolicy::Edge);
+    c.buffer_slots = slots;
+    c.per_flow_slots = slots;
+    c.ack.ack_reserve_slots = 4;
+    c.ack.assumed_window_slots = assumed_window;
+    c.ack.coalesce_packets = coalesce_packets;
+    c.ack.coalesce = Duration::from_secs(1);
+    let mut e = QpEngine::new(c);
+    let t = Time::from_micros(1);
+    let mut reqs = [0x22, 0x23].map(|rs_qpn| Requester {
+        rq_qpn: rs_qpn - 0x10,
+        rs_qpn,
+        next: 0,
+        acked: 0,
+    });
+    learn(&mut e, t, &mut reqs);
+    (e, t, reqs)
+}
+
 /// After a hold, a requester gets its pseudo-ACK back as soon as the
 /// buffer has room for its own window on top of what the others may still
 /// send: what they already sent of their windows is in the buffer and must
@@ -308,22 +320,7 @@ fn no_cnp_while_withheld_windows_fit_the_reserve_one_once_they_eat_into_it() {
 /// timer, docs/benchmarks.md §8).
 #[test]
 fn after_a_hold_a_requester_is_acked_once_its_own_window_fits_beside_the_others_promises() {
-    let mut c = cfg(AckPolicy::Edge);
-    c.buffer_slots = 64;
-    c.per_flow_slots = 64;
-    c.ack.ack_reserve_slots = 4;
-    c.ack.assumed_window_slots = WINDOW as usize;
-    c.ack.coalesce_packets = 1;
-    c.ack.coalesce = Duration::from_secs(1);
-    let mut e = QpEngine::new(c);
-    let t = Time::from_micros(1);
-    let mut reqs = [0x22, 0x23].map(|rs_qpn| Requester {
-        rq_qpn: rs_qpn - 0x10,
-        rs_qpn,
-        next: 0,
-        acked: 0,
-    });
-    learn(&mut e, t, &mut reqs);
+    let (mut e, t, mut reqs) = two_requesters(64, WINDOW as usize, 1);
     send_while_allowed(&mut e, t, &mut reqs);
     for r in &reqs {
         assert_eq!(r.next - r.acked, WINDOW, "held at its window");
@@ -362,22 +359,7 @@ fn after_a_hold_a_requester_is_acked_once_its_own_window_fits_beside_the_others_
 /// timed out and resent 800 packets, docs/benchmarks.md §8).
 #[test]
 fn a_held_requester_without_events_of_its_own_is_acked_within_the_hardware_timer() {
-    let mut c = cfg(AckPolicy::Edge);
-    c.buffer_slots = 64;
-    c.per_flow_slots = 64;
-    c.ack.ack_reserve_slots = 4;
-    c.ack.assumed_window_slots = WINDOW as usize;
-    c.ack.coalesce_packets = 1;
-    c.ack.coalesce = Duration::from_secs(1);
-    let mut e = QpEngine::new(c);
-    let t = Time::from_micros(1);
-    let mut reqs = [0x22, 0x23].map(|rs_qpn| Requester {
-        rq_qpn: rs_qpn - 0x10,
-        rs_qpn,
-        next: 0,
-        acked: 0,
-    });
-    learn(&mut e, t, &mut reqs);
+    let (mut e, t, mut reqs) = two_requesters(64, WINDOW as usize, 1);
     let [a, b] = &mut reqs;
     // B: one message, acknowledged.
     for _ in 0..WINDOW {
