@@ -166,6 +166,15 @@ def proc_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def proc_cpu_split(pid):
+    """(user, system) CPU seconds (every thread) of a live process: the
+    system part is the kernel's work done on the gateway's behalf (socket,
+    tun, AF_XDP copy mode), which no user-space change can remove."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
 def thread_cpu(pid):
     """{thread name: CPU seconds} of a live process (same names summed)."""
     out = {}
@@ -467,6 +476,7 @@ def run_once(args, bins, shards, key, tmp, tag):
     # The measured window.
     thr0 = {k: thread_cpu(p.pid) for k, (p, _) in gws.items()}
     cpu0 = {k: proc_cpu(p.pid) for k, (p, _) in gws.items()}
+    split0 = {k: proc_cpu_split(p.pid) for k, (p, _) in gws.items()}
     relay0 = sum(proc_cpu(p.pid) for _, p in kids)
     m0 = machine_cpu()
     t0 = time.monotonic()
@@ -508,6 +518,7 @@ def run_once(args, bins, shards, key, tmp, tag):
         s["server_cpu"] = reap(s["server"])
     t1 = time.monotonic()
     cpu1 = {k: proc_cpu(p.pid) for k, (p, _) in gws.items()}
+    split1 = {k: proc_cpu_split(p.pid) for k, (p, _) in gws.items()}
     relay_cpu = sum(proc_cpu(p.pid) for _, p in kids) - relay0
     thr1 = {k: thread_cpu(p.pid) for k, (p, _) in gws.items()}
     m1 = machine_cpu()
@@ -551,6 +562,8 @@ def run_once(args, bins, shards, key, tmp, tag):
             errors.append(f"pair {i}: soya-perf not ok: {rep.get('errors')} "
                           f"data_errors={rep.get('data_errors')}")
     gw_cpu = {k: cpu1[k] - cpu0[k] for k in cpu0}
+    gw_user = {k: split1[k][0] - split0[k][0] for k in split0}
+    gw_sys = {k: split1[k][1] - split0[k][1] for k in split0}
     goodput = 8 * byts / window / 1e9
     per_core = {k: (8 * byts / 1e9 / c if c > 0 else None) for k, c in gw_cpu.items()}
     vals = [v for v in per_core.values() if v]
@@ -586,6 +599,12 @@ def run_once(args, bins, shards, key, tmp, tag):
         soya_perf_goodput_gbps=perf_gbps, retransmissions=retx,
         gw_cpu_s={k: round(v, 2) for k, v in gw_cpu.items()},
         gw_cores={k: v / window for k, v in gw_cpu.items()},
+        gw_user_cpu_s={k: round(v, 2) for k, v in gw_user.items()},
+        gw_sys_cpu_s={k: round(v, 2) for k, v in gw_sys.items()},
+        # Gb/s per CPU-second of the kernel's share alone: the ceiling of
+        # Gb/s per gateway core if user space cost nothing.
+        gbps_per_gw_sys_core={k: (8 * byts / 1e9 / c if c > 0 else None)
+                              for k, c in gw_sys.items()},
         gw_idle_cores={k: round(v, 4) for k, v in idle.items()},
         gbps_per_gw_core=per_core,
         gbps_per_gw_core_mean=(sum(vals) / len(vals)) if vals else None,
@@ -614,6 +633,9 @@ def print_run(r, cores):
         pcs = f"{pc:.3f} Gb/s per core" if pc else "no CPU measured"
         print(f"   gateway {k.upper()}: {r['gw_cpu_s'][k]:6.2f} CPU-s = {r['gw_cores'][k]:.2f} cores "
               f"(idle {r['gw_idle_cores'][k]:.3f})  -> {pcs}")
+        ks = r["gbps_per_gw_sys_core"][k]
+        print(f"      user {r['gw_user_cpu_s'][k]:.2f} CPU-s, kernel {r['gw_sys_cpu_s'][k]:.2f} CPU-s"
+              + (f" (the kernel's share alone caps it at {ks:.2f} Gb/s per core)" if ks else ""))
         th = ", ".join(f"{n} {v:.2f}" for n, v in r["gw_threads_cpu_s"][k].items())
         print(f"      threads (CPU-s): {th}")
     m = r["gbps_per_gw_core_mean"]
