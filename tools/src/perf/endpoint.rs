@@ -86,6 +86,11 @@ pub struct Endpoint {
     idle_since: Option<Time>,
     /// The socket's drop counter when the session started.
     drops_before: u64,
+    /// The last `recvmmsg` found the socket empty, and no wait has happened
+    /// since: the next [`Endpoint::receive`] need not ask again (see there).
+    rx_empty: bool,
+    /// `recvmmsg` calls made (for tests).
+    recv_calls: u64,
 }
 
 impl Endpoint {
@@ -148,6 +153,8 @@ impl Endpoint {
             spin: Duration::ZERO,
             idle_since: None,
             drops_before: 0,
+            rx_empty: false,
+            recv_calls: 0,
         })
     }
 
@@ -207,6 +214,7 @@ impl Endpoint {
         self.qpn_base = qpn_base;
         self.rr = 0;
         self.rebuild = None;
+        self.rx_empty = false;
         self.drops_before = self.rx.kernel_drops;
         self.io = IoCounters {
             rcvbuf_bytes: self.io.rcvbuf_bytes,
@@ -228,7 +236,17 @@ impl Endpoint {
 
     /// Receives every datagram waiting (up to a bound) and hands each to its
     /// QP. Returns how many arrived.
+    ///
+    /// A batch shorter than [`BATCH`] means the socket was empty. A loop turn
+    /// that moved something returns from [`Endpoint::idle`] without waiting,
+    /// and the next turn's `recvmmsg` would nearly always find nothing: one
+    /// system call per wake-up wasted. So that call is skipped; whatever came
+    /// meanwhile is found by the wait in `idle` (poll is level-triggered and
+    /// returns at once) and read on the turn after.
     pub fn receive(&mut self, now: Time) -> usize {
+        if std::mem::take(&mut self.rx_empty) {
+            return 0;
+        }
         let mut total = 0;
         for _ in 0..RX_ROUNDS {
             let mut rx = self.rx_bufs.iter_mut();
@@ -236,6 +254,7 @@ impl Endpoint {
                 std::array::from_fn(|_| &mut rx.next().expect("BATCH buffers")[HEADROOM..]);
             // Errors other than "nothing waiting" (none expected on a bound
             // UDP socket) read as an empty batch.
+            self.recv_calls += 1;
             let got = self
                 .rx
                 .recv_into(self.sock.as_raw_fd(), &mut bufs, &mut self.rx_meta)
@@ -245,6 +264,7 @@ impl Endpoint {
             }
             total += got;
             if got < BATCH {
+                self.rx_empty = true;
                 break;
             }
         }
@@ -397,6 +417,8 @@ impl Endpoint {
             self.idle_since = None;
             return;
         }
+        // From here on the socket is polled again (spinning or waiting).
+        self.rx_empty = false;
         let since = *self.idle_since.get_or_insert(now);
         if now.since(since) < self.spin {
             std::hint::spin_loop();
@@ -475,6 +497,38 @@ fn rcvbuf(sock: &UdpSocket) -> u64 {
 mod tests {
     use super::*;
     use socket2::{Domain, Protocol, Socket, Type};
+
+    /// After a receive that emptied the socket and a turn that moved (no
+    /// wait), the next receive makes no system call; a datagram that came
+    /// meanwhile is not lost: the wait returns at once and the turn after
+    /// reads it.
+    #[test]
+    fn no_recvmmsg_straight_after_one_that_emptied_the_socket() {
+        let mut ep = Endpoint::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let cap = Duration::from_secs(5);
+        tx.send_to(b"one", ep.local).unwrap();
+        ep.idle(ep.now(), false, None, cap); // until readable
+        assert_eq!(ep.receive(ep.now()), 1);
+        assert_eq!(ep.recv_calls, 1);
+        ep.idle(ep.now(), true, None, cap); // moved: back at once
+        tx.send_to(b"two", ep.local).unwrap();
+        assert_eq!(
+            ep.receive(ep.now()),
+            0,
+            "skipped: the socket was just found empty"
+        );
+        assert_eq!(ep.recv_calls, 1);
+        ep.idle(ep.now(), false, None, cap); // readable: returns at once
+        assert_eq!(ep.receive(ep.now()), 1);
+        assert_eq!(ep.recv_calls, 2);
+        // A turn that waited asks the socket at once.
+        tx.send_to(b"three", ep.local).unwrap();
+        ep.idle(ep.now(), false, None, cap);
+        assert_eq!(ep.receive(ep.now()), 1, "read right after the wait");
+        assert_eq!(ep.recv_calls, 3);
+        assert_eq!(ep.io.datagrams_received, 3);
+    }
 
     /// The RoCE socket sends IPv4 datagrams with UDP checksum 0 (see
     /// [`no_udp_checksum`]): asked of the socket, and, where a raw socket may
