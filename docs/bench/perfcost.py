@@ -119,6 +119,10 @@ def one_run(binary, a):
         "ok": v["ok"],
         "data_errors": v["data_errors"],
         "retransmissions": v["retransmissions"],
+        # A NAK-sequence (a gap at the responder) means a packet was lost on
+        # the way (a starved relay); retransmissions without one, a timeout.
+        "seq_naks": v["seq_naks"],
+        "kernel_rx_drops": v.get("io", {}).get("kernel_rx_drops", 0),
         "goodput_gbps": v["goodput_gbps"],
         "cpu_client_s": cpu_c,
         "cpu_server_s": cpu_s,
@@ -168,7 +172,8 @@ def main():
                           f"{res['gbit_per_cpu_s']:5.2f} Gb per CPU-s "
                           f"(client {res['client_gbit_per_cpu_s']:.2f}, server "
                           f"{res['server_gbit_per_cpu_s']:.2f}), ok={res['ok']} "
-                          f"errors={res['data_errors']} retx={res['retransmissions']}",
+                          f"errors={res['data_errors']} retx={res['retransmissions']} "
+                          f"seq-NAKs={res['seq_naks']}",
                           flush=True)
     finally:
         if relay is not None:
