@@ -261,6 +261,54 @@ pub fn pattern_check_as(buf: &[u8], va: u64, msg_seq: u32) -> Result<(), Pattern
     Ok(())
 }
 
+/// [`pattern_check_as`] and a copy of `buf` into `dst` (as long) in one
+/// pass: the responder checks every WRITE payload and then places it, and
+/// the second pass was a `memmove` of the packet. `dst` receives all of
+/// `buf` whatever the verdict, as a separate write would.
+pub fn pattern_check_as_into(
+    buf: &[u8],
+    dst: &mut [u8],
+    va: u64,
+    msg_seq: u32,
+) -> Result<(), PatternError> {
+    assert_eq!(
+        buf.len(),
+        dst.len(),
+        "copy into a buffer of the same length"
+    );
+    let mut cache = Some((msg_seq, seq_key(msg_seq)));
+    let mut at = 0;
+    while at < buf.len() {
+        let end = (at + BLOCK).min(buf.len());
+        let chunk = &buf[at..end];
+        // A whole block is copied as a fixed-size array (inline moves, no
+        // `memcpy` call per 64 bytes); only a tail goes through a slice copy.
+        match (
+            <&mut [u8; BLOCK]>::try_from(&mut dst[at..end]),
+            <&[u8; BLOCK]>::try_from(chunk),
+        ) {
+            (Ok(d), Ok(b)) => *d = *b,
+            _ => dst[at..end].copy_from_slice(chunk),
+        }
+        let bva = va.wrapping_add(at as u64);
+        let r = match check_any(chunk, bva, Some(msg_seq), &mut cache) {
+            Ok(s) if s != msg_seq => Err(PatternError::MixedSeq {
+                va: bva,
+                expected: msg_seq,
+                found: s,
+            }),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r {
+            dst[end..].copy_from_slice(&buf[end..]);
+            return Err(e);
+        }
+        at = end;
+    }
+    Ok(())
+}
+
 /// Like [`pattern_check`] but each block may belong to a different message
 /// (READ data: a region may have been written by several WRITEs). Returns
 /// the highest `msg_seq` seen.
@@ -354,6 +402,12 @@ impl Memory {
     pub fn read(&self, va: u64, len: usize) -> Option<&[u8]> {
         let off = self.offset(va, len)?;
         Some(&self.data[off..off + len])
+    }
+
+    /// The bytes at `[va, va + len)`, to write in place.
+    pub(crate) fn read_mut(&mut self, va: u64, len: usize) -> Option<&mut [u8]> {
+        let off = self.offset(va, len)?;
+        Some(&mut self.data[off..off + len])
     }
 
     /// Stores `data` at `va`; false (and nothing written) when out of range.
@@ -629,6 +683,25 @@ mod same_bytes {
             prop_assert_eq!(pattern_check_as(&b, at_va, seq).err(),
                             slow_check(&b, at_va, Some(seq), true).err());
             prop_assert_eq!(pattern_check_mixed(&b, at_va), slow_check(&b, at_va, None, false));
+        }
+    }
+
+    proptest! {
+        /// The one-pass check-and-copy gives `pattern_check_as`'s verdict
+        /// and leaves an exact copy, on good and damaged buffers.
+        #[test]
+        fn check_into_is_check_then_copy(len in 1usize..700, seq in any::<u32>(),
+                                         va in 0u64..(1 << 40), at in any::<prop::sample::Index>(),
+                                         bit in 0u8..8, damage in any::<bool>(), other in any::<u32>()) {
+            let mut b = reference_fill(len, va, seq);
+            if damage {
+                b[at.index(len)] ^= 1 << bit;
+            }
+            let expect_seq = if other % 4 == 0 { other } else { seq };
+            let mut dst = vec![0x5au8; len];
+            prop_assert_eq!(pattern_check_as_into(&b, &mut dst, va, expect_seq),
+                            pattern_check_as(&b, va, expect_seq));
+            prop_assert_eq!(dst, b);
         }
     }
 
