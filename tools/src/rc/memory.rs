@@ -45,24 +45,95 @@ const fn mix64(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The 64 bytes a block at `va` carries for message `seq` (shorter blocks
-/// carry a prefix of it).
-fn block_bytes(va: u64, seq: u32) -> [u8; BLOCK] {
-    let seed = mix64(va ^ mix64(u64::from(seq) ^ 0x005e_ed0f_507a)); // distinct stream per (va, seq)
-    let mut b = [0u8; BLOCK];
-    // Words from the fully mixed seed with one multiply each (a splitmix
-    // step with half the finaliser): every block is filled when sent and
-    // regenerated when checked, and at 400 Gb/s in the simulator this was
-    // the largest cost; the seed carries the (va, seq) dependence.
+/// The per-message half of a block's seed: one mix per buffer filled or
+/// checked, not one per 64-byte block.
+#[inline]
+fn seq_key(seq: u32) -> u64 {
+    mix64(u64::from(seq) ^ 0x005e_ed0f_507a)
+}
+
+/// The block at `va` for the message whose [`seq_key`] is `key`, as eight
+/// little-endian words, with the `msg_seq` header in the low half of the
+/// first one.
+#[inline(always)]
+fn block_words(va: u64, seq: u32, key: u64) -> [u64; BLOCK / 8] {
+    let seed = mix64(va ^ key); // distinct stream per (va, seq)
+                                // Words from the fully mixed seed with one multiply each (a splitmix
+                                // step with half the finaliser): every block is filled when sent and
+                                // regenerated when checked, and at 400 Gb/s in the simulator this was
+                                // the largest cost; the seed carries the (va, seq) dependence.
     let mut x = seed;
-    for w in b.chunks_exact_mut(8) {
+    let mut w = [0u64; BLOCK / 8];
+    for o in &mut w {
         x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut word = (x ^ (x >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         word ^= word >> 29;
-        w.copy_from_slice(&word.to_le_bytes());
+        *o = word;
     }
-    b[..SEQ_BYTES].copy_from_slice(&(seq ^ seq_mask(va)).to_le_bytes());
+    w[0] = (w[0] & !0xFFFF_FFFF) | u64::from(seq ^ seq_mask(va));
+    w
+}
+
+/// The 64 bytes a block at `va` carries for message `seq` (shorter blocks
+/// carry a prefix of it).
+fn block_bytes(va: u64, seq: u32) -> [u8; BLOCK] {
+    let mut b = [0u8; BLOCK];
+    put_words(&mut b, &block_words(va, seq, seq_key(seq)));
     b
+}
+
+/// Stores the words straight into the block (eight 8-byte stores, no
+/// intermediate array: the endpoints fill every payload byte they send).
+#[inline(always)]
+fn put_words(b: &mut [u8; BLOCK], w: &[u64; BLOCK / 8]) {
+    for (d, w) in b.chunks_exact_mut(8).zip(w) {
+        d.copy_from_slice(&w.to_le_bytes());
+    }
+}
+
+/// The fast path of [`check_block`] for a whole block: `Some(seq)` exactly
+/// when `check_block` would return `Ok(seq)` (the header names `seq` and
+/// every byte is that message's), compared as eight words with no `memcmp`
+/// call. `cache` holds the last `(seq, seq_key(seq))`: a buffer's blocks
+/// normally share one message. On `None` the caller runs `check_block` for
+/// the exact error.
+#[inline(always)]
+fn block_ok(b: &[u8; BLOCK], va: u64, cache: &mut Option<(u32, u64)>) -> Option<u32> {
+    let mut got = [0u64; BLOCK / 8];
+    for (g, s) in got.iter_mut().zip(b.chunks_exact(8)) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(s);
+        *g = u64::from_le_bytes(w);
+    }
+    let seq = (got[0] as u32) ^ seq_mask(va);
+    let key = match *cache {
+        Some((s, k)) if s == seq => k,
+        _ => {
+            let k = seq_key(seq);
+            *cache = Some((seq, k));
+            k
+        }
+    };
+    let want = block_words(va, seq, key);
+    let diff = got.iter().zip(&want).fold(0, |d, (g, w)| d | (g ^ w));
+    (diff == 0).then_some(seq)
+}
+
+/// Checks one block: the fast word compare for a whole block, else (a short
+/// block, or a mismatch, to name it) [`check_block`].
+#[inline(always)]
+fn check_any(
+    chunk: &[u8],
+    va: u64,
+    known: Option<u32>,
+    cache: &mut Option<(u32, u64)>,
+) -> Result<u32, PatternError> {
+    if let Ok(b) = <&[u8; BLOCK]>::try_from(chunk) {
+        if let Some(s) = block_ok(b, va, cache) {
+            return Ok(s);
+        }
+    }
+    check_block(chunk, va, known)
 }
 
 /// Mask hiding `msg_seq` in a block header, so a block moved to another VA
@@ -77,11 +148,12 @@ pub fn pattern_fill(buf: &mut [u8], va: u64, msg_seq: u32) {
     // Whole blocks are stored as fixed-size arrays (inline stores); a copy
     // of a slice of run-time length was a `memcpy` call per 64 bytes, the
     // simulator's largest single cost at 400 Gb/s.
+    let key = seq_key(msg_seq);
     let mut blocks = buf.chunks_exact_mut(BLOCK);
     let mut bva = va;
     for chunk in &mut blocks {
         if let Ok(c) = <&mut [u8; BLOCK]>::try_from(chunk) {
-            *c = block_bytes(bva, msg_seq);
+            put_words(c, &block_words(bva, msg_seq, key));
         }
         bva = bva.wrapping_add(BLOCK as u64);
     }
@@ -153,9 +225,10 @@ fn check_block(block: &[u8], va: u64, known: Option<u32>) -> Result<u32, Pattern
 /// message and returns that message's `msg_seq`.
 pub fn pattern_check(buf: &[u8], va: u64) -> Result<u32, PatternError> {
     let mut seq = None;
+    let mut cache = None;
     for (k, chunk) in buf.chunks(BLOCK).enumerate() {
         let bva = va.wrapping_add((k * BLOCK) as u64);
-        let s = check_block(chunk, bva, seq)?;
+        let s = check_any(chunk, bva, seq, &mut cache)?;
         match seq {
             Some(expected) if expected != s => {
                 return Err(PatternError::MixedSeq {
@@ -173,9 +246,10 @@ pub fn pattern_check(buf: &[u8], va: u64) -> Result<u32, PatternError> {
 /// Checks that `buf` is the pattern of message `msg_seq` (any length: a
 /// buffer too short to carry a seq is compared against `msg_seq`).
 pub fn pattern_check_as(buf: &[u8], va: u64, msg_seq: u32) -> Result<(), PatternError> {
+    let mut cache = Some((msg_seq, seq_key(msg_seq)));
     for (k, chunk) in buf.chunks(BLOCK).enumerate() {
         let bva = va.wrapping_add((k * BLOCK) as u64);
-        let s = check_block(chunk, bva, Some(msg_seq))?;
+        let s = check_any(chunk, bva, Some(msg_seq), &mut cache)?;
         if s != msg_seq {
             return Err(PatternError::MixedSeq {
                 va: bva,
@@ -187,14 +261,63 @@ pub fn pattern_check_as(buf: &[u8], va: u64, msg_seq: u32) -> Result<(), Pattern
     Ok(())
 }
 
+/// [`pattern_check_as`] and a copy of `buf` into `dst` (as long) in one
+/// pass: the responder checks every WRITE payload and then places it, and
+/// the second pass was a `memmove` of the packet. `dst` receives all of
+/// `buf` whatever the verdict, as a separate write would.
+pub fn pattern_check_as_into(
+    buf: &[u8],
+    dst: &mut [u8],
+    va: u64,
+    msg_seq: u32,
+) -> Result<(), PatternError> {
+    assert_eq!(
+        buf.len(),
+        dst.len(),
+        "copy into a buffer of the same length"
+    );
+    let mut cache = Some((msg_seq, seq_key(msg_seq)));
+    let mut at = 0;
+    while at < buf.len() {
+        let end = (at + BLOCK).min(buf.len());
+        let chunk = &buf[at..end];
+        // A whole block is copied as a fixed-size array (inline moves, no
+        // `memcpy` call per 64 bytes); only a tail goes through a slice copy.
+        match (
+            <&mut [u8; BLOCK]>::try_from(&mut dst[at..end]),
+            <&[u8; BLOCK]>::try_from(chunk),
+        ) {
+            (Ok(d), Ok(b)) => *d = *b,
+            _ => dst[at..end].copy_from_slice(chunk),
+        }
+        let bva = va.wrapping_add(at as u64);
+        let r = match check_any(chunk, bva, Some(msg_seq), &mut cache) {
+            Ok(s) if s != msg_seq => Err(PatternError::MixedSeq {
+                va: bva,
+                expected: msg_seq,
+                found: s,
+            }),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r {
+            dst[end..].copy_from_slice(&buf[end..]);
+            return Err(e);
+        }
+        at = end;
+    }
+    Ok(())
+}
+
 /// Like [`pattern_check`] but each block may belong to a different message
 /// (READ data: a region may have been written by several WRITEs). Returns
 /// the highest `msg_seq` seen.
 pub fn pattern_check_mixed(buf: &[u8], va: u64) -> Result<u32, PatternError> {
     let mut max = None;
     let mut last = None;
+    let mut cache = None;
     for (k, chunk) in buf.chunks(BLOCK).enumerate() {
-        let s = check_block(chunk, va.wrapping_add((k * BLOCK) as u64), last)?;
+        let s = check_any(chunk, va.wrapping_add((k * BLOCK) as u64), last, &mut cache)?;
         last = Some(s);
         max = Some(max.map_or(s, |m: u32| m.max(s)));
     }
@@ -279,6 +402,12 @@ impl Memory {
     pub fn read(&self, va: u64, len: usize) -> Option<&[u8]> {
         let off = self.offset(va, len)?;
         Some(&self.data[off..off + len])
+    }
+
+    /// The bytes at `[va, va + len)`, to write in place.
+    pub(crate) fn read_mut(&mut self, va: u64, len: usize) -> Option<&mut [u8]> {
+        let off = self.offset(va, len)?;
+        Some(&mut self.data[off..off + len])
     }
 
     /// Stores `data` at `va`; false (and nothing written) when out of range.
@@ -469,6 +598,143 @@ mod tests {
             prop_assert_ne!(a, b);
             pattern_fill(&mut b, va + 64, seq);
             prop_assert_ne!(a, b);
+        }
+    }
+}
+
+/// The fast fill and word compare must produce and accept exactly the bytes
+/// of the original per-block generator (kept here verbatim as the
+/// reference): the simulator's fingerprints, captures and any peer built on
+/// the old code depend on the pattern, not only on its checks.
+#[cfg(test)]
+mod same_bytes {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The generator as it was before the fast path (commit d5824ce).
+    fn reference_block(va: u64, seq: u32) -> [u8; BLOCK] {
+        let seed = mix64(va ^ mix64(u64::from(seq) ^ 0x005e_ed0f_507a));
+        let mut b = [0u8; BLOCK];
+        let mut x = seed;
+        for w in b.chunks_exact_mut(8) {
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut word = (x ^ (x >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            word ^= word >> 29;
+            w.copy_from_slice(&word.to_le_bytes());
+        }
+        b[..SEQ_BYTES].copy_from_slice(&(seq ^ seq_mask(va)).to_le_bytes());
+        b
+    }
+
+    fn reference_fill(len: usize, va: u64, seq: u32) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len);
+        let mut bva = va;
+        while out.len() < len {
+            let n = (len - out.len()).min(BLOCK);
+            out.extend_from_slice(&reference_block(bva, seq)[..n]);
+            bva = bva.wrapping_add(BLOCK as u64);
+        }
+        out
+    }
+
+    /// FNV-1a, for a known answer without a dependency.
+    fn fnv(b: &[u8]) -> u64 {
+        b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
+            (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3)
+        })
+    }
+
+    /// A known answer, so that the reference itself cannot drift: the hash
+    /// of 4,100 bytes at soya-perf's base VA for message 7 (from the code of
+    /// d5824ce).
+    #[test]
+    fn known_answer() {
+        let b = reference_fill(4100, 0x7f00_0000_0000, 7);
+        assert_eq!(fnv(&b), KNOWN);
+        let mut f = vec![0u8; 4100];
+        pattern_fill(&mut f, 0x7f00_0000_0000, 7);
+        assert_eq!(fnv(&f), KNOWN);
+    }
+    const KNOWN: u64 = 0xbbf0_1cf1_6077_f7bf;
+
+    proptest! {
+        #[test]
+        fn fill_is_the_reference(len in 0usize..700, seq in any::<u32>(), va in any::<u64>()) {
+            let mut b = vec![0u8; len];
+            pattern_fill(&mut b, va, seq);
+            prop_assert_eq!(b, reference_fill(len, va, seq));
+        }
+
+        /// The checks accept the reference and give the slow path's answer on
+        /// a damaged or misplaced buffer (errors name the same VA/seqs).
+        #[test]
+        fn checks_agree_with_the_slow_path(len in 1usize..700, seq in any::<u32>(),
+                                           va in 0u64..(1 << 40), at in any::<prop::sample::Index>(),
+                                           bit in 0u8..8, shift in 0u64..3) {
+            let mut b = reference_fill(len, va, seq);
+            if len >= SEQ_BYTES {
+                prop_assert_eq!(pattern_check(&b, va), Ok(seq));
+                prop_assert_eq!(pattern_check_mixed(&b, va), Ok(seq));
+            }
+            prop_assert_eq!(pattern_check_as(&b, va, seq), Ok(()));
+            b[at.index(len)] ^= 1 << bit;
+            let at_va = va + 64 * shift;
+            prop_assert_eq!(pattern_check(&b, at_va), slow_check(&b, at_va, None, true));
+            prop_assert_eq!(pattern_check_as(&b, at_va, seq).err(),
+                            slow_check(&b, at_va, Some(seq), true).err());
+            prop_assert_eq!(pattern_check_mixed(&b, at_va), slow_check(&b, at_va, None, false));
+        }
+    }
+
+    proptest! {
+        /// The one-pass check-and-copy gives `pattern_check_as`'s verdict
+        /// and leaves an exact copy, on good and damaged buffers.
+        #[test]
+        fn check_into_is_check_then_copy(len in 1usize..700, seq in any::<u32>(),
+                                         va in 0u64..(1 << 40), at in any::<prop::sample::Index>(),
+                                         bit in 0u8..8, damage in any::<bool>(), other in any::<u32>()) {
+            let mut b = reference_fill(len, va, seq);
+            if damage {
+                b[at.index(len)] ^= 1 << bit;
+            }
+            let expect_seq = if other % 4 == 0 { other } else { seq };
+            let mut dst = vec![0x5au8; len];
+            prop_assert_eq!(pattern_check_as_into(&b, &mut dst, va, expect_seq),
+                            pattern_check_as(&b, va, expect_seq));
+            prop_assert_eq!(dst, b);
+        }
+    }
+
+    /// The three checks with `check_block` alone (the code before the fast
+    /// path): `same` = one message for the whole buffer; `as_seq` = that
+    /// message's seq is known.
+    fn slow_check(
+        buf: &[u8],
+        va: u64,
+        as_seq: Option<u32>,
+        same: bool,
+    ) -> Result<u32, PatternError> {
+        let mut seq = as_seq;
+        let mut max: Option<u32> = None;
+        for (k, chunk) in buf.chunks(BLOCK).enumerate() {
+            let bva = va.wrapping_add((k * BLOCK) as u64);
+            let s = check_block(chunk, bva, seq)?;
+            match seq {
+                Some(expected) if same && expected != s => {
+                    return Err(PatternError::MixedSeq {
+                        va: bva,
+                        expected,
+                        found: s,
+                    })
+                }
+                _ => seq = Some(s),
+            }
+            max = Some(max.map_or(s, |m| m.max(s)));
+        }
+        if same {
+            seq.ok_or(PatternError::Empty)
+        } else {
+            max.ok_or(PatternError::Empty)
         }
     }
 }
