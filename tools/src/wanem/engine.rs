@@ -143,6 +143,13 @@ pub trait PacketIo {
         0
     }
 
+    /// Bytes in front of each packet that are not on the wire (a TUN
+    /// device's virtio-net header): the buffers are this much longer, and
+    /// neither the rate nor the counters see them.
+    fn overhead(&self) -> usize {
+        0
+    }
+
     /// Writes packets to the egress side.
     fn send(&mut self, pkts: &[&[u8]]) -> SendOutcome;
 }
@@ -257,8 +264,9 @@ pub fn run<I: PacketIo>(
     let batch = opts.batch.max(1);
     let mut imp = Impairer::new(profile);
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
-    let mut pool = Pool::new(opts.max_datagram.max(1), opts.max_held.max(1));
-    let slot_len = opts.max_datagram.max(1);
+    let overhead = io.overhead();
+    let slot_len = opts.max_datagram.max(1) + overhead;
+    let mut pool = Pool::new(slot_len, opts.max_held.max(1));
     let mut heap: BinaryHeap<Reverse<Held>> = BinaryHeap::new();
     let mut st = DirStats::default();
     let mut armed: Vec<Box<[u8]>> = Vec::with_capacity(batch);
@@ -381,7 +389,7 @@ pub fn run<I: PacketIo>(
                 let seg = m.segment.unwrap_or(m.len).max(1);
                 let count = m.len.div_ceil(seg).max(1) as u64;
                 st.received += count;
-                st.received_bytes += m.len as u64;
+                st.received_bytes += m.len.saturating_sub(overhead) as u64;
                 if overflow {
                     st.drop_overflow += count;
                     continue;
@@ -423,7 +431,7 @@ pub fn run<I: PacketIo>(
                     .unwrap_or(fallback);
                 let first_len = seg.min(m.len);
                 for (buf, len) in std::iter::once((first, first_len)).chain(segs.drain(..)) {
-                    match imp.transmit(at, len, &mut rng, &mut times) {
+                    match imp.transmit(at, len.saturating_sub(overhead), &mut rng, &mut times) {
                         Err(r) => {
                             st.count_drop(r);
                             pool.put(buf);

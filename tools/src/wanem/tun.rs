@@ -19,37 +19,169 @@
 //! addresses in the namespaces) and `rdma link add rxe0 type rxe netdev wanA`.
 
 use std::io;
+use std::io::IoSlice;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use super::engine::{self, DirectionFn, Emulator, EngineOptions, PacketIo};
+use super::vnet::{self, Splitter};
 use crate::sim::link::LinkProfile;
 use soya::sys;
 use soya::sys::batch::{RxMeta, SendOutcome};
 
+/// Largest packet a device with USO hands over: virtio header, IPv6
+/// header, 64 KiB of UDP.
+const STAGE: usize = vnet::HDR + 40 + 65_536;
+
+/// A TUN device's descriptor, and whether it carries virtio-net headers.
+#[derive(Clone)]
+struct Dev {
+    fd: Arc<OwnedFd>,
+    vnet: bool,
+}
+
 struct TunIo {
-    rx: Arc<OwnedFd>,
-    tx: Arc<OwnedFd>,
+    rx: Dev,
+    tx: Dev,
+    /// Virtio-net mode: the packet last read (a GSO packet is cut into
+    /// datagrams from here, over as many `recv` calls as it takes).
+    stage: Vec<u8>,
+    stage_len: usize,
+    split: Option<Splitter>,
+    /// Virtio-net mode: the headers of a GSO packet being written.
+    gso_hdr: [u8; vnet::HDR + 48],
+    /// Spare allocation for a write's slices (see [`recycle`]).
+    iov: Vec<IoSlice<'static>>,
+}
+
+impl TunIo {
+    fn new(rx: Dev, tx: Dev) -> TunIo {
+        TunIo {
+            stage: if rx.vnet { vec![0; STAGE] } else { Vec::new() },
+            stage_len: 0,
+            split: None,
+            gso_hdr: [0; vnet::HDR + 48],
+            iov: Vec::new(),
+            rx,
+            tx,
+        }
+    }
+
+    /// Virtio-net mode: the next packet (a datagram cut from the staged
+    /// GSO packet, or one read) into `buf`; `None` when none is waiting.
+    fn recv_vnet(&mut self, buf: &mut [u8]) -> io::Result<Option<RxMeta>> {
+        loop {
+            if let Some(sp) = &mut self.split {
+                let pkt = &self.stage[..self.stage_len];
+                let left = sp.left(pkt);
+                match sp.next_into(pkt, buf) {
+                    Some(len) => return Ok(Some(meta(len, false))),
+                    None => {
+                        self.split = None;
+                        if left > 0 {
+                            // `buf` cannot hold a datagram: the rest of
+                            // the GSO packet is dropped as oversize.
+                            return Ok(Some(meta(buf.len(), true)));
+                        }
+                    }
+                }
+            }
+            let Some(len) = sys::read_packet(self.rx.fd.as_raw_fd(), &mut self.stage)? else {
+                return Ok(None);
+            };
+            self.stage_len = len;
+            if len < vnet::HDR {
+                continue;
+            }
+            match Splitter::of(&self.stage[..len]) {
+                Some(Ok(sp)) => self.split = Some(sp),
+                // A GSO packet that cannot be cut (the device advertises
+                // only UDP segmentation): dropped as oversize.
+                Some(Err(())) => return Ok(Some(meta(buf.len(), true))),
+                None if len > buf.len() => return Ok(Some(meta(buf.len(), true))),
+                None => {
+                    buf[..len].copy_from_slice(&self.stage[..len]);
+                    return Ok(Some(meta(len, false)));
+                }
+            }
+        }
+    }
+
+    /// Virtio-net mode: writes `pkts`, each run that may leave as one GSO
+    /// packet in one `writev` (see [`vnet::run_len`]).
+    fn send_vnet(&mut self, pkts: &[&[u8]]) -> SendOutcome {
+        let mut o = SendOutcome::default();
+        let mut i = 0;
+        while i < pkts.len() {
+            let n = vnet::run_len(&pkts[i..]).max(1);
+            let run = &pkts[i..i + n];
+            let r = if n == 1 {
+                sys::write_packet(self.tx.fd.as_raw_fd(), run[0])
+            } else {
+                let hl = vnet::gso_header(run, &mut self.gso_hdr);
+                let mut iov = recycle(std::mem::take(&mut self.iov));
+                iov.push(IoSlice::new(&self.gso_hdr[..hl]));
+                iov.extend(run.iter().map(|p| IoSlice::new(&p[hl..])));
+                let r = sys::tun_vnet::writev_packet(self.tx.fd.as_raw_fd(), &iov);
+                self.iov = recycle(iov);
+                r
+            };
+            let wire: usize = run.iter().map(|p| p.len() - vnet::HDR).sum();
+            match r {
+                Ok(()) => {
+                    o.sent += n;
+                    o.sent_bytes += wire;
+                }
+                Err(_) => o.failed += n,
+            }
+            i += n;
+        }
+        o
+    }
+}
+
+/// `v` emptied, its allocation kept for slices of another lifetime.
+fn recycle<'a, 'b>(mut v: Vec<IoSlice<'a>>) -> Vec<IoSlice<'b>> {
+    v.clear();
+    v.into_iter().map(|_| unreachable!()).collect()
+}
+
+fn meta(len: usize, truncated: bool) -> RxMeta {
+    RxMeta {
+        len,
+        truncated,
+        rx_real_ns: None,
+        segment: None,
+    }
 }
 
 impl PacketIo for TunIo {
     fn rx_fd(&self) -> RawFd {
-        self.rx.as_raw_fd()
+        self.rx.fd.as_raw_fd()
     }
 
-    fn recv(&mut self, bufs: &mut [&mut [u8]], meta: &mut [RxMeta]) -> io::Result<usize> {
+    fn overhead(&self) -> usize {
+        if self.rx.vnet {
+            vnet::HDR
+        } else {
+            0
+        }
+    }
+
+    fn recv(&mut self, bufs: &mut [&mut [u8]], metas: &mut [RxMeta]) -> io::Result<usize> {
         let mut n = 0;
-        while n < bufs.len().min(meta.len()) {
+        while n < bufs.len().min(metas.len()) {
             let buf_len = bufs[n].len();
-            match sys::read_packet(self.rx.as_raw_fd(), bufs[n])? {
-                Some(len) => {
-                    meta[n] = RxMeta {
-                        len,
-                        // A packet filling the buffer may have been cut.
-                        truncated: len >= buf_len,
-                        rx_real_ns: None,
-                        segment: None,
-                    };
+            let got = if self.rx.vnet {
+                self.recv_vnet(bufs[n])?
+            } else {
+                // A packet filling the buffer may have been cut.
+                sys::read_packet(self.rx.fd.as_raw_fd(), bufs[n])?
+                    .map(|len| meta(len, len >= buf_len))
+            };
+            match got {
+                Some(m) => {
+                    metas[n] = m;
                     n += 1;
                 }
                 None => break,
@@ -59,9 +191,12 @@ impl PacketIo for TunIo {
     }
 
     fn send(&mut self, pkts: &[&[u8]]) -> SendOutcome {
+        if self.tx.vnet {
+            return self.send_vnet(pkts);
+        }
         let mut o = SendOutcome::default();
         for p in pkts {
-            match sys::write_packet(self.tx.as_raw_fd(), p) {
+            match sys::write_packet(self.tx.fd.as_raw_fd(), p) {
                 Ok(()) => {
                     o.sent += 1;
                     o.sent_bytes += p.len();
@@ -73,8 +208,8 @@ impl PacketIo for TunIo {
     }
 }
 
-fn direction(rx: Arc<OwnedFd>, tx: Arc<OwnedFd>) -> DirectionFn {
-    engine::direction(move || TunIo { rx, tx })
+fn direction(rx: Dev, tx: Dev) -> DirectionFn {
+    engine::direction(move || TunIo::new(rx, tx))
 }
 
 /// Creates devices `a_dev` and `b_dev` (TAP if `tap`) and starts
@@ -93,8 +228,21 @@ pub fn start(
             "--a-dev and --b-dev must be two different devices",
         ));
     }
-    let a = Arc::new(sys::open_tun_fd(a_dev, tap)?);
-    let b = Arc::new(sys::open_tun_fd(b_dev, tap)?);
+    // TUN devices carry virtio-net headers (UDP segmentation offload, see
+    // [`vnet`]) unless offloads are off; TAP devices never do.
+    let vnet = !tap && opts.offload;
+    let open = |name: &str| -> io::Result<Dev> {
+        let fd = if vnet {
+            sys::tun_vnet::open(name)?
+        } else {
+            sys::open_tun_fd(name, tap)?
+        };
+        Ok(Dev {
+            fd: Arc::new(fd),
+            vnet,
+        })
+    };
+    let (a, b) = (open(a_dev)?, open(b_dev)?);
     let mut emu = Emulator::new();
     emu.add_path(
         if tap { "tap" } else { "tun" },
