@@ -85,3 +85,28 @@ pub fn writev_packet(fd: RawFd, iov: &[IoSlice<'_>]) -> io::Result<()> {
         }
     }
 }
+
+/// Reads one packet into `head`, continuing into `tail` (one `readv`): its
+/// length, or `Ok(None)` when none is waiting.
+pub fn read_split(fd: RawFd, head: &mut [u8], tail: &mut [u8]) -> io::Result<Option<usize>> {
+    let iov = [
+        libc::iovec {
+            iov_base: head.as_mut_ptr().cast(),
+            iov_len: head.len(),
+        },
+        libc::iovec {
+            iov_base: tail.as_mut_ptr().cast(),
+            iov_len: tail.len(),
+        },
+    ];
+    // SAFETY: both iovecs describe memory borrowed mutably for the call.
+    let r = unsafe { libc::readv(fd, iov.as_ptr(), 2) };
+    if r >= 0 {
+        return Ok(Some(r as usize));
+    }
+    let e = io::Error::last_os_error();
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+        _ => Err(e),
+    }
+}

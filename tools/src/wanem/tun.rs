@@ -43,9 +43,12 @@ struct Dev {
 struct TunIo {
     rx: Dev,
     tx: Dev,
-    /// Virtio-net mode: the packet last read (a GSO packet is cut into
-    /// datagrams from here, over as many `recv` calls as it takes).
+    /// Virtio-net mode: where a packet longer than the engine's buffer
+    /// lands (a GSO packet is cut into datagrams from here, over as many
+    /// `recv` calls as it takes), after `front` bytes kept free.
     stage: Vec<u8>,
+    front: usize,
+    stage_start: usize,
     stage_len: usize,
     split: Option<Splitter>,
     /// Virtio-net mode: the headers of a GSO packet being written.
@@ -57,7 +60,9 @@ struct TunIo {
 impl TunIo {
     fn new(rx: Dev, tx: Dev) -> TunIo {
         TunIo {
-            stage: if rx.vnet { vec![0; STAGE] } else { Vec::new() },
+            stage: Vec::new(),
+            front: 0,
+            stage_start: 0,
             stage_len: 0,
             split: None,
             gso_hdr: [0; vnet::HDR + 48],
@@ -69,10 +74,16 @@ impl TunIo {
 
     /// Virtio-net mode: the next packet (a datagram cut from the staged
     /// GSO packet, or one read) into `buf`; `None` when none is waiting.
+    ///
+    /// A packet is read into `buf` and, past its end, into the stage
+    /// (one `readv`), so a plain datagram is not copied. A GSO packet
+    /// longer than `buf` is made whole in the stage by copying its head
+    /// from `buf` to just before the part the kernel put there (the stage
+    /// keeps `front` bytes free for it), then cut from there.
     fn recv_vnet(&mut self, buf: &mut [u8]) -> io::Result<Option<RxMeta>> {
         loop {
             if let Some(sp) = &mut self.split {
-                let pkt = &self.stage[..self.stage_len];
+                let pkt = &self.stage[self.stage_start..self.stage_start + self.stage_len];
                 let left = sp.left(pkt);
                 match sp.next_into(pkt, buf) {
                     Some(len) => return Ok(Some(meta(len, false))),
@@ -86,23 +97,32 @@ impl TunIo {
                     }
                 }
             }
-            let Some(len) = sys::read_packet(self.rx.fd.as_raw_fd(), &mut self.stage)? else {
+            if self.front < buf.len() {
+                self.front = buf.len();
+                self.stage = vec![0; self.front + STAGE];
+            }
+            let front = self.front;
+            let Some(len) =
+                sys::tun_vnet::read_split(self.rx.fd.as_raw_fd(), buf, &mut self.stage[front..])?
+            else {
                 return Ok(None);
             };
-            self.stage_len = len;
             if len < vnet::HDR {
                 continue;
             }
-            match Splitter::of(&self.stage[..len]) {
+            let head = len.min(buf.len());
+            if len <= buf.len() && Splitter::of(&buf[..len]).is_none() {
+                return Ok(Some(meta(len, false)));
+            }
+            self.stage[front - head..front].copy_from_slice(&buf[..head]);
+            self.stage_start = front - head;
+            self.stage_len = len;
+            match Splitter::of(&self.stage[self.stage_start..self.stage_start + len]) {
                 Some(Ok(sp)) => self.split = Some(sp),
                 // A GSO packet that cannot be cut (the device advertises
-                // only UDP segmentation): dropped as oversize.
-                Some(Err(())) => return Ok(Some(meta(buf.len(), true))),
-                None if len > buf.len() => return Ok(Some(meta(buf.len(), true))),
-                None => {
-                    buf[..len].copy_from_slice(&self.stage[..len]);
-                    return Ok(Some(meta(len, false)));
-                }
+                // only UDP segmentation), or a packet longer than `buf`:
+                // dropped as oversize.
+                _ => return Ok(Some(meta(buf.len(), true))),
             }
         }
     }
