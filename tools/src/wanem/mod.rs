@@ -22,6 +22,7 @@
 
 pub mod cli;
 pub mod config;
+mod direction;
 pub mod engine;
 pub mod impair;
 pub mod profile;
