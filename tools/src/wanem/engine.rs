@@ -542,8 +542,7 @@ impl Emulator {
         name: &str,
         a: String,
         b: String,
-        profiles: [LinkProfile; 2],
-        f: PathFn,
+        (profiles, f): ([LinkProfile; 2], PathFn),
         opts: &EngineOptions,
         index: usize,
     ) -> io::Result<()> {

@@ -288,8 +288,12 @@ pub fn start(
             name,
             a_dev.to_string(),
             b_dev.to_string(),
-            [a_to_b, b_to_a],
-            engine::both_directions(move || [TunIo::new(a.clone(), b.clone()), TunIo::new(b, a)]),
+            (
+                [a_to_b, b_to_a],
+                engine::both_directions(move || {
+                    [TunIo::new(a.clone(), b.clone()), TunIo::new(b, a)]
+                }),
+            ),
             opts,
             0,
         )?;
