@@ -169,6 +169,11 @@ def offered():
     return dev_counter(0, "tx_bytes") + dev_counter(1, "tx_bytes")
 
 
+def device_drops():
+    """Packets the kernel dropped at the devices: the relay read too late."""
+    return dev_counter(0, "tx_dropped") + dev_counter(1, "tx_dropped")
+
+
 def one_run(binary, args):
     """Starts the relay as the demo does, carries the traffic, returns the
     figures of the measured window."""
@@ -177,8 +182,8 @@ def one_run(binary, args):
         ["ip", "netns", "exec", w, binary, "tun", "--a-dev", DEV[0], "--b-dev", DEV[1],
          "--delay-ms", str(args.delay_ms), "--loss", "0", "--seed", "1",
          "--stats-interval", "0", "--rate", f"{args.rate}bit",
-         "--slack-us", str(args.slack_us), "--spin-us", "0"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         "--slack-us", str(args.slack_us), "--spin-us", "0", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         # ip netns exec execs the binary: same pid.
         t0 = time.monotonic()
@@ -207,9 +212,11 @@ def one_run(binary, args):
         time.sleep(1.0)  # warm-up: the delay line fills
         c0, b0, o0, s0, w0 = relay_cpu_ns(relay.pid), carried(), offered(), \
             relay_switches(relay.pid), time.monotonic()
+        k0 = device_drops()
         time.sleep(args.duration)
         c1, b1, o1, s1, w1 = relay_cpu_ns(relay.pid), carried(), offered(), \
             relay_switches(relay.pid), time.monotonic()
+        k1 = device_drops()
         for p in senders:
             p.wait()
         for p in sinks:
@@ -218,10 +225,21 @@ def one_run(binary, args):
     finally:
         relay.send_signal(signal.SIGTERM)
         try:
-            relay.wait(5)
+            out, _ = relay.communicate(timeout=5)
         except subprocess.TimeoutExpired:
             relay.kill()
-            relay.wait()
+            out, _ = relay.communicate()
+    # The relay's own drop counters over the whole run (not the window),
+    # and the kernel's at the devices (a relay too slow to read).
+    drops = {}
+    try:
+        for path in json.loads(out)["paths"]:
+            for d in ("a_to_b", "b_to_a"):
+                for k, v in path[d].items():
+                    if k.startswith("drop_") and v:
+                        drops[k] = drops.get(k, 0) + v
+    except (ValueError, KeyError):
+        drops["summary"] = "unreadable"
     cpu_s = (c1 - c0) / 1e9
     window = w1 - w0
     by = b1[0] - b0[0]
@@ -236,6 +254,8 @@ def one_run(binary, args):
         # relay wrote whole counts once.
         "device_packets_per_s": round(pk / window),
         "sleeps_per_s": round((s1 - s0) / window),
+        "relay_drops": drops,
+        "device_drops": k1 - k0,
     }
 
 
