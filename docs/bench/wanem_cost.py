@@ -223,6 +223,11 @@ def one_run(binary, args):
             p.send_signal(signal.SIGTERM)
             p.wait()
     finally:
+        # Children first (also when a step above failed), then the relay.
+        for p in locals().get("senders", []) + locals().get("sinks", []):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait()
         relay.send_signal(signal.SIGTERM)
         try:
             out, _ = relay.communicate(timeout=5)

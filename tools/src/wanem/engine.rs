@@ -1,4 +1,6 @@
-//! The forwarding engine: one thread per direction.
+//! The forwarding engine: one thread per direction, or (TUN with slack)
+//! one thread for both directions of a path, so that one wake-up serves
+//! both ([`run_dirs`]; a direction's state and steps: `direction.rs`).
 //!
 //! Each loop: send every held packet whose release time has come (one
 //! `sendmmsg`), read a batch of new packets (one `recvmmsg`) straight into
