@@ -17,6 +17,11 @@
 //!
 //! With `--tap`, the devices are Ethernet: bridge them (or give them
 //! addresses in the namespaces) and `rdma link add rxe0 type rxe netdev wanA`.
+//!
+//! TUN devices carry virtio-net headers unless `--no-offload`: a sender's
+//! UDP GSO run is read whole and datagrams leaving together are written as
+//! one GSO packet ([`super::vnet`]), each datagram still impaired on its
+//! own. With `--slack-us`, one thread serves both directions.
 
 use std::io;
 use std::io::IoSlice;
