@@ -1,6 +1,6 @@
 //! The forwarding engine: one thread per direction, or (TUN with slack)
 //! one thread for both directions of a path, so that one wake-up serves
-//! both ([`run_dirs`]; a direction's state and steps: `direction.rs`).
+//! both (`run_dirs`; a direction's state and steps: `direction.rs`).
 //!
 //! Each loop: send every held packet whose release time has come (one
 //! `sendmmsg`), read a batch of new packets (one `recvmmsg`) straight into
@@ -430,7 +430,7 @@ pub fn direction<I: PacketIo>(make_io: impl FnOnce() -> I + Send + 'static) -> D
     Box::new(move |o, clock, counters, stop, prof| run(make_io(), prof, o, clock, counters, stop))
 }
 
-/// Runs both directions of a path on one thread (see [`run_dirs`]).
+/// Runs both directions of a path on one thread (see `run_dirs`).
 pub type PathFn = Box<
     dyn FnOnce([&EngineOptions; 2], Clock, [&DirCounters; 2], &AtomicBool, [&LinkProfile; 2])
         + Send,
@@ -538,7 +538,7 @@ impl Emulator {
         Ok(())
     }
 
-    /// Starts a path's two directions on one thread (see [`run_dirs`]).
+    /// Starts a path's two directions on one thread (see `run_dirs`).
     pub fn add_path_one_thread(
         &mut self,
         name: &str,
