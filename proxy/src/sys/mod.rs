@@ -7,6 +7,7 @@
 //! (`gateway::xdp`) lives under this module.
 
 pub mod batch;
+pub mod tun_vnet;
 pub mod udpio;
 #[cfg(feature = "io-uring")]
 pub mod uring;

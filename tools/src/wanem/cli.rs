@@ -121,7 +121,7 @@ fn run_args() -> Vec<Arg> {
             .long("no-offload")
             .action(ArgAction::SetTrue)
             .help(
-                "UDP: no GRO on receive and no GSO on send (datagrams are kept whole either way)",
+                "UDP: no GRO on receive and no GSO on send; TUN: no virtio-net headers (no UDP segmentation offload read or written). Datagrams are kept whole and impaired one by one either way",
             ),
         Arg::new("spin-us")
             .long("spin-us")

@@ -7,7 +7,7 @@
 //! max_held = 32768        # packets held per direction, hard cap
 //! max_datagram = 9216     # bytes; longer datagrams are dropped
 //! realtime = true         # SCHED_FIFO engine threads while they keep up
-//! offload = true          # UDP GRO in, GSO out
+//! offload = true          # UDP: GRO in, GSO out; TUN: UDP GSO read and written (vnet headers)
 //!
 //! [profile]               # every path, both directions
 //! distance_km = 300       # or delay_ms = 3

@@ -1,4 +1,6 @@
-//! The forwarding engine: one thread per direction.
+//! The forwarding engine: one thread per direction, or (TUN with slack)
+//! one thread for both directions of a path, so that one wake-up serves
+//! both (`run_dirs`; a direction's state and steps: `direction.rs`).
 //!
 //! Each loop: send every held packet whose release time has come (one
 //! `sendmmsg`), read a batch of new packets (one `recvmmsg`) straight into
@@ -21,8 +23,6 @@
 //! `max_datagram` bytes, allocated as needed; a packet that finds none
 //! free is dropped as `overflow`.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -31,12 +31,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use soya::time::Time;
 
-use super::impair::Impairer;
+use super::direction::Dir;
 use super::profile::describe;
 use super::stats::{DirCounters, DirStats};
 use crate::sim::link::LinkProfile;
@@ -111,7 +109,7 @@ impl Clock {
 
     /// A CLOCK_REALTIME kernel timestamp on this clock, given a pair of
     /// readings of both clocks taken just now.
-    fn at_realtime(&self, rx_real: u64, real_now: u64, mono_now: u64) -> Time {
+    pub(super) fn at_realtime(&self, rx_real: u64, real_now: u64, mono_now: u64) -> Time {
         let age = real_now.saturating_sub(rx_real);
         Time::from_nanos(mono_now.saturating_sub(age).saturating_sub(self.epoch_mono))
     }
@@ -143,6 +141,13 @@ pub trait PacketIo {
         0
     }
 
+    /// Bytes in front of each packet that are not on the wire (a TUN
+    /// device's virtio-net header): the buffers are this much longer, and
+    /// neither the rate nor the counters see them.
+    fn overhead(&self) -> usize {
+        0
+    }
+
     /// Writes packets to the egress side.
     fn send(&mut self, pkts: &[&[u8]]) -> SendOutcome;
 }
@@ -157,7 +162,7 @@ const RT_WINDOW_NS: u64 = 10_000_000;
 /// A buffer is owned by whoever holds it (the free list, the batch armed
 /// for the next read, a held packet), so lending one to the I/O is a plain
 /// borrow.
-struct Pool {
+pub(super) struct Pool {
     slot: usize,
     free: Vec<Box<[u8]>>,
     allocated: usize,
@@ -165,7 +170,7 @@ struct Pool {
 }
 
 impl Pool {
-    fn new(max_datagram: usize, cap: usize) -> Pool {
+    pub(super) fn new(max_datagram: usize, cap: usize) -> Pool {
         Pool {
             slot: max_datagram.div_ceil(64) * 64,
             free: Vec::new(),
@@ -174,7 +179,7 @@ impl Pool {
         }
     }
 
-    fn get(&mut self) -> Option<Box<[u8]>> {
+    pub(super) fn get(&mut self) -> Option<Box<[u8]>> {
         if let Some(b) = self.free.pop() {
             return Some(b);
         }
@@ -185,18 +190,18 @@ impl Pool {
         Some(vec![0u8; self.slot].into_boxed_slice())
     }
 
-    fn put(&mut self, b: Box<[u8]>) {
+    pub(super) fn put(&mut self, b: Box<[u8]>) {
         self.free.push(b);
     }
 }
 
 /// A packet waiting for its release time; the heap orders by `(release,
 /// seq)` (`seq` is unique, so ties leave in arrival order).
-struct Held {
-    release: Time,
-    seq: u64,
-    buf: Box<[u8]>,
-    len: u32,
+pub(super) struct Held {
+    pub release: Time,
+    pub seq: u64,
+    pub buf: Box<[u8]>,
+    pub len: u32,
 }
 
 impl Held {
@@ -204,7 +209,7 @@ impl Held {
         (self.release, self.seq)
     }
 
-    fn bytes(&self) -> &[u8] {
+    pub(super) fn bytes(&self) -> &[u8] {
         &self.buf[..self.len as usize]
     }
 }
@@ -232,18 +237,35 @@ impl Ord for Held {
 /// `v` emptied, its allocation kept for elements of another type of the
 /// same size (a vector of borrows for the next batch, whose lifetime
 /// differs), so the loop allocates no vector per batch.
-fn recycle<A, B>(mut v: Vec<A>) -> Vec<B> {
+pub(super) fn recycle<A, B>(mut v: Vec<A>) -> Vec<B> {
     v.clear();
     v.into_iter().map(|_| unreachable!()).collect()
 }
 
 /// Runs one direction until `stop` is set.
 pub fn run<I: PacketIo>(
-    mut io: I,
+    io: I,
     profile: &LinkProfile,
     opts: &EngineOptions,
     clock: Clock,
     counters: &DirCounters,
+    stop: &AtomicBool,
+) {
+    run_dirs(
+        vec![Dir::new(io, profile, opts, counters)],
+        opts,
+        clock,
+        stop,
+    );
+}
+
+/// Runs `dirs` on this thread until `stop` is set: each turn releases
+/// what is due and reads what arrived in every direction, and the wait
+/// that follows serves them all (one wake-up, not one per direction).
+fn run_dirs<I: PacketIo>(
+    mut dirs: Vec<Dir<'_, I>>,
+    opts: &EngineOptions,
+    clock: Clock,
     stop: &AtomicBool,
 ) {
     sys::set_timer_slack(1);
@@ -254,22 +276,6 @@ pub fn run<I: PacketIo>(
     let mut rt_on = rt_capable;
     let mut window_start = sys::mono_ns();
     let mut slept = 0u64;
-    let batch = opts.batch.max(1);
-    let mut imp = Impairer::new(profile);
-    let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
-    let mut pool = Pool::new(opts.max_datagram.max(1), opts.max_held.max(1));
-    let slot_len = opts.max_datagram.max(1);
-    let mut heap: BinaryHeap<Reverse<Held>> = BinaryHeap::new();
-    let mut st = DirStats::default();
-    let mut armed: Vec<Box<[u8]>> = Vec::with_capacity(batch);
-    let mut bufs_spare: Vec<&mut [u8]> = Vec::with_capacity(batch);
-    let mut meta = vec![RxMeta::default(); batch];
-    let mut scratch: Vec<u8> = Vec::new();
-    let mut times: Vec<Time> = Vec::with_capacity(2);
-    let mut segs: Vec<(Box<[u8]>, usize)> = Vec::with_capacity(64);
-    let mut due: Vec<Held> = Vec::with_capacity(batch);
-    let mut out_spare: Vec<&[u8]> = Vec::with_capacity(batch);
-    let mut seq = 0u64;
     let spin = opts.spin.as_nanos() as u64;
     // Wake-up moderation (see `EngineOptions::slack`). Why: on a virtual
     // machine a wake-up (timer programming, a context switch) costs far
@@ -286,12 +292,19 @@ pub fn run<I: PacketIo>(
     // (measured: an idle 2 Gb/s relay with 100 µs slack took 15 % of a
     // core, the 0 km link of `soya demo` all through the runs at 300 km).
     let mut active = false;
-    // Longest a new packet may wait in the socket (see step 4).
-    let defer = if io.kernel_timestamps() && profile.delay >= Duration::from_micros(200) {
-        (profile.delay / 2).min(Duration::from_millis(1))
-    } else {
-        Duration::ZERO
-    };
+    // While packets are held, a direction whose packets carry kernel
+    // timestamps need not be watched (see step 4): the longest any may
+    // wait, and the descriptors that must be watched.
+    let defer = dirs.iter().map(|d| d.defer).min().unwrap_or(Duration::ZERO);
+    let mut watch: Vec<libc::pollfd> = dirs
+        .iter()
+        .filter(|d| d.defer.is_zero())
+        .map(|d| sys::pollfd(d.io.rx_fd(), libc::POLLIN))
+        .collect();
+    let mut all: Vec<libc::pollfd> = dirs
+        .iter()
+        .map(|d| sys::pollfd(d.io.rx_fd(), libc::POLLIN))
+        .collect();
 
     while !stop.load(Ordering::Relaxed) {
         // 0. SCHED_FIFO only while the thread mostly waits.
@@ -303,7 +316,7 @@ pub fn run<I: PacketIo>(
                 if rt_on && busy > 0.8 {
                     sys::set_normal_priority();
                     rt_on = false;
-                    st.rt_demotions += 1;
+                    dirs[0].st.rt_demotions += 1;
                 } else if !rt_on && busy < 0.5 {
                     rt_on = sys::set_realtime(REALTIME_PRIORITY).is_ok();
                 }
@@ -312,163 +325,14 @@ pub fn run<I: PacketIo>(
             }
         }
 
-        // 1. Release what is due (or within the slack of it).
-        let horizon = clock.now() + opts.slack;
-        while heap.peek().is_some_and(|h| h.0.release <= horizon) {
-            due.clear();
-            while due.len() < batch {
-                match heap.peek() {
-                    Some(h) if h.0.release <= horizon => due.push(heap.pop().unwrap().0),
-                    _ => break,
-                }
-            }
-            let mut out = recycle(std::mem::take(&mut out_spare));
-            out.extend(due.iter().map(Held::bytes));
-            let o = io.send(&out);
-            out_spare = recycle(out);
-            let sent_at = clock.now();
-            for h in &due {
-                let late = sent_at.since(h.release).as_nanos() as u64;
-                st.late_max_ns = st.late_max_ns.max(late);
-                st.late_over_50us += u64::from(late > 50_000);
-            }
-            active = true;
-            st.forwarded += o.sent as u64;
-            st.forwarded_bytes += o.sent_bytes as u64;
-            st.drop_send += o.failed as u64;
-            for h in due.drain(..) {
-                pool.put(h.buf);
-            }
+        // 1. Release what is due (or within the slack of it), 2. read a
+        //    batch, straight into free buffers, 3. publish counters.
+        let mut n = 0;
+        for d in &mut dirs {
+            active |= d.release(&clock);
+            n += d.read(&clock);
+            d.publish(&clock);
         }
-
-        // 2. Read a batch, straight into free buffers.
-        while armed.len() < batch {
-            match pool.get() {
-                Some(s) => armed.push(s),
-                None => break,
-            }
-        }
-        let overflow = armed.is_empty();
-        let mut bufs = recycle(std::mem::take(&mut bufs_spare));
-        if overflow {
-            // No buffer free: read into scratch and drop, so the socket
-            // keeps draining and the drops are ours to count.
-            if scratch.is_empty() {
-                scratch = vec![0u8; slot_len * batch];
-            }
-            bufs.extend(scratch.chunks_exact_mut(slot_len));
-        } else {
-            bufs.extend(armed.iter_mut().map(|b| &mut b[..slot_len]));
-        }
-        let got = io.recv(&mut bufs, &mut meta);
-        bufs_spare = recycle(bufs);
-        let n = match got {
-            Ok(n) => n,
-            Err(e) => {
-                if e.raw_os_error() != Some(libc::ECONNREFUSED) {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                0
-            }
-        };
-        if n > 0 {
-            let (real_now, mono_now) = (sys::real_ns(), sys::mono_ns());
-            let fallback = clock.now();
-            // One armed buffer per packet read (none on overflow).
-            let mut filled = armed.drain(..if overflow { 0 } else { n });
-            for (i, m) in meta[..n].iter().enumerate() {
-                // A GRO batch holds several datagrams of `seg` bytes.
-                let seg = m.segment.unwrap_or(m.len).max(1);
-                let count = m.len.div_ceil(seg).max(1) as u64;
-                st.received += count;
-                st.received_bytes += m.len as u64;
-                if overflow {
-                    st.drop_overflow += count;
-                    continue;
-                }
-                let first = filled.next().expect("a buffer per packet read");
-                if m.truncated || seg > slot_len {
-                    st.drop_oversize += count;
-                    pool.put(first);
-                    continue;
-                }
-                // The first datagram is in place; the others are copied
-                // out of the buffer and its landing area.
-                segs.clear();
-                let mut off = seg;
-                while off < m.len {
-                    let l = seg.min(m.len - off);
-                    match pool.get() {
-                        Some(mut d) => {
-                            let land = io.landing(i);
-                            let head = slot_len.saturating_sub(off).min(l);
-                            // [off, off+head) of the first buffer, the rest
-                            // from its landing area.
-                            let from = off.min(slot_len);
-                            d[..head].copy_from_slice(&first[from..from + head]);
-                            if l > head {
-                                d[head..l].copy_from_slice(
-                                    &land[off + head - slot_len..off + l - slot_len],
-                                );
-                            }
-                            segs.push((d, l));
-                        }
-                        None => st.drop_overflow += 1,
-                    }
-                    off += l;
-                }
-                let at = m
-                    .rx_real_ns
-                    .map(|r| clock.at_realtime(r, real_now, mono_now))
-                    .unwrap_or(fallback);
-                let first_len = seg.min(m.len);
-                for (buf, len) in std::iter::once((first, first_len)).chain(segs.drain(..)) {
-                    match imp.transmit(at, len, &mut rng, &mut times) {
-                        Err(r) => {
-                            st.count_drop(r);
-                            pool.put(buf);
-                        }
-                        Ok(()) if times.is_empty() => pool.put(buf),
-                        Ok(()) => {
-                            // Release k gets sequence number base + 1 + k;
-                            // a duplicate (k >= 1) gets its own copy.
-                            let base = seq;
-                            for (k, &release) in times.iter().enumerate().skip(1) {
-                                match pool.get() {
-                                    Some(mut d) => {
-                                        d[..len].copy_from_slice(&buf[..len]);
-                                        heap.push(Reverse(Held {
-                                            release,
-                                            seq: base + 1 + k as u64,
-                                            buf: d,
-                                            len: len as u32,
-                                        }));
-                                    }
-                                    None => st.drop_overflow += 1,
-                                }
-                            }
-                            heap.push(Reverse(Held {
-                                release: times[0],
-                                seq: base + 1,
-                                buf,
-                                len: len as u32,
-                            }));
-                            seq = base + times.len() as u64;
-                        }
-                    }
-                }
-            }
-        }
-
-        // 3. Publish counters.
-        st.held = heap.len() as u64;
-        st.held_max = st.held_max.max(st.held);
-        st.queue_bytes = imp.queue_bytes(clock.now());
-        st.drop_kernel = io.kernel_drops();
-        st.duplicated = imp.duplicated();
-        st.reordered = imp.reordered();
-        counters.publish(&st);
-
         if n > 0 {
             active = true;
             continue;
@@ -489,27 +353,32 @@ pub fn run<I: PacketIo>(
             sys::sleep_precise(rest);
             last_wake = sys::mono_ns();
             slept += last_wake - wait_start;
-            st.wakeups += 1;
-            st.moderated += 1;
+            for d in &mut dirs {
+                d.st.wakeups += 1;
+                d.st.moderated += 1;
+            }
             active = false;
             continue;
         }
         active = false;
         let now = clock.now() + opts.slack;
-        match heap.peek() {
-            None => sys::wait_readable(io.rx_fd(), Duration::from_millis(20)),
-            Some(h) if h.0.release > now => {
-                let left = (h.0.release - now).as_nanos() as u64;
+        match dirs.iter().filter_map(|d| d.next_release()).min() {
+            None => {
+                let _ = sys::ppoll(&mut all, Some(Duration::from_millis(20)));
+            }
+            Some(release) if release > now => {
+                let left = (release - now).as_nanos() as u64;
                 if left > spin {
                     let sleep = Duration::from_nanos(left - spin).min(Duration::from_millis(20));
                     if defer.is_zero() {
-                        sys::wait_readable(io.rx_fd(), sleep);
+                        let _ = sys::ppoll(&mut all, Some(sleep));
                     } else {
-                        sys::sleep_precise(sleep.min(defer));
+                        // Only the directions without kernel timestamps
+                        // (none in practice: one thread, one kind of I/O).
+                        let _ = sys::ppoll(&mut watch, Some(sleep.min(defer)));
                     }
                 } else {
-                    let until = h.0.release;
-                    while clock.now() + opts.slack < until {
+                    while clock.now() + opts.slack < release {
                         std::hint::spin_loop();
                     }
                     // Spinning is work, not waiting.
@@ -520,11 +389,13 @@ pub fn run<I: PacketIo>(
         }
         last_wake = sys::mono_ns();
         slept += last_wake - wait_start;
-        st.wakeups += 1;
+        for d in &mut dirs {
+            d.st.wakeups += 1;
+        }
     }
-    // Whatever is still held is discarded with the engine.
-    st.held = heap.len() as u64;
-    counters.publish(&st);
+    for d in &mut dirs {
+        d.finish();
+    }
 }
 
 /// Step 4's wake-up moderation: how long to sleep before looking again,
@@ -537,6 +408,17 @@ fn moderated_wait(moderation_ns: u64, since_wake_ns: u64, active: bool) -> Optio
         .then(|| Duration::from_nanos(moderation_ns - since_wake_ns))
 }
 
+/// Direction `d` of path `index`: `opts` with a seed of its own.
+fn dir_options(opts: &EngineOptions, index: usize, d: usize) -> EngineOptions {
+    EngineOptions {
+        seed: opts
+            .seed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(2 * index as u64 + d as u64),
+        ..opts.clone()
+    }
+}
+
 /// Runs one direction on its own thread: builds its I/O and calls [`run`].
 pub type DirectionFn =
     Box<dyn FnOnce(&EngineOptions, Clock, &DirCounters, &AtomicBool, &LinkProfile) + Send>;
@@ -546,6 +428,22 @@ pub type DirectionFn =
 /// runs the engine over it.
 pub fn direction<I: PacketIo>(make_io: impl FnOnce() -> I + Send + 'static) -> DirectionFn {
     Box::new(move |o, clock, counters, stop, prof| run(make_io(), prof, o, clock, counters, stop))
+}
+
+/// Runs both directions of a path on one thread (see `run_dirs`).
+pub type PathFn = Box<
+    dyn FnOnce([&EngineOptions; 2], Clock, [&DirCounters; 2], &AtomicBool, [&LinkProfile; 2])
+        + Send,
+>;
+
+/// Both directions on one thread, their I/O (A→B, B→A) built by
+/// `make_io` on it.
+pub fn both_directions<I: PacketIo>(make_io: impl FnOnce() -> [I; 2] + Send + 'static) -> PathFn {
+    Box::new(move |o, clock, c, stop, p| {
+        let [a, b] = make_io();
+        let dirs = vec![Dir::new(a, p[0], o[0], c[0]), Dir::new(b, p[1], o[1], c[1])];
+        run_dirs(dirs, o[0], clock, stop)
+    })
 }
 
 /// Counters of one path, both directions.
@@ -623,13 +521,7 @@ impl Emulator {
         let mut profiles = [String::new(), String::new()];
         for (d, (profile, f)) in dirs.into_iter().enumerate() {
             profiles[d] = describe(&profile);
-            let o = EngineOptions {
-                seed: opts
-                    .seed
-                    .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                    .wrapping_add(2 * index as u64 + d as u64),
-                ..opts.clone()
-            };
+            let o = dir_options(opts, index, d);
             let (c, stop, clock) = (counters[d].clone(), self.stop.clone(), self.clock);
             let t = std::thread::Builder::new()
                 .name(format!("wanem-{name}-{}", ["a2b", "b2a"][d]))
@@ -641,6 +533,45 @@ impl Emulator {
             a,
             b,
             profiles,
+            counters,
+        });
+        Ok(())
+    }
+
+    /// Starts a path's two directions on one thread (see `run_dirs`).
+    pub fn add_path_one_thread(
+        &mut self,
+        name: &str,
+        a: String,
+        b: String,
+        (profiles, f): ([LinkProfile; 2], PathFn),
+        opts: &EngineOptions,
+        index: usize,
+    ) -> io::Result<()> {
+        let counters = [
+            Arc::new(DirCounters::default()),
+            Arc::new(DirCounters::default()),
+        ];
+        let o = [dir_options(opts, index, 0), dir_options(opts, index, 1)];
+        let described = [describe(&profiles[0]), describe(&profiles[1])];
+        let (c, stop, clock) = (counters.clone(), self.stop.clone(), self.clock);
+        let t = std::thread::Builder::new()
+            .name(format!("wanem-{name}"))
+            .spawn(move || {
+                f(
+                    [&o[0], &o[1]],
+                    clock,
+                    [&c[0], &c[1]],
+                    &stop,
+                    [&profiles[0], &profiles[1]],
+                )
+            })?;
+        self.threads.push(t);
+        self.paths.push(RunningPath {
+            name: name.to_string(),
+            a,
+            b,
+            profiles: described,
             counters,
         });
         Ok(())

@@ -14,6 +14,7 @@
 //!   heap, precise waiting).
 //! - [`udp`]: UDP relay mode (listen/forward pairs).
 //! - [`tun`]: L3 (TUN) or L2 (TAP) mode between two devices.
+//! - [`vnet`]: TUN with virtio-net headers: UDP GSO read and written.
 //! - [`stats`]: live counters.
 //! - [`selftest`]: measures delay accuracy, loss accuracy and capacity.
 //! - [`cli`]: the `soya-wanem` command line.
@@ -21,6 +22,7 @@
 
 pub mod cli;
 pub mod config;
+mod direction;
 pub mod engine;
 pub mod impair;
 pub mod profile;
@@ -28,3 +30,4 @@ pub mod selftest;
 pub mod stats;
 pub mod tun;
 pub mod udp;
+pub mod vnet;

@@ -1,0 +1,112 @@
+//! TUN devices with virtio-net headers (`IFF_VNET_HDR`), for `soya-wanem`:
+//! with UDP segmentation offload advertised, the kernel hands a UDP GSO
+//! packet over whole (one `read`), and one is written back with one
+//! `writev` (headers, then the datagrams' payloads where they lie).
+
+use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use super::{ifreq_named, wait_writable};
+
+/// `_IOW('T', 208, unsigned int)`.
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+
+/// Opens (or creates) TUN device `name` with virtio-net headers and
+/// checksum and UDP segmentation offload (USO, Linux ≥ 6.2; checksum
+/// offload alone on an older kernel), non-blocking, without PI headers.
+pub fn open(name: &str) -> io::Result<OwnedFd> {
+    let mut ifr = ifreq_named(name)?;
+    // SAFETY: a C string path and flags.
+    let fd = unsafe {
+        libc::open(
+            c"/dev/net/tun".as_ptr(),
+            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("/dev/net/tun: {e}")));
+    }
+    // SAFETY: a freshly opened descriptor we own (closed on error paths).
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    ifr.ifr_ifru.ifru_flags =
+        (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_VNET_HDR) as libc::c_short;
+    // SAFETY: TUNSETIFF reads and writes an ifreq we own.
+    if unsafe { libc::ioctl(owned.as_raw_fd(), libc::TUNSETIFF as _, &mut ifr) } < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("TUNSETIFF {name}: {e}")));
+    }
+    for flags in [
+        libc::TUN_F_CSUM | libc::TUN_F_USO4 | libc::TUN_F_USO6,
+        libc::TUN_F_CSUM,
+    ] {
+        // SAFETY: TUNSETOFFLOAD takes its argument by value.
+        let r = unsafe {
+            libc::ioctl(
+                owned.as_raw_fd(),
+                TUNSETOFFLOAD as _,
+                flags as libc::c_ulong,
+            )
+        };
+        if r == 0 {
+            return Ok(owned);
+        }
+    }
+    let e = io::Error::last_os_error();
+    Err(io::Error::new(
+        e.kind(),
+        format!("TUNSETOFFLOAD {name}: {e}"),
+    ))
+}
+
+fn writev_once(fd: RawFd, iov: &[IoSlice<'_>]) -> io::Result<()> {
+    // SAFETY: IoSlice is ABI-compatible with iovec, and every slice is
+    // borrowed for the call.
+    let r = unsafe { libc::writev(fd, iov.as_ptr().cast(), iov.len() as libc::c_int) };
+    if r >= 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Writes one packet gathered from `iov` (one retry after 1 ms when the
+/// device is full, as [`super::write_packet`]).
+pub fn writev_packet(fd: RawFd, iov: &[IoSlice<'_>]) -> io::Result<()> {
+    loop {
+        match writev_once(fd, iov) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                wait_writable(fd, Duration::from_millis(1));
+                return writev_once(fd, iov);
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Reads one packet into `head`, continuing into `tail` (one `readv`): its
+/// length, or `Ok(None)` when none is waiting.
+pub fn read_split(fd: RawFd, head: &mut [u8], tail: &mut [u8]) -> io::Result<Option<usize>> {
+    let iov = [
+        libc::iovec {
+            iov_base: head.as_mut_ptr().cast(),
+            iov_len: head.len(),
+        },
+        libc::iovec {
+            iov_base: tail.as_mut_ptr().cast(),
+            iov_len: tail.len(),
+        },
+    ];
+    // SAFETY: both iovecs describe memory borrowed mutably for the call.
+    let r = unsafe { libc::readv(fd, iov.as_ptr(), 2) };
+    if r >= 0 {
+        return Ok(Some(r as usize));
+    }
+    let e = io::Error::last_os_error();
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+        _ => Err(e),
+    }
+}
