@@ -14,8 +14,9 @@
 //! own loss draw, the rate counted on its IP length); only datagrams that
 //! leave together (one `send` of the engine: due within the slack, in
 //! order) and would have been one GSO packet are joined again ([`run_len`],
-//! [`gso_header`]): same addresses, ports and IP header, consecutive IPv4
-//! IDs, equal payloads but a shorter last. Everything else is written as
+//! [`gso_header`]): same addresses, ports and IP header, IPv4 IDs that
+//! already count up (DF or not: the kernel renumbers them), equal payloads
+//! but a shorter last. Everything else is written as
 //! read, header included.
 //!
 //! Checksums: with `TUN_F_CSUM` the kernel hands over UDP/TCP packets whose
@@ -250,12 +251,14 @@ pub fn run_len(pkts: &[&[u8]]) -> usize {
         if !same_flow(udp, ip0, ip) {
             break;
         }
-        // The kernel numbers a GSO packet's datagrams from its ID up. An
-        // atomic datagram's ID (DF set, not a fragment) identifies nothing
-        // (RFC 6864), and a socket sending with DF and no connection puts
-        // 0 in every one: only without DF must the IDs already count up.
-        let df = ip0[6] & 0x40 != 0;
-        if udp.v4 && !df && u16::from_be_bytes([ip[4], ip[5]]) != id0.wrapping_add(n as u16) {
+        // The kernel numbers a GSO packet's datagrams from its ID up, DF or
+        // not. So only datagrams whose IDs already count up are joined: an
+        // emulated link must hand over the bytes it was given. RFC 6864
+        // lets an atomic datagram's ID (DF set) be anything, but RoCEv2's
+        // ICRC covers it: a RoCE socket sending with DF and no connection
+        // puts 0 in every ID, and renumbered they would fail the
+        // responder's ICRC check (every one but the first of a run).
+        if udp.v4 && u16::from_be_bytes([ip[4], ip[5]]) != id0.wrapping_add(n as u16) {
             break;
         }
         total += l;
@@ -413,9 +416,12 @@ mod tests {
         };
         let len = |v: &Vec<Vec<u8>>| run_len(&v.iter().map(Vec::as_slice).collect::<Vec<_>>());
         assert_eq!(len(&mk([1, 2, 3, 4], [1_000; 4])), 4);
-        // An ID out of sequence (without DF), a shorter datagram before
-        // the last, a longer one after the first.
-        assert_eq!(len(&mk([1, 2, 9, 4], [1_000; 4])), 4, "DF: IDs are free");
+        // An ID out of sequence, with DF and without (the kernel would
+        // renumber it, and RoCEv2's ICRC covers the ID); equal IDs (a DF
+        // socket without a connection sends 0 in every one); a shorter
+        // datagram before the last, a longer one after the first.
+        assert_eq!(len(&mk([1, 2, 9, 4], [1_000; 4])), 2, "DF: IDs kept");
+        assert_eq!(len(&mk([0, 0, 0, 0], [1_000; 4])), 1, "DF, ID 0");
         let mut v = mk([1, 2, 9, 4], [1_000; 4]);
         for p in &mut v {
             p[HDR + 6] = 0;
