@@ -20,6 +20,7 @@
 //!   by the shards' host-pair hash (everything else goes on to the kernel).
 //!   Every shard reads its own socket: no handoff. See [`super::xdp`].
 
+use crate::buffer::PacketBuf;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -335,7 +336,7 @@ impl DcIo {
     pub fn recv_batch(
         &mut self,
         buf: &mut [u8],
-        lent: &mut Vec<Vec<u8>>,
+        lent: &mut Vec<PacketBuf>,
         now: Instant,
         mut f: impl FnMut(DcRx<'_>, Option<SocketAddr>) -> Option<IpAddr>,
     ) -> io::Result<(usize, bool)> {
@@ -512,7 +513,7 @@ impl DcPort for DcIo {
     fn recv_batch(
         &mut self,
         buf: &mut [u8],
-        lent: &mut Vec<Vec<u8>>,
+        lent: &mut Vec<PacketBuf>,
         f: impl FnMut(DcRx<'_>, Option<SocketAddr>) -> Option<IpAddr>,
     ) -> io::Result<(usize, bool)> {
         DcIo::recv_batch(self, buf, lent, Instant::now(), f)

@@ -56,6 +56,7 @@ pub mod neigh;
 pub mod program;
 pub mod xsk;
 
+use crate::buffer::PacketBuf;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -420,7 +421,7 @@ impl XdpDc {
     pub fn recv_batch(
         &mut self,
         buf: &mut [u8],
-        lent: &mut Vec<Vec<u8>>,
+        lent: &mut Vec<PacketBuf>,
         mut f: impl FnMut(DcRx<'_>),
     ) -> (usize, bool) {
         let ready = self.rx.ready();

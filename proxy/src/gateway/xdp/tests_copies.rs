@@ -273,11 +273,13 @@ fn copies_in_namespace() {
         let mut got = Vec::new();
         let mut lent_used = 0;
         let mut scratch = vec![0u8; 9000];
-        let mut lent: Vec<Vec<u8>> = Vec::new();
+        let mut lent: Vec<crate::buffer::PacketBuf> = Vec::new();
         let before = copies::so_far();
         while got.len() < N {
             while lent.len() < 64 {
-                lent.push(Vec::with_capacity(crate::buffer::pool::PACKET_BUF_BYTES));
+                lent.push(crate::buffer::PacketBuf::with_capacity(
+                    crate::buffer::pool::PACKET_BUF_BYTES,
+                ));
             }
             let (n, _) = dc.recv_batch(&mut scratch, &mut lent, |rx| {
                 if let DcRx::Lent(_) = rx {

@@ -40,6 +40,7 @@
 //!   merely has not reached yet. A hardware responder answers in
 //!   microseconds and never triggers this.
 
+use crate::buffer::PacketBuf;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -177,7 +178,7 @@ struct Held {
     /// prevent this): held anyway rather than lost, counted in
     /// `overflow_held`.
     slot: Option<SlotHandle>,
-    bytes: Vec<u8>,
+    bytes: PacketBuf,
 }
 
 /// What the reinjector needs to know of a request from the twin, read
@@ -490,7 +491,7 @@ impl Reinjector {
         &mut self,
         now: Time,
         info: RequestInfo,
-        packet: Vec<u8>,
+        packet: PacketBuf,
         buf: &mut DeepBuffer,
         out: &mut Outbox,
     ) {
