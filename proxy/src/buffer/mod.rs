@@ -13,7 +13,7 @@ pub mod pool;
 pub mod slab;
 
 pub use packet::{Lender, LenderRef, PacketBuf};
-pub use pool::{PacketPool, PoolStats};
+pub use pool::{LendSource, PacketPool, PoolStats};
 pub use slab::{PacketSlab, SlabError, SlotHandle, MAX_SLOTS, MAX_SLOT_BYTES};
 
 use crate::keyed::{Keyed, KeyedMap};

@@ -33,6 +33,14 @@ use std::sync::Arc;
 /// dropped the buffer.
 pub trait Lender: Send + Sync {
     fn give_back(&self, run: NonNull<u8>);
+
+    /// Whether someone still reads the run lent at `run` without the
+    /// buffer knowing (an AF_XDP TX descriptor naming it): its bytes must
+    /// not be rewritten in place until that is over (see
+    /// [`PacketBuf::make_writable`]).
+    fn in_flight(&self, _run: NonNull<u8>) -> bool {
+        false
+    }
 }
 
 /// A [`Lender`] as lent buffers refer to it: one pointer wide, so that a
@@ -49,6 +57,9 @@ impl LenderRef {
 impl<L: Lender + ?Sized> Lender for Arc<L> {
     fn give_back(&self, run: NonNull<u8>) {
         (**self).give_back(run)
+    }
+    fn in_flight(&self, run: NonNull<u8>) -> bool {
+        (**self).in_flight(run)
     }
 }
 
@@ -154,6 +165,27 @@ impl PacketBuf {
         let r = f(&mut v);
         self.set_vec(std::mem::ManuallyDrop::into_inner(v));
         r
+    }
+
+    /// Before rewriting bytes already handed to an I/O backend (the
+    /// egress sets AckReq on a held request it resends): a lent run the
+    /// backend may still be reading is left to it and the bytes move to
+    /// the heap (a copy, counted; `true`). Writing in place instead would
+    /// race with the NIC or the kernel sending the previous version.
+    pub fn make_writable(&mut self) -> bool {
+        match &self.lender {
+            Some(l) if l.0.in_flight(self.ptr) => {
+                crate::copies::note(self.len());
+                *self = self.as_slice().to_vec().into();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The start of a lent buffer's run (for its lender to recognise it).
+    pub fn lent_run(&self) -> Option<NonNull<u8>> {
+        self.lender.as_ref().map(|_| self.ptr)
     }
 
     /// Whether the bytes are lent (not on the heap).

@@ -53,11 +53,24 @@ pub struct PoolStats {
     pub reused: u64,
     /// Buffers freed because the pool was full (or too small to keep).
     pub freed: u64,
+    /// Buffers taken from the pool's [`LendSource`].
+    pub lent: u64,
+    /// Takes that found the source empty and fell back to a heap buffer.
+    pub lend_empty: u64,
+}
+
+/// Where a pool takes buffers before its own (an AF_XDP backend's UMEM:
+/// `Site::set_lender`).
+pub trait LendSource: Send + Sync {
+    /// An empty lent buffer with room for [`PACKET_BUF_BYTES`], or `None`
+    /// when all are out (the pool then falls back to heap buffers).
+    fn lend(&self) -> Option<PacketBuf>;
 }
 
 pub struct PacketPool {
     free: Vec<PacketBuf>,
     cap: usize,
+    source: Option<std::sync::Arc<dyn LendSource>>,
     pub stats: PoolStats,
 }
 
@@ -74,12 +87,29 @@ impl PacketPool {
         PacketPool {
             free: Vec::with_capacity(cap),
             cap,
+            source: None,
             stats: PoolStats::default(),
         }
     }
 
+    /// From now on, [`take`](Self::take) hands out `source`'s buffers
+    /// first (the decode then writes a packet where the backend sends it
+    /// from: no copy on the way out).
+    pub fn set_source(&mut self, source: std::sync::Arc<dyn LendSource>) {
+        self.source = Some(source);
+    }
+
     /// An empty buffer with room for [`PACKET_BUF_BYTES`].
     pub fn take(&mut self) -> PacketBuf {
+        if let Some(s) = &self.source {
+            match s.lend() {
+                Some(b) => {
+                    self.stats.lent += 1;
+                    return b;
+                }
+                None => self.stats.lend_empty += 1,
+            }
+        }
         match self.free.pop() {
             Some(v) => {
                 self.stats.reused += 1;

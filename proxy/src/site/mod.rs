@@ -359,6 +359,15 @@ impl Site {
         }
     }
 
+    /// Packets decoded from the WAN go into `source`'s buffers from now on
+    /// (the AF_XDP backend lends runs of its UMEM, so that the packet is
+    /// sent toward the DC from where the decode wrote it); heap buffers
+    /// when it has none left (counted in the transport's
+    /// `PoolStats::lend_empty`).
+    pub fn set_lender(&mut self, source: std::sync::Arc<dyn crate::buffer::LendSource>) {
+        self.wan.pool_mut().set_source(source);
+    }
+
     /// Gives a sent packet's buffer back.
     pub fn recycle(&mut self, packet: PacketBuf) {
         self.engine.recycle(packet);

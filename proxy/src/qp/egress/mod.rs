@@ -600,10 +600,15 @@ impl Reinjector {
             // AckReq is set on the held packet itself, not on a copy: the
             // DC side sends the held bytes in place (`Output::DcHeld`), and
             // a retransmission that asks for an ACK does no harm.
+            // Bytes the DC backend may still be sending (an AF_XDP TX
+            // descriptor naming a lent UMEM run) move to the heap first.
             let p = &mut self.queue[self.next];
-            if (fills || tail) && !p.ack_req && set_ack_req(&mut p.held.bytes).unwrap_or(false) {
-                self.stats.ack_reqs_added += 1;
-                p.ack_req = true;
+            if (fills || tail) && !p.ack_req {
+                p.held.bytes.make_writable();
+                if set_ack_req(&mut p.held.bytes).unwrap_or(false) {
+                    self.stats.ack_reqs_added += 1;
+                    p.ack_req = true;
+                }
             }
             let asks = p.ack_req;
             if asks {
