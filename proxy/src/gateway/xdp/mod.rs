@@ -554,18 +554,20 @@ impl XdpDc {
             if (self.tx.free() as usize) < chunks {
                 self.flush();
             }
-            if (self.tx.free() as usize) >= chunks && self.shared.lend.begin_send(r, chunks as u16)
-            {
-                self.send_in_place(r, &eth, len);
-                return Ok(());
+            if (self.tx.free() as usize) >= chunks {
+                if self.shared.lend.begin_send(r, chunks as u16) {
+                    self.send_in_place(r, &eth, len);
+                    return Ok(());
+                }
+                // Still being sent: the copying send below.
+                self.stats.tx_busy_copied += 1;
+                self.shared
+                    .lend
+                    .counters
+                    .busy_copied
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
-            // Still being sent (or no ring slot): the copying send below.
-            self.stats.tx_busy_copied += 1;
-            self.shared
-                .lend
-                .counters
-                .busy_copied
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // No ring slot: the copying send finds none either (`Full`).
         }
         if self.tx_free.len() < chunks {
             self.flush();
