@@ -578,6 +578,10 @@ def run_once(args, bins, shards, key, tmp, tag):
             shard_info[k] = [dict(index=x.get("index"), dc_rx=x.get("dc_rx_accepted"),
                                   handoff_in=x.get("handoff_in"), handoff_out=x.get("handoff_out"),
                                   turns=x.get("turns"),
+                                  # xdp: packets toward the DC sent from lent UMEM
+                                  # in place / copied (still being sent) / heap
+                                  xdp_lent_tx=[x.get("xdp_tx_in_place"), x.get("xdp_tx_busy_copied"),
+                                               x.get("xdp_lend_empty")],
                                   # packets read (DC and WAN) per turn
                                   read_per_turn=(x.get("dc_rx_accepted", 0)
                                                  + x.get("wan_packets_received", 0)) / x["turns"]

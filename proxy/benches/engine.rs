@@ -150,7 +150,7 @@ fn learn_ingress(e: &mut QpEngine, requester: Ipv4Addr) {
     e.handle_twin(
         Time::ZERO,
         TwinMsg::Response {
-            packet: ack(requester, psn(0), 1),
+            packet: ack(requester, psn(0), 1).into(),
         },
     );
     drain(e);
@@ -162,7 +162,7 @@ fn learn_egress(e: &mut QpEngine, requester: Ipv4Addr) {
         Time::ZERO,
         TwinMsg::Request {
             carry: Carry::Raw,
-            packet: request(Opcode::RC_SEND_ONLY, requester, psn(0), true, 8),
+            packet: request(Opcode::RC_SEND_ONLY, requester, psn(0), true, 8).into(),
         },
     );
     drain(e);
@@ -223,7 +223,7 @@ fn memory_per_flow() {
         .into_iter()
         .map(|packet| TwinMsg::Request {
             carry: Carry::Reliable,
-            packet,
+            packet: packet.into(),
         })
         .collect();
     let before = live();
@@ -322,7 +322,7 @@ fn egress(c: &mut Criterion) {
                 next += 1;
                 let m = TwinMsg::Request {
                     carry: Carry::Reliable,
-                    packet: write(REQUESTER, next),
+                    packet: write(REQUESTER, next).into(),
                 };
                 let a = (next % ACK_EVERY == 0).then(|| ack(REQUESTER, psn(next), next + 1));
                 (next, m, a)
@@ -350,7 +350,7 @@ fn egress(c: &mut Criterion) {
 fn wan_msg(c: &mut Criterion) {
     let m = TwinMsg::Request {
         carry: Carry::Reliable,
-        packet: write(REQUESTER, 1),
+        packet: write(REQUESTER, 1).into(),
     };
     let bytes = msg::encode(&m);
     assert_eq!(msg::decode(&bytes).as_ref(), Ok(&m));
@@ -460,7 +460,7 @@ fn wan_conn(c: &mut Criterion) {
             b.iter_batched(
                 || TwinMsg::Request {
                     carry: Carry::Reliable,
-                    packet: packet.clone(),
+                    packet: packet.clone().into(),
                 },
                 |m| pair.step(Some(m)),
                 BatchSize::SmallInput,

@@ -445,7 +445,7 @@ fn engine_ingress(packets: u32) -> f64 {
     e.handle_twin(
         Time::ZERO,
         TwinMsg::Response {
-            packet: ack_vec(0, 1),
+            packet: ack_vec(0, 1).into(),
         },
     );
     drain(&mut e);
@@ -485,7 +485,7 @@ fn engine_egress(packets: u32) -> f64 {
         Time::ZERO,
         TwinMsg::Request {
             carry: Carry::Raw,
-            packet: packet(0, true),
+            packet: packet(0, true).into(),
         },
     );
     drain(&mut e);
@@ -498,7 +498,7 @@ fn engine_egress(packets: u32) -> f64 {
             .map(|i| {
                 let m = TwinMsg::Request {
                     carry: Carry::Reliable,
-                    packet: packet(i, i % 16 == 0),
+                    packet: packet(i, i % 16 == 0).into(),
                 };
                 (m, (i % 64 == 0).then(|| ack_vec(i, i + 1)))
             })
@@ -571,7 +571,7 @@ fn wan_pair(keyed: bool, packets: u32) -> f64 {
         let msgs: Vec<TwinMsg> = (0..CHUNK)
             .map(|_| TwinMsg::Request {
                 carry: Carry::Reliable,
-                packet: p.clone(),
+                packet: p.clone().into(),
             })
             .collect();
         let t0 = thread_cpu_ns();

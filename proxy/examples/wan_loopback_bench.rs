@@ -186,7 +186,7 @@ fn run(cipher: Option<Cipher>, mode: IoMode, secs: f64, size: usize, window: u64
     let now = || Time::from_nanos(epoch.elapsed().as_nanos() as u64);
     let payload = vec![0xa5u8; size];
     let msg_len = WanConnection::wire_len(&TwinMsg::Response {
-        packet: payload.clone(),
+        packet: payload.clone().into(),
     });
 
     let mut delivered = 0u64;
@@ -200,7 +200,7 @@ fn run(cipher: Option<Cipher>, mode: IoMode, secs: f64, size: usize, window: u64
         if a.conn.is_connected() {
             while a.conn.send_room(FLOW) >= msg_len {
                 let m = TwinMsg::Response {
-                    packet: payload.clone(),
+                    packet: payload.clone().into(),
                 };
                 if a.conn.send(t, FLOW, m).is_err() {
                     break;

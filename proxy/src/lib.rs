@@ -18,7 +18,8 @@
 //! return packets and timers; sockets and clocks live only in the I/O layers.
 //!
 //! [`sys`] holds every Linux system call the gateway and the lab tools make
-//! (AF_XDP's aside, in `gateway::xdp`); nothing else may use `unsafe`.
+//! (AF_XDP's aside, in `gateway::xdp`); nothing else may use `unsafe`, but
+//! for [`buffer::PacketBuf`], which may name bytes an I/O backend lent.
 
 #![deny(unsafe_code)]
 

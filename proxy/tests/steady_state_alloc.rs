@@ -23,7 +23,11 @@
 #![deny(unsafe_code)]
 
 use std::cell::Cell;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use soya::buffer::{LendSource, Lender, LenderRef, PacketBuf};
 
 use soya::copies::{self, Copies};
 use soya::qp::EngineConfig;
@@ -235,6 +239,11 @@ struct Gateway {
     site: Site,
     /// The packet copies this gateway made.
     copies: Copies,
+    /// The memory lent to the site's pools (`Site::set_lender`), if any,
+    /// and the packets sent to the hosts from it / in all.
+    lent: Option<Arc<Block>>,
+    sent_from_lent: u64,
+    sent: u64,
 }
 
 impl Gateway {
@@ -261,7 +270,18 @@ impl Gateway {
         Gateway {
             site: Site::new(params, Time::ZERO, Box::new(move || Some(nonce))),
             copies: Copies::default(),
+            lent: None,
+            sent_from_lent: 0,
+            sent: 0,
         }
+    }
+
+    /// Packets from the WAN are decoded into `block`'s memory from now on,
+    /// as into an xdp backend's UMEM.
+    fn lend(&mut self, block: Arc<Block>) {
+        self.site
+            .set_lender(Arc::new(BlockSource::new(block.clone())));
+        self.lent = Some(block);
     }
 
     /// What the site has for its data center, to `host`.
@@ -270,7 +290,12 @@ impl Gateway {
         // are taken back out.
         let mut host_copies = Copies::default();
         let before = copies::so_far();
+        let (lent, from_lent, sent) = (&self.lent, &mut self.sent_from_lent, &mut self.sent);
         self.site.transmit_dc(|packet, _| {
+            *sent += 1;
+            if lent.as_ref().is_some_and(|b| b.holds(packet)) {
+                *from_lent += 1;
+            }
             host_copies += charged_to_host(|| host.receive(packet));
             DcSent::Sent
         });
@@ -421,14 +446,27 @@ impl World {
 /// Warms a flow up through gateways whose WAN datagrams are at most
 /// `max_datagram` bytes, then counts the allocations of the next packets.
 fn steady_state(max_datagram: usize, window: u32, burst: u32) {
+    steady_state_lent(max_datagram, window, burst, false);
+}
+
+/// [`steady_state`], with `lend`: gateway B's pools take buffers from a
+/// block of memory lent to them (`Site::set_lender`), as the xdp backend
+/// lends its UMEM: every packet toward B's hosts must then be sent from
+/// that block (decoded into it, held there, sent in place), still at 0
+/// allocations and the same copies.
+fn steady_state_lent(max_datagram: usize, window: u32, burst: u32, lend: bool) {
     const WARM_UP: u32 = 2_000;
     const MEASURED: u32 = 20_000;
     let mut w = World::new(max_datagram, window, burst);
+    if lend {
+        w.b.lend(Arc::new(Block::new(2 * window as usize + 256)));
+    }
     w.run(WARM_UP);
     assert_eq!(w.rsp.received, u64::from(WARM_UP), "all delivered in order");
 
     let lost_in_handshake = w.a.site.wan().stats().packets_lost;
     let (ca, cb, bytes0) = (w.a.copies, w.b.copies, w.req.bytes);
+    let (lent0, sent0) = (w.b.sent_from_lent, w.b.sent);
     COUNT_HERE.with(|c| c.set(true));
     let (a0, b0) = (ALLOCS.with(Cell::get), BYTES.with(Cell::get));
     w.run(MEASURED);
@@ -492,6 +530,78 @@ fn steady_state(max_datagram: usize, window: u32, burst: u32) {
         "{allocs} allocations over {MEASURED} packets ({per_packet:.3} per packet)"
     );
     check_copies(max_datagram, MEASURED, w.req.bytes - bytes0, ca, cb);
+    if lend {
+        // In the steady state (the warm-up's first packets, sent before
+        // the flow was learned, take another way).
+        let (from_lent, sent) = (w.b.sent_from_lent - lent0, w.b.sent - sent0);
+        println!("lent: {from_lent} of {sent} packets toward B's hosts sent from the lent memory");
+        assert!(sent >= u64::from(MEASURED));
+        assert_eq!(
+            from_lent, sent,
+            "every one decoded into it and sent from there"
+        );
+        assert_eq!(w.b.site.wan().pool_stats().lend_empty, 0);
+    }
+}
+
+/// A lender over one block of heap memory cut into regions, standing for
+/// the xdp backend's UMEM (`gateway::xdp::lend`).
+struct Block {
+    base: usize,
+    regions: usize,
+    free: Mutex<Vec<u32>>,
+    /// Owns the memory; only reached through `base` once built.
+    _mem: Box<[u8]>,
+}
+
+const REGION: usize = soya::buffer::pool::PACKET_BUF_BYTES;
+
+impl Block {
+    fn new(regions: usize) -> Block {
+        let mut mem = vec![0u8; regions * REGION].into_boxed_slice();
+        Block {
+            base: mem.as_mut_ptr() as usize,
+            regions,
+            free: Mutex::new((0..regions as u32).collect()),
+            _mem: mem,
+        }
+    }
+
+    fn holds(&self, bytes: &[u8]) -> bool {
+        let p = bytes.as_ptr() as usize;
+        p >= self.base && p + bytes.len() <= self.base + self.regions * REGION
+    }
+}
+
+impl Lender for Block {
+    fn give_back(&self, run: NonNull<u8>) {
+        let r = (run.as_ptr() as usize - self.base) / REGION;
+        self.free.lock().unwrap().push(r as u32);
+    }
+}
+
+struct BlockSource {
+    block: Arc<Block>,
+    back: LenderRef,
+}
+
+impl BlockSource {
+    fn new(block: Arc<Block>) -> BlockSource {
+        let back = LenderRef::new(Box::new(block.clone()));
+        BlockSource { block, back }
+    }
+}
+
+impl LendSource for BlockSource {
+    #[allow(unsafe_code)]
+    fn lend(&self) -> Option<PacketBuf> {
+        let r = self.block.free.lock().unwrap().pop()?;
+        let run = NonNull::new((self.block.base + r as usize * REGION) as *mut u8)?;
+        // SAFETY: region `r` of the block was free: no other buffer names
+        // it until this one gives it back, and the block (owned through
+        // `back`) outlives every buffer.
+        Some(unsafe { PacketBuf::lent(run, REGION as u32, &self.back) })
+    }
 }
 
 /// Prints the copies each gateway made per WRITE and holds them to
@@ -563,6 +673,13 @@ fn steady_state_allocates_nothing_per_packet_jumbo_wan() {
 /// forward.py run showed `PacketPool::put` freeing and `take` allocating.
 /// The deep buffer grows through this run, so allocations are expected;
 /// frees are not.
+/// Gateway B decoding into lent memory (the xdp backend's UMEM): the
+/// packets toward its hosts are sent from where the decode wrote them.
+#[test]
+fn steady_state_sends_from_lent_memory() {
+    steady_state_lent(soya::wan::DEFAULT_MAX_DATAGRAM, WINDOW, BURST, true);
+}
+
 #[test]
 fn steady_state_allocates_nothing_per_packet_deep_window() {
     steady_state(soya::wan::DEFAULT_MAX_DATAGRAM, 1024, 64);

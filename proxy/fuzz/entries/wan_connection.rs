@@ -110,7 +110,7 @@ pub fn run(data: &[u8]) {
             now,
             3 + u64::from(k),
             TwinMsg::Response {
-                packet: vec![k; 100 + 300 * usize::from(k)],
+                packet: vec![k; 100 + 300 * usize::from(k)].into(),
             },
         );
     }

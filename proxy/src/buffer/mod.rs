@@ -4,13 +4,16 @@
 //! handles (no allocation per packet), with per-flow and per-site quotas
 //! ([`DeepBuffer`]). Occupancy and high-water marks are kept for export.
 //!
-//! Packets in transit between stages (not held) live in recycled vectors:
-//! [`pool::PacketPool`].
+//! Packets are [`PacketBuf`]s: a heap vector, or bytes an I/O backend lent
+//! (`packet`). Packets in transit between stages (not held) live in
+//! recycled heap buffers: [`pool::PacketPool`].
 
+pub mod packet;
 pub mod pool;
 pub mod slab;
 
-pub use pool::{PacketPool, PoolStats};
+pub use packet::{Lender, LenderRef, PacketBuf};
+pub use pool::{LendSource, PacketPool, PoolStats};
 pub use slab::{PacketSlab, SlabError, SlotHandle, MAX_SLOTS, MAX_SLOT_BYTES};
 
 use crate::keyed::{Keyed, KeyedMap};

@@ -1,7 +1,7 @@
-//! A bounded free list of packet buffers (`Vec<u8>`), so that packets in
+//! A bounded free list of heap packet buffers ([`PacketBuf`]), so that packets in
 //! transit between the gateway's stages are not allocated one by one.
 //!
-//! Packets cross the stages as owned `Vec<u8>`s (an engine output for the DC
+//! Packets cross the stages as owned [`PacketBuf`]s (an engine output for the DC
 //! side, the packet inside a [`TwinMsg`](crate::qp::TwinMsg), a message the
 //! WAN transport decoded). Each of those used to be a fresh allocation,
 //! freed a stage later: at 4 KiB per packet and millions of packets per
@@ -24,6 +24,8 @@
 //! transport builds them (decoding) and the engine frees them. The device
 //! loop evens them out with [`PacketPool::balance`] (moving vectors between
 //! two free lists allocates nothing: both are sized for `cap` at creation).
+
+use super::PacketBuf;
 
 /// Capacity of a pooled buffer: a 4096-byte RoCE payload with IPv6, UDP,
 /// BTH, RETH and ICRC (4176 bytes) and room to spare; the deep buffer's
@@ -51,11 +53,24 @@ pub struct PoolStats {
     pub reused: u64,
     /// Buffers freed because the pool was full (or too small to keep).
     pub freed: u64,
+    /// Buffers taken from the pool's [`LendSource`].
+    pub lent: u64,
+    /// Takes that found the source empty and fell back to a heap buffer.
+    pub lend_empty: u64,
+}
+
+/// Where a pool takes buffers before its own (an AF_XDP backend's UMEM:
+/// `Site::set_lender`).
+pub trait LendSource: Send + Sync {
+    /// An empty lent buffer with room for [`PACKET_BUF_BYTES`], or `None`
+    /// when all are out (the pool then falls back to heap buffers).
+    fn lend(&self) -> Option<PacketBuf>;
 }
 
 pub struct PacketPool {
-    free: Vec<Vec<u8>>,
+    free: Vec<PacketBuf>,
     cap: usize,
+    source: Option<std::sync::Arc<dyn LendSource>>,
     pub stats: PoolStats,
 }
 
@@ -72,12 +87,29 @@ impl PacketPool {
         PacketPool {
             free: Vec::with_capacity(cap),
             cap,
+            source: None,
             stats: PoolStats::default(),
         }
     }
 
+    /// From now on, [`take`](Self::take) hands out `source`'s buffers
+    /// first (the decode then writes a packet where the backend sends it
+    /// from: no copy on the way out).
+    pub fn set_source(&mut self, source: std::sync::Arc<dyn LendSource>) {
+        self.source = Some(source);
+    }
+
     /// An empty buffer with room for [`PACKET_BUF_BYTES`].
-    pub fn take(&mut self) -> Vec<u8> {
+    pub fn take(&mut self) -> PacketBuf {
+        if let Some(s) = &self.source {
+            match s.lend() {
+                Some(b) => {
+                    self.stats.lent += 1;
+                    return b;
+                }
+                None => self.stats.lend_empty += 1,
+            }
+        }
         match self.free.pop() {
             Some(v) => {
                 self.stats.reused += 1;
@@ -85,13 +117,13 @@ impl PacketPool {
             }
             None => {
                 self.stats.allocated += 1;
-                Vec::with_capacity(PACKET_BUF_BYTES)
+                PacketBuf::with_capacity(PACKET_BUF_BYTES)
             }
         }
     }
 
     /// A pooled copy of `bytes`.
-    pub fn copy_of(&mut self, bytes: &[u8]) -> Vec<u8> {
+    pub fn copy_of(&mut self, bytes: &[u8]) -> PacketBuf {
         let mut v = self.take();
         crate::copies::note(bytes.len());
         v.extend_from_slice(bytes);
@@ -100,8 +132,12 @@ impl PacketPool {
 
     /// Returns a buffer. Vectors smaller than a packet buffer (an empty
     /// `Vec`, one built elsewhere) are not worth keeping: dropped, as is
-    /// anything beyond the cap.
-    pub fn put(&mut self, mut v: Vec<u8>) {
+    /// anything beyond the cap. A lent buffer is never kept: dropping it
+    /// gives it back to its lender (not counted as freed).
+    pub fn put(&mut self, mut v: PacketBuf) {
+        if v.is_lent() {
+            return;
+        }
         if v.capacity() < PACKET_BUF_BYTES || self.free.len() >= self.cap {
             if v.capacity() > 0 {
                 self.stats.freed += 1;
@@ -150,8 +186,8 @@ mod tests {
         p.put(a);
         p.put(b);
         p.put(c); // over the cap: freed
-        p.put(Vec::new()); // nothing to free, nothing kept
-        p.put(vec![0; 10]); // too small to keep
+        p.put(PacketBuf::new()); // nothing to free, nothing kept
+        p.put(vec![0; 10].into()); // too small to keep
         assert_eq!((p.idle(), p.stats.freed), (2, 2));
         let d = p.take();
         assert!(d.is_empty() && d.capacity() >= PACKET_BUF_BYTES);
@@ -163,5 +199,34 @@ mod tests {
         assert_eq!((p.idle(), q.idle()), (1, 1));
         PacketPool::balance(&mut p, &mut q);
         assert_eq!((p.idle(), q.idle()), (1, 1));
+    }
+
+    /// A lent buffer put back goes to its lender at once: a pool never
+    /// hands out another's memory as its own.
+    #[test]
+    #[allow(unsafe_code)]
+    fn a_lent_buffer_is_given_back_not_kept() {
+        use crate::buffer::{Lender, LenderRef};
+        use std::ptr::NonNull;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+
+        struct Count(AtomicUsize);
+        impl Lender for Count {
+            fn give_back(&self, _run: NonNull<u8>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let lender = LenderRef::new(Box::new(count.clone()));
+        let mut run = vec![0u8; PACKET_BUF_BYTES];
+        let ptr = NonNull::new(run.as_mut_ptr()).unwrap();
+        // SAFETY: `run` outlives the buffer and is not touched while lent.
+        let b = unsafe { PacketBuf::lent(ptr, PACKET_BUF_BYTES as u32, &lender) };
+        let mut p = PacketPool::new(4);
+        p.put(b);
+        assert_eq!((p.idle(), p.stats.freed), (0, 0));
+        assert_eq!(count.0.load(Ordering::Relaxed), 1);
+        drop(run);
     }
 }

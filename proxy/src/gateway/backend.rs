@@ -20,6 +20,7 @@
 //!   by the shards' host-pair hash (everything else goes on to the kernel).
 //!   Every shard reads its own socket: no handoff. See [`super::xdp`].
 
+use crate::buffer::PacketBuf;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -208,12 +209,16 @@ impl DcIo {
         shards: usize,
         local: &[Prefix],
         remote: &[Prefix],
+        buffer_slots: u64,
     ) -> io::Result<Vec<(DcIo, bool)>> {
         if let DcBackend::Xdp { interface } = backend {
-            return Ok(xdp::open_shards(interface, shards.max(1), local, remote)?
-                .into_iter()
-                .map(|x| (DcIo::Xdp(Box::new(x)), true))
-                .collect());
+            let lend = xdp::lend::regions_for(buffer_slots, shards.max(1));
+            return Ok(
+                xdp::open_shards(interface, shards.max(1), local, remote, lend)?
+                    .into_iter()
+                    .map(|x| (DcIo::Xdp(Box::new(x)), true))
+                    .collect(),
+            );
         }
         if shards <= 1 {
             return Ok(vec![(DcIo::open(backend, mode)?, true)]);
@@ -320,6 +325,15 @@ impl DcIo {
     }
 
     /// xdp: the socket's counters (packets, multi-buffer frames, drops).
+    /// Where the site's pools should take packet buffers: the xdp
+    /// backend's UMEM (`Site::set_lender`); `None` for the others.
+    pub fn lend_source(&self) -> Option<std::sync::Arc<dyn crate::buffer::LendSource>> {
+        match self {
+            DcIo::Xdp(x) => x.lend_source(),
+            _ => None,
+        }
+    }
+
     pub fn xdp_stats(&self) -> Option<xdp::XdpStats> {
         match self {
             DcIo::Xdp(x) => Some(x.stats),
@@ -335,7 +349,7 @@ impl DcIo {
     pub fn recv_batch(
         &mut self,
         buf: &mut [u8],
-        lent: &mut Vec<Vec<u8>>,
+        lent: &mut Vec<PacketBuf>,
         now: Instant,
         mut f: impl FnMut(DcRx<'_>, Option<SocketAddr>) -> Option<IpAddr>,
     ) -> io::Result<(usize, bool)> {
@@ -512,7 +526,7 @@ impl DcPort for DcIo {
     fn recv_batch(
         &mut self,
         buf: &mut [u8],
-        lent: &mut Vec<Vec<u8>>,
+        lent: &mut Vec<PacketBuf>,
         f: impl FnMut(DcRx<'_>, Option<SocketAddr>) -> Option<IpAddr>,
     ) -> io::Result<(usize, bool)> {
         DcIo::recv_batch(self, buf, lent, Instant::now(), f)

@@ -560,6 +560,8 @@ impl Device {
             allocated = ep.allocated + wp.allocated,
             reused = ep.reused + wp.reused,
             freed = ep.freed + wp.freed,
+            lent = wp.lent,
+            lend_empty = wp.lend_empty,
             "packet buffers (engine and transport pools)"
         );
         let occ = self.site.engine().occupancy();
@@ -726,6 +728,9 @@ impl Device {
                 alarm: self.alarm.clone(),
                 dc_mode: self.dc.xdp_mode().unwrap_or_default().into(),
                 turns: self.turns,
+                xdp_tx_in_place: self.dc.xdp_stats().map_or(0, |x| x.tx_in_place),
+                xdp_tx_busy_copied: self.dc.xdp_stats().map_or(0, |x| x.tx_busy_copied),
+                xdp_lend_empty: site.wan().pool_stats().lend_empty,
             }],
         }
     }

@@ -11,6 +11,7 @@
 //! `write`). Their buffers are recycled through a [`BufPool`], so a driver
 //! that returns what it takes allocates nothing in the steady state.
 
+use crate::buffer::PacketBuf;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io;
@@ -68,7 +69,7 @@ impl DcPort for MemDc {
     fn recv_batch(
         &mut self,
         buf: &mut [u8],
-        lent: &mut Vec<Vec<u8>>,
+        lent: &mut Vec<PacketBuf>,
         mut f: impl FnMut(DcRx<'_>, Option<SocketAddr>) -> Option<IpAddr>,
     ) -> io::Result<(usize, bool)> {
         let mut n = 0;

@@ -553,6 +553,7 @@ impl Gateway {
             shards,
             &cfg.dc.local_prefixes,
             &cfg.dc.remote_prefixes,
+            cfg.buffer.slots,
         )
         .map_err(GatewayError::Backend)?;
         let mut sites = Vec::with_capacity(shards);
@@ -594,7 +595,12 @@ impl Gateway {
                     "cannot draw a session nonce from the kernel's random source",
                 )));
             }
-            let site = Site::new(params, Time::ZERO, Box::new(device::session_nonce));
+            let mut site = Site::new(params, Time::ZERO, Box::new(device::session_nonce));
+            if let Some(source) = dc.lend_source() {
+                // Packets from the WAN are decoded into the UMEM they are
+                // sent toward the DC from (issue 16: one copy per packet).
+                site.set_lender(source);
+            }
             let paths = scfg.wan.paths.iter().map(device::PathMeta::of).collect();
             let ctx = device::ShardCtx {
                 index: i,

@@ -5,6 +5,7 @@
 //! know which backend runs, and a test can run it over memory in virtual
 //! time (tests/differential.rs in the tools crate).
 
+use crate::buffer::PacketBuf;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -26,7 +27,7 @@ pub enum DcRx<'a> {
     Borrowed(&'a [u8]),
     /// In a buffer the site lent the backend ([`DcPort::recv_batch`]): the
     /// site takes it back, with the packet in it.
-    Lent(Vec<u8>),
+    Lent(PacketBuf),
 }
 
 impl DcRx<'_> {
@@ -55,7 +56,7 @@ pub trait DcPort {
     fn recv_batch(
         &mut self,
         buf: &mut [u8],
-        lent: &mut Vec<Vec<u8>>,
+        lent: &mut Vec<PacketBuf>,
         f: impl FnMut(DcRx<'_>, Option<SocketAddr>) -> Option<IpAddr>,
     ) -> io::Result<(usize, bool)>;
     /// Sends (or stages until [`Self::flush`]) one IP packet toward local

@@ -88,6 +88,15 @@ pub struct ShardSnap {
     /// the kernel").
     #[serde(default)]
     pub turns: u64,
+    /// xdp backend, packets toward the DC decoded into lent UMEM: sent in
+    /// place (no copy), sent by copying (their UMEM still being sent),
+    /// and decodes that found no UMEM free (heap buffer, copying send).
+    #[serde(default)]
+    pub xdp_tx_in_place: u64,
+    #[serde(default)]
+    pub xdp_tx_busy_copied: u64,
+    #[serde(default)]
+    pub xdp_lend_empty: u64,
 }
 
 /// A snapshot's view of a protocol stats struct: the `copied` counters

@@ -13,6 +13,7 @@
 //! by spinning (after flushing what is due before it); one due later is
 //! *held* and the loop sleeps until then.
 
+use crate::buffer::PacketBuf;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -42,7 +43,7 @@ pub struct Turn {
     /// DC packets are read into this, unless into a lent buffer.
     pub rx: Vec<u8>,
     /// The site's buffers lent to the DC backend ([`DcPort::recv_batch`]).
-    lent: Vec<Vec<u8>>,
+    lent: Vec<PacketBuf>,
     /// A held (paced, not yet due) datagram's bytes.
     tx: Vec<u8>,
     held: Option<Transmit>,

@@ -5,6 +5,7 @@
 //! home: before, `Outbox` lived in engine.rs, which imports both halves,
 //! while both halves imported it back (an import cycle).
 
+use crate::buffer::PacketBuf;
 use std::collections::VecDeque;
 
 use crate::buffer::PacketPool;
@@ -25,7 +26,7 @@ pub struct HeldRef {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
     /// An IP packet for the local DC side.
-    Dc(Vec<u8>),
+    Dc(PacketBuf),
     /// A request the egress holds, to be (re)sent toward the local
     /// responder from where it is held: no copy. Its bytes are
     /// [`QpEngine::held_packet`](super::QpEngine::held_packet) until the
@@ -78,7 +79,7 @@ impl Outbox {
     }
 
     /// A pooled copy of `packet` for the twin, as `make` wraps it.
-    pub fn twin(&mut self, packet: &[u8], make: impl FnOnce(Vec<u8>) -> TwinMsg) {
+    pub fn twin(&mut self, packet: &[u8], make: impl FnOnce(PacketBuf) -> TwinMsg) {
         let v = self.pool.copy_of(packet);
         self.queue.push_back(Output::Twin(make(v)));
     }

@@ -110,7 +110,11 @@ pub(super) fn ingress_engine(policy: AckPolicy) -> QpEngine {
     ));
     let ack = response(Opcode::RC_ACK, 99, Syndrome::ACK_UNLIMITED, 0);
     twin_response(&mut e, Time::ZERO, ack.clone());
-    assert_eq!(drain(&mut e), vec![Output::Dc(ack)], "raw ACK delivered");
+    assert_eq!(
+        drain(&mut e),
+        vec![Output::Dc(ack.into())],
+        "raw ACK delivered"
+    );
     e
 }
 

@@ -193,7 +193,7 @@ fn egress_forwards_the_re_ack_of_a_resent_raw_request() {
     let t = Time::from_micros(1);
     let raw = TwinMsg::Request {
         carry: Carry::Raw,
-        packet: request(Opcode::RC_SEND_ONLY, 10, true, 8, 0),
+        packet: request(Opcode::RC_SEND_ONLY, 10, true, 8, 0).into(),
     };
     let ack = response(Opcode::RC_ACK, 10, Syndrome::ACK_UNLIMITED, 0);
     e.handle_twin(t, raw.clone());

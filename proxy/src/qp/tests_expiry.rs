@@ -107,7 +107,7 @@ fn a_half_with_anything_held_or_armed_is_never_forgotten() {
         e.handle_dc(Time::ZERO, &request(Opcode::RC_SEND_ONLY, 99, true, 8, 0));
         drain(e);
         let ack = response(Opcode::RC_ACK, 99, Syndrome::ACK_UNLIMITED, 0);
-        e.handle_twin(Time::ZERO, TwinMsg::Response { packet: ack });
+        e.handle_twin(Time::ZERO, TwinMsg::Response { packet: ack.into() });
         drain(e);
     };
     learn(&mut a);
@@ -138,7 +138,7 @@ fn a_half_with_anything_held_or_armed_is_never_forgotten() {
         t,
         TwinMsg::Request {
             carry: Carry::Reliable,
-            packet: request(Opcode::RC_SEND_ONLY, 10, true, 8, 0),
+            packet: request(Opcode::RC_SEND_ONLY, 10, true, 8, 0).into(),
         },
     );
     drain(&mut b);
@@ -215,7 +215,7 @@ fn poisoned_qps_are_forgotten_between_one_and_two_idle_afters() {
         t,
         TwinMsg::Request {
             carry: Carry::Reliable,
-            packet: request_to(far, local, RQ_QPN, Opcode::RC_SEND_ONLY, 40, 8),
+            packet: request_to(far, local, RQ_QPN, Opcode::RC_SEND_ONLY, 40, 8).into(),
         },
     );
     drain(&mut e);
@@ -344,7 +344,7 @@ impl Pair {
                 moved = true;
                 match o {
                     Output::Twin(m) => self.b.handle_twin(self.now, m),
-                    Output::Dc(v) => self.to_requester.push(v),
+                    Output::Dc(v) => self.to_requester.push(v.to_vec()),
                     Output::DcHeld(_) => unreachable!("owned"),
                 }
             }

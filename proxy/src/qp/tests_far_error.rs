@@ -259,7 +259,7 @@ fn a_late_answer_of_a_poisoned_qp_is_absorbed_after_the_twin_is_back() {
         t,
         TwinMsg::Request {
             carry: Carry::Raw,
-            packet: request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, 300, 8),
+            packet: request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, 300, 8).into(),
         },
     );
     assert_eq!(drain(&mut e).len(), 1, "injected");

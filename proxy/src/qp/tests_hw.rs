@@ -37,7 +37,7 @@ fn egress_counts_the_responders_progress_through_the_tunnel_phase() {
             t0,
             TwinMsg::Request {
                 carry: Carry::Raw,
-                packet: request(Opcode::RC_SEND_ONLY, psn, true, 64, 0),
+                packet: request(Opcode::RC_SEND_ONLY, psn, true, 64, 0).into(),
             },
         );
     }
@@ -137,6 +137,6 @@ fn a_resent_read_whose_answer_was_lost_on_the_way_reaches_the_responder() {
         4096,
     );
     twin_response(&mut e, later, last.clone());
-    assert_eq!(drain(&mut e), vec![Output::Dc(last)]);
+    assert_eq!(drain(&mut e), vec![Output::Dc(last.into())]);
     assert_eq!(e.occupancy().slots_used, 0);
 }

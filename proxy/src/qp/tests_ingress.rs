@@ -78,10 +78,10 @@ fn never_acks_at_or_past_an_outstanding_read() {
         4096,
     );
     twin_response(&mut e, t, first.clone());
-    assert_eq!(drain(&mut e), vec![Output::Dc(first)]);
+    assert_eq!(drain(&mut e), vec![Output::Dc(first.into())]);
     twin_response(&mut e, t, last.clone());
     let out = drain(&mut e);
-    assert_eq!(out[0], Output::Dc(last));
+    assert_eq!(out[0], Output::Dc(last.into()));
     assert_eq!(acks(&out[1..]), vec![(103, Syndrome::ACK_UNLIMITED, 3)]);
 }
 

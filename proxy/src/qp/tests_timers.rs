@@ -36,7 +36,7 @@ fn twin_request(responder_qpn: u32, psn: u32) -> TwinMsg {
     .unwrap();
     TwinMsg::Request {
         carry: Carry::Reliable,
-        packet,
+        packet: packet.into(),
     }
 }
 

@@ -13,14 +13,19 @@ pub(super) fn twin_request(e: &mut QpEngine, t: Time, packet: Vec<u8>) {
         t,
         TwinMsg::Request {
             carry: Carry::Reliable,
-            packet,
+            packet: packet.into(),
         },
     );
 }
 
 /// The twin forwards a response of its site's responder.
 pub(super) fn twin_response(e: &mut QpEngine, t: Time, packet: Vec<u8>) {
-    e.handle_twin(t, TwinMsg::Response { packet });
+    e.handle_twin(
+        t,
+        TwinMsg::Response {
+            packet: packet.into(),
+        },
+    );
 }
 
 /// The far responder acknowledged `half`'s requests up to `psn`.

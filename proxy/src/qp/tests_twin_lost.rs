@@ -166,7 +166,7 @@ pub(super) fn cm_engine(req_psn: u32, rep_psn: u32) -> QpEngine {
             (44, rep_psn, 3),
         ],
     );
-    e.handle_twin(Time::ZERO, TwinMsg::Datagram { packet: rep });
+    e.handle_twin(Time::ZERO, TwinMsg::Datagram { packet: rep.into() });
     drain(&mut e);
     assert_eq!(e.stats.flows_learned_cm, 1);
     e
@@ -426,7 +426,7 @@ fn nothing_is_sent_to_a_qp_the_engine_cannot_attribute() {
         t,
         TwinMsg::Request {
             carry: Carry::Raw,
-            packet: request(Opcode::RC_SEND_ONLY, 10, true, 8, 0),
+            packet: request(Opcode::RC_SEND_ONLY, 10, true, 8, 0).into(),
         },
     );
     // A local requester still in its tunnel phase (QPN unknown).
@@ -815,7 +815,8 @@ fn a_tunnel_phase_toward_the_qp_gives_the_first_probe_its_psn() {
             t,
             TwinMsg::Request {
                 carry: Carry::Raw,
-                packet: request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, psn, 8),
+                packet: request_to(RESPONDER, REQUESTER, RQ_QPN, Opcode::RC_SEND_ONLY, psn, 8)
+                    .into(),
             },
         );
     }

@@ -4,6 +4,7 @@
 //! framing, encryption and retransmission live in `wan/`. Until it lands,
 //! the simulator carries them over a delayed in-order link.
 
+use crate::buffer::PacketBuf;
 use crate::roce::{NakCode, Psn};
 
 use super::half::HalfKey;
@@ -28,10 +29,10 @@ pub enum Carry {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TwinMsg {
     /// A request from the ingress side's requester, as it arrived (IP packet).
-    Request { carry: Carry, packet: Vec<u8> },
+    Request { carry: Carry, packet: PacketBuf },
     /// A packet from the egress side's responder to the requester: READ
     /// responses and atomic ACKs always; ACKs and NAKs for `Raw` PSNs.
-    Response { packet: Vec<u8> },
+    Response { packet: PacketBuf },
     /// The responder acknowledged (or answered) every request of `half` up
     /// to and including `psn`; the ingress side may free them. `msn` is the
     /// responder's MSN at `psn` when its answer carried one (the ingress
@@ -50,7 +51,7 @@ pub enum TwinMsg {
     },
     /// Any other packet between the sites (RDMA-CM MADs, CNPs, unknown
     /// RoCE): injected as is at the far side.
-    Datagram { packet: Vec<u8> },
+    Datagram { packet: PacketBuf },
     /// A QP at the *receiver's* site whose connection through the two
     /// gateways this gateway failed when the receiver went away (restarted,
     /// or lost): the receiver pseudo-ACKed it, and, having lost its state,

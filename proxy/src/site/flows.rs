@@ -385,7 +385,12 @@ mod tests {
         assert_eq!(flow_of(&d), flow_of(&e));
         assert_eq!(flow_of(&d), Some(response_flow(h.requester, h.responder)));
         assert_ne!(request_flow(&h), response_flow(h.requester, h.responder));
-        assert_eq!(flow_of(&TwinMsg::Datagram { packet: vec![] }), None);
+        assert_eq!(
+            flow_of(&TwinMsg::Datagram {
+                packet: vec![].into()
+            }),
+            None
+        );
         assert_ne!(request_flow(&h), 0);
     }
 
@@ -404,7 +409,7 @@ mod tests {
         let flow = response_flow(h.requester, h.responder);
         let mut p = Pending::default();
         let response = || TwinMsg::Response {
-            packet: vec![0x45; 64],
+            packet: vec![0x45; 64].into(),
         };
         for _ in 0..10 * PENDING_PER_FLOW {
             if p.messages == PENDING_PER_FLOW {

@@ -37,6 +37,7 @@ pub mod twin;
 #[cfg(test)]
 mod tests;
 
+use crate::buffer::PacketBuf;
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -108,7 +109,7 @@ pub enum SiteEvent {
 /// `dst`. Give the buffer back with [`Site::recycle`] once sent.
 #[derive(Debug)]
 pub struct DcTransmit {
-    pub packet: Vec<u8>,
+    pub packet: PacketBuf,
     pub dst: IpAddr,
 }
 
@@ -204,7 +205,7 @@ impl Site {
     /// [`Self::handle_dc`] for a packet the backend read into a buffer from
     /// [`Self::rx_buffer`]: the site keeps that buffer (a request is held
     /// in it, uncopied) or recycles it.
-    pub fn handle_dc_owned(&mut self, now: Time, packet: Vec<u8>) -> Option<IpAddr> {
+    pub fn handle_dc_owned(&mut self, now: Time, packet: PacketBuf) -> Option<IpAddr> {
         let (accepted, src) = self.screen_dc(now, &packet);
         if accepted {
             self.engine.handle_dc_owned(now, packet);
@@ -218,12 +219,12 @@ impl Site {
     /// and pass to [`Self::handle_dc_owned`] (or back to
     /// [`Self::return_rx_buffer`]). Its capacity holds any RoCE packet
     /// ([`crate::buffer::pool::PACKET_BUF_BYTES`]).
-    pub fn rx_buffer(&mut self) -> Vec<u8> {
+    pub fn rx_buffer(&mut self) -> PacketBuf {
         self.engine.rx_buffer()
     }
 
     /// Gives back an unused buffer from [`Self::rx_buffer`].
-    pub fn return_rx_buffer(&mut self, buf: Vec<u8>) {
+    pub fn return_rx_buffer(&mut self, buf: PacketBuf) {
         self.engine.return_rx_buffer(buf);
     }
 
@@ -358,8 +359,17 @@ impl Site {
         }
     }
 
+    /// Packets decoded from the WAN go into `source`'s buffers from now on
+    /// (the AF_XDP backend lends runs of its UMEM, so that the packet is
+    /// sent toward the DC from where the decode wrote it); heap buffers
+    /// when it has none left (counted in the transport's
+    /// `PoolStats::lend_empty`).
+    pub fn set_lender(&mut self, source: std::sync::Arc<dyn crate::buffer::LendSource>) {
+        self.wan.pool_mut().set_source(source);
+    }
+
     /// Gives a sent packet's buffer back.
-    pub fn recycle(&mut self, packet: Vec<u8>) {
+    pub fn recycle(&mut self, packet: PacketBuf) {
         self.engine.recycle(packet);
     }
 
@@ -507,7 +517,7 @@ impl Site {
         }
     }
 
-    fn queue_for_dc(&mut self, packet: Vec<u8>) {
+    fn queue_for_dc(&mut self, packet: PacketBuf) {
         match acl::addresses(&packet) {
             Some((_, dst)) if self.params.acl.is_local(dst) => {
                 self.dc_out

@@ -135,7 +135,7 @@ impl Pair {
                 } else {
                     &mut self.to_responder
                 };
-                out.push(t.packet.clone());
+                out.push(t.packet.to_vec());
                 site.recycle(t.packet);
             }
         }

@@ -477,7 +477,11 @@ pub fn read_packet(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
 /// capacity continues into `overflow` (one `readv`) and is then appended
 /// to `v` (a copy, for such packets only). `Ok(false)` when none is
 /// waiting.
-pub fn read_packet_into(fd: RawFd, v: &mut Vec<u8>, overflow: &mut [u8]) -> io::Result<bool> {
+pub fn read_packet_into(
+    fd: RawFd,
+    v: &mut crate::buffer::PacketBuf,
+    overflow: &mut [u8],
+) -> io::Result<bool> {
     let len = v.len();
     let spare = v.spare_capacity_mut();
     let room = spare.len();

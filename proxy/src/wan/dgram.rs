@@ -9,6 +9,7 @@
 //! keeps at most [`MAX_PARTIAL`] incomplete datagrams (the oldest is evicted,
 //! counted); datagrams above [`MAX_DATAGRAM`] bytes are refused.
 
+use crate::buffer::PacketBuf;
 use std::collections::VecDeque;
 
 use super::packet::{DatagramFrame, Frame, Writer};
@@ -26,7 +27,7 @@ const MIN_FRAGMENT: usize = 256;
 #[derive(Default)]
 pub struct DgramSend {
     /// `(id, bytes, bytes already sent)`.
-    queue: VecDeque<(u64, Vec<u8>, usize)>,
+    queue: VecDeque<(u64, PacketBuf, usize)>,
     queued_bytes: usize,
     next_id: u64,
     pub dropped: u64,
@@ -34,7 +35,7 @@ pub struct DgramSend {
 }
 
 impl DgramSend {
-    pub fn push(&mut self, bytes: Vec<u8>) {
+    pub fn push(&mut self, bytes: PacketBuf) {
         if bytes.len() > MAX_DATAGRAM {
             self.dropped += 1;
             return;
@@ -113,7 +114,7 @@ pub struct DgramRecv {
 impl DgramRecv {
     /// Returns the whole datagram once its last fragment arrived (one that
     /// came whole, the usual case, in a buffer from `pool`).
-    pub fn on_frame(&mut self, d: &DatagramFrame<'_>, pool: &mut PacketPool) -> Option<Vec<u8>> {
+    pub fn on_frame(&mut self, d: &DatagramFrame<'_>, pool: &mut PacketPool) -> Option<PacketBuf> {
         let total = d.total as usize;
         if d.frag_off == 0 && d.bytes.len() == total {
             return Some(pool.copy_of(d.bytes));
@@ -159,7 +160,7 @@ impl DgramRecv {
             return None;
         }
         self.order.retain(|&x| x != d.id);
-        self.partial.remove(&d.id).map(|p| p.data)
+        self.partial.remove(&d.id).map(|p| p.data.into())
     }
 
     pub fn clear(&mut self) {
@@ -177,8 +178,8 @@ mod tests {
     fn fragments_and_reassembles() {
         let mut s = DgramSend::default();
         let big: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
-        s.push(b"tiny".to_vec());
-        s.push(big.clone());
+        s.push(b"tiny".to_vec().into());
+        s.push(big.clone().into());
         let mut r = DgramRecv::default();
         let mut got = Vec::new();
         while s.has_pending() {
@@ -193,7 +194,7 @@ mod tests {
             }
         }
         assert_eq!(got, vec![b"tiny".to_vec(), big]);
-        s.push(vec![0; MAX_DATAGRAM + 1]);
+        s.push(vec![0; MAX_DATAGRAM + 1].into());
         assert_eq!(s.dropped, 1);
     }
 }

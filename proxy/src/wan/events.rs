@@ -2,6 +2,7 @@
 //! and why a message was refused.
 
 use super::*;
+use crate::buffer::PacketBuf;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
 pub enum SendError {
@@ -35,7 +36,7 @@ pub enum Event {
     },
     /// In order per flow, exactly once.
     Message(TwinMsg),
-    Datagram(Vec<u8>),
+    Datagram(PacketBuf),
     PathUp(usize),
     PathDown(usize),
     /// The twin restarted: everything queued for or received from its old

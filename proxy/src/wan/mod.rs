@@ -50,6 +50,7 @@ mod transmit;
 #[cfg(test)]
 mod tests;
 
+use crate::buffer::PacketBuf;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -305,7 +306,7 @@ impl WanConnection {
 
     /// Returns a packet buffer to the transport's pool (a received
     /// message's packet, once the application is done with it).
-    pub fn recycle(&mut self, packet: Vec<u8>) {
+    pub fn recycle(&mut self, packet: PacketBuf) {
         self.pool.put(packet);
     }
 
@@ -326,7 +327,7 @@ impl WanConnection {
 
     /// Queues an unreliable datagram (sent once, may be lost; dropped and
     /// counted when the bounded queue overflows or it exceeds 64 KiB).
-    pub fn send_datagram(&mut self, _now: Time, packet: Vec<u8>) {
+    pub fn send_datagram(&mut self, _now: Time, packet: PacketBuf) {
         if self.state == State::Open {
             self.dsend.push(packet);
         }

@@ -23,6 +23,7 @@
 //! The version byte lets a later codec change the layout without touching
 //! the transport; a message of an unknown version is counted as malformed.
 
+use crate::buffer::PacketBuf;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use thiserror::Error;
@@ -88,7 +89,7 @@ const HEAD_CAP: usize = 56;
 pub struct Encoded {
     head: [u8; HEAD_CAP],
     head_len: u8,
-    body: Vec<u8>,
+    body: PacketBuf,
 }
 
 impl Encoded {
@@ -103,7 +104,7 @@ impl Encoded {
 
     /// The packet moved in by [`encode_owned`] (empty for a message that
     /// carries none), for reuse once the message is acknowledged.
-    pub fn into_body(self) -> Vec<u8> {
+    pub fn into_body(self) -> PacketBuf {
         self.body
     }
 
@@ -126,7 +127,7 @@ impl From<Vec<u8>> for Encoded {
         Encoded {
             head: [0; HEAD_CAP],
             head_len: 0,
-            body,
+            body: body.into(),
         }
     }
 }
@@ -210,7 +211,7 @@ pub fn encode_owned(msg: TwinMsg) -> Encoded {
     let mut e = Encoded {
         head: [0; HEAD_CAP],
         head_len: 0,
-        body: Vec::new(),
+        body: PacketBuf::new(),
     };
     e.head_len = head(&msg, &mut e.head);
     e.body = match msg {
@@ -218,8 +219,8 @@ pub fn encode_owned(msg: TwinMsg) -> Encoded {
         | TwinMsg::Response { packet }
         | TwinMsg::Datagram { packet } => packet,
         // Rare (a twin's restart): its candidates go in a fresh body.
-        TwinMsg::Orphaned { candidates, .. } => candidate_bytes(&candidates),
-        TwinMsg::Delivered { .. } | TwinMsg::Error { .. } => Vec::new(),
+        TwinMsg::Orphaned { candidates, .. } => candidate_bytes(&candidates).into(),
+        TwinMsg::Delivered { .. } | TwinMsg::Error { .. } => PacketBuf::new(),
     };
     e
 }
@@ -277,12 +278,12 @@ pub fn encoded_len(msg: &TwinMsg) -> usize {
 /// kind, bad address family, PSN out of range, unknown NAK code, trailing
 /// bytes).
 pub fn decode(b: &[u8]) -> Result<TwinMsg, MsgError> {
-    decode_with(b, |packet| packet.to_vec())
+    decode_with(b, |packet| packet.into())
 }
 
 /// [`decode`], the carried packet copied out by `copy` (the transport
 /// copies into a pooled buffer: `buffer::pool`).
-pub fn decode_with(b: &[u8], copy: impl FnOnce(&[u8]) -> Vec<u8>) -> Result<TwinMsg, MsgError> {
+pub fn decode_with(b: &[u8], copy: impl FnOnce(&[u8]) -> PacketBuf) -> Result<TwinMsg, MsgError> {
     use MsgError::Truncated;
     let mut r = Reader::new(b);
     let version = r.u8().ok_or(Truncated("codec version"))?;
@@ -489,14 +490,14 @@ mod tests {
         let msgs = [
             TwinMsg::Request {
                 carry: Carry::Reliable,
-                packet: vec![1, 2, 3],
+                packet: vec![1, 2, 3].into(),
             },
             TwinMsg::Request {
                 carry: Carry::Raw,
-                packet: vec![],
+                packet: vec![].into(),
             },
             TwinMsg::Response {
-                packet: vec![9; 4200],
+                packet: vec![9; 4200].into(),
             },
             TwinMsg::Delivered {
                 half: half(),
@@ -514,7 +515,7 @@ mod tests {
                 code: NakCode::RemoteAccessError,
             },
             TwinMsg::Datagram {
-                packet: vec![7; 60],
+                packet: vec![7; 60].into(),
             },
             // The largest header: two IPv6 addresses and an MSN.
             TwinMsg::Delivered {

@@ -334,7 +334,7 @@ impl Workload {
         packet[8..16].copy_from_slice(&seq.to_be_bytes());
         TwinMsg::Request {
             carry: Carry::Reliable,
-            packet,
+            packet: packet.into(),
         }
     }
 
@@ -912,7 +912,7 @@ fn datagrams_unreliable_and_fragmented() {
     run(&mut sim, &mut w, Time::from_millis(1000));
     let sizes = [60usize, 1500, 9000, 1400];
     for (i, &n) in sizes.iter().enumerate() {
-        sim.ends[0].send_datagram(sim.now, vec![i as u8; n]);
+        sim.ends[0].send_datagram(sim.now, vec![i as u8; n].into());
     }
     let mut got = Vec::new();
     while sim.now < Time::from_millis(1100) {
@@ -945,7 +945,13 @@ fn close_reaches_the_peer() {
     assert!(sim.events(0).any(|e| *e == Event::Closed));
     assert!(sim.events(1).any(|e| *e == Event::Closed));
     assert_eq!(
-        sim.ends[0].send(sim.now, 1, TwinMsg::Response { packet: vec![] }),
+        sim.ends[0].send(
+            sim.now,
+            1,
+            TwinMsg::Response {
+                packet: vec![].into()
+            }
+        ),
         Err(super::SendError::Closed)
     );
 }

@@ -498,13 +498,13 @@ impl World {
         self.scratch = scratch;
         self.site_events.extend(events);
         if node == Node::GwA && self.trace_a.is_some() {
-            self.emitted_a.dc.extend(dc.iter().cloned());
+            self.emitted_a.dc.extend(dc.iter().map(|p| p.to_vec()));
             self.emitted_a
                 .wan
                 .extend(wan.iter().map(|(p, d, _)| (*p, d.clone())));
         }
         for p in dc {
-            self.send(node, false, Payload::Ip(p));
+            self.send(node, false, Payload::Ip(p.into_vec()));
         }
         for (path, d, at) in wan {
             self.send_at(node, true, Payload::Wan(path, d), at);

@@ -230,6 +230,24 @@ pub static METRICS: &[Metric] = &[
             out
         },
     },
+    Metric {
+        name: "soya_shard_xdp_lent_tx_packets_total",
+        kind: Counter,
+        help: "xdp backend, packets toward the DC decoded into lent UMEM: sent in place (no copy), copied (their UMEM still being sent), heap (no UMEM was free: decoded to the heap, copied).",
+        labels: &["shard", "result"],
+        samples: |s| {
+            let mut out = Vec::new();
+            for sh in &s.shards {
+                for (r, v) in [("in_place", sh.xdp_tx_in_place), ("copied", sh.xdp_tx_busy_copied), ("heap", sh.xdp_lend_empty)] {
+                    out.push(Sample {
+                        labels: vec![("shard", sh.index.to_string()), ("result", r.to_string())],
+                        value: Value::Int(v),
+                    });
+                }
+            }
+            out
+        },
+    },
     // The QP engine.
     Metric {
         name: "soya_engine_dc_packets_total",

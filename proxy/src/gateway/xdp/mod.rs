@@ -52,10 +52,12 @@
 //! Every `unsafe` of this backend is in [`xsk`] (rings, UMEM, socket
 //! options) and [`program`] (BPF_PROG_TEST_RUN).
 
+pub mod lend;
 pub mod neigh;
 pub mod program;
 pub mod xsk;
 
+use crate::buffer::{LendSource, PacketBuf};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -88,6 +90,8 @@ struct Shared {
     interface: String,
     zero_copy: bool,
     shards: usize,
+    /// The runs of `area` lent to the site's pools (`lend`).
+    lend: lend::Regions,
     /// Declared last: unmapped after everything that points into it.
     area: Area,
 }
@@ -100,11 +104,16 @@ struct UmemRings {
 }
 
 impl UmemRings {
-    /// Moves completed TX chunks to the free list.
-    fn reap(&mut self) {
+    /// Moves completed TX chunks to the free list; a lent region's
+    /// completions go to its count (`lend`).
+    fn reap(&mut self, lend: &lend::Regions) {
         let n = self.comp.ready();
         for k in 0..n {
-            self.free.push(chunk_of(self.comp.peek(k)));
+            let addr = self.comp.peek(k);
+            match lend.of_offset(addr) {
+                Some(r) => lend.completed(r),
+                None => self.free.push(chunk_of(addr)),
+            }
         }
         if n > 0 {
             self.comp.release(n);
@@ -128,6 +137,12 @@ pub struct XdpStats {
     pub tx_full: u64,
     /// Packets not sent: no neighbour entry yet (the kernel was asked).
     pub tx_no_neighbour: u64,
+    /// Packets sent from where they were decoded (a lent UMEM run), by
+    /// offset: no copy.
+    pub tx_in_place: u64,
+    /// Packets in a lent run sent by copying (the run was still being
+    /// sent: a resend before the previous send completed).
+    pub tx_busy_copied: u64,
 }
 
 /// One shard's AF_XDP socket.
@@ -202,6 +217,7 @@ pub fn open_shards(
     shards: usize,
     local: &[Prefix],
     remote: &[Prefix],
+    lend_regions: usize,
 ) -> io::Result<Vec<XdpDc>> {
     let Some(ifindex) = ifindex(interface) else {
         return Err(failure(
@@ -240,10 +256,11 @@ pub fn open_shards(
     let mut steering = Steering::load(local, remote, shards)
         .map_err(|e| failure(interface, e, io::ErrorKind::PermissionDenied))?;
     let frames = FILL as usize + shards * RING as usize;
-    let area = Area::new(frames * CHUNK).map_err(|e| {
+    let umem_bytes = frames * CHUNK + lend::Regions::bytes(lend_regions);
+    let area = Area::new(umem_bytes).map_err(|e| {
         failure(
             interface,
-            format!("UMEM of {} MiB: {e}", (frames * CHUNK) >> 20),
+            format!("UMEM of {} MiB: {e}", umem_bytes >> 20),
             io::ErrorKind::OutOfMemory,
         )
     })?;
@@ -351,6 +368,7 @@ pub fn open_shards(
         interface: interface.to_string(),
         zero_copy,
         shards,
+        lend: lend::Regions::new((frames * CHUNK) as u64, lend_regions),
         area,
     });
     let mut out = Vec::with_capacity(shards);
@@ -375,6 +393,18 @@ pub fn open_shards(
 impl XdpDc {
     pub fn fd(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+
+    /// Where the site's pools take buffers (`Site::set_lender`): runs of
+    /// this UMEM, sent in place. `None` when none were sized.
+    pub fn lend_source(&self) -> Option<Arc<dyn LendSource>> {
+        (self.shared.lend.bytes_lent() > 0)
+            .then(|| Arc::new(lend::UmemSource::new(self.shared.clone())) as Arc<dyn LendSource>)
+    }
+
+    /// The lent regions' counters (all shards) and how many are out.
+    pub fn lend_counters(&self) -> (&lend::LendCounters, usize) {
+        (&self.shared.lend.counters, self.shared.lend.out())
     }
 
     /// "zero-copy" or "copy": how the socket moves packets.
@@ -420,7 +450,7 @@ impl XdpDc {
     pub fn recv_batch(
         &mut self,
         buf: &mut [u8],
-        lent: &mut Vec<Vec<u8>>,
+        lent: &mut Vec<PacketBuf>,
         mut f: impl FnMut(DcRx<'_>),
     ) -> (usize, bool) {
         let ready = self.rx.ready();
@@ -520,6 +550,25 @@ impl XdpDc {
         };
         let len = ETH + packet.len();
         let chunks = len.div_ceil(CHUNK);
+        if let Some(r) = self.lent_region(packet) {
+            if (self.tx.free() as usize) < chunks {
+                self.flush();
+            }
+            if (self.tx.free() as usize) >= chunks {
+                if self.shared.lend.begin_send(r, chunks as u16) {
+                    self.send_in_place(r, &eth, len);
+                    return Ok(());
+                }
+                // Still being sent: the copying send below.
+                self.stats.tx_busy_copied += 1;
+                self.shared
+                    .lend
+                    .counters
+                    .busy_copied
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            // No ring slot: the copying send finds none either (`Full`).
+        }
         if self.tx_free.len() < chunks {
             self.flush();
             self.take_chunks();
@@ -573,9 +622,54 @@ impl XdpDc {
         Ok(())
     }
 
+    /// The lent region `packet` fills from its run's start, if it does
+    /// and its frame fits the region (a pointer range check: the bytes
+    /// were decoded into this UMEM).
+    fn lent_region(&self, packet: &[u8]) -> Option<u32> {
+        let base = self.shared.area.base() as usize;
+        let off = (packet.as_ptr() as usize).checked_sub(base)? as u64;
+        let r = self.shared.lend.of_run(off)?;
+        (packet.len() <= lend::REGION - lend::HEADROOM).then_some(r)
+    }
+
+    /// Sends the `len`-byte frame of region `r` by offset: the Ethernet
+    /// header into its headroom, then one descriptor per chunk, chained.
+    /// `begin_send` counted the descriptors.
+    fn send_in_place(&mut self, r: u32, eth: &[u8; ETH], len: usize) {
+        let at = self.shared.lend.offset(r);
+        // The headroom is the lender's, not the buffer's, and no
+        // descriptor names the region (`begin_send`): ours to write.
+        self.shared.area.slice_mut(at, ETH).copy_from_slice(eth);
+        let mut off = 0;
+        while off < len {
+            let part = (len - off).min(CHUNK);
+            self.tx.push(libc::xdp_desc {
+                addr: at + off as u64,
+                len: part as u32,
+                options: if off + part < len {
+                    libc::XDP_PKT_CONTD
+                } else {
+                    0
+                },
+            });
+            off += part;
+        }
+        self.tx_unkicked += len.div_ceil(CHUNK) as u32;
+        self.stats.tx_packets += 1;
+        self.stats.tx_in_place += 1;
+        self.shared
+            .lend
+            .counters
+            .sent_in_place
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.tx_unkicked >= TX_KICK {
+            self.flush();
+        }
+    }
+
     fn take_chunks(&mut self) {
         let mut u = lock(&self.shared.umem);
-        u.reap();
+        u.reap(&self.shared.lend);
         let n = u.free.len().min(TX_TAKE);
         let at = u.free.len() - n;
         self.tx_free.extend(u.free.drain(at..));
@@ -584,6 +678,10 @@ impl XdpDc {
     /// Publishes staged TX descriptors and kicks the kernel.
     pub fn flush(&mut self) {
         if self.tx_unkicked == 0 && self.tx.outstanding() == 0 {
+            if self.shared.lend.bytes_lent() > 0 {
+                // Regions whose sends completed since are freed here too.
+                lock(&self.shared.umem).reap(&self.shared.lend);
+            }
             return;
         }
         self.tx.submit();
@@ -602,6 +700,10 @@ impl XdpDc {
         }
         if self.tx_free.len() < TX_TAKE / 2 {
             self.take_chunks();
+        } else if self.shared.lend.bytes_lent() > 0 {
+            // Lent regions are freed by their completions only: reap them
+            // at every flush, not just when this shard's chunks run low.
+            lock(&self.shared.umem).reap(&self.shared.lend);
         }
     }
 }

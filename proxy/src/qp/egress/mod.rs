@@ -40,6 +40,7 @@
 //!   merely has not reached yet. A hardware responder answers in
 //!   microseconds and never triggers this.
 
+use crate::buffer::PacketBuf;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -177,7 +178,7 @@ struct Held {
     /// prevent this): held anyway rather than lost, counted in
     /// `overflow_held`.
     slot: Option<SlotHandle>,
-    bytes: Vec<u8>,
+    bytes: PacketBuf,
 }
 
 /// What the reinjector needs to know of a request from the twin, read
@@ -490,7 +491,7 @@ impl Reinjector {
         &mut self,
         now: Time,
         info: RequestInfo,
-        packet: Vec<u8>,
+        packet: PacketBuf,
         buf: &mut DeepBuffer,
         out: &mut Outbox,
     ) {
@@ -599,10 +600,15 @@ impl Reinjector {
             // AckReq is set on the held packet itself, not on a copy: the
             // DC side sends the held bytes in place (`Output::DcHeld`), and
             // a retransmission that asks for an ACK does no harm.
+            // Bytes the DC backend may still be sending (an AF_XDP TX
+            // descriptor naming a lent UMEM run) move to the heap first.
             let p = &mut self.queue[self.next];
-            if (fills || tail) && !p.ack_req && set_ack_req(&mut p.held.bytes).unwrap_or(false) {
-                self.stats.ack_reqs_added += 1;
-                p.ack_req = true;
+            if (fills || tail) && !p.ack_req {
+                p.held.bytes.make_writable();
+                if set_ack_req(&mut p.held.bytes).unwrap_or(false) {
+                    self.stats.ack_reqs_added += 1;
+                    p.ack_req = true;
+                }
             }
             let asks = p.ack_req;
             if asks {

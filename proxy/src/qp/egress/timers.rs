@@ -148,9 +148,14 @@ impl Reinjector {
         p.retransmitted = true;
         p.sent_at = Some(now);
         let (last, psn) = (p.last(), p.psn);
-        if !p.ack_req && set_ack_req(&mut p.held.bytes).unwrap_or(false) {
-            self.stats.ack_reqs_added += 1;
-            p.ack_req = true;
+        if !p.ack_req {
+            // Not in place while the DC backend may still be sending it
+            // (see `PacketBuf::make_writable`).
+            p.held.bytes.make_writable();
+            if set_ack_req(&mut p.held.bytes).unwrap_or(false) {
+                self.stats.ack_reqs_added += 1;
+                p.ack_req = true;
+            }
         }
         self.stats.retransmitted += 1;
         self.stats.tail_probes += 1;

@@ -9,6 +9,7 @@
 //! module [`expiry`] (it reads every table here; the halves it sweeps only
 //! carry a [`Quiet`](super::quiet::Quiet) and never import it).
 
+use crate::buffer::PacketBuf;
 use std::collections::BTreeMap;
 
 use crate::keyed::{HashKey, KeyedMap};
@@ -351,7 +352,7 @@ impl QpEngine {
 
     /// A pooled copy of what `r` names, for a caller that must own the
     /// packet (`Site::poll_dc_transmit`).
-    pub fn held_copy(&mut self, r: &HeldRef) -> Option<Vec<u8>> {
+    pub fn held_copy(&mut self, r: &HeldRef) -> Option<PacketBuf> {
         let bytes = self.egress.get(&r.key)?.held_request(r.psn)?;
         Some(self.out.pool.copy_of(bytes))
     }
@@ -374,7 +375,7 @@ impl QpEngine {
 
     /// Returns a packet buffer to the engine's pool (an `Output::Dc` after
     /// the socket send, a datagram refused by the ACL...).
-    pub fn recycle(&mut self, packet: Vec<u8>) {
+    pub fn recycle(&mut self, packet: PacketBuf) {
         self.out.pool.put(packet);
     }
 
@@ -481,7 +482,7 @@ impl QpEngine {
     /// buffer is held in that very buffer, uncopied, until the twin has it.
     /// Anything else is handled as by [`Self::handle_dc`] and the buffer
     /// goes back to the pool.
-    pub fn handle_dc_owned(&mut self, now: Time, packet: Vec<u8>) {
+    pub fn handle_dc_owned(&mut self, now: Time, packet: PacketBuf) {
         let mut bytes = DcBytes::Owned(Some(packet));
         self.dc_packet(now, &mut bytes);
         if let DcBytes::Owned(Some(v)) = bytes {
@@ -492,12 +493,12 @@ impl QpEngine {
     /// An empty pooled buffer for a DC backend to read a packet into and
     /// hand to [`Self::handle_dc_owned`] (capacity
     /// [`crate::buffer::pool::PACKET_BUF_BYTES`]).
-    pub fn rx_buffer(&mut self) -> Vec<u8> {
+    pub fn rx_buffer(&mut self) -> PacketBuf {
         self.out.pool.take()
     }
 
     /// Gives back a buffer from [`Self::rx_buffer`] that was not used.
-    pub fn return_rx_buffer(&mut self, buf: Vec<u8>) {
+    pub fn return_rx_buffer(&mut self, buf: PacketBuf) {
         self.out.pool.put(buf);
     }
 
@@ -672,7 +673,7 @@ impl QpEngine {
     /// the WAN carried it under the session's AEAD tag (or, insecure, a
     /// CRC over the datagram), which no corruption in between passes. The
     /// second check cost 4 % of the re-injecting gateway's CPU.
-    fn twin_request(&mut self, now: Time, carry: Carry, mut packet: Vec<u8>) {
+    fn twin_request(&mut self, now: Time, carry: Carry, mut packet: PacketBuf) {
         let Ok(p) = RocePacket::parse(&packet) else {
             self.stats.twin_malformed += 1;
             self.out.pool.put(packet);
@@ -864,7 +865,7 @@ impl QpEngine {
 enum DcBytes<'a> {
     Borrowed(&'a [u8]),
     /// `None` once taken.
-    Owned(Option<Vec<u8>>),
+    Owned(Option<PacketBuf>),
 }
 
 impl DcBytes<'_> {
@@ -876,7 +877,7 @@ impl DcBytes<'_> {
     }
 
     /// The bytes to hold: the buffer itself, or a pooled copy.
-    fn take(&mut self, pool: &mut PacketPool) -> Vec<u8> {
+    fn take(&mut self, pool: &mut PacketPool) -> PacketBuf {
         match self {
             DcBytes::Borrowed(b) => pool.copy_of(b),
             DcBytes::Owned(v) => v.take().unwrap_or_default(),

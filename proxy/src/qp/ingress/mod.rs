@@ -12,6 +12,7 @@
 //!   twin reports them delivered (acknowledged by the real responder);
 //! - let a far-end failure look like success: it injects a NAK instead.
 
+use crate::buffer::PacketBuf;
 use std::collections::VecDeque;
 
 use soya_config::AckPolicy;
@@ -89,7 +90,7 @@ struct Entry {
     /// it into, or a copy made once on arrival), until forwarded: then it
     /// moves, uncopied, into the message for the twin, and the WAN
     /// transport holds it until the twin has it.
-    bytes: Option<Vec<u8>>,
+    bytes: Option<PacketBuf>,
     forwarded: bool,
     accepted_at: Time,
     /// Its opcode: what the responder has in progress once it executed it
@@ -290,7 +291,7 @@ impl PseudoAcker {
         &mut self,
         now: Time,
         admitted: Admitted,
-        bytes: Vec<u8>,
+        bytes: PacketBuf,
         buf: &mut DeepBuffer,
         out: &mut Outbox,
     ) {

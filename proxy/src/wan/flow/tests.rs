@@ -148,7 +148,7 @@ fn two_part_messages_and_the_fast_path() {
         packet: (0..250u32).map(|i| i as u8).collect(),
     };
     let small = TwinMsg::Response {
-        packet: vec![7; 40],
+        packet: vec![7; 40].into(),
     };
     s.push(1, msg::encode_owned(small.clone())).unwrap();
     s.push(1, msg::encode_owned(big.clone())).unwrap();

@@ -19,7 +19,7 @@ fn message(half: u64, n: u64) -> TwinMsg {
     packet[8..16].copy_from_slice(&n.to_be_bytes());
     TwinMsg::Request {
         carry: Carry::Reliable,
-        packet,
+        packet: packet.into(),
     }
 }
 

@@ -35,7 +35,7 @@ fn tamper_sweep(n: usize, seed: u64, cipher: Cipher) {
     for f in 0..4 {
         for k in 0..40 {
             let m = TwinMsg::Response {
-                packet: vec![k as u8; 16 + 37 * k],
+                packet: vec![k as u8; 16 + 37 * k].into(),
             };
             sim.ends[0].send(sim.now, flow_id(f), m).unwrap();
         }

@@ -291,7 +291,7 @@ fn through_a_gateway_then_twin_lost(
             now,
             TwinMsg::Request {
                 carry: Carry::Reliable,
-                packet: pkt,
+                packet: pkt.into(),
             },
         );
         pump(&mut e, &mut b, &mut buf, &mut acks_left);
@@ -404,7 +404,12 @@ fn pseudo_acked_writer_then_twin_lost(b_epsn: u32) -> (RcQp, soya::qp::QpEngine,
                         } = m
                         {
                             let psn = RocePacket::parse(&packet).unwrap().psn();
-                            e.handle_twin(now, TwinMsg::Response { packet: a_ack(psn) });
+                            e.handle_twin(
+                                now,
+                                TwinMsg::Response {
+                                    packet: a_ack(psn).into(),
+                                },
+                            );
                         }
                     }
                 }
