@@ -22,7 +22,6 @@
 
 pub mod cli;
 pub mod config;
-mod direction;
 pub mod engine;
 pub mod impair;
 pub mod profile;

@@ -1,5 +1,5 @@
 //! One direction's state and its two steps (release what is due, read a
-//! batch), driven by [`super::engine::run_dirs`]: one thread may drive one
+//! batch), driven by [`super::run_dirs`]: one thread may drive one
 //! direction, or both of a path, so that one wake-up serves both.
 
 use std::cmp::Reverse;
@@ -12,10 +12,10 @@ use soya::sys;
 use soya::sys::batch::RxMeta;
 use soya::time::Time;
 
-use super::engine::{recycle, Clock, EngineOptions, Held, PacketIo, Pool};
-use super::impair::Impairer;
-use super::stats::{DirCounters, DirStats};
+use super::{recycle, Clock, EngineOptions, Held, PacketIo, Pool};
 use crate::sim::link::LinkProfile;
+use crate::wanem::impair::Impairer;
+use crate::wanem::stats::{DirCounters, DirStats};
 
 pub(super) struct Dir<'c, I: PacketIo> {
     pub io: I,

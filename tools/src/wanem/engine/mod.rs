@@ -34,10 +34,12 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use soya::time::Time;
 
-use super::direction::Dir;
+mod direction;
+
 use super::profile::describe;
 use super::stats::{DirCounters, DirStats};
 use crate::sim::link::LinkProfile;
+use direction::Dir;
 use soya::sys;
 use soya::sys::batch::{RxMeta, SendOutcome};
 
