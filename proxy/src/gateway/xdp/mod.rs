@@ -226,6 +226,18 @@ pub fn open_shards(
     local: &[Prefix],
     remote: &[Prefix],
 ) -> io::Result<Vec<XdpDc>> {
+    open_with_hold(interface, shards, local, remote, TAPE_HOLD)
+}
+
+/// [`open_shards`] with `hold` tape slots for frames lent in place (the
+/// tests take a small tape through its wrap and past its budget).
+fn open_with_hold(
+    interface: &str,
+    shards: usize,
+    local: &[Prefix],
+    remote: &[Prefix],
+    hold: usize,
+) -> io::Result<Vec<XdpDc>> {
     let Some(ifindex) = ifindex(interface) else {
         return Err(failure(
             interface,
@@ -266,7 +278,7 @@ pub fn open_shards(
     // full while TAPE_HOLD slots are held), then one TX chunk per TX ring
     // entry.
     let reserve = FILL as usize + shards * RING as usize;
-    let tape_slots = reserve + TAPE_HOLD;
+    let tape_slots = reserve + hold;
     let tape_bytes = tape::bytes(tape_slots);
     let tx_chunks = shards * RING as usize;
     let umem_bytes = tape_bytes + tx_chunks * CHUNK;
@@ -357,7 +369,7 @@ pub fn open_shards(
     let free: Vec<u64> = (0..tx_chunks)
         .map(|i| (tape_bytes + i * CHUNK) as u64)
         .collect();
-    let slots = Arc::new(tape::Slots::new(tape_slots, TAPE_HOLD));
+    let slots = Arc::new(tape::Slots::new(tape_slots, hold));
     let mut tape = tape::Tape::new(slots.clone());
     tape.refill(&mut fill);
     let lender = tape::lender(&slots, &area);
@@ -696,3 +708,5 @@ pub enum SendError {
 mod tests;
 #[cfg(test)]
 mod tests_copies;
+#[cfg(test)]
+mod tests_tape;
