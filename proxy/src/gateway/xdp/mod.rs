@@ -37,9 +37,10 @@
 //!   unless the memory is HugeTLB. We use 4 KiB chunks and multi-buffer
 //!   AF_XDP (`XDP_USE_SG`, Linux ≥ 6.6; the program is `xdp.frags`): a
 //!   frame of a 4096-byte path MTU arrives as two descriptors, chained by
-//!   `XDP_PKT_CONTD`, and is gathered into the caller's buffer; single-chunk
-//!   frames are handed over in place. On TX a long frame is written over
-//!   two chunks the same way.
+//!   `XDP_PKT_CONTD`. RX buffers sit on a "tape" ([`tape`]) where such a
+//!   frame is usually contiguous and is lent to the site in place; else it
+//!   is gathered into the caller's buffer. Single-buffer frames are handed
+//!   over borrowed. On TX a long frame is written over two chunks.
 //! - **L2 headers** come from the kernel's route and neighbour tables over
 //!   rtnetlink ([`neigh`]).
 //! - **Zero-copy** is asked for first; where the driver does not offer it
