@@ -244,6 +244,58 @@ struct Gateway {
     lent: Option<Arc<Block>>,
     sent_from_lent: u64,
     sent: u64,
+    /// When set, DC packets arrive in runs lent by this lender (as the xdp
+    /// backend lends a frame on its RX tape), not in the site's buffers.
+    runs: Option<(std::sync::Arc<Runs>, soya::buffer::LenderRef)>,
+    /// DC packets that arrived in a lent run.
+    lent_in: u64,
+}
+
+/// Bytes of one lent run (a pooled buffer's size).
+const RUN: usize = 4608;
+
+/// A block of fixed runs lent to `PacketBuf`s, as the xdp backend lends
+/// UMEM (its free list has room for every run: giving back allocates
+/// nothing).
+struct Runs {
+    block: Box<[std::cell::UnsafeCell<u8>]>,
+    free: std::sync::Mutex<Vec<usize>>,
+}
+
+// SAFETY: the block's bytes are reached only through the `PacketBuf` a run
+// is lent to, one run per buffer (the free list hands each out once).
+#[allow(unsafe_code)]
+unsafe impl Sync for Runs {}
+
+impl Runs {
+    fn new(n: usize) -> Runs {
+        Runs {
+            block: (0..n * RUN)
+                .map(|_| std::cell::UnsafeCell::new(0))
+                .collect(),
+            free: std::sync::Mutex::new((0..n).rev().collect()),
+        }
+    }
+
+    #[allow(unsafe_code)]
+    fn take(&self, lender: &soya::buffer::LenderRef) -> Option<soya::buffer::PacketBuf> {
+        let i = self.free.lock().unwrap().pop()?;
+        let run = std::ptr::NonNull::new(self.block[i * RUN].get()).unwrap();
+        // SAFETY: run `i` is RUN bytes inside the block, handed out once
+        // until given back (the free list), and the block outlives every
+        // buffer (the lender holds it).
+        Some(unsafe { soya::buffer::PacketBuf::lent(run, RUN as u32, lender) })
+    }
+}
+
+/// The [`Runs`] as its buffers' lender.
+struct RunsLender(std::sync::Arc<Runs>);
+
+impl soya::buffer::Lender for RunsLender {
+    fn give_back(&self, run: std::ptr::NonNull<u8>) {
+        let i = (run.as_ptr() as usize - self.0.block.as_ptr() as usize) / RUN;
+        self.0.free.lock().unwrap().push(i);
+    }
 }
 
 impl Gateway {
@@ -273,6 +325,8 @@ impl Gateway {
             lent: None,
             sent_from_lent: 0,
             sent: 0,
+            runs: None,
+            lent_in: 0,
         }
     }
 
@@ -282,6 +336,13 @@ impl Gateway {
         self.site
             .set_lender(Arc::new(BlockSource::new(block.clone())));
         self.lent = Some(block);
+    }
+
+    /// DC packets from now on arrive in runs lent by a lender of `n`.
+    fn lend_runs(&mut self, n: usize) {
+        let runs = std::sync::Arc::new(Runs::new(n));
+        let lender = soya::buffer::LenderRef::new(Box::new(RunsLender(runs.clone())));
+        self.runs = Some((runs, lender));
     }
 
     /// What the site has for its data center, to `host`.
@@ -313,7 +374,9 @@ impl Gateway {
     /// copy here stands for the kernel's `read`, or the gather, and is not
     /// the site's) into a buffer the site lent, which the site then keeps.
     fn handle_dc(&mut self, now: Time, packet: &[u8]) {
-        let mut buf = self.site.rx_buffer();
+        let lent = self.runs.as_ref().and_then(|(r, l)| r.take(l));
+        self.lent_in += u64::from(lent.is_some());
+        let mut buf = lent.unwrap_or_else(|| self.site.rx_buffer());
         buf.extend_from_slice(packet);
         charged(&mut self.copies, || self.site.handle_dc_owned(now, buf));
     }
@@ -446,20 +509,33 @@ impl World {
 /// Warms a flow up through gateways whose WAN datagrams are at most
 /// `max_datagram` bytes, then counts the allocations of the next packets.
 fn steady_state(max_datagram: usize, window: u32, burst: u32) {
-    steady_state_lent(max_datagram, window, burst, false);
+    steady_state_lent(max_datagram, window, burst, Lend::default());
 }
 
-/// [`steady_state`], with `lend`: gateway B's pools take buffers from a
-/// block of memory lent to them (`Site::set_lender`), as the xdp backend
-/// lends its UMEM: every packet toward B's hosts must then be sent from
-/// that block (decoded into it, held there, sent in place), still at 0
-/// allocations and the same copies.
-fn steady_state_lent(max_datagram: usize, window: u32, burst: u32, lend: bool) {
+/// Where [`steady_state_lent`] lends memory, as the xdp backend does.
+#[derive(Clone, Copy, Default)]
+struct Lend {
+    /// Gateway B's pools take buffers from a block of memory lent to them
+    /// (`Site::set_lender`), as the xdp backend lends its UMEM: every
+    /// packet toward B's hosts must then be sent from that block (decoded
+    /// into it, held there, sent in place).
+    b_decodes: bool,
+    /// A's DC packets arrive in runs lent by a [`Runs`] lender, as the xdp
+    /// backend's tape lends them.
+    a_receives: bool,
+}
+
+/// [`steady_state`] with memory lent as `lend` says: still 0 allocations
+/// and the same copies.
+fn steady_state_lent(max_datagram: usize, window: u32, burst: u32, lend: Lend) {
     const WARM_UP: u32 = 2_000;
     const MEASURED: u32 = 20_000;
     let mut w = World::new(max_datagram, window, burst);
-    if lend {
+    if lend.b_decodes {
         w.b.lend(Arc::new(Block::new(2 * window as usize + 256)));
+    }
+    if lend.a_receives {
+        w.a.lend_runs(4096);
     }
     w.run(WARM_UP);
     assert_eq!(w.rsp.received, u64::from(WARM_UP), "all delivered in order");
@@ -530,7 +606,7 @@ fn steady_state_lent(max_datagram: usize, window: u32, burst: u32, lend: bool) {
         "{allocs} allocations over {MEASURED} packets ({per_packet:.3} per packet)"
     );
     check_copies(max_datagram, MEASURED, w.req.bytes - bytes0, ca, cb);
-    if lend {
+    if lend.b_decodes {
         // In the steady state (the warm-up's first packets, sent before
         // the flow was learned, take another way).
         let (from_lent, sent) = (w.b.sent_from_lent - lent0, w.b.sent - sent0);
@@ -541,6 +617,15 @@ fn steady_state_lent(max_datagram: usize, window: u32, burst: u32, lend: bool) {
             "every one decoded into it and sent from there"
         );
         assert_eq!(w.b.site.wan().pool_stats().lend_empty, 0);
+    }
+    if lend.a_receives {
+        // Every packet arrived lent (the runs never ran out), and every
+        // run came back once acknowledged.
+        assert!(
+            w.a.lent_in >= u64::from(WARM_UP + MEASURED),
+            "{}",
+            w.a.lent_in
+        );
     }
 }
 
@@ -664,6 +749,41 @@ fn steady_state_allocates_nothing_per_packet_jumbo_wan() {
     steady_state(soya::wan::DEFAULT_MAX_DATAGRAM, WINDOW, BURST);
 }
 
+/// Gateway B decoding into lent memory (the xdp backend's UMEM): the
+/// packets toward its hosts are sent from where the decode wrote them.
+#[test]
+fn steady_state_sends_from_lent_memory() {
+    let lend = Lend {
+        b_decodes: true,
+        ..Lend::default()
+    };
+    steady_state_lent(soya::wan::DEFAULT_MAX_DATAGRAM, WINDOW, BURST, lend);
+}
+
+/// As the xdp backend's RX tape hands packets to gateway A: in runs of
+/// memory the site does not own, lent (`PacketBuf::lent`), held by the
+/// deep buffer and given back when acknowledged. Still 1 copy at A, none
+/// allocated: a lent buffer is held in place as a pooled one is.
+#[test]
+fn steady_state_with_packets_lent_by_the_backend_at_a() {
+    let lend = Lend {
+        a_receives: true,
+        ..Lend::default()
+    };
+    steady_state_lent(soya::wan::DEFAULT_MAX_DATAGRAM, WINDOW, BURST, lend);
+}
+
+/// Both at once, as two xdp gateways run: A holds what its tape lent, B
+/// decodes into its UMEM and sends from there.
+#[test]
+fn steady_state_with_memory_lent_at_both_gateways() {
+    let lend = Lend {
+        a_receives: true,
+        b_decodes: true,
+    };
+    steady_state_lent(soya::wan::DEFAULT_MAX_DATAGRAM, WINDOW, BURST, lend);
+}
+
 /// A deep window (1024 PSNs) offered in bursts above the WAN path's rate,
 /// as soya-perf does in docs/bench/forward.py (128 outstanding 64 KiB
 /// WRITEs). One WAN acknowledgement then releases more than a thousand
@@ -673,13 +793,6 @@ fn steady_state_allocates_nothing_per_packet_jumbo_wan() {
 /// forward.py run showed `PacketPool::put` freeing and `take` allocating.
 /// The deep buffer grows through this run, so allocations are expected;
 /// frees are not.
-/// Gateway B decoding into lent memory (the xdp backend's UMEM): the
-/// packets toward its hosts are sent from where the decode wrote them.
-#[test]
-fn steady_state_sends_from_lent_memory() {
-    steady_state_lent(soya::wan::DEFAULT_MAX_DATAGRAM, WINDOW, BURST, true);
-}
-
 #[test]
 fn steady_state_allocates_nothing_per_packet_deep_window() {
     steady_state(soya::wan::DEFAULT_MAX_DATAGRAM, 1024, 64);

@@ -37,9 +37,10 @@
 //!   unless the memory is HugeTLB. We use 4 KiB chunks and multi-buffer
 //!   AF_XDP (`XDP_USE_SG`, Linux ≥ 6.6; the program is `xdp.frags`): a
 //!   frame of a 4096-byte path MTU arrives as two descriptors, chained by
-//!   `XDP_PKT_CONTD`, and is gathered into the caller's buffer; single-chunk
-//!   frames are handed over in place. On TX a long frame is written over
-//!   two chunks the same way.
+//!   `XDP_PKT_CONTD`. RX buffers sit on a "tape" ([`tape`]) where such a
+//!   frame is usually contiguous and is lent to the site in place; else it
+//!   is gathered into the caller's buffer. Single-buffer frames are handed
+//!   over borrowed. On TX a long frame is written over two chunks.
 //! - **L2 headers** come from the kernel's route and neighbour tables over
 //!   rtnetlink ([`neigh`]).
 //! - **Zero-copy** is asked for first; where the driver does not offer it
@@ -55,9 +56,10 @@
 pub mod lend;
 pub mod neigh;
 pub mod program;
+pub mod tape;
 pub mod xsk;
 
-use crate::buffer::{LendSource, PacketBuf};
+use crate::buffer::{LendSource, LenderRef, PacketBuf};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -82,18 +84,26 @@ const TX_KICK: u32 = 64;
 /// Chunks a shard takes from the shared free list at a time.
 const TX_TAKE: usize = 256;
 const ETH: usize = 14;
+/// Tape slots (3840 bytes each) that frames lent in place may hold, on top
+/// of those the fill and RX rings need: 8192 slots, 30 MiB, 4096 4.2 KB
+/// frames held at once; past that frames are gathered (one copy each).
+/// See [`tape`].
+const TAPE_HOLD: usize = 8192;
 
 /// What the shards share: the UMEM area and its fill/completion rings.
 struct Shared {
     umem: Mutex<UmemRings>,
+    /// The RX tape's slot states (also in every buffer lent from it).
+    slots: Arc<tape::Slots>,
     steering: Mutex<Steering>,
     interface: String,
     zero_copy: bool,
     shards: usize,
     /// The runs of `area` lent to the site's pools (`lend`).
     lend: lend::Regions,
-    /// Declared last: unmapped after everything that points into it.
-    area: Area,
+    /// Declared last: unmapped after everything that points into it (the
+    /// buffers lent from the tape keep it mapped too).
+    area: Arc<Area>,
 }
 
 struct UmemRings {
@@ -101,6 +111,8 @@ struct UmemRings {
     comp: Ring<u64>,
     /// Chunks owned by nobody (completed TX, never used).
     free: Vec<u64>,
+    /// The RX side of the UMEM: the fill ring's addresses ([`tape`]).
+    tape: tape::Tape,
 }
 
 impl UmemRings {
@@ -130,6 +142,15 @@ fn chunk_of(addr: u64) -> u64 {
 pub struct XdpStats {
     pub rx_packets: u64,
     pub rx_multi_buffer: u64,
+    /// Multi-buffer frames lent to the site where the kernel wrote them
+    /// (contiguous on the tape): no copy.
+    pub rx_in_place: u64,
+    /// Multi-buffer frames gathered (one copy) because they straddle a
+    /// break in the tape (a held slot skipped, or the wrap).
+    pub rx_gathered_break: u64,
+    /// Multi-buffer frames gathered (one copy) because the tape's budget
+    /// of held slots was spent.
+    pub rx_gathered_full: u64,
     /// Frames dropped: longer than the caller's buffer, or not IP.
     pub rx_dropped: u64,
     pub tx_packets: u64,
@@ -154,8 +175,10 @@ pub struct XdpDc {
     neigh: Neighbours,
     /// Chunks this shard owns for TX.
     tx_free: Vec<u64>,
-    /// Chunks read from RX, to give back to the fill ring.
-    rx_done: Vec<u64>,
+    /// Tape slots read from RX and done with, to free.
+    rx_done: Vec<usize>,
+    /// Lends frames in place from the tape.
+    lender: LenderRef,
     tx_unkicked: u32,
     pub stats: XdpStats,
     /// Declared last: the sockets and rings above go first.
@@ -219,6 +242,19 @@ pub fn open_shards(
     remote: &[Prefix],
     lend_regions: usize,
 ) -> io::Result<Vec<XdpDc>> {
+    open_with_hold(interface, shards, local, remote, lend_regions, TAPE_HOLD)
+}
+
+/// [`open_shards`] with `hold` tape slots for frames lent in place (the
+/// tests take a small tape through its wrap and past its budget).
+fn open_with_hold(
+    interface: &str,
+    shards: usize,
+    local: &[Prefix],
+    remote: &[Prefix],
+    lend_regions: usize,
+    hold: usize,
+) -> io::Result<Vec<XdpDc>> {
     let Some(ifindex) = ifindex(interface) else {
         return Err(failure(
             interface,
@@ -255,8 +291,16 @@ pub fn open_shards(
     }
     let mut steering = Steering::load(local, remote, shards)
         .map_err(|e| failure(interface, e, io::ErrorKind::PermissionDenied))?;
-    let frames = FILL as usize + shards * RING as usize;
-    let umem_bytes = frames * CHUNK + lend::Regions::bytes(lend_regions);
+    // The UMEM: the RX tape (enough slots for the fill and RX rings to be
+    // full while TAPE_HOLD slots are held), then one TX chunk per TX ring
+    // entry, then the regions lent to the site's pools (`lend`), each
+    // starting on a 4 KiB boundary.
+    let reserve = FILL as usize + shards * RING as usize;
+    let tape_slots = reserve + hold;
+    let tape_bytes = tape::bytes(tape_slots);
+    let tx_chunks = shards * RING as usize;
+    let lend_first = (tape_bytes + tx_chunks * CHUNK).next_multiple_of(CHUNK);
+    let umem_bytes = lend_first + lend::Regions::bytes(lend_regions);
     let area = Area::new(umem_bytes).map_err(|e| {
         failure(
             interface,
@@ -264,6 +308,7 @@ pub fn open_shards(
             io::ErrorKind::OutOfMemory,
         )
     })?;
+    let area = Arc::new(area);
     let sock_err = |e: io::Error| {
         let why = match e.raw_os_error() {
             Some(libc::EPERM | libc::EACCES) => {
@@ -338,15 +383,15 @@ pub fn open_shards(
             )
         })?;
     }
-    // The fill ring gets the first FILL chunks; the rest are for TX.
-    let mut free: Vec<u64> = (0..frames as u64).map(|i| i * CHUNK as u64).collect();
-    let rx_chunks: Vec<u64> = free.drain(..FILL as usize).collect();
-    let n = fill.free();
-    debug_assert!(n >= FILL);
-    for c in rx_chunks {
-        fill.push(c);
-    }
-    fill.submit();
+    // The fill ring gets the tape's first FILL slots; the chunks after the
+    // tape are for TX.
+    let free: Vec<u64> = (0..tx_chunks)
+        .map(|i| (tape_bytes + i * CHUNK) as u64)
+        .collect();
+    let slots = Arc::new(tape::Slots::new(tape_slots, hold));
+    let mut tape = tape::Tape::new(slots.clone());
+    tape.refill(&mut fill);
+    let lender = tape::lender(&slots, &area);
     for (i, fd) in fds.iter().enumerate() {
         steering
             .set_socket(i, fd)
@@ -363,12 +408,18 @@ pub fn open_shards(
         "xdp: steering program attached, AF_XDP sockets bound"
     );
     let shared = Arc::new(Shared {
-        umem: Mutex::new(UmemRings { fill, comp, free }),
+        umem: Mutex::new(UmemRings {
+            fill,
+            comp,
+            free,
+            tape,
+        }),
+        slots,
         steering: Mutex::new(steering),
         interface: interface.to_string(),
         zero_copy,
         shards,
-        lend: lend::Regions::new((frames * CHUNK) as u64, lend_regions),
+        lend: lend::Regions::new(lend_first as u64, lend_regions),
         area,
     });
     let mut out = Vec::with_capacity(shards);
@@ -382,6 +433,7 @@ pub fn open_shards(
                 .map_err(|e| failure(interface, format!("rtnetlink: {e}"), io::ErrorKind::Other))?,
             tx_free: Vec::with_capacity(TX_TAKE * 2),
             rx_done: Vec::with_capacity(RX_BATCH as usize * 3),
+            lender: lender.clone(),
             tx_unkicked: 0,
             stats: XdpStats::default(),
             shared: shared.clone(),
@@ -447,6 +499,11 @@ impl XdpDc {
 
     /// Reads up to one batch of frames; calls `f` with each IP packet.
     /// Returns the packets read and whether the RX ring was emptied.
+    ///
+    /// A frame in one buffer is handed over borrowed, its slot freed after
+    /// the batch. A multi-buffer frame contiguous on the tape is handed over
+    /// in place, lent ([`tape`]); one that is not (or past the tape's
+    /// budget) is gathered into a buffer the site lent, else into `buf`.
     pub fn recv_batch(
         &mut self,
         buf: &mut [u8],
@@ -457,14 +514,15 @@ impl XdpDc {
         let n = ready.min(RX_BATCH);
         let mut k = 0;
         let mut packets = 0;
-        let area = &self.shared.area;
+        let area = &*self.shared.area;
+        let slots = &*self.shared.slots;
         while k < n {
             let d = self.rx.peek(k);
             if d.options & libc::XDP_PKT_CONTD == 0 {
-                // The whole frame in one chunk: hand it over in place.
+                // The whole frame in one buffer: hand it over in place.
                 k += 1;
-                self.rx_done.push(chunk_of(d.addr));
-                let frame = area.slice(d.addr, d.len as usize);
+                self.rx_done.extend(slots.slot_of(d.addr));
+                let frame = area.slice(tape::real(d.addr), d.len as usize);
                 deliver(frame, &mut self.stats, &mut f);
                 packets += 1;
                 continue;
@@ -478,20 +536,46 @@ impl XdpDc {
             if end == n {
                 break;
             }
+            packets += 1;
+            self.stats.rx_multi_buffer += 1;
+            // On the tape, each buffer's data starts where the previous
+            // one's ends, in consecutive slots.
+            let head = self.rx.peek(k);
+            let first = slots.slot_of(head.addr);
+            let (mut contiguous, mut next, mut total) = (first.is_some(), tape::real(head.addr), 0);
+            for j in k..=end {
+                let d = self.rx.peek(j);
+                let slot = first.map(|s| s + (j - k) as usize);
+                contiguous &= tape::real(d.addr) == next && slots.slot_of(d.addr) == slot;
+                next = tape::real(d.addr) + u64::from(d.len);
+                total += d.len as usize;
+            }
+            let ip = is_ip_frame(area.slice(tape::real(head.addr), head.len as usize));
+            if let (true, true, Some(first)) = (contiguous, ip, first) {
+                let span = (first, (end - k + 1) as usize);
+                let start = tape::real(head.addr);
+                if let Some(b) = tape::lend(slots, area, &self.lender, span, start, total, ETH) {
+                    k = end + 1;
+                    self.stats.rx_in_place += 1;
+                    self.stats.rx_packets += 1;
+                    f(DcRx::Lent(b));
+                    continue;
+                }
+                self.stats.rx_gathered_full += 1;
+            } else if ip {
+                self.stats.rx_gathered_break += 1;
+            }
             // Gathered into a buffer the site lent (it keeps the packet
             // there: this is the one copy on the way in), else into `buf`.
             let mut into = lent.pop();
             let mut len = 0;
-            let mut fits = true;
+            let mut fits = ip;
             for j in k..=end {
                 let d = self.rx.peek(j);
-                self.rx_done.push(chunk_of(d.addr));
-                let part = area.slice(d.addr, d.len as usize);
+                self.rx_done.extend(slots.slot_of(d.addr));
+                let part = area.slice(tape::real(d.addr), d.len as usize);
                 // The Ethernet header stays behind (what `deliver` strips).
                 let part = if j == k {
-                    if !is_ip_frame(part) {
-                        fits = false;
-                    }
                     part.get(ETH..).unwrap_or(&[])
                 } else {
                     part
@@ -507,8 +591,6 @@ impl XdpDc {
                 len += part.len();
             }
             k = end + 1;
-            packets += 1;
-            self.stats.rx_multi_buffer += 1;
             if !fits || len == 0 {
                 self.stats.rx_dropped += 1;
                 lent.extend(into.map(|mut v| {
@@ -526,14 +608,11 @@ impl XdpDc {
         }
         if k > 0 {
             self.rx.release(k);
-            let mut u = lock(&self.shared.umem);
-            // The fill ring holds every RX chunk: there is always room.
-            let room = u.fill.free() as usize;
-            let give = self.rx_done.len().min(room);
-            for c in self.rx_done.drain(..give) {
-                u.fill.push(c);
+            for s in self.rx_done.drain(..) {
+                slots.release(s);
             }
-            u.fill.submit();
+            let u = &mut *lock(&self.shared.umem);
+            u.tape.refill(&mut u.fill);
             if u.fill.needs_wakeup() {
                 xsk::kick_rx(&self.fd);
             }
@@ -733,3 +812,5 @@ pub enum SendError {
 mod tests;
 #[cfg(test)]
 mod tests_copies;
+#[cfg(test)]
+mod tests_tape;

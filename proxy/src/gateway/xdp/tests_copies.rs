@@ -15,7 +15,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::Command;
 
-use super::{open_shards, XdpDc};
+use super::{open_with_hold, XdpDc, TAPE_HOLD};
 use crate::buffer::PacketBuf;
 use crate::copies;
 use crate::gateway::ports::DcRx;
@@ -25,26 +25,26 @@ const N: usize = 64;
 /// The IP packet of a 4096-byte RoCE WRITE over IPv4 (IP 20, UDP 8, BTH
 /// 12, RETH 16, payload 4096, ICRC 4 → 4156) and some: 4176 bytes, so the
 /// frame (4190) spans two 4 KiB UMEM chunks.
-const PACKET: usize = 4176;
-const HOST: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
-const FAR: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 1);
+pub(super) const PACKET: usize = 4176;
+pub(super) const HOST: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
+pub(super) const FAR: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 1);
 
 /// Copies the backend makes per packet of a 4.2 KB frame read from the DC:
-/// the gather of the frame's two UMEM chunks into the buffer the site lent
-/// (which the site then holds: no copy after it). The goal of issue 16 is
-/// 0 here (the packet held in UMEM itself); see docs/benchmarks.md.
-const MAX_RX_COPIES: f64 = 1.0;
+/// none. Its two buffers are contiguous on the RX tape (`xdp::tape`), and
+/// it is lent to the site where the kernel wrote it. (Before the tape: 1,
+/// the gather of the two UMEM chunks into a buffer the site lent.)
+const MAX_RX_COPIES: f64 = 0.0;
 /// Copies per packet written toward a host, for a packet the site decoded
 /// into a buffer the backend lent (a run of its UMEM, `lend`): none, it is
 /// sent by offset from where it lies. (A packet on the heap is still
 /// copied into UMEM TX chunks: 1.00, the fallback when no region is free.)
 const MAX_TX_COPIES: f64 = 0.0;
 
-fn required() -> bool {
+pub(super) fn required() -> bool {
     std::env::var("SOYA_REQUIRE_NETNS").is_ok_and(|v| v == "1")
 }
 
-fn ip(args: &str) {
+pub(super) fn ip(args: &str) {
     let out = Command::new("ip")
         .args(args.split_whitespace())
         .output()
@@ -56,7 +56,7 @@ fn ip(args: &str) {
     );
 }
 
-fn mac(ifname: &str) -> [u8; 6] {
+pub(super) fn mac(ifname: &str) -> [u8; 6] {
     let s = std::fs::read_to_string(format!("/sys/class/net/{ifname}/address")).unwrap();
     let mut m = [0u8; 6];
     for (i, b) in s.trim().split(':').enumerate() {
@@ -67,16 +67,22 @@ fn mac(ifname: &str) -> [u8; 6] {
 
 /// An IPv4 + UDP packet of `PACKET` bytes, its payload numbered by `n`.
 fn packet(src: Ipv4Addr, dst: Ipv4Addr, n: usize) -> Vec<u8> {
-    let mut p = vec![0u8; PACKET];
+    packet_of(src, dst, n, PACKET)
+}
+
+/// An IPv4 + UDP packet of `size` bytes (at least 28), its payload
+/// numbered by `n`.
+pub(super) fn packet_of(src: Ipv4Addr, dst: Ipv4Addr, n: usize, size: usize) -> Vec<u8> {
+    let mut p = vec![0u8; size];
     p[0] = 0x45;
-    p[2..4].copy_from_slice(&(PACKET as u16).to_be_bytes());
+    p[2..4].copy_from_slice(&(size as u16).to_be_bytes());
     p[8] = 64;
     p[9] = 17;
     p[12..16].copy_from_slice(&src.octets());
     p[16..20].copy_from_slice(&dst.octets());
     p[20..22].copy_from_slice(&5000u16.to_be_bytes());
     p[22..24].copy_from_slice(&4791u16.to_be_bytes());
-    p[24..26].copy_from_slice(&((PACKET - 20) as u16).to_be_bytes());
+    p[24..26].copy_from_slice(&((size - 20) as u16).to_be_bytes());
     for (i, b) in p[28..].iter_mut().enumerate() {
         *b = (i + n * 7) as u8;
     }
@@ -84,13 +90,13 @@ fn packet(src: Ipv4Addr, dst: Ipv4Addr, n: usize) -> Vec<u8> {
 }
 
 /// An AF_PACKET socket on `ifname` (the peer end: it plays the hosts).
-struct Peer {
+pub(super) struct Peer {
     fd: OwnedFd,
     ifindex: i32,
 }
 
 impl Peer {
-    fn open(ifname: &str) -> Peer {
+    pub(super) fn open(ifname: &str) -> Peer {
         let proto = (libc::ETH_P_ALL as u16).to_be();
         // SAFETY: plain socket(2), checked, then owned.
         let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto)) };
@@ -129,7 +135,7 @@ impl Peer {
         Peer { fd, ifindex }
     }
 
-    fn send(&self, frame: &[u8]) {
+    pub(super) fn send(&self, frame: &[u8]) {
         // SAFETY: the socket is bound; `frame` is live for the call.
         let r = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
         assert_eq!(
@@ -170,7 +176,7 @@ impl Peer {
     }
 }
 
-fn wait_readable(fd: i32) -> bool {
+pub(super) fn wait_readable(fd: i32) -> bool {
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -183,7 +189,7 @@ fn wait_readable(fd: i32) -> bool {
 /// Runs the test `inner` of this binary in network namespace `ns`, under
 /// `ip netns exec` (which also mounts that namespace's /sys, where the
 /// backend reads the interface's queues and address).
-fn in_netns(ns: &str, inner: &str) {
+pub(super) fn in_netns(ns: &str, inner: &str) {
     ip(&format!("netns add {ns}"));
     let exe = std::env::current_exe().unwrap();
     let out = Command::new("ip")
@@ -208,10 +214,15 @@ fn in_netns(ns: &str, inner: &str) {
 }
 
 /// Set in the child that runs the ignored half.
-const INNER: &str = "SOYA_XDP_COPIES_INNER";
+pub(super) const INNER: &str = "SOYA_XDP_COPIES_INNER";
 
 /// xa (the gateway's DC interface, AF_XDP) ── veth ── xb (the hosts).
 fn setup() -> Option<XdpDc> {
+    setup_with_hold(TAPE_HOLD)
+}
+
+/// [`setup`] with `hold` tape slots for frames lent in place.
+pub(super) fn setup_with_hold(hold: usize) -> Option<XdpDc> {
     ip("link set lo up");
     ip("link add xa numrxqueues 1 numtxqueues 1 type veth peer name xb numrxqueues 1 numtxqueues 1");
     ip("link set xa up mtu 9000");
@@ -223,7 +234,7 @@ fn setup() -> Option<XdpDc> {
         "neigh replace {HOST} lladdr {lladdr} dev xa nud permanent"
     ));
     let p = |s: &str| s.parse().unwrap();
-    match open_shards("xa", 1, &[p("10.1.0.0/16")], &[p("10.2.0.0/16")], 256) {
+    match open_with_hold("xa", 1, &[p("10.1.0.0/16")], &[p("10.2.0.0/16")], 256, hold) {
         Ok(mut v) => Some(v.remove(0)),
         Err(e) if !required() && e.to_string().contains("not built") => {
             eprintln!("skipped: {e}");
@@ -233,7 +244,7 @@ fn setup() -> Option<XdpDc> {
     }
 }
 
-fn frame(dst: [u8; 6], src: [u8; 6], ip: &[u8]) -> Vec<u8> {
+pub(super) fn frame(dst: [u8; 6], src: [u8; 6], ip: &[u8]) -> Vec<u8> {
     let mut f = Vec::with_capacity(14 + ip.len());
     f.extend_from_slice(&dst);
     f.extend_from_slice(&src);
@@ -303,8 +314,10 @@ fn copies_in_namespace() {
         let rx = copies::so_far() - before;
         assert_eq!(got, sent, "the packets as sent");
         assert_eq!(dc.stats.rx_multi_buffer, N as u64, "two chunks per frame");
-        // Each gathered into a buffer the site lent, which it keeps.
+        // Each lent to the site in place (no site buffer used), which it
+        // keeps.
         assert_eq!(lent_used, N);
+        assert_eq!(dc.stats.rx_in_place, N as u64, "{:?}", dc.stats);
 
         // Toward the hosts: packets in buffers the backend lent to the
         // site's pool, as the WAN decode would have written them (that

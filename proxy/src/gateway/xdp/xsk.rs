@@ -10,8 +10,10 @@
 //! range the protocol gives us (between the consumer and producer index
 //! for a consumer ring, our reserved free space for a producer ring).
 //!
-//! Layout of the UMEM: `frames` chunks of [`CHUNK`] bytes, no headroom.
-//! Chunk addresses are offsets into the area (aligned mode).
+//! Layout of the UMEM: the RX tape (`xdp::tape`: slots 3840 bytes apart),
+//! then TX chunks of [`CHUNK`] bytes, no headroom. Addresses are offsets
+//! into the area; the UMEM is registered unaligned, so an RX descriptor's
+//! address carries the data's offset in its top 16 bits.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -285,14 +287,16 @@ pub fn socket() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Registers `area` as the UMEM of `fd`.
+/// Registers `area` as the UMEM of `fd`, unaligned: fill ring addresses
+/// need not be chunk multiples (the RX tape puts them 3840 bytes apart,
+/// see `xdp::tape`); a chunk is still the most one buffer holds.
 pub fn register_umem(fd: RawFd, area: &Area) -> io::Result<()> {
     let reg = libc::xdp_umem_reg {
         addr: area.base() as u64,
         len: area.size() as u64,
         chunk_size: CHUNK as u32,
         headroom: 0,
-        flags: 0,
+        flags: libc::XDP_UMEM_UNALIGNED_CHUNK_FLAG,
         tx_metadata_len: 0,
     };
     setsockopt(fd, libc::XDP_UMEM_REG, &reg)
