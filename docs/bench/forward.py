@@ -582,6 +582,11 @@ def run_once(args, bins, shards, key, tmp, tag):
                                   # in place / copied (still being sent) / heap
                                   xdp_lent_tx=[x.get("xdp_tx_in_place"), x.get("xdp_tx_busy_copied"),
                                                x.get("xdp_lend_empty")],
+                                  # 4.2 KB frames from the hosts: held in place on
+                                  # the RX tape, gathered at a break, gathered (full)
+                                  xdp_rx_frames=[x.get("xdp_rx_in_place"),
+                                                 x.get("xdp_rx_gathered_break"),
+                                                 x.get("xdp_rx_gathered_full")],
                                   # packets read (DC and WAN) per turn
                                   read_per_turn=(x.get("dc_rx_accepted", 0)
                                                  + x.get("wan_packets_received", 0)) / x["turns"]

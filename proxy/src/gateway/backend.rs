@@ -212,9 +212,8 @@ impl DcIo {
         buffer_slots: u64,
     ) -> io::Result<Vec<(DcIo, bool)>> {
         if let DcBackend::Xdp { interface } = backend {
-            let lend = xdp::lend::regions_for(buffer_slots, shards.max(1));
             return Ok(
-                xdp::open_shards(interface, shards.max(1), local, remote, lend)?
+                xdp::open_shards(interface, shards.max(1), local, remote, buffer_slots)?
                     .into_iter()
                     .map(|x| (DcIo::Xdp(Box::new(x)), true))
                     .collect(),

@@ -731,6 +731,9 @@ impl Device {
                 xdp_tx_in_place: self.dc.xdp_stats().map_or(0, |x| x.tx_in_place),
                 xdp_tx_busy_copied: self.dc.xdp_stats().map_or(0, |x| x.tx_busy_copied),
                 xdp_lend_empty: site.wan().pool_stats().lend_empty,
+                xdp_rx_in_place: self.dc.xdp_stats().map_or(0, |x| x.rx_in_place),
+                xdp_rx_gathered_break: self.dc.xdp_stats().map_or(0, |x| x.rx_gathered_break),
+                xdp_rx_gathered_full: self.dc.xdp_stats().map_or(0, |x| x.rx_gathered_full),
             }],
         }
     }

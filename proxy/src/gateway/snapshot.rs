@@ -97,6 +97,16 @@ pub struct ShardSnap {
     pub xdp_tx_busy_copied: u64,
     #[serde(default)]
     pub xdp_lend_empty: u64,
+    /// xdp backend, multi-buffer frames from the DC: lent to the site in
+    /// place on the RX tape (no copy), gathered because they straddled a
+    /// break in the tape, or gathered because the tape's budget of held
+    /// frames was spent (one copy each).
+    #[serde(default)]
+    pub xdp_rx_in_place: u64,
+    #[serde(default)]
+    pub xdp_rx_gathered_break: u64,
+    #[serde(default)]
+    pub xdp_rx_gathered_full: u64,
 }
 
 /// A snapshot's view of a protocol stats struct: the `copied` counters

@@ -248,6 +248,24 @@ pub static METRICS: &[Metric] = &[
             out
         },
     },
+    Metric {
+        name: "soya_shard_xdp_rx_frames_total",
+        kind: Counter,
+        help: "xdp backend, multi-buffer frames from the DC (a 4096-byte MTU's 4.2 KB frames): lent to the site in place on the RX tape (no copy), or gathered (one copy) because they straddled a break in the tape (break) or the tape's budget of held frames was spent (full).",
+        labels: &["shard", "result"],
+        samples: |s| {
+            let mut out = Vec::new();
+            for sh in &s.shards {
+                for (r, v) in [("in_place", sh.xdp_rx_in_place), ("break", sh.xdp_rx_gathered_break), ("full", sh.xdp_rx_gathered_full)] {
+                    out.push(Sample {
+                        labels: vec![("shard", sh.index.to_string()), ("result", r.to_string())],
+                        value: Value::Int(v),
+                    });
+                }
+            }
+            out
+        },
+    },
     // The QP engine.
     Metric {
         name: "soya_engine_dc_packets_total",

@@ -279,4 +279,13 @@ mod tests {
         assert_eq!(regions_for(1000, 1), 1000 + super::super::RING as usize);
         assert_eq!(regions_for(u64::MAX, 4), MAX_REGIONS);
     }
+
+    /// The RX tape at gateway A follows the deep buffer the same way: two
+    /// tape slots per held 4.2 KB frame, up to the cap.
+    #[test]
+    fn the_tape_holds_the_held_set_up_to_a_cap() {
+        use super::super::{tape_hold_for, TAPE_HOLD};
+        assert_eq!(tape_hold_for(1000), 2000);
+        assert_eq!(tape_hold_for(u64::MAX), TAPE_HOLD);
+    }
 }

@@ -84,11 +84,22 @@ const TX_KICK: u32 = 64;
 /// Chunks a shard takes from the shared free list at a time.
 const TX_TAKE: usize = 256;
 const ETH: usize = 14;
-/// Tape slots (3840 bytes each) that frames lent in place may hold, on top
-/// of those the fill and RX rings need: 8192 slots, 30 MiB, 4096 4.2 KB
-/// frames held at once; past that frames are gathered (one copy each).
-/// See [`tape`].
-const TAPE_HOLD: usize = 8192;
+/// Most tape slots (3840 bytes each) that frames lent in place may hold,
+/// on top of those the fill and RX rings need: 16384 slots, 60 MiB, 8192
+/// 4.2 KB frames held at once (about the requests in flight over 300 km
+/// at 100 Gb/s); past that frames are gathered (one copy each, counted).
+/// With 8192, forward.py's two pairs of 128 outstanding 64 KiB WRITEs
+/// found the budget spent for 3.6 % of their frames. See [`tape`] and
+/// [`tape_hold_for`].
+const TAPE_HOLD: usize = 16384;
+
+/// Tape slots to hold for a site whose deep buffer has `slots` slots: the
+/// requests held at gateway A are bounded by the slots (one each, two tape
+/// slots per 4.2 KB frame), so a small buffer gets a small tape; capped at
+/// [`TAPE_HOLD`] (the UMEM is committed memory).
+pub fn tape_hold_for(slots: u64) -> usize {
+    slots.saturating_mul(2).min(TAPE_HOLD as u64) as usize
+}
 
 /// What the shards share: the UMEM area and its fill/completion rings.
 struct Shared {
@@ -234,15 +245,19 @@ fn ifindex(name: &str) -> Option<u32> {
 }
 
 /// Opens the backend: one socket per shard on `interface`, the steering
-/// program loaded, its maps filled and attached.
+/// program loaded, its maps filled and attached; its UMEM sized for a deep
+/// buffer of `buffer_slots` slots (the RX tape's held frames at gateway A,
+/// the regions lent to the WAN decode at gateway B).
 pub fn open_shards(
     interface: &str,
     shards: usize,
     local: &[Prefix],
     remote: &[Prefix],
-    lend_regions: usize,
+    buffer_slots: u64,
 ) -> io::Result<Vec<XdpDc>> {
-    open_with_hold(interface, shards, local, remote, lend_regions, TAPE_HOLD)
+    let lend_regions = lend::regions_for(buffer_slots, shards);
+    let hold = tape_hold_for(buffer_slots);
+    open_with_hold(interface, shards, local, remote, lend_regions, hold)
 }
 
 /// [`open_shards`] with `hold` tape slots for frames lent in place (the
