@@ -518,7 +518,7 @@ fn tap_mode_carries_ethernet_between_namespaces() {
     namespace_roundtrip(true, 0);
 }
 
-/// With slack, one engine thread serves both directions of the path (the
+/// With slack and `--one-thread`, one engine thread serves both directions of the path (the
 /// process: its main thread and that one), and both still carry.
 #[test]
 fn tun_mode_with_slack_serves_both_directions_on_one_thread() {
@@ -559,7 +559,7 @@ fn namespace_roundtrip(tap: bool, slack_us: u32) {
         "--json",
     ];
     if slack_us > 0 {
-        args.extend(["--slack-us", &slack]);
+        args.extend(["--slack-us", &slack, "--one-thread"]);
     }
     let (child, _err) = spawn_wanem(&args);
     let threads = std::fs::read_dir(format!("/proc/{}/task", child.id()))

@@ -8,6 +8,7 @@
 //! max_datagram = 9216     # bytes; longer datagrams are dropped
 //! realtime = true         # SCHED_FIFO engine threads while they keep up
 //! offload = true          # UDP: GRO in, GSO out; TUN: UDP GSO read and written (vnet headers)
+//! one_thread = false      # TUN with slack: one thread for both directions (fewer wake-ups, RTT + up to 2 x slack)
 //!
 //! [profile]               # every path, both directions
 //! distance_km = 300       # or delay_ms = 3
@@ -58,6 +59,7 @@ pub struct FileConfig {
     pub slack_us: Option<f64>,
     pub realtime: Option<bool>,
     pub offload: Option<bool>,
+    pub one_thread: Option<bool>,
     pub profile: Option<ProfileSpec>,
     pub a_to_b: Option<ProfileSpec>,
     pub b_to_a: Option<ProfileSpec>,
@@ -219,6 +221,7 @@ fn engine_options(file: &FileConfig, cli: &FileConfig) -> Result<EngineOptions, 
     }
     e.realtime = cli.realtime.or(file.realtime).unwrap_or(true);
     e.offload = cli.offload.or(file.offload).unwrap_or(true);
+    e.one_thread = cli.one_thread.or(file.one_thread).unwrap_or(false);
     if let Some(s) = seconds(cli.spin_us.or(file.spin_us).map(|us| us / 1e6), "--spin-us")? {
         e.spin = s;
     }

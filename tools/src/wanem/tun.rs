@@ -270,7 +270,7 @@ pub fn start(
     let (a, b) = (open(a_dev)?, open(b_dev)?);
     let mut emu = Emulator::new();
     let name = if tap { "tap" } else { "tun" };
-    if opts.slack.is_zero() {
+    if opts.slack.is_zero() || !opts.one_thread {
         emu.add_path(
             name,
             a_dev.to_string(),
@@ -283,8 +283,8 @@ pub fn start(
             0,
         )?;
     } else {
-        // With slack, one thread serves both directions, so a wake-up
-        // serves both. Why: the wake-ups were then the relay's largest
+        // With slack and `one_thread`, one thread serves both directions,
+        // so a wake-up serves both. Why: the wake-ups were then the relay's largest
         // cost (`soya demo`'s relay, 2 Gb/s, 100 µs: two threads each woke
         // ~10,000 times a second, ~22 % of its CPU in ppoll and the
         // scheduler). Without slack each direction keeps its own thread,

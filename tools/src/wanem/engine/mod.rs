@@ -74,6 +74,14 @@ pub struct EngineOptions {
     /// GSO, and send runs of equal-size datagrams with GSO. Datagram
     /// boundaries are kept either way.
     pub offload: bool,
+    /// TUN mode with slack: one thread serves both directions of a path,
+    /// so one wake-up serves both (about 1.5x fewer CPU-seconds per Gb).
+    /// Off by default: a TUN read has no kernel timestamp, so a packet
+    /// that arrives while the thread sleeps out its slack after the other
+    /// direction's work is stamped late, by up to the slack. Measured in
+    /// `soya demo` (300 km, 100 µs slack): the direct run's RTT went from
+    /// 2.93 to 3.03 ms and its goodput from 1.274 to 1.248 Gb/s.
+    pub one_thread: bool,
 }
 
 impl Default for EngineOptions {
@@ -88,6 +96,7 @@ impl Default for EngineOptions {
             socket_buffer: 16 << 20,
             realtime: true,
             offload: true,
+            one_thread: false,
         }
     }
 }
