@@ -403,6 +403,14 @@ fn ifreq_named(name: &str) -> io::Result<libc::ifreq> {
 /// device instead, for L2 traffic such as rxe's), non-blocking, without
 /// packet-information headers.
 pub fn open_tun_fd(name: &str, tap: bool) -> io::Result<OwnedFd> {
+    let kind = if tap { libc::IFF_TAP } else { libc::IFF_TUN };
+    open_tun_with(name, kind | libc::IFF_NO_PI)
+}
+
+/// Opens `/dev/net/tun` non-blocking and attaches it to device `name`
+/// (created if missing) with `flags` (`IFF_TUN`/`IFF_TAP`, `IFF_NO_PI`,
+/// `IFF_VNET_HDR`, ...).
+pub(crate) fn open_tun_with(name: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
     let mut ifr = ifreq_named(name)?;
     // SAFETY: a C string path and flags.
     let fd = unsafe {
@@ -417,8 +425,7 @@ pub fn open_tun_fd(name: &str, tap: bool) -> io::Result<OwnedFd> {
     }
     // SAFETY: a freshly opened descriptor we own (closed on error paths).
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    ifr.ifr_ifru.ifru_flags =
-        ((if tap { libc::IFF_TAP } else { libc::IFF_TUN }) | libc::IFF_NO_PI) as libc::c_short;
+    ifr.ifr_ifru.ifru_flags = flags as libc::c_short;
     // SAFETY: TUNSETIFF reads and writes an ifreq we own.
     if unsafe { libc::ioctl(owned.as_raw_fd(), libc::TUNSETIFF as _, &mut ifr) } < 0 {
         let e = io::Error::last_os_error();

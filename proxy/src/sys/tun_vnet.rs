@@ -4,10 +4,10 @@
 //! `writev` (headers, then the datagrams' payloads where they lie).
 
 use std::io::{self, IoSlice};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use super::{ifreq_named, wait_writable};
+use super::wait_writable;
 
 /// `_IOW('T', 208, unsigned int)`.
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
@@ -16,27 +16,7 @@ const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
 /// checksum and UDP segmentation offload (USO, Linux ≥ 6.2; checksum
 /// offload alone on an older kernel), non-blocking, without PI headers.
 pub fn open(name: &str) -> io::Result<OwnedFd> {
-    let mut ifr = ifreq_named(name)?;
-    // SAFETY: a C string path and flags.
-    let fd = unsafe {
-        libc::open(
-            c"/dev/net/tun".as_ptr(),
-            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(e.kind(), format!("/dev/net/tun: {e}")));
-    }
-    // SAFETY: a freshly opened descriptor we own (closed on error paths).
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    ifr.ifr_ifru.ifru_flags =
-        (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_VNET_HDR) as libc::c_short;
-    // SAFETY: TUNSETIFF reads and writes an ifreq we own.
-    if unsafe { libc::ioctl(owned.as_raw_fd(), libc::TUNSETIFF as _, &mut ifr) } < 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(e.kind(), format!("TUNSETIFF {name}: {e}")));
-    }
+    let owned = super::open_tun_with(name, libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_VNET_HDR)?;
     for flags in [
         libc::TUN_F_CSUM | libc::TUN_F_USO4 | libc::TUN_F_USO6,
         libc::TUN_F_CSUM,
