@@ -275,6 +275,34 @@ impl PacketBuf {
         self.len = len as u32;
     }
 
+    /// Forgets the first `n` bytes (at most all of them), moving the rest
+    /// to the front: a copy (counted). For a message reassembled with its
+    /// header in the wrong place (see `wan::flow::recv`), which is rare.
+    pub fn remove_front(&mut self, n: usize) {
+        let n = n.min(self.len());
+        if n == 0 {
+            return;
+        }
+        let len = self.len();
+        crate::copies::note(len - n);
+        self.as_mut_slice().copy_within(n.., 0);
+        self.truncate(len - n);
+    }
+
+    /// Puts `bytes` before the bytes this buffer holds, moving them up: a
+    /// copy (counted), the rare converse of [`remove_front`](Self::remove_front).
+    pub fn insert_front(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let len = self.len();
+        crate::copies::note(len);
+        self.resize(len + bytes.len(), 0);
+        let s = self.as_mut_slice();
+        s.copy_within(..len, bytes.len());
+        s[..bytes.len()].copy_from_slice(bytes);
+    }
+
     /// The uninitialised room after the bytes (for a `readv` into it).
     pub fn spare_capacity_mut(&mut self) -> &mut [MaybeUninit<u8>] {
         // SAFETY: both kinds own `cap` bytes at `ptr` exclusively (a

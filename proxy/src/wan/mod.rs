@@ -62,7 +62,7 @@ use crate::time::Time;
 
 use cc::{AckSample, Bbr, Controller, FixedRate};
 use dgram::{DgramRecv, DgramSend};
-use flow::{DataOutcome, PushError, RecvFlows, SendFlows};
+use flow::{DataOutcome, Message, PushError, RecvFlows, SendFlows};
 use packet::{
     check_frames, Frame, Header, Hello, PacketKind, Writer, DATA_OVERHEAD, HEADER_LEN, HELLO_LEN,
     TAG_LEN,
@@ -222,7 +222,7 @@ impl WanConnection {
                 tuning.max_flows,
                 tuning.flow_idle_timeout.clamp(FLOW_IDLE_MIN, FLOW_IDLE_MAX),
             ),
-            recv: RecvFlows::new(window, tuning.max_flows),
+            recv: RecvFlows::new(window, tuning.max_flows).with_body_at(msg::packet_at),
             session: Session::new(
                 session_nonce,
                 cfg.is_client,

@@ -23,7 +23,7 @@
 //! The version byte lets a later codec change the layout without touching
 //! the transport; a message of an unknown version is counted as malformed.
 
-use crate::buffer::PacketBuf;
+use crate::buffer::{PacketBuf, PacketPool};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use thiserror::Error;
@@ -281,6 +281,44 @@ pub fn decode(b: &[u8]) -> Result<TwinMsg, MsgError> {
     decode_with(b, |packet| packet.into())
 }
 
+/// Where the IP packet of an encoded message starts, judged from its first
+/// bytes: after the codec header of a Request (3 bytes), a Response or a
+/// Datagram (2). `None` for the other kinds (they carry no packet) and
+/// when the bytes are too few or not of this codec. The WAN receiver
+/// reassembles a fragmented message with the packet apart from this
+/// header (`wan::flow::Message`), so that the packet is used where it was
+/// reassembled: see [`decode_split`].
+pub fn packet_at(first: &[u8]) -> Option<usize> {
+    match first {
+        [CODEC_VERSION, K_REQUEST, _, ..] => Some(3),
+        [CODEC_VERSION, K_RESPONSE | K_DATAGRAM, ..] => Some(2),
+        _ => None,
+    }
+}
+
+/// Decodes a message reassembled as `head ‖ body`, where `head` is exactly
+/// the codec header [`packet_at`] found (the packet is then `body` itself,
+/// moved into the message: not copied) or empty (the message is decoded
+/// from `body` as by [`decode_with`], a packet copied into a buffer of
+/// `pool`, and `body` goes back to `pool`).
+pub fn decode_split(
+    head: &[u8],
+    body: PacketBuf,
+    pool: &mut PacketPool,
+) -> Result<TwinMsg, MsgError> {
+    if head.is_empty() {
+        let msg = decode_with(&body, |b| pool.copy_of(b));
+        pool.put(body);
+        return msg;
+    }
+    // The header decodes to a packet-carrying kind whose packet is the
+    // (empty) rest of `head`: the body stands in for it.
+    decode_with(head, move |rest| {
+        debug_assert!(rest.is_empty(), "the head is exactly the header");
+        body
+    })
+}
+
 /// [`decode`], the carried packet copied out by `copy` (the transport
 /// copies into a pooled buffer: `buffer::pool`).
 pub fn decode_with(b: &[u8], copy: impl FnOnce(&[u8]) -> PacketBuf) -> Result<TwinMsg, MsgError> {
@@ -487,7 +525,60 @@ mod tests {
 
     #[test]
     fn every_kind_round_trips() {
-        let msgs = [
+        for m in every_kind() {
+            let b = encode(&m);
+            assert_eq!(b.len(), encoded_len(&m));
+            assert_eq!(decode(&b).as_ref(), Ok(&m));
+            // The two-part encoding holds the same bytes, cut anywhere.
+            let e = encode_owned(m);
+            assert_eq!(e.len(), b.len());
+            for cut in [0, 1, 2, 3, 5, b.len() / 2, b.len()] {
+                let cut = cut.min(b.len());
+                let (h1, b1) = e.range(0, cut);
+                let (h2, b2) = e.range(cut, b.len());
+                assert_eq!([h1, b1, h2, b2].concat(), b, "cut at {cut}");
+            }
+        }
+    }
+
+    /// As the WAN receiver hands a reassembled message over: the header
+    /// `packet_at` finds kept apart, the rest in a buffer. A packet
+    /// message's packet is that buffer itself (no copy); the others decode
+    /// from it, and it goes back to the pool.
+    #[test]
+    fn a_message_decodes_split_at_its_packet() {
+        for m in every_kind() {
+            let b = encode(&m);
+            let carries = matches!(
+                m,
+                TwinMsg::Request { .. } | TwinMsg::Response { .. } | TwinMsg::Datagram { .. }
+            );
+            let at = packet_at(&b[..b.len().min(8)]);
+            assert_eq!(at.is_some(), carries, "{m:?}");
+            let h = at.unwrap_or(0);
+            let body = PacketBuf::from(b[h..].to_vec());
+            let body_ptr = body.as_ptr();
+            let mut pool = PacketPool::new(4);
+            let got = decode_split(&b[..h], body, &mut pool).unwrap();
+            assert_eq!(got, m);
+            match got {
+                TwinMsg::Request { packet, .. }
+                | TwinMsg::Response { packet }
+                | TwinMsg::Datagram { packet } => {
+                    assert_eq!(packet.as_ptr(), body_ptr, "the body is the packet")
+                }
+                _ => {}
+            }
+        }
+        // Too few bytes to tell, another codec version: no packet split.
+        assert_eq!(packet_at(&[CODEC_VERSION, K_REQUEST]), None);
+        assert_eq!(packet_at(&[CODEC_VERSION]), None);
+        assert_eq!(packet_at(&[2, K_RESPONSE, 0]), None);
+        assert_eq!(packet_at(&[CODEC_VERSION, K_RESPONSE]), Some(2));
+    }
+
+    fn every_kind() -> Vec<TwinMsg> {
+        vec![
             TwinMsg::Request {
                 carry: Carry::Reliable,
                 packet: vec![1, 2, 3].into(),
@@ -527,21 +618,7 @@ mod tests {
                 psn: Psn::new(0xff_ffff),
                 msn: Some(u32::MAX),
             },
-        ];
-        for m in msgs {
-            let b = encode(&m);
-            assert_eq!(b.len(), encoded_len(&m));
-            assert_eq!(decode(&b).as_ref(), Ok(&m));
-            // The two-part encoding holds the same bytes, cut anywhere.
-            let e = encode_owned(m);
-            assert_eq!(e.len(), b.len());
-            for cut in [0, 1, 2, 3, 5, b.len() / 2, b.len()] {
-                let cut = cut.min(b.len());
-                let (h1, b1) = e.range(0, cut);
-                let (h2, b2) = e.range(cut, b.len());
-                assert_eq!([h1, b1, h2, b2].concat(), b, "cut at {cut}");
-            }
-        }
+        ]
     }
 
     #[test]

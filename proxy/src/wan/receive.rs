@@ -244,16 +244,25 @@ impl WanConnection {
             Frame::Ping => {}
             Frame::Ack(a) => self.on_ack_frame(now, &a),
             Frame::Data(d) => {
-                let (events, counters, pool) =
-                    (&mut self.events, &mut self.counters, &mut self.pool);
+                let (events, counters) = (&mut self.events, &mut self.counters);
                 // (flow, len) of messages that did not decode (rare).
                 let mut undecodable: Vec<(u64, u64)> = Vec::new();
-                // Decoding copies the packet out of the datagram into the
-                // message (a pooled buffer): the one copy of the payload on
-                // the receiving side.
-                let mut deliver = |flow, bytes: &[u8]| {
-                    let len = bytes.len() as u64;
-                    match msg::decode_with(bytes, |b| pool.copy_of(b)) {
+                // The one copy of the payload on the receiving side: a
+                // message whole in its datagram is decoded by copying the
+                // packet into a pooled buffer; a fragmented one was
+                // reassembled into such a buffer, which becomes the packet.
+                let mut deliver = |flow, m: Message<'_>, pool: &mut PacketPool| {
+                    let (len, decoded) = match m {
+                        Message::InFrame(bytes) => (
+                            bytes.len() as u64,
+                            msg::decode_with(bytes, |b| pool.copy_of(b)),
+                        ),
+                        Message::Reassembled { head, body } => (
+                            (head.len() + body.len()) as u64,
+                            msg::decode_split(head, body, pool),
+                        ),
+                    };
+                    match decoded {
                         Ok(msg) => events.push_back(Queued::Msg { flow, len, msg }),
                         Err(e) => {
                             tracing::debug!(flow, cause = %e, "undecodable twin message");
@@ -262,7 +271,8 @@ impl WanConnection {
                         }
                     }
                 };
-                if self.recv.on_data(&d, &mut deliver) == DataOutcome::Violation {
+                let outcome = self.recv.on_data(&d, &mut self.pool, &mut deliver);
+                if outcome == DataOutcome::Violation {
                     self.counters.protocol_violations += 1;
                 }
                 for (flow, len) in undecodable {

@@ -39,6 +39,10 @@ pub struct ConnStats {
     pub recv_flows_closed: u64,
     /// Ranges of closed peer flow ids remembered (bounded: `flow`).
     pub recv_closed_ranges: usize,
+    /// Fragmented messages whose packet had to be moved once more in its
+    /// reassembly buffer (fragment 0 came late and the header length was
+    /// guessed wrong: `flow::recv`).
+    pub recv_reassembly_moves: u64,
     pub packets_sent: u64,
     pub packets_received: u64,
     pub packets_lost: u64,
@@ -111,6 +115,7 @@ impl WanConnection {
             recv_flows: self.recv.flow_count(),
             recv_flows_closed: self.recv.flows_closed,
             recv_closed_ranges: self.recv.closed_ranges(),
+            recv_reassembly_moves: self.recv.misplaced,
             packets_sent: sum(|c| c.packets_sent),
             packets_received: sum(|c| c.packets_received),
             packets_lost: sum(|c| c.packets_lost),

@@ -92,8 +92,10 @@ mod recv;
 mod send;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_reassembly;
 
-pub use recv::RecvFlows;
+pub use recv::{Message, RecvFlows};
 pub use send::SendFlows;
 
 /// Largest encoded message (a RoCE packet is at most ~4.2 KB; the margin

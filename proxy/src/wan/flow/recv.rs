@@ -1,9 +1,29 @@
 //! The receiving half of all flows: reassembly, reorder buffers, credit,
 //! and the memory of closed flows (see the parent module).
+//!
+//! # Reassembly in place
+//!
+//! A message cut into fragments (WAN datagrams smaller than the packet it
+//! carries: a 1500-byte path cuts every 4 KiB RoCE packet in four) is
+//! reassembled into a buffer from the transport's [`PacketPool`], and that
+//! buffer is handed over as it is: the packet the message carries is never
+//! copied out of it again (issue 16: one user-space copy per packet per
+//! gateway; at an xdp gateway the pool lends UMEM, so the packet goes to the
+//! responder from where its fragments were written).
+//!
+//! For that the message's header must stay out of the buffer: the buffer
+//! holds message bytes `[skip, total)` and a small side array the first
+//! `skip`. `skip` comes from the header itself (`body_at`, the codec's
+//! knowledge, given by the owner: this module does not know what a message
+//! means) when fragment 0 arrives first, as it does unless the paths
+//! reorder; otherwise from the last message of the same flow. A wrong guess
+//! costs one counted move of the bytes when the message completes
+//! ([`RecvFlows::misplaced`]), never wrong bytes.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, VecDeque};
 
+use crate::buffer::{PacketBuf, PacketPool};
 use crate::keyed::KeyedMap;
 
 use super::closed::IdRanges;
@@ -12,10 +32,44 @@ use super::{DataOutcome, MAX_FRAGMENTS, MAX_MESSAGE};
 use super::super::packet::{DataFrame, Frame, Writer};
 use super::super::recovery::SentFrame;
 
+/// Most header bytes a message keeps beside its buffer (`body_at` results
+/// past it are ignored: the message is then delivered whole in the buffer).
+pub const MAX_HEAD: usize = 8;
+
+/// Where a message's body starts, judged from its first bytes (at most
+/// [`MAX_HEAD`]); `None` when it has no separate body or the bytes are too
+/// few to tell.
+pub type BodyAt = fn(&[u8]) -> Option<usize>;
+
+/// A message handed over in order: `head ‖ body`.
+pub enum Message<'a> {
+    /// Whole in one frame: its bytes, still in the datagram.
+    InFrame(&'a [u8]),
+    /// Reassembled from fragments. `head` is exactly what `body_at` said
+    /// precedes the body (empty when it said `None`): `body` is the rest,
+    /// in a pooled buffer the receiver now owns.
+    Reassembled { head: &'a [u8], body: PacketBuf },
+}
+
+impl Message<'_> {
+    /// All the bytes, contiguous (a copy, for tests).
+    #[cfg(test)]
+    pub fn to_vec(&self) -> Vec<u8> {
+        match self {
+            Message::InFrame(b) => b.to_vec(),
+            Message::Reassembled { head, body } => [*head, &body[..]].concat(),
+        }
+    }
+}
+
 struct Partial {
     offset: u64,
     total: u32,
-    data: Vec<u8>,
+    /// Message bytes `[0, skip)`.
+    head: [u8; MAX_HEAD],
+    skip: u8,
+    /// Message bytes `[skip, total)`.
+    body: PacketBuf,
     /// Received fragment ranges `(start, len)`.
     frags: Vec<(u32, u32)>,
     received: u32,
@@ -24,6 +78,50 @@ struct Partial {
 impl Partial {
     fn complete(&self) -> bool {
         self.received == self.total && !self.frags.is_empty()
+    }
+
+    /// Writes the fragment at message offset `start` (within `total`).
+    fn write(&mut self, start: usize, bytes: &[u8]) {
+        let skip = usize::from(self.skip);
+        let end = start + bytes.len();
+        if start < skip {
+            let n = end.min(skip) - start;
+            self.head[start..start + n].copy_from_slice(&bytes[..n]);
+        }
+        if end > skip {
+            let from = start.max(skip);
+            let part = &bytes[from - start..];
+            crate::copies::note(part.len());
+            self.body[from - skip..end - skip].copy_from_slice(part);
+        }
+    }
+
+    /// Moves bytes between the head and the body so that the head is
+    /// `want` bytes long; whether any had to move.
+    fn place_head(&mut self, want: usize) -> bool {
+        let skip = usize::from(self.skip);
+        if want == skip {
+            return false;
+        }
+        if want > skip {
+            let n = want - skip;
+            self.head[skip..want].copy_from_slice(&self.body[..n]);
+            self.body.remove_front(n);
+        } else {
+            self.body.insert_front(&self.head[want..skip]);
+        }
+        self.skip = want as u8;
+        true
+    }
+
+    /// The message's first bytes (up to [`MAX_HEAD`]) and how many.
+    fn first_bytes(&self) -> ([u8; MAX_HEAD], usize) {
+        let skip = usize::from(self.skip);
+        let mut first = [0u8; MAX_HEAD];
+        first[..skip].copy_from_slice(&self.head[..skip]);
+        let more = (MAX_HEAD - skip).min(self.body.len());
+        first[skip..skip + more].copy_from_slice(&self.body[..more]);
+        (first, skip + more)
     }
 }
 
@@ -36,6 +134,9 @@ struct RecvFlow {
     buffer: BTreeMap<u64, Partial>,
     buffered_bytes: u64,
     credit_queued: bool,
+    /// The head length of this flow's last reassembled message: the guess
+    /// for the next one whose fragment 0 is not the first to arrive.
+    skip_guess: u8,
 }
 
 /// Receiving half of all flows.
@@ -51,12 +152,16 @@ pub struct RecvFlows {
     window: u64,
     max_flows: usize,
     credit_pending: VecDeque<u64>,
-    /// The buffers of reassembled messages, reused for the next ones: when
-    /// messages are cut into fragments (a 1500-byte MTU path cuts every
-    /// 4 KiB request in four) each of them is reassembled, and fresh
-    /// vectors were two allocations per message. At most [`SPARE_PARTIALS`].
-    spare: Vec<Spare>,
+    /// Where a message's body starts (see the module documentation).
+    body_at: BodyAt,
+    /// Fragment lists of reassembled messages, reused for the next ones
+    /// (at most [`SPARE_LISTS`]; the buffers go back to the pool).
+    spare: Vec<Vec<(u32, u32)>>,
     pub offset_mismatches: u64,
+    /// Reassembled messages whose head was guessed wrong (fragment 0 came
+    /// after another fragment, and the flow's previous message had a
+    /// header of another length): their bytes were moved once more.
+    pub misplaced: u64,
     /// Flows closed by their FIN.
     pub flows_closed: u64,
     /// Frames of closed flows (late duplicates), dropped.
@@ -66,11 +171,17 @@ pub struct RecvFlows {
     pub closed_overflow: u64,
 }
 
-/// Reassembly buffers kept for reuse (at most 64 × the largest message).
-const SPARE_PARTIALS: usize = 64;
+/// `body_at` of a message's first bytes, as a head length (0: whole in
+/// the body).
+fn head_len(body_at: BodyAt, first: &[u8], total: usize) -> usize {
+    match body_at(first) {
+        Some(n) if n <= MAX_HEAD && n <= total => n,
+        _ => 0,
+    }
+}
 
-/// A reassembled message's data and fragment list, for reuse.
-type Spare = (Vec<u8>, Vec<(u32, u32)>);
+/// Fragment lists kept for reuse.
+const SPARE_LISTS: usize = 64;
 
 impl RecvFlows {
     /// Bytes of per-flow state: the flow table as allocated, and each
@@ -85,6 +196,8 @@ impl RecvFlows {
                 .sum::<usize>()
     }
 
+    /// Flows whose messages are delivered whole (no head kept apart); see
+    /// [`with_body_at`](Self::with_body_at).
     pub fn new(window: u64, max_flows: usize) -> RecvFlows {
         RecvFlows {
             flows: KeyedMap::default(),
@@ -93,27 +206,39 @@ impl RecvFlows {
             window,
             max_flows,
             credit_pending: VecDeque::new(),
+            body_at: |_| None,
             spare: Vec::new(),
             offset_mismatches: 0,
+            misplaced: 0,
             flows_closed: 0,
             closed_frames: 0,
             closed_overflow: 0,
         }
     }
 
+    /// Reassembled messages keep the head `body_at` finds apart from the
+    /// body, so that the body needs no copy to be used alone.
+    pub fn with_body_at(mut self, body_at: BodyAt) -> RecvFlows {
+        self.body_at = body_at;
+        self
+    }
+
     /// Accepts one DATA frame; hands every message now complete in order to
-    /// `deliver(flow, bytes)`.
+    /// `deliver(flow, message, pool)`. Reassembly buffers come from `pool`
+    /// and are handed over with their message (see the module
+    /// documentation).
     ///
     /// Fast path: the next expected message, whole in this frame (the usual
     /// case with jumbo datagrams), goes to `deliver` straight from the
-    /// packet: no reassembly buffer is allocated, zeroed or copied into.
+    /// packet: no reassembly buffer is taken, zeroed or copied into.
     /// Only fragments and out-of-order messages are buffered.
     pub fn on_data(
         &mut self,
         d: &DataFrame<'_>,
-        deliver: &mut impl FnMut(u64, &[u8]),
+        pool: &mut PacketPool,
+        deliver: &mut impl FnMut(u64, Message<'_>, &mut PacketPool),
     ) -> DataOutcome {
-        let window = self.window;
+        let (window, body_at) = (self.window, self.body_at);
         let flows = self.flows.len();
         let full = flows >= self.max_flows;
         let f = match self.flows.entry(d.flow) {
@@ -159,20 +284,30 @@ impl RecvFlows {
             }
             f.next_offset = d.offset + total;
             f.next_seq += 1;
-            deliver(d.flow, d.bytes);
+            deliver(d.flow, Message::InFrame(d.bytes), pool);
         } else {
             if !buffered {
+                // The head's length: from fragment 0 if this is it, else
+                // the flow's last (checked when the message completes).
+                let skip = if d.frag_off == 0 {
+                    let first = &d.bytes[..d.bytes.len().min(MAX_HEAD)];
+                    head_len(body_at, first, d.total as usize) as u8
+                } else {
+                    f.skip_guess.min(d.total.min(MAX_HEAD as u32) as u8)
+                };
                 f.buffered_bytes += total;
-                let (mut data, mut frags) = self.spare.pop().unwrap_or_default();
-                data.clear();
-                data.resize(d.total as usize, 0);
+                let mut body = pool.take();
+                body.resize(d.total as usize - usize::from(skip), 0);
+                let mut frags = self.spare.pop().unwrap_or_default();
                 frags.clear();
                 f.buffer.insert(
                     d.seq,
                     Partial {
                         offset: d.offset,
                         total: d.total,
-                        data,
+                        head: [0; MAX_HEAD],
+                        skip,
+                        body,
                         frags,
                         received: 0,
                     },
@@ -196,8 +331,7 @@ impl RecvFlows {
                 return DataOutcome::Violation;
             }
             // The parser guarantees frag_off + len <= total.
-            crate::copies::note(d.bytes.len());
-            p.data[start as usize..(start + len) as usize].copy_from_slice(d.bytes);
+            p.write(start as usize, d.bytes);
             p.frags.push((start, len));
             p.received += len;
         }
@@ -206,16 +340,23 @@ impl RecvFlows {
             if *entry.key() != f.next_seq || !entry.get().complete() {
                 break;
             }
-            let p = entry.remove();
+            let mut p = entry.remove();
             f.buffered_bytes -= u64::from(p.total);
             if p.offset != f.next_offset {
                 self.offset_mismatches += 1;
             }
             f.next_offset = p.offset + u64::from(p.total);
             f.next_seq += 1;
-            deliver(d.flow, &p.data);
-            if self.spare.len() < SPARE_PARTIALS {
-                self.spare.push((p.data, p.frags));
+            let (first, n) = p.first_bytes();
+            let want = head_len(body_at, &first[..n], p.total as usize);
+            if p.place_head(want) {
+                self.misplaced += 1;
+            }
+            f.skip_guess = p.skip;
+            let head = &p.head[..want];
+            deliver(d.flow, Message::Reassembled { head, body: p.body }, pool);
+            if self.spare.len() < SPARE_LISTS {
+                self.spare.push(p.frags);
             }
         }
         DataOutcome::Accepted

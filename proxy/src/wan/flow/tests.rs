@@ -25,8 +25,13 @@ fn send_one(s: &mut SendFlows, cap: usize) -> (Vec<u8>, Vec<SentFrame>) {
 fn receive(r: &mut RecvFlows, buf: &[u8], got: &mut Vec<(u64, Vec<u8>)>) {
     for f in parse_frames(buf).unwrap() {
         if let Frame::Data(d) = f {
-            let mut deliver = |flow, b: &[u8]| got.push((flow, b.to_vec()));
-            assert_ne!(r.on_data(&d, &mut deliver), DataOutcome::Violation);
+            let mut deliver =
+                |flow, m: Message<'_>, _: &mut PacketPool| got.push((flow, m.to_vec()));
+            let mut pool = PacketPool::default();
+            assert_ne!(
+                r.on_data(&d, &mut pool, &mut deliver),
+                DataOutcome::Violation
+            );
         }
     }
 }
@@ -98,7 +103,8 @@ fn credit_blocks_and_releases() {
 #[test]
 fn receiver_refuses_overrun() {
     let mut r = RecvFlows::new(1000, 2);
-    let mut out = |_, _: &[u8]| {};
+    let mut out = |_, _: Message<'_>, _: &mut PacketPool| {};
+    let pool = &mut PacketPool::default();
     let d = |flow, seq, offset, total: u32, bytes: &'static [u8]| DataFrame {
         flow,
         seq,
@@ -123,13 +129,13 @@ fn receiver_refuses_overrun() {
         (d(2, 0, 0, 1, b"x"), DataOutcome::Accepted, "second flow"),
         (d(3, 0, 0, 1, b"x"), DataOutcome::Violation, "max flows"),
     ] {
-        assert_eq!(r.on_data(&frame, &mut out), want, "{why}");
+        assert_eq!(r.on_data(&frame, pool, &mut out), want, "{why}");
     }
     // Credit grows only as the application consumes.
     r.on_consumed(1, 300);
     assert!(r.has_credit_pending());
     assert_eq!(
-        r.on_data(&d(1, 1, 1200, 50, &[0; 50]), &mut out),
+        r.on_data(&d(1, 1, 1200, 50, &[0; 50]), pool, &mut out),
         DataOutcome::Accepted
     );
 }
@@ -211,8 +217,10 @@ fn arrive(r: &mut RecvFlows, p: &Pkt, seen: &mut Seen) {
     for f in parse_frames(&p.bytes).unwrap() {
         let outcome = match f {
             Frame::Data(d) => {
-                let mut deliver = |flow, b: &[u8]| seen.delivered.push((flow, b.to_vec()));
-                r.on_data(&d, &mut deliver)
+                let mut deliver = |flow, m: Message<'_>, _: &mut PacketPool| {
+                    seen.delivered.push((flow, m.to_vec()))
+                };
+                r.on_data(&d, &mut PacketPool::default(), &mut deliver)
             }
             Frame::Fin { flow, seq } => r.on_fin(flow, seq),
             other => panic!("unexpected frame {other:?}"),
@@ -419,7 +427,8 @@ fn fin_lost_reordered_and_duplicated() {
 #[test]
 fn fin_out_of_sequence_is_a_violation() {
     let mut r = RecvFlows::new(1 << 16, 16);
-    let mut out = |_, _: &[u8]| {};
+    let mut out = |_, _: Message<'_>, _: &mut PacketPool| {};
+    let pool = &mut PacketPool::default();
     let d = DataFrame {
         flow: 5,
         seq: 1,
@@ -428,7 +437,11 @@ fn fin_out_of_sequence_is_a_violation() {
         frag_off: 0,
         bytes: b"abc",
     };
-    assert_eq!(r.on_data(&d, &mut out), DataOutcome::Accepted, "buffered");
+    assert_eq!(
+        r.on_data(&d, pool, &mut out),
+        DataOutcome::Accepted,
+        "buffered"
+    );
     assert_eq!(r.on_fin(5, 2), DataOutcome::Violation, "message 0 missing");
     assert_eq!(r.on_fin(5, 0), DataOutcome::Violation, "message 1 is there");
     assert_eq!(r.on_fin(6, 0), DataOutcome::Violation, "unknown flow");
@@ -438,7 +451,7 @@ fn fin_out_of_sequence_is_a_violation() {
         offset: 0,
         ..d
     };
-    assert_eq!(r.on_data(&d0, &mut out), DataOutcome::Accepted);
+    assert_eq!(r.on_data(&d0, pool, &mut out), DataOutcome::Accepted);
     assert_eq!(r.on_fin(5, 2), DataOutcome::Accepted);
     assert_eq!(r.flow_count(), 0);
 }
