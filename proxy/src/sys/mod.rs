@@ -536,13 +536,20 @@ fn write_once(fd: RawFd, buf: &[u8]) -> io::Result<()> {
 
 /// Writes one packet (one retry after 1 ms when the device is full).
 pub fn write_packet(fd: RawFd, buf: &[u8]) -> io::Result<()> {
+    write_retrying(fd, || write_once(fd, buf))
+}
+
+/// Runs `write` (one packet's write to `fd`) until it is not interrupted;
+/// when the device is full, waits up to 1 ms for room and tries once more,
+/// then gives up on the packet (a tun device full for that long is
+/// congested: the packet counts as dropped, the loop must not stall).
+pub fn write_retrying(fd: RawFd, mut write: impl FnMut() -> io::Result<()>) -> io::Result<()> {
     loop {
-        match write_once(fd, buf) {
+        match write() {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 wait_writable(fd, Duration::from_millis(1));
-                // One retry, then give up on the packet.
-                return write_once(fd, buf);
+                return write();
             }
             r => return r,
         }

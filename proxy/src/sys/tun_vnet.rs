@@ -5,9 +5,8 @@
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::time::Duration;
 
-use super::wait_writable;
+use super::write_retrying;
 
 /// `_IOW('T', 208, unsigned int)`.
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
@@ -54,16 +53,7 @@ fn writev_once(fd: RawFd, iov: &[IoSlice<'_>]) -> io::Result<()> {
 /// Writes one packet gathered from `iov` (one retry after 1 ms when the
 /// device is full, as [`super::write_packet`]).
 pub fn writev_packet(fd: RawFd, iov: &[IoSlice<'_>]) -> io::Result<()> {
-    loop {
-        match writev_once(fd, iov) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                wait_writable(fd, Duration::from_millis(1));
-                return writev_once(fd, iov);
-            }
-            r => return r,
-        }
-    }
+    write_retrying(fd, || writev_once(fd, iov))
 }
 
 /// Reads one packet into `head`, continuing into `tail` (one `readv`): its
