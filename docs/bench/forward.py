@@ -27,14 +27,16 @@ the fibre delay between the gateways (one more process on the same cores).
 with the `tun` backend (routes into soya0) or the `xdp` backend (AF_XDP on
 the gateway's veth toward its host; single-queue veths, TX checksum offload
 off at the hosts, see docs/architecture.md). Real RoCEv2 on UDP 4791 of the
-hosts' addresses; one host pair (--pairs is ignored). --strace attaches
+hosts' addresses (10.1.0.k on hostA, 10.2.0.k on hostB, one address per
+host pair; --pairs defaults to 1 here). --strace attaches
 `strace -c -f` to gateway A for half the run and reports its system calls
 per DC packet (received + sent toward the hosts) over that time (strace
 slows it: use a separate run for that figure).
 
 A gateway shards by host pair (`shard_of_pair`, computed here the same way),
 so the script picks host pairs 10.1.0.k <-> 10.2.0.k that spread evenly over
-the shards; --pairs (default 2) is the same for every shard count, so the
+the shards; --pairs (default 2 on loopback, 1 between namespaces) is the
+same for every shard count, so the
 endpoints' work is the same and only the gateways differ.
 
 How "per core" is computed: over the measured window (from just before the
@@ -324,8 +326,10 @@ def sh(*cmd):
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
-def netns_lab(tag, backend):
-    """Four namespaces wired as in the docstring; returns their names."""
+def netns_lab(tag, backend, pairs):
+    """Four namespaces wired as in the docstring, each host with the
+    addresses of `pairs` (10.1.0.k on hostA, 10.2.0.k on hostB) besides
+    .1; returns their names."""
     ns = {k: f"fwd-{os.getpid()}-{tag}-{k}" for k in ("hA", "gA", "gB", "hB")}
     for n in ns.values():
         sh("ip", "netns", "add", n)
@@ -345,6 +349,15 @@ def netns_lab(tag, backend):
         sh("ip", "-n", ns[h], "link", "set", "dc", "up", "mtu", "9000")
         sh("ip", "-n", ns[g], "link", "set", "host", "up", "mtu", "9000")
         sh("ip", "-n", ns[h], "route", "add", "default", "via", gwip)
+        for pair in pairs:
+            addr = pair[0] if h == "hA" else pair[1]
+            sh("ip", "-n", ns[h], "addr", "add", f"{addr}/24", "dev", "dc")
+            # The gateway's kernel learns the host's MAC for this address
+            # (its echo reply needs it) before the measured window: the xdp
+            # backend reads its headers from that table, and would hold the
+            # first packets toward an unknown host while the kernel resolves
+            # it (xdp::unresolved).
+            sh("ip", "netns", "exec", ns[h], "ping", "-c", "1", "-W", "2", "-I", addr, gwip)
         if backend == "xdp":
             sh("ip", "netns", "exec", ns[h], "ethtool", "-K", "dc", "tx", "off")
     sh("ip", "link", "add", "wan", "netns", ns["gA"], "type", "veth", "peer", "name", "wan",
@@ -383,8 +396,9 @@ def run_once(args, bins, shards, key, tmp, tag):
     os.makedirs(log)
     rtt_us = 2 * args.distance_km * US_PER_KM
     netns = args.backend != "udp"
+    pairs = host_pairs(args.pairs, shards)
     if netns:
-        ns = netns_lab(tag, args.backend)
+        ns = netns_lab(tag, args.backend, pairs)
         wa = wb = 7400
         dca = dcb = None
     else:
@@ -448,8 +462,6 @@ def run_once(args, bins, shards, key, tmp, tag):
             sh("ip", "-n", ns[g], "route", "replace", remote, "dev", "soya0")
 
     # Servers behind B (answer through B), one per pair.
-    pairs = host_pairs(args.pairs, shards) if not netns else \
-        [("10.1.0.1", "10.2.0.1", shard_of_pair("10.1.0.1", "10.2.0.1", shards))]
     sessions = []
     for i, (ha, hb, s) in enumerate(pairs):
         if netns:
@@ -568,7 +580,7 @@ def run_once(args, bins, shards, key, tmp, tag):
     per_core = {k: (8 * byts / 1e9 / c if c > 0 else None) for k, c in gw_cpu.items()}
     vals = [v for v in per_core.values() if v]
     busy, total = m1[0] - m0[0], m1[1] - m0[1]
-    shard_info, wan = {}, {}
+    shard_info, wan, dc_drops = {}, {}, {}
     for k, snap in snaps.items():
         if snap:
             w = snap.get("wan", {})
@@ -592,6 +604,13 @@ def run_once(args, bins, shards, key, tmp, tag):
                                                  + x.get("wan_packets_received", 0)) / x["turns"]
                                   if x.get("turns") else None)
                              for x in snap.get("shards", [])]
+            dc = snap.get("dc", {})
+            # Packets the gateway could not take from or give to its DC:
+            # dropped by the kernel before it read them (full ring), and
+            # toward hosts with no neighbour entry yet (xdp) or no route.
+            dc_drops[k] = dict(rx_kernel_drops=dc.get("rx_kernel_drops", 0),
+                               tx_no_peer=dc.get("tx_no_peer", 0),
+                               tx_errors=dc.get("tx_errors", 0))
             if snap.get("dc", {}).get("handoff_dropped"):
                 errors.append(f"gateway {k.upper()}: {snap['dc']['handoff_dropped']} handoff drops")
 
@@ -621,7 +640,7 @@ def run_once(args, bins, shards, key, tmp, tag):
         endpoints_cpu_s=round(sum(s["client_cpu"] + s["server_cpu"] for s in sessions), 2),
         wanem_cpu_s=round(relay_cpu, 2) if kids else None,
         machine_busy=(busy / total) if total else None,
-        gw_shards=shard_info, gw_wan=wan, errors=errors, logs=log,
+        gw_shards=shard_info, gw_wan=wan, gw_dc_drops=dc_drops, errors=errors, logs=log,
         backend=args.backend, gbps_per_gateway_core=(sum(vals) / len(vals)) if vals else None,
         gw_backend={k: (v or {}).get("backend") for k, v in snaps.items()},
         dc_packets_a=(snaps.get("a") or {}).get("dc", {}).get("rx_packets", 0)
@@ -680,6 +699,11 @@ def print_run(r, cores):
             print(f"   gateway {k.upper()} WAN: {w['packets_lost']} of {w['packets_sent']} packets lost, "
                   f"{w['packets_retransmitted']} retransmitted, path declared down {w['path_down']} time(s) "
                   f"(30 ms without an ACK)")
+    for k, d in r.get("gw_dc_drops", {}).items():
+        if any(d.values()):
+            print(f"   gateway {k.upper()} DC drops: kernel (RX ring full) {d['rx_kernel_drops']}, "
+                  f"toward hosts without a neighbour entry {d['tx_no_peer']}, "
+                  f"send errors {d['tx_errors']}")
     for e in r["errors"]:
         print(f"   ERROR: {e}")
 
@@ -697,9 +721,9 @@ def main():
                "See the header of this file.")
     ap.add_argument("--shards", type=int, nargs="+", default=[1, 2], metavar="N",
                     help="gateway.shards values to measure, in order (default: 1 2)")
-    ap.add_argument("--pairs", type=int, default=2,
+    ap.add_argument("--pairs", type=int, default=None,
                     help="host pairs (soya-perf client/server sessions), spread over the shards; "
-                         "the same for every shard count (default 2)")
+                         "the same for every shard count (default 2 with udp, 1 with tun/xdp)")
     ap.add_argument("--duration", type=float, default=10.0,
                     help="seconds each client posts WRITEs (default 10)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per shard count (default 1)")
@@ -725,6 +749,8 @@ def main():
     ap.add_argument("--strace", action="store_true",
                     help="run gateway A under strace -c -f; report syscalls per DC packet")
     args = ap.parse_args()
+    if args.pairs is None:
+        args.pairs = 2 if args.backend == "udp" else 1
     if any(n < 1 or n > 16 for n in args.shards):
         ap.error("--shards: 1..=16")
     if args.pairs < 1 or args.repeat < 1 or args.duration <= 0 or args.qps < 1:

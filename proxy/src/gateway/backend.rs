@@ -333,6 +333,15 @@ impl DcIo {
         }
     }
 
+    /// Packets held for a host the kernel is resolving (xdp): the device
+    /// loop then turns again within a millisecond to send them.
+    pub fn holds_unresolved(&self) -> bool {
+        match self {
+            DcIo::Xdp(x) => x.held() > 0,
+            _ => false,
+        }
+    }
+
     pub fn xdp_stats(&self) -> Option<xdp::XdpStats> {
         match self {
             DcIo::Xdp(x) => Some(x.stats),

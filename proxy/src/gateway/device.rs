@@ -297,6 +297,11 @@ impl Device {
         if self.draining.is_some() {
             wait = wait.min(Duration::from_millis(10));
         }
+        if self.dc.holds_unresolved() {
+            // (Their hosts' entries come from the kernel, which wakes
+            // nobody: look again soon.)
+            wait = wait.min(Duration::from_millis(1));
+        }
         if self.shard.rx.iter().any(|r| !r.is_empty()) {
             wait = Duration::ZERO;
         }
@@ -734,6 +739,8 @@ impl Device {
                 xdp_rx_in_place: self.dc.xdp_stats().map_or(0, |x| x.rx_in_place),
                 xdp_rx_gathered_break: self.dc.xdp_stats().map_or(0, |x| x.rx_gathered_break),
                 xdp_rx_gathered_full: self.dc.xdp_stats().map_or(0, |x| x.rx_gathered_full),
+                xdp_tx_held: self.dc.xdp_stats().map_or(0, |x| x.tx_held),
+                xdp_tx_unresolved_dropped: self.dc.xdp_stats().map_or(0, |x| x.tx_no_neighbour),
             }],
         }
     }

@@ -107,6 +107,13 @@ pub struct ShardSnap {
     pub xdp_rx_gathered_break: u64,
     #[serde(default)]
     pub xdp_rx_gathered_full: u64,
+    /// xdp backend, packets toward a host the kernel had no neighbour
+    /// entry for yet: held until it had one, then sent; or dropped (the
+    /// hold queue full, or no entry within a second).
+    #[serde(default)]
+    pub xdp_tx_held: u64,
+    #[serde(default)]
+    pub xdp_tx_unresolved_dropped: u64,
 }
 
 /// A snapshot's view of a protocol stats struct: the `copied` counters

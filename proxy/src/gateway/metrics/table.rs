@@ -266,6 +266,24 @@ pub static METRICS: &[Metric] = &[
             out
         },
     },
+    Metric {
+        name: "soya_shard_xdp_unresolved_tx_packets_total",
+        kind: Counter,
+        help: "xdp backend, packets toward a host the kernel had no neighbour entry for yet: held until it had one, then sent (held), or dropped (the hold queue full, or no entry within a second).",
+        labels: &["shard", "result"],
+        samples: |s| {
+            let mut out = Vec::new();
+            for sh in &s.shards {
+                for (r, v) in [("held", sh.xdp_tx_held), ("dropped", sh.xdp_tx_unresolved_dropped)] {
+                    out.push(Sample {
+                        labels: vec![("shard", sh.index.to_string()), ("result", r.to_string())],
+                        value: Value::Int(v),
+                    });
+                }
+            }
+            out
+        },
+    },
     // The QP engine.
     Metric {
         name: "soya_engine_dc_packets_total",

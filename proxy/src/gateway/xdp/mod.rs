@@ -57,6 +57,7 @@ pub mod lend;
 pub mod neigh;
 pub mod program;
 pub mod tape;
+pub mod unresolved;
 pub mod xsk;
 
 use crate::buffer::{LendSource, LenderRef, PacketBuf};
@@ -167,8 +168,11 @@ pub struct XdpStats {
     pub tx_packets: u64,
     /// Packets not sent: no free chunk or TX ring slot.
     pub tx_full: u64,
-    /// Packets not sent: no neighbour entry yet (the kernel was asked).
+    /// Packets not sent for want of a neighbour entry: the hold queue was
+    /// full, or the kernel found none within [`unresolved::WAIT`].
     pub tx_no_neighbour: u64,
+    /// Packets held while the kernel resolved their host, then sent.
+    pub tx_held: u64,
     /// Packets sent from where they were decoded (a lent UMEM run), by
     /// offset: no copy.
     pub tx_in_place: u64,
@@ -191,6 +195,8 @@ pub struct XdpDc {
     /// Lends frames in place from the tape.
     lender: LenderRef,
     tx_unkicked: u32,
+    /// Packets waiting for their host's neighbour entry.
+    unresolved: unresolved::Unresolved,
     pub stats: XdpStats,
     /// Declared last: the sockets and rings above go first.
     shared: Arc<Shared>,
@@ -450,6 +456,7 @@ fn open_with_hold(
             rx_done: Vec::with_capacity(RX_BATCH as usize * 3),
             lender: lender.clone(),
             tx_unkicked: 0,
+            unresolved: Default::default(),
             stats: XdpStats::default(),
             shared: shared.clone(),
         });
@@ -636,17 +643,59 @@ impl XdpDc {
     }
 
     /// Queues one IP packet toward local host `dst` (sent at the next
-    /// [`flush`](Self::flush), or now when a batch is full).
+    /// [`flush`](Self::flush), or now when a batch is full). Toward a host
+    /// the kernel has no neighbour entry for yet, a copy is held until it
+    /// has one (`unresolved`); `NoNeighbour` only when no more can be held.
     pub fn send(&mut self, packet: &[u8], dst: IpAddr) -> Result<(), SendError> {
-        let Some(eth) = self.neigh.header(dst, Instant::now()) else {
+        let now = Instant::now();
+        if !self.unresolved.is_empty() {
+            // Before this packet: those of its host held earlier.
+            self.send_held(now);
+        }
+        let Some(eth) = self.neigh.header(dst, now) else {
+            if self.unresolved.hold(packet, dst, now) {
+                return Ok(());
+            }
             self.stats.tx_no_neighbour += 1;
             return Err(SendError::NoNeighbour);
         };
+        self.send_with(packet, eth)
+    }
+
+    /// Sends the held packets whose host has an entry now, in order, and
+    /// drops (counted) those that waited [`unresolved::WAIT`] in vain.
+    fn send_held(&mut self, now: Instant) {
+        let mut q = std::mem::take(&mut self.unresolved.queue);
+        for _ in 0..q.len() {
+            let Some(h) = q.pop_front() else { break };
+            if now.duration_since(h.since) >= unresolved::WAIT {
+                self.stats.tx_no_neighbour += 1;
+                continue;
+            }
+            match self.neigh.header(h.dst, now) {
+                Some(eth) => {
+                    self.stats.tx_held += 1;
+                    // (A full ring drops it, counted, as it would any packet.)
+                    let _ = self.send_with(&h.packet, eth);
+                }
+                None => q.push_back(h),
+            }
+        }
+        self.unresolved.queue = q;
+    }
+
+    /// Packets waiting for their host's neighbour entry.
+    pub fn held(&self) -> usize {
+        self.unresolved.len()
+    }
+
+    /// Queues `packet` behind Ethernet header `eth`.
+    fn send_with(&mut self, packet: &[u8], eth: [u8; ETH]) -> Result<(), SendError> {
         let len = ETH + packet.len();
         let chunks = len.div_ceil(CHUNK);
         if let Some(r) = self.lent_region(packet) {
             if (self.tx.free() as usize) < chunks {
-                self.flush();
+                self.kick();
             }
             if (self.tx.free() as usize) >= chunks {
                 if self.shared.lend.begin_send(r, chunks as u16) {
@@ -664,7 +713,7 @@ impl XdpDc {
             // No ring slot: the copying send finds none either (`Full`).
         }
         if self.tx_free.len() < chunks {
-            self.flush();
+            self.kick();
             self.take_chunks();
         }
         if self.tx_free.len() < chunks || (self.tx.free() as usize) < chunks {
@@ -711,7 +760,7 @@ impl XdpDc {
         self.tx_unkicked += chunks as u32;
         self.stats.tx_packets += 1;
         if self.tx_unkicked >= TX_KICK {
-            self.flush();
+            self.kick();
         }
         Ok(())
     }
@@ -757,7 +806,7 @@ impl XdpDc {
             .sent_in_place
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if self.tx_unkicked >= TX_KICK {
-            self.flush();
+            self.kick();
         }
     }
 
@@ -769,8 +818,17 @@ impl XdpDc {
         self.tx_free.extend(u.free.drain(at..));
     }
 
-    /// Publishes staged TX descriptors and kicks the kernel.
+    /// Sends the held packets whose host was resolved since, then
+    /// publishes staged TX descriptors and kicks the kernel.
     pub fn flush(&mut self) {
+        if !self.unresolved.is_empty() {
+            self.send_held(Instant::now());
+        }
+        self.kick();
+    }
+
+    /// Publishes staged TX descriptors and kicks the kernel.
+    fn kick(&mut self) {
         if self.tx_unkicked == 0 && self.tx.outstanding() == 0 {
             if self.shared.lend.bytes_lent() > 0 {
                 // Regions whose sends completed since are freed here too.
@@ -827,5 +885,7 @@ pub enum SendError {
 mod tests;
 #[cfg(test)]
 mod tests_copies;
+#[cfg(test)]
+mod tests_neigh;
 #[cfg(test)]
 mod tests_tape;

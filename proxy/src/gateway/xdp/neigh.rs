@@ -4,8 +4,16 @@
 //! entry in the neighbour table. No ARP or ND of our own: when the kernel
 //! has no entry yet, it is asked to resolve one (RTM_NEWNEIGH with
 //! NTF_USE, which makes it send the ARP request / neighbour solicitation
-//! itself) and the packet is dropped and counted; the requester's
-//! retransmission finds the entry.
+//! itself) and the backend holds the packet meanwhile (`XdpDc::send`).
+//!
+//! The kernel never sees the packets we send with these headers, so it
+//! would take the entries for unused: past `gc_thresh1` entries (128 by
+//! default: a GPU cluster has more hosts) the periodic collection removes
+//! an entry unused for `gc_stale_time` (60 s), and every host we serve
+//! would lose its entry once a minute (a drop, then a resolution). So the
+//! next hops we sent to are marked *in use* every [`MAX_AGE`], with the
+//! same request (NTF_USE), as the kernel's own sends would: that also
+//! has the kernel re-confirm an entry gone stale (a unicast probe).
 
 use crate::keyed::KeyedMap;
 use std::io;
@@ -24,8 +32,9 @@ use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
 /// The tables are read again at most this often on misses.
 const REFRESH_MIN: Duration = Duration::from_millis(20);
-/// Known entries are re-read after this long (a host's MAC may change).
-const MAX_AGE: Duration = Duration::from_secs(5);
+/// Known entries are re-read after this long (a host's MAC may change),
+/// and the hops used are marked in use as often.
+pub const MAX_AGE: Duration = Duration::from_secs(5);
 const RT_TABLE_MAIN: u32 = 254;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +42,14 @@ struct Route {
     dst: IpAddr,
     len: u8,
     gateway: Option<IpAddr>,
+}
+
+/// A cached header, and whether a packet was sent with it since the
+/// hops were last marked in use.
+#[derive(Clone, Copy)]
+struct Cached {
+    eth: [u8; 14],
+    used: bool,
 }
 
 /// Ethernet headers toward local hosts on one interface.
@@ -45,8 +62,10 @@ pub struct Neighbours {
     /// up for every packet sent toward a host, by an address from the DC.)
     macs: KeyedMap<IpAddr, [u8; 6]>,
     /// Destination host → Ethernet header (cache of the two lookups).
-    headers: KeyedMap<IpAddr, [u8; 14]>,
+    headers: KeyedMap<IpAddr, Cached>,
     read_at: Option<Instant>,
+    /// When the hops used were last marked in use.
+    kept_at: Option<Instant>,
     asked: KeyedMap<IpAddr, Instant>,
     seq: u32,
     /// Packets dropped for want of a neighbour entry.
@@ -79,6 +98,7 @@ impl Neighbours {
             macs: KeyedMap::default(),
             headers: KeyedMap::default(),
             read_at: None,
+            kept_at: None,
             asked: KeyedMap::default(),
             seq: 0,
             misses: 0,
@@ -88,12 +108,20 @@ impl Neighbours {
     /// The Ethernet header of a packet to `dst` (IPv4 or IPv6 ethertype by
     /// its family); `None` (counted) when the kernel has no entry yet.
     pub fn header(&mut self, dst: IpAddr, now: Instant) -> Option<[u8; 14]> {
+        if self
+            .kept_at
+            .is_none_or(|t| now.duration_since(t) >= MAX_AGE)
+        {
+            self.kept_at = Some(now);
+            self.keep_in_use();
+        }
         let stale = self
             .read_at
             .is_none_or(|t| now.duration_since(t) >= MAX_AGE);
         if !stale {
-            if let Some(h) = self.headers.get(&dst) {
-                return Some(*h);
+            if let Some(c) = self.headers.get_mut(&dst) {
+                c.used = true;
+                return Some(c.eth);
             }
         }
         if stale
@@ -216,11 +244,11 @@ impl Neighbours {
         )?;
         self.routes = routes;
         self.macs = macs;
-        let dsts: Vec<IpAddr> = self.headers.keys().copied().collect();
+        let old: Vec<(IpAddr, bool)> = self.headers.iter().map(|(d, c)| (*d, c.used)).collect();
         self.headers.clear();
-        for d in dsts {
-            if let Some(h) = self.header_for(d) {
-                self.headers.insert(d, h);
+        for (d, used) in old {
+            if let Some(eth) = self.header_for(d) {
+                self.headers.insert(d, Cached { eth, used });
             }
         }
         Ok(())
@@ -228,13 +256,35 @@ impl Neighbours {
 
     /// Caches the header of `dst` if its next hop is known now.
     pub fn learn(&mut self, dst: IpAddr) -> Option<[u8; 14]> {
-        let h = self.header_for(dst)?;
-        self.headers.insert(dst, h);
-        Some(h)
+        let eth = self.header_for(dst)?;
+        self.headers.insert(dst, Cached { eth, used: true });
+        Some(eth)
+    }
+
+    /// Tells the kernel that the next hops of the hosts we sent to since
+    /// the last call are in use (see the module documentation).
+    fn keep_in_use(&mut self) {
+        let mut hops: Vec<IpAddr> = Vec::new();
+        for (dst, c) in self.headers.iter_mut() {
+            if std::mem::take(&mut c.used) {
+                hops.push(*dst);
+            }
+        }
+        for h in &mut hops {
+            *h = self.next_hop(*h);
+        }
+        hops.sort_unstable();
+        hops.dedup();
+        for hop in hops {
+            if let Err(e) = self.resolve(hop) {
+                tracing::debug!(host = %hop, error = %e, "xdp: marking a neighbour in use failed");
+            }
+        }
     }
 
     /// Asks the kernel to resolve `hop` on our interface (NTF_USE: it
-    /// creates the entry and sends the ARP request / solicitation).
+    /// creates the entry and sends the ARP request / solicitation), or,
+    /// for an entry it has, marks it used (re-confirming a stale one).
     fn resolve(&mut self, hop: IpAddr) -> io::Result<()> {
         let mut m = NeighbourMessage::default();
         m.header.family = if hop.is_ipv4() {

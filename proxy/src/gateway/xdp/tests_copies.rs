@@ -149,8 +149,13 @@ impl Peer {
     /// The next frame the peer end received (not one it sent), waiting at
     /// most 5 s for it (a safety net: the verdict is what arrives).
     fn recv(&self, buf: &mut [u8]) -> Option<usize> {
+        self.recv_within(buf, 5000)
+    }
+
+    /// [`recv`](Self::recv), waiting at most `ms` milliseconds.
+    pub(super) fn recv_within(&self, buf: &mut [u8], ms: i32) -> Option<usize> {
         loop {
-            if !wait_readable(self.fd.as_raw_fd()) {
+            if !wait_readable_for(self.fd.as_raw_fd(), ms) {
                 return None;
             }
             // SAFETY: all-zero is a valid sockaddr_ll.
@@ -177,13 +182,17 @@ impl Peer {
 }
 
 pub(super) fn wait_readable(fd: i32) -> bool {
+    wait_readable_for(fd, 5000)
+}
+
+fn wait_readable_for(fd: i32, ms: i32) -> bool {
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLIN,
         revents: 0,
     };
     // SAFETY: one live pollfd.
-    unsafe { libc::poll(&mut p, 1, 5000) > 0 }
+    unsafe { libc::poll(&mut p, 1, ms) > 0 }
 }
 
 /// Runs the test `inner` of this binary in network namespace `ns`, under
