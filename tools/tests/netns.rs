@@ -678,6 +678,17 @@ fn waiting_for_a_send(lab: &mut Lab) -> PerfClient {
             .iter()
             .any(|f| f.role == "egress" && f.buffered == 0 && f.packets > 0)
     });
+    // ...and carried back to gwB, which learns the server's QPN from it
+    // (its ingress half leaves the raw phase). Until then a gwB that
+    // outlives gwA cannot name the server's QP in what it tells gwA's next
+    // incarnation (`TwinMsg::Orphaned` without a far QPN: unattributable),
+    // and a test that kills gwA at once would race with that message (CI
+    // lost the race once, 2026-11-27).
+    lab.wait_for(Site::B, "the client's ACK carried back to gwB", |s| {
+        s.flows
+            .iter()
+            .any(|f| f.role == "ingress" && f.packets > 0 && f.mode != "raw")
+    });
     client
 }
 
