@@ -28,6 +28,7 @@ pub(crate) fn defaulted_keys(raw: &RawConfig) -> Vec<String> {
     note(raw.wan.insecure.is_none(), "wan.insecure");
     note(raw.wan.cipher.is_none(), "wan.cipher");
     note(raw.wan.twin_timeout.is_none(), "wan.twin_timeout");
+    note(raw.wan.mtu.is_none(), "wan.mtu");
     for (i, p) in raw.wan.paths.iter().flatten().enumerate() {
         note(p.bind.is_none(), &format!("wan.paths[{i}].bind"));
         note(p.weight.is_none(), &format!("wan.paths[{i}].weight"));
@@ -182,6 +183,13 @@ impl SiteConfig {
             "  twin_timeout     {} with every path down and the twin is lost: its flows fail{}",
             format_duration(self.wan.twin_timeout),
             d("wan.twin_timeout")
+        );
+        let _ = writeln!(
+            s,
+            "  mtu              {} (WAN datagrams up to {} bytes; larger messages are fragmented){}",
+            self.wan.mtu,
+            self.wan.max_datagram(),
+            d("wan.mtu")
         );
         for (i, b) in self.wan.bind.iter().enumerate() {
             let _ = writeln!(s, "  bind[{i}]          {b}{}", d("wan.bind"));

@@ -113,8 +113,27 @@ pub struct WanConfig {
     /// through it is failed toward its application, and new requests are
     /// refused until the twin answers again ([`DEFAULT_TWIN_TIMEOUT`]).
     pub twin_timeout: Duration,
+    /// The IP MTU every WAN path carries end to end ([`DEFAULT_WAN_MTU`]):
+    /// the transport's datagrams are sized to fit it
+    /// ([`WanConfig::max_datagram`]), and larger messages (a 4 KiB RoCE
+    /// packet on a 1500-byte path) are cut into fragments it reassembles.
+    pub mtu: u32,
     /// 1..=16 paths with unique names.
     pub paths: Vec<WanPath>,
+}
+
+/// Default `wan.mtu`: jumbo frames, as a DC interconnect usually carries.
+pub const DEFAULT_WAN_MTU: u32 = 9000;
+/// Bytes of an IPv6 and a UDP header: what a WAN datagram leaves of the MTU
+/// (IPv4 paths would leave 20 more; the same size serves both).
+pub const WAN_IP_UDP_OVERHEAD: u32 = 48;
+
+impl WanConfig {
+    /// The largest UDP payload the transport sends: `mtu` less the IPv6
+    /// and UDP headers (8952 at the default 9000, 1452 at 1500).
+    pub fn max_datagram(&self) -> usize {
+        (self.mtu - WAN_IP_UDP_OVERHEAD) as usize
+    }
 }
 
 /// Default `wan.twin_timeout`. A path is declared down after

@@ -176,6 +176,7 @@ pub(crate) struct RawWan {
     pub key_file: Option<String>,
     pub cipher: Option<WanCipher>,
     pub twin_timeout: Option<String>,
+    pub mtu: Option<i64>,
     pub paths: Option<Vec<RawPath>>,
 }
 
@@ -287,6 +288,10 @@ pub(crate) const ACCEPTED: &[(&str, &str)] = &[
     (
         "wan.twin_timeout",
         "a duration 1s..=1h like \"5s\": every path down this long and the twin is lost",
+    ),
+    (
+        "wan.mtu",
+        "an integer 1280..=9216: the IP MTU every WAN path carries (9000 jumbo, 1500 standard Ethernet)",
     ),
     ("wan.paths", "1..=16 [[wan.paths]] tables"),
     ("wan.paths[]", "a [[wan.paths]] table"),

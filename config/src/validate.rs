@@ -374,6 +374,7 @@ fn resolve_wan(c: &mut Checker, wan: &RawWan) -> Option<WanConfig> {
         Duration::from_secs(1)..=Duration::from_secs(3600),
         "twin_timeout",
     );
+    let mtu = c.int("wan.mtu", wan.mtu, DEFAULT_WAN_MTU, 1280..=9216, "mtu");
     if c.problems.len() != errors_before {
         return None;
     }
@@ -382,6 +383,7 @@ fn resolve_wan(c: &mut Checker, wan: &RawWan) -> Option<WanConfig> {
         security,
         cipher: wan.cipher.unwrap_or_default(),
         twin_timeout: twin_timeout?,
+        mtu: mtu?,
         paths: paths?,
     })
 }

@@ -526,6 +526,28 @@ fn wan_path_bind() {
     assert_eq!(ok.wan.paths[0].bind, "192.0.2.9:7401".parse().unwrap());
 }
 
+/// `wan.mtu`: the IP MTU of the WAN paths sizes the transport's
+/// datagrams (the IPv6 and UDP headers off it); out of range is refused.
+#[test]
+fn wan_mtu() {
+    let base = soya_config::parse_str(BASE, "t").unwrap();
+    assert_eq!((base.wan.mtu, base.wan.max_datagram()), (9000, 8952));
+    let text = edit("[wan]\n", "[wan]\nmtu = 1500\n");
+    let c = soya_config::parse_str(&text, "t").unwrap();
+    assert_eq!((c.wan.mtu, c.wan.max_datagram()), (1500, 1452));
+    for bad in ["1279", "9217", "-1"] {
+        let text = edit("[wan]\n", &format!("[wan]\nmtu = {bad}\n"));
+        expect_error(
+            &text,
+            "mtu =",
+            "wan.mtu",
+            &["mtu must be an integer 1280..=9216"],
+        );
+    }
+    let text = edit("[wan]\n", "[wan]\nmtu = \"1500\"\n");
+    expect_error(&text, "mtu =", "wan.mtu", &["an integer 1280..=9216"]);
+}
+
 #[test]
 fn wan_path_numbers() {
     let text = append("weight = 0\n");

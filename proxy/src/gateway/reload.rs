@@ -87,6 +87,7 @@ pub fn diff(old: &SiteConfig, new: &SiteConfig) -> ReloadReport {
         "wan.insecure / wan.key_file",
     );
     restart(old.wan.cipher != new.wan.cipher, "wan.cipher");
+    restart(old.wan.mtu != new.wan.mtu, "wan.mtu");
     for (i, p) in new.wan.paths.iter().enumerate() {
         restart(
             !old.wan.bind.contains(&p.bind),

@@ -231,6 +231,9 @@ counters_from! {
             datagrams_dropped,
             /// WAN flows this side retired (idle, FIN acknowledged: `wan::flow`).
             #[serde(default)] flows_retired,
+            /// Fragmented messages moved once more in their reassembly
+            /// buffer (their header's length guessed wrong: `wan::flow`).
+            #[serde(default)] recv_reassembly_moves,
         ],
         pub send_buffered_bytes: u64,
         pub recv_buffered_bytes: u64,

@@ -59,7 +59,7 @@ impl Site {
         };
         restart(ow.key != nw.key, "wan.key_file / wan.insecure");
         restart(ow.cipher != nw.cipher, "wan.cipher");
-        restart(ow.max_datagram != nw.max_datagram, "wan.max_datagram");
+        restart(ow.max_datagram != nw.max_datagram, "wan.mtu");
         restart(ow.hello_context != nw.hello_context, "gateway.shards");
         restart(
             ow.cc != nw.cc,
