@@ -647,7 +647,11 @@ impl XdpDc {
     /// the kernel has no neighbour entry for yet, a copy is held until it
     /// has one (`unresolved`); `NoNeighbour` only when no more can be held.
     pub fn send(&mut self, packet: &[u8], dst: IpAddr) -> Result<(), SendError> {
-        let now = Instant::now();
+        self.send_at(packet, dst, Instant::now())
+    }
+
+    /// [`send`](Self::send) at `now` (the tests give the time).
+    fn send_at(&mut self, packet: &[u8], dst: IpAddr, now: Instant) -> Result<(), SendError> {
         if !self.unresolved.is_empty() {
             // Before this packet: those of its host held earlier.
             self.send_held(now);
@@ -821,8 +825,13 @@ impl XdpDc {
     /// Sends the held packets whose host was resolved since, then
     /// publishes staged TX descriptors and kicks the kernel.
     pub fn flush(&mut self) {
+        self.flush_at(Instant::now());
+    }
+
+    /// [`flush`](Self::flush) at `now` (the tests give the time).
+    fn flush_at(&mut self, now: Instant) {
         if !self.unresolved.is_empty() {
-            self.send_held(Instant::now());
+            self.send_held(now);
         }
         self.kick();
     }
