@@ -49,17 +49,26 @@ pub struct DemoArgs {
     pub loopback: bool,
     /// The gateways' DC backend between namespaces: "xdp" (their XDP
     /// program takes the other site's traffic at the veth toward each
-    /// host; needs ethtool and a build with clang) or "tun" (a routed tun
-    /// device). Default: xdp where it can run, else tun.
+    /// host; the default) or "tun" (a routed tun device).
     #[arg(long, value_enum, conflicts_with = "loopback")]
     pub backend: Option<DemoBackend>,
     /// Rate of each emulated WAN path, a provisioned circuit: the gateways'
     /// paths are configured with it, and the 0 km run crosses a relay of the
-    /// same rate, so only the distance differs. "unlimited": no bottleneck,
-    /// and every run measures this machine's CPU instead (through Sōya five
-    /// processes share it); see docs/benchmarks.md.
-    #[arg(long, default_value = "2gbit")]
+    /// same rate, so only the distance differs. "auto" (the default) first
+    /// measures what the gateways carry on this machine at the distance
+    /// with no bottleneck and sets the circuit at 70 % of that, at most 2 Gb/s, so
+    /// that the circuit, not the CPU, bounds every run. "unlimited": no
+    /// bottleneck, and every run measures this machine's CPU instead
+    /// (through Sōya five processes share it).
+    #[arg(long, default_value = "auto")]
     pub rate: String,
+    /// The RDMA requester's window in packets (RXE_MAX_UNACKED_PSNS, 128
+    /// in rxe): without Sōya it carries at most window x 4 KiB per round
+    /// trip. "auto" (the default): 128 against a 2 Gb/s circuit, scaled
+    /// down with a slower one, so that direct is bound by its window on
+    /// any machine.
+    #[arg(long, default_value = "auto")]
+    pub window: String,
 }
 
 impl DemoArgs {
@@ -72,6 +81,7 @@ impl DemoArgs {
             ("--duration", self.duration.to_string()),
             ("--size", self.size.clone()),
             ("--rate", self.rate.clone()),
+            ("--window", self.window.clone()),
         ];
         let mut v: Vec<String> = valued
             .into_iter()
@@ -118,6 +128,8 @@ mod tests {
             "xdp",
             "--rate",
             "1gbit",
+            "--window",
+            "32",
         ])
         .demo;
         let mut argv = vec!["x".to_string()];

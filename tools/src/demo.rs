@@ -43,12 +43,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use crate::demo_circuit;
 use crate::demo_common::{
     demo_gateway_env, flow_quota, path_rate, DemoBackend, RELAY_SLACK_US, US_PER_KM,
 };
 pub use crate::demo_common::{Binaries, DemoOptions, DEFAULT_RATE_BPS};
+use crate::demo_report::{self, Outcome};
 use crate::size::{parse_size, MAX_SIZE};
 
 const HOST_A: &str = "10.1.0.1";
@@ -151,23 +153,6 @@ fn addr(port: u16) -> SocketAddr {
 fn log_file(dir: &Path, name: &str) -> Stdio {
     std::fs::File::create(dir.join(format!("{name}.log")))
         .map_or_else(|_| Stdio::null(), Stdio::from)
-}
-
-/// The result of one scenario.
-#[derive(Clone, Debug, Default)]
-struct Outcome {
-    /// End to end: bytes placed at the responder over the time until the
-    /// last one was (the server's goodput, which includes draining a
-    /// gateway's buffer after the requester stopped).
-    gbps: f64,
-    /// What the requester saw complete (runs ahead of placement behind
-    /// pseudo-ACKs, while the gateway buffers).
-    requester_gbps: f64,
-    rtt_ms: Option<f64>,
-    retransmissions: u64,
-    data_errors: u64,
-    ok: bool,
-    errors: Vec<String>,
 }
 
 /// Where a scenario's two hosts send their datagrams.
@@ -318,31 +303,44 @@ impl Ctx<'_> {
         server_port: u16,
         o: &DemoOptions,
     ) -> Outcome {
-        let mut out = Outcome::default();
-        // The same UDP ports for both sessions: a gateway keeps a lab host's
-        // learned address until it has been silent for 2 s.
-        let ports = match (free_udp(), server_port) {
-            (Ok(c), 0) => free_udp().map(|s| (c, s)),
-            (Ok(c), s) => Ok((c, s)),
-            (Err(e), _) => Err(e),
-        };
-        let ports = match ports {
+        let ports = match scenario_ports(server_port) {
             Ok(p) => p,
             Err(e) => {
-                out.errors.push(e);
-                return out;
+                return Outcome {
+                    errors: vec![e],
+                    ..Outcome::default()
+                }
             }
         };
+        let mut out = self.throughput(&format!("{n}/3"), title, route, ports, o);
+        self.latency(n, title, route, ports, &mut out);
+        out
+    }
+
+    /// The WRITE throughput run of a scenario (`step` "1/3", or
+    /// "calibration"), with the requester's window of `o`.
+    fn throughput(
+        &self,
+        step: &str,
+        title: &str,
+        route: &Route,
+        ports: (u16, u16),
+        o: &DemoOptions,
+    ) -> Outcome {
+        let mut out = Outcome::default();
+        let window = o.window_packets();
         self.say(&format!(
-            "[{n}/3] {title}: RDMA WRITE {} B, tx-depth 128, MTU 4096, {} s",
+            "[{step}] {title}: RDMA WRITE {} B, tx-depth 128, window {window} x 4 KiB, {} s",
             o.size, o.duration
         ));
-        let tag = format!("run{n}");
+        let tag = format!("run{}", step.replace('/', "of"));
         let bw = [
             "--size".to_string(),
             o.size.to_string(),
             "--tx-depth".into(),
             "128".into(),
+            "--window".into(),
+            window.to_string(),
             "--mtu".into(),
             "4096".into(),
             "--duration".into(),
@@ -370,7 +368,7 @@ impl Ctx<'_> {
             Err(e) => out.errors.push(e),
         }
         self.say(&format!(
-            "[{n}/3] {title}: {:.3} Gb/s end to end ({:.3} Gb/s completed at the requester), \
+            "[{step}] {title}: {:.3} Gb/s end to end ({:.3} Gb/s completed at the requester), \
              {} retransmissions, {} data errors{}",
             out.gbps,
             out.requester_gbps,
@@ -378,6 +376,11 @@ impl Ctx<'_> {
             out.data_errors,
             if out.ok { "" } else { " (FAILED)" }
         ));
+        out
+    }
+
+    /// The latency probe of scenario `n`: the RTT the requester sees.
+    fn latency(&self, n: usize, title: &str, route: &Route, ports: (u16, u16), out: &mut Outcome) {
         let lat = [
             "--size".to_string(),
             "64".into(),
@@ -388,7 +391,7 @@ impl Ctx<'_> {
         self.say(&format!(
             "[{n}/3] {title}: latency probe (64 B WRITEs, 1 s)"
         ));
-        match self.perf(&format!("{tag}-lat"), route, ports, &lat) {
+        match self.perf(&format!("run{n}-lat"), route, ports, &lat) {
             Ok(v) => {
                 out.rtt_ms = v
                     .pointer("/latency/p50_us")
@@ -403,8 +406,20 @@ impl Ctx<'_> {
             }
             Err(e) => out.errors.push(format!("latency probe: {e}")),
         }
-        out
     }
+}
+
+/// The client's and the server's UDP port of a scenario on loopback (the
+/// same for both of its sessions: a gateway keeps a lab host's learned
+/// address until it has been silent for 2 s); `server_port` 0 picks one.
+fn scenario_ports(server_port: u16) -> Result<(u16, u16), String> {
+    let c = free_udp()?;
+    let s = if server_port == 0 {
+        free_udp()?
+    } else {
+        server_port
+    };
+    Ok((c, s))
 }
 
 /// One gateway's part of the lab.
@@ -469,14 +484,38 @@ fn parse_demo_rate(s: &str) -> Result<u64, String> {
 /// command line gave them; `soya_bin` is the `soya` binary (soya-perf and
 /// soya-wanem are looked up beside it). Returns the exit status.
 pub fn main(soya_bin: &Path, d: &soya::demo_args::DemoArgs) -> i32 {
-    let (size, rate) = match (parse_size(&d.size), parse_demo_rate(&d.rate)) {
-        (Ok(s), Ok(r)) => (s, r),
-        (Err(e), _) => {
+    let rate_auto = d.rate == "auto";
+    let rate = if rate_auto {
+        Ok(0)
+    } else {
+        parse_demo_rate(&d.rate)
+    };
+    let window = match d.window.as_str() {
+        "auto" => Ok(None),
+        w => w
+            .parse::<u32>()
+            .ok()
+            .filter(|w| (1..=crate::perf::MAX_WINDOW).contains(w))
+            .map(Some)
+            .ok_or_else(|| {
+                format!(
+                    "\"auto\" or a number of packets, 1..={}",
+                    crate::perf::MAX_WINDOW
+                )
+            }),
+    };
+    let (size, rate, window) = match (parse_size(&d.size), rate, window) {
+        (Ok(s), Ok(r), Ok(w)) => (s, r, w),
+        (Err(e), _, _) => {
             eprintln!("soya demo: --size {}: {e}", d.size);
             return 2;
         }
-        (_, Err(e)) => {
-            eprintln!("soya demo: --rate {}: {e}", d.rate);
+        (_, Err(e), _) => {
+            eprintln!("soya demo: --rate {}: {e} (or \"auto\")", d.rate);
+            return 2;
+        }
+        (_, _, Err(e)) => {
+            eprintln!("soya demo: --window {}: {e}", d.window);
             return 2;
         }
     };
@@ -499,6 +538,8 @@ pub fn main(soya_bin: &Path, d: &soya::demo_args::DemoArgs) -> i32 {
             netns,
             backend,
             rate_bps: (rate > 0).then_some(rate),
+            rate_auto,
+            window,
         },
         &bins,
     )
@@ -508,23 +549,10 @@ pub fn main(soya_bin: &Path, d: &soya::demo_args::DemoArgs) -> i32 {
 /// namespaces with the xdp backend as root, else tun there, else the
 /// loopback lab, saying why on stderr.
 fn where_to_run(d: &soya::demo_args::DemoArgs) -> (bool, DemoBackend) {
-    let xdp_missing = || {
-        if !soya::gateway::xdp::program::is_built() {
-            Some("the XDP program (this build had no clang/libbpf-dev)".to_string())
-        } else {
-            crate::netns::netns_missing(&["ethtool"])
-        }
-    };
-    let backend = |explicit: Option<DemoBackend>| match explicit {
-        Some(b) => b,
-        None => match xdp_missing() {
-            None => DemoBackend::Xdp,
-            Some(why) => {
-                eprintln!("soya demo: the tun backend between namespaces (xdp needs {why})");
-                DemoBackend::Tun
-            }
-        },
-    };
+    // Every build has the XDP program (proxy/build.rs), and the demo sets
+    // the hosts' veths up for it itself: between namespaces, xdp unless
+    // told otherwise.
+    let backend = |explicit: Option<DemoBackend>| explicit.unwrap_or(DemoBackend::Xdp);
     if d.loopback {
         return (false, DemoBackend::Tun);
     }
@@ -625,13 +653,6 @@ fn wanem_cmd(
     c
 }
 
-/// "2 Gb/s" or "unlimited rate".
-fn rate_text(r: Option<u64>) -> String {
-    r.map_or("unlimited rate".into(), |r| {
-        format!("{} Gb/s", r as f64 / 1e9)
-    })
-}
-
 fn settle(kids: &mut Children) -> Result<(), String> {
     std::thread::sleep(Duration::from_millis(600));
     kids.check()
@@ -640,14 +661,13 @@ fn settle(kids: &mut Children) -> Result<(), String> {
 fn run_in(o: &DemoOptions, ctx: &Ctx) -> Result<i32, String> {
     let one_way_ms = o.distance_km * US_PER_KM / 1000.0;
     ctx.say(&format!(
-        "soya demo: {} km ({:.2} ms one way, {:.2} ms RTT), loss {}, {} WAN path(s) of {}, {} B \
+        "soya demo: {} km ({:.2} ms one way, {:.2} ms RTT), loss {}, {} WAN path(s), {} B \
          WRITEs; {}",
         o.distance_km,
         one_way_ms,
         2.0 * one_way_ms,
         o.loss,
         o.paths,
-        rate_text(o.rate_bps),
         o.size,
         if o.netns {
             format!(
@@ -658,107 +678,95 @@ fn run_in(o: &DemoOptions, ctx: &Ctx) -> Result<i32, String> {
             "loopback, gateways on udp".to_string()
         }
     ));
+    let chosen;
+    let (o, calibration_gbps) = if o.rate_auto {
+        let carried = calibrate(o, ctx)?;
+        chosen = DemoOptions {
+            rate_bps: Some(demo_circuit::auto_rate(carried * 1e9)),
+            ..o.clone()
+        };
+        (&chosen, Some(carried))
+    } else {
+        (o, None)
+    };
+    ctx.say(&demo_report::circuit_text(o, calibration_gbps));
 
     let ([r0, rd, ra_], gw_alive) = if o.netns {
         run_netns(o, ctx)?
     } else {
         run_loopback(o, ctx)?
     };
-    let data_errors = r0.data_errors + rd.data_errors + ra_.data_errors;
-    let mut failures: Vec<String> = Vec::new();
-    for (name, r) in [("direct 0 km", &r0), ("direct", &rd), ("Sōya", &ra_)] {
-        if !r.ok {
-            failures.push(format!("{name}: {}", r.errors.join("; ")));
-        }
-    }
-    if let Err(e) = gw_alive {
-        failures.push(e);
-    }
-    let ratio = |g: f64| (r0.gbps > 0.0).then(|| g / r0.gbps);
-    if o.json {
-        let row = |r: &Outcome| {
-            json!({
-                "gbps": r.gbps,
-                "requester_gbps": r.requester_gbps,
-                "ratio_to_0km": ratio(r.gbps),
-                "rtt_ms": r.rtt_ms,
-                "retransmissions": r.retransmissions,
-                "data_errors": r.data_errors,
-                "ok": r.ok,
-                "errors": r.errors,
-            })
-        };
-        let v = json!({
-            "distance_km": o.distance_km,
-            "netns": o.netns,
-            "backend": if o.netns { o.backend.name() } else { "udp" },
-            "loss": o.loss,
-            "paths": o.paths,
-            "duration_s": o.duration,
-            "size": o.size,
-            "rtt_ms": 2.0 * one_way_ms,
-            "rate_gbps": o.rate_bps.map(|r| r as f64 / 1e9),
-            "direct_0km_gbps": r0.gbps,
-            "direct_gbps": rd.gbps,
-            "accelerated_gbps": ra_.gbps,
-            "speedup": (rd.gbps > 0.0).then(|| ra_.gbps / rd.gbps),
-            "data_errors": data_errors,
-            "ok": failures.is_empty() && data_errors == 0,
-            "failures": failures,
-            "runs": {
-                "direct_0km": row(&r0),
-                "direct": row(&rd),
-                "accelerated": row(&ra_),
-            },
-        });
-        println!("{v}");
+    let report = demo_report::Report {
+        o,
+        calibration_gbps,
+        bound: demo_circuit::bound(o.rate_bps, r0.gbps),
+        runs: [r0, rd, ra_],
+        gateways: gw_alive,
+    };
+    Ok(report.print())
+}
+
+/// Seconds of the calibration run of `--rate auto`.
+const CALIBRATION_S: f64 = 3.0;
+
+/// `--rate auto`: what the Sōya set-up carries on this machine at the
+/// demo's distance with no bottleneck, Gb/s (bytes placed at the
+/// responder): the heaviest of the three set-ups, five processes with the
+/// relay's delay line as in the run. Its logs go to the subdirectory
+/// `calibration`.
+fn calibrate(o: &DemoOptions, ctx: &Ctx) -> Result<f64, String> {
+    let cal = DemoOptions {
+        loss: 0.0,
+        duration: CALIBRATION_S.min(o.duration),
+        rate_bps: None,
+        rate_auto: false,
+        window: Some(demo_circuit::FULL_WINDOW),
+        ..o.clone()
+    };
+    let dir = ctx.dir.join("calibration");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let cal_ctx = Ctx {
+        bins: ctx.bins,
+        dir,
+        quiet: ctx.quiet,
+    };
+    let title = format!(
+        "calibration: through Sōya, {} km, no bottleneck",
+        o.distance_km
+    );
+    let title = title.as_str();
+    let (out, gw_alive) = if o.netns {
+        calibrate_netns(&cal, &cal_ctx, title)?
     } else {
-        let mut t = String::new();
-        let _ = writeln!(
-            t,
-            "\n{:<22} {:>10} {:>9} {:>10} {:>13} {:>8} {:>11}",
-            "run", "Gb/s", "vs 0 km", "req Gb/s", "RTT p50 (ms)", "retx", "data errs"
-        );
-        for (name, r) in [
-            ("direct, 0 km".to_string(), &r0),
-            (format!("direct, {} km", o.distance_km), &rd),
-            (format!("Sōya, {} km", o.distance_km), &ra_),
-        ] {
-            let _ = writeln!(
-                t,
-                "{:<22} {:>10.3} {:>9} {:>10.3} {:>13} {:>8} {:>11}{}",
-                name,
-                r.gbps,
-                ratio(r.gbps).map_or("-".into(), |x| format!("{:.1}%", 100.0 * x)),
-                r.requester_gbps,
-                r.rtt_ms.map_or("-".into(), |x| format!("{x:.3}")),
-                r.retransmissions,
-                r.data_errors,
-                if r.ok { "" } else { "  FAILED" }
-            );
-        }
-        let _ = writeln!(
-            t,
-            "Gb/s: bytes placed at the responder, end to end (incl. draining the gateways' \
-             buffers); req Gb/s: completions at the requester.\nemulated WAN: RTT {:.2} ms, {} \
-             per path; RTT column: p50 of 64 B WRITE completion as the requester sees it",
-            2.0 * one_way_ms,
-            rate_text(o.rate_bps)
-        );
-        if o.rate_bps.is_none() {
-            let _ = writeln!(
-                t,
-                "unlimited link: every run is bounded by this machine's CPU, and through Sōya \
-                 five processes share it instead of two (the default, --rate 2gbit, emulates a \
-                 provisioned WAN circuit)"
-            );
-        }
-        print!("{t}");
-        for f in &failures {
-            println!("failure: {f}");
-        }
+        soya_loopback(&cal, &cal_ctx, "calibration", title)?
+    };
+    gw_alive?;
+    if !out.ok || out.gbps <= 0.0 || out.data_errors > 0 {
+        return Err(format!(
+            "the calibration run failed ({}); give the circuit with --rate",
+            out.errors.join("; ")
+        ));
     }
-    Ok(i32::from(!(failures.is_empty() && data_errors == 0)))
+    Ok(out.gbps)
+}
+
+/// The calibration between network namespaces: the same sites as the
+/// runs, with no bottleneck.
+fn calibrate_netns(
+    cal: &DemoOptions,
+    ctx: &Ctx,
+    title: &str,
+) -> Result<(Outcome, Result<(), String>), String> {
+    use crate::demo_netns::{Sites, Via};
+    let mut sites = Sites::build(cal, ctx.bins, &ctx.dir, "c")?;
+    let route = Route::Netns {
+        a: sites.host[0].clone(),
+        b: sites.host[1].clone(),
+    };
+    sites.start_gateways(ctx.bins, &ctx.dir)?;
+    sites.route(Via::Soya)?;
+    let out = ctx.throughput("calibration", title, &route, (0, 0), cal);
+    Ok((out, sites.check()))
 }
 
 /// Direct at 0 km, direct at the distance, through Sōya; and whether the
@@ -807,8 +815,25 @@ fn run_loopback(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
     );
     kids.stop();
 
-    // 3. Through two gateways and one relay process per path (both
-    // directions: A's path remote is relay a->b, B's is relay b->a).
+    let (ra_, gw_alive) = soya_loopback(
+        o,
+        ctx,
+        "3/3",
+        &format!("through Sōya, {} km", o.distance_km),
+    )?;
+    Ok(([r0, rd, ra_], gw_alive))
+}
+
+/// Through two gateways and one relay process per path on loopback (both
+/// directions: A's path remote is relay a->b, B's is relay b->a): run
+/// 3/3, or (`step` "calibration") its throughput run alone.
+fn soya_loopback(
+    o: &DemoOptions,
+    ctx: &Ctx,
+    step: &str,
+    title: &str,
+) -> Result<(Outcome, Result<(), String>), String> {
+    let mut kids = Children::default();
     let n = o.paths as usize;
     let ports = |k| {
         (0..k)
@@ -870,26 +895,25 @@ fn run_loopback(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
         kids.spawn(name, &mut c)?;
     }
     settle(&mut kids)?;
-    let ra_ = ctx.scenario(
-        3,
-        &format!("through Sōya, {} km", o.distance_km),
-        &Route::Gateways {
-            a: addr(dca),
-            b: addr(dcb),
-        },
-        0,
-        o,
-    );
+    let route = Route::Gateways {
+        a: addr(dca),
+        b: addr(dcb),
+    };
+    let out = if step == "calibration" {
+        ctx.throughput(step, title, &route, scenario_ports(0)?, o)
+    } else {
+        ctx.scenario(3, title, &route, 0, o)
+    };
     let gw_alive = kids.check();
     kids.stop();
-    Ok(([r0, rd, ra_], gw_alive))
+    Ok((out, gw_alive))
 }
 
 /// The three runs between network namespaces (real RoCEv2).
 fn run_netns(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
     use crate::demo_netns::{Sites, Via};
     ctx.say("setting up network namespaces and WAN emulators ...");
-    let mut sites = Sites::build(o, ctx.bins, &ctx.dir)?;
+    let mut sites = Sites::build(o, ctx.bins, &ctx.dir, "")?;
     let route = Route::Netns {
         a: sites.host[0].clone(),
         b: sites.host[1].clone(),

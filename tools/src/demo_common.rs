@@ -31,12 +31,18 @@ pub struct DemoOptions {
     /// unlimited). With a rate, the 0 km run crosses a relay of the same
     /// rate too, so the three runs differ only in distance and in Sōya.
     pub rate_bps: Option<u64>,
+    /// `rate_bps` is to be chosen for this machine (`--rate auto`) before
+    /// the runs (`crate::demo_circuit`).
+    pub rate_auto: bool,
+    /// The requester's window in packets; `None`: chosen with the circuit
+    /// (`crate::demo_circuit::auto_window`).
+    pub window: Option<u32>,
 }
 
-/// The demo's WAN circuit unless told otherwise: above what a 128 x 4 KiB
-/// window carries over 300 km (1.4 Gb/s), so the distance shows, and within
-/// what two gateways, a relay and two endpoints carry on two cores.
-pub const DEFAULT_RATE_BPS: u64 = 2_000_000_000;
+/// The demo's WAN circuit with `--rate auto` on a fast machine: above what
+/// a 128 x 4 KiB window carries over 300 km (1.4 Gb/s), so the distance
+/// shows ([`crate::demo_circuit::MAX_AUTO_BPS`]).
+pub const DEFAULT_RATE_BPS: u64 = crate::demo_circuit::MAX_AUTO_BPS;
 
 impl Default for DemoOptions {
     fn default() -> DemoOptions {
@@ -50,6 +56,8 @@ impl Default for DemoOptions {
             netns: false,
             backend: DemoBackend::Tun,
             rate_bps: Some(DEFAULT_RATE_BPS),
+            rate_auto: false,
+            window: None,
         }
     }
 }
@@ -87,6 +95,14 @@ impl Binaries {
             }
         }
         Ok(b)
+    }
+}
+
+impl DemoOptions {
+    /// The requester's window in the throughput runs.
+    pub fn window_packets(&self) -> u32 {
+        self.window
+            .unwrap_or_else(|| crate::demo_circuit::auto_window(self.rate_bps))
     }
 }
 

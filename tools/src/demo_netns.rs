@@ -81,21 +81,18 @@ fn zero_ip(site: usize) -> String {
 }
 
 impl Sites {
-    /// Builds the namespaces, the WAN emulators and the zero-km veth, and
-    /// starts both gateways (which stay idle until routed to).
-    pub fn build(o: &DemoOptions, bins: &Binaries, dir: &Path) -> Result<Sites, String> {
-        let tools: &[&str] = match o.backend {
-            DemoBackend::Xdp => &["ethtool"],
-            DemoBackend::Tun => &[],
-        };
-        if let Some(missing) = netns_missing(tools) {
+    /// Builds the namespaces (named `soya-demo-<pid><tag>-...`), the WAN
+    /// emulators and the zero-km link, and writes the gateways' configs.
+    pub fn build(o: &DemoOptions, bins: &Binaries, dir: &Path, tag: &str) -> Result<Sites, String> {
+        if let Some(missing) = netns_missing(&[]) {
             return Err(format!(
                 "--netns --backend {} needs {missing}",
                 o.backend.name()
             ));
         }
         let mut procs = Netns::new();
-        let (host, gw, wan) = procs.add_two_sites(&format!("soya-demo-{}", std::process::id()))?;
+        let (host, gw, wan) =
+            procs.add_two_sites(&format!("soya-demo-{}{tag}", std::process::id()))?;
         let mut s = Sites {
             host,
             gw,
@@ -170,23 +167,14 @@ impl Sites {
             // "hardware" (CHECKSUM_PARTIAL); AF_XDP takes the bytes as they
             // are, so the host computes its checksums itself, as a real
             // NIC's frames are complete on the wire.
-            let ok = std::process::Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    &self.host[i],
-                    "ethtool",
-                    "-K",
-                    "dc",
-                    "tx",
-                    "off",
-                ])
-                .stdout(std::process::Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                return Err(format!("ethtool -K dc tx off in {} failed", self.host[i]));
-            }
+            let host = self.host[i].clone();
+            crate::netns::try_in_netns(&host, || soya::sys::set_tx_checksum("dc", false))?
+                .map_err(|e| {
+                    format!(
+                        "turning off the transmit checksum offload of dc in {}: {e}",
+                        self.host[i]
+                    )
+                })?;
         }
         Ok(())
     }

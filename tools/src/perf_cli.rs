@@ -233,6 +233,14 @@ struct ClientArgs {
     /// QPs in parallel.
     #[arg(long, default_value_t = 1)]
     qps: u32,
+    /// PSNs the requester may have outstanding per QP: its window, in
+    /// packets (rxe's RXE_MAX_UNACKED_PSNS, 128). Without a gateway that
+    /// answers early, a window of W packets carries at most W x MTU per
+    /// round trip, whatever the link's rate. Not for --transport verbs
+    /// (the device decides).
+    #[arg(long, default_value_t = crate::perf::DEFAULT_WINDOW,
+          value_parser = clap::value_parser!(u32).range(1..=crate::perf::MAX_WINDOW as i64))]
+    window: u32,
     /// Post new work for this many seconds (default 5 unless --iters).
     #[arg(long, value_parser = parse_secs, conflicts_with = "iters")]
     duration: Option<Duration>,
@@ -338,6 +346,7 @@ fn client(a: ClientArgs) -> i32 {
         op: a.op,
         size: a.size,
         tx_depth: a.tx_depth.unwrap_or(if a.lat { 1 } else { 128 }),
+        window: a.window,
         qps: a.qps,
         mtu: a.mtu,
         limit: match (a.iters, a.duration) {
@@ -425,6 +434,13 @@ fn server(a: ServerArgs) -> i32 {
 
 #[cfg(feature = "verbs")]
 fn verbs_client(cfg: &ClientConfig, c: &Common) -> Result<PerfReport, PerfError> {
+    if cfg.window != crate::perf::DEFAULT_WINDOW {
+        return Err(PerfError::Usage(
+            "--window sets the software requester's window; with --transport verbs the device \
+             decides its own"
+                .into(),
+        ));
+    }
     crate::perf::verbs::run_client(cfg, &c.verbs_options())
 }
 

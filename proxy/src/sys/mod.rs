@@ -465,6 +465,36 @@ pub fn open_tun(name: &str, mtu: u32, txqueuelen: u32) -> io::Result<File> {
     Ok(file)
 }
 
+/// Turns the transmit checksum offload of interface `name` on or off, as
+/// `ethtool -K name tx on|off` does (the legacy ETHTOOL_STXCSUM request,
+/// which the kernel maps onto its checksum features), in the network
+/// namespace of the calling thread. The demo's xdp hosts need it off: a
+/// veth hands frames over with their UDP/TCP checksums left to "hardware",
+/// and AF_XDP takes the bytes as they are.
+pub fn set_tx_checksum(name: &str, on: bool) -> io::Result<()> {
+    /// linux/ethtool.h `struct ethtool_value`.
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    const ETHTOOL_STXCSUM: u32 = 0x17;
+    // SAFETY: plain syscall; the fd is owned right below.
+    let s = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: fresh descriptor.
+    let sock = unsafe { OwnedFd::from_raw_fd(s) };
+    let mut value = EthtoolValue {
+        cmd: ETHTOOL_STXCSUM,
+        data: u32::from(on),
+    };
+    let mut req = ifreq_named(name)?;
+    req.ifr_ifru.ifru_data = (&mut value as *mut EthtoolValue).cast();
+    // SAFETY: SIOCETHTOOL reads the ifreq and the ethtool_value it points
+    // to, both ours and alive for the call.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL as _, &mut req) })?;
+    Ok(())
+}
+
 /// Reads one packet; `Ok(None)` when none is waiting.
 pub fn read_packet(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
     // SAFETY: a valid buffer of the given length.

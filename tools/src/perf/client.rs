@@ -41,6 +41,9 @@ pub struct ClientConfig {
     pub op: Op,
     pub size: u32,
     pub tx_depth: u32,
+    /// PSNs the requester may have outstanding per QP
+    /// ([`crate::rc::QpConfig::max_unacked_psns`]).
+    pub window: u32,
     pub qps: u32,
     pub mtu: usize,
     pub limit: RunLimit,
@@ -74,6 +77,7 @@ impl Default for ClientConfig {
             op: Op::Write,
             size: 65_536,
             tx_depth: 128,
+            window: super::DEFAULT_WINDOW,
             qps: 1,
             mtu: 4096,
             limit: RunLimit::Duration(Duration::from_secs(5)),
@@ -189,7 +193,7 @@ pub fn run_client(cfg: &ClientConfig) -> Result<PerfReport, PerfError> {
     let mut qps = Vec::with_capacity(mine.len());
     for (m, t) in mine.iter().zip(&theirs) {
         let qp = RcQp::new(
-            qp_config(cfg.mtu, layout, m.rkey),
+            super::with_window(qp_config(cfg.mtu, layout, m.rkey), cfg.window),
             QpAddr {
                 ip: my_ip,
                 qpn: m.qpn,

@@ -216,6 +216,20 @@ pub(crate) fn qp_config(mtu: usize, layout: Layout, rkey: u32) -> QpConfig {
     }
 }
 
+/// The requester's window unless told: rxe's `RXE_MAX_UNACKED_PSNS`.
+pub const DEFAULT_WINDOW: u32 = 128;
+/// The largest window: half the PSN space, as every RC requester.
+pub const MAX_WINDOW: u32 = (1 << 22) - 1;
+
+/// `c` with a requester window of `window` PSNs. The AckReq cadence
+/// (every 64 packets by default) is kept at half the window or less, so a
+/// small window still asks for ACKs before it closes.
+pub(crate) fn with_window(mut c: QpConfig, window: u32) -> QpConfig {
+    c.max_unacked_psns = window;
+    c.ack_req_every = c.ack_req_every.min((window / 2).max(1));
+    c
+}
+
 /// A random first PSN, QPN base (room for `n` QPs) and R_Key.
 pub(crate) fn random_psn() -> Psn {
     Psn::new(rand::random::<u32>())
