@@ -50,7 +50,7 @@ use crate::demo_common::{
     demo_gateway_env, flow_quota, path_rate, DemoBackend, RELAY_SLACK_US, US_PER_KM,
 };
 pub use crate::demo_common::{Binaries, DemoOptions, DEFAULT_RATE_BPS};
-use crate::demo_report::{self, Outcome};
+use crate::demo_report::{self, Calibration, Outcome};
 use crate::size::{parse_size, MAX_SIZE};
 
 const HOST_A: &str = "10.1.0.1";
@@ -294,10 +294,11 @@ impl Ctx<'_> {
         Ok(v)
     }
 
-    /// Throughput run plus latency run.
+    /// A scenario: its throughput run, and for the demo's runs (not the
+    /// calibration's) the latency probe.
     fn scenario(
         &self,
-        n: usize,
+        step: Step,
         title: &str,
         route: &Route,
         server_port: u16,
@@ -312,16 +313,18 @@ impl Ctx<'_> {
                 }
             }
         };
-        let mut out = self.throughput(&format!("{n}/3"), title, route, ports, o);
-        self.latency(n, title, route, ports, &mut out);
+        let mut out = self.throughput(step, title, route, ports, o);
+        if let Step::Run(n) = step {
+            self.latency(n, title, route, ports, &mut out);
+        }
         out
     }
 
-    /// The WRITE throughput run of a scenario (`step` "1/3", or
-    /// "calibration"), with the requester's window of `o`.
+    /// The WRITE throughput run of a scenario, with the requester's window
+    /// of `o`.
     fn throughput(
         &self,
-        step: &str,
+        step: Step,
         title: &str,
         route: &Route,
         ports: (u16, u16),
@@ -333,7 +336,7 @@ impl Ctx<'_> {
             "[{step}] {title}: RDMA WRITE {} B, tx-depth 128, window {window} x 4 KiB, {} s",
             o.size, o.duration
         ));
-        let tag = format!("run{}", step.replace('/', "of"));
+        let tag = step.tag();
         let bw = [
             "--size".to_string(),
             o.size.to_string(),
@@ -380,7 +383,7 @@ impl Ctx<'_> {
     }
 
     /// The latency probe of scenario `n`: the RTT the requester sees.
-    fn latency(&self, n: usize, title: &str, route: &Route, ports: (u16, u16), out: &mut Outcome) {
+    fn latency(&self, n: u8, title: &str, route: &Route, ports: (u16, u16), out: &mut Outcome) {
         let lat = [
             "--size".to_string(),
             "64".into(),
@@ -405,6 +408,32 @@ impl Ctx<'_> {
                 }
             }
             Err(e) => out.errors.push(format!("latency probe: {e}")),
+        }
+    }
+}
+
+/// Which of the demo's scenarios: calibration `k` of 2, or run `n` of 3.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Calibration(u8),
+    Run(u8),
+}
+
+impl Step {
+    /// The name of its logs.
+    fn tag(self) -> String {
+        match self {
+            Step::Calibration(k) => format!("calibration{k}"),
+            Step::Run(n) => format!("run{n}"),
+        }
+    }
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Calibration(k) => write!(f, "calibration {k}/2"),
+            Step::Run(n) => write!(f, "{n}/3"),
         }
     }
 }
@@ -679,17 +708,17 @@ fn run_in(o: &DemoOptions, ctx: &Ctx) -> Result<i32, String> {
         }
     ));
     let chosen;
-    let (o, calibration_gbps) = if o.rate_auto {
-        let carried = calibrate(o, ctx)?;
+    let (o, calibration) = if o.rate_auto {
+        let c = calibrate(o, ctx)?;
         chosen = DemoOptions {
-            rate_bps: Some(demo_circuit::auto_rate(carried * 1e9)),
+            rate_bps: Some(demo_circuit::auto_rate(c.carried_gbps() * 1e9)),
             ..o.clone()
         };
-        (&chosen, Some(carried))
+        (&chosen, Some(c))
     } else {
         (o, None)
     };
-    ctx.say(&demo_report::circuit_text(o, calibration_gbps));
+    ctx.say(&demo_report::circuit_text(o, calibration.as_ref()));
 
     let ([r0, rd, ra_], gw_alive) = if o.netns {
         run_netns(o, ctx)?
@@ -698,7 +727,7 @@ fn run_in(o: &DemoOptions, ctx: &Ctx) -> Result<i32, String> {
     };
     let report = demo_report::Report {
         o,
-        calibration_gbps,
+        calibration,
         bound: demo_circuit::bound(o.rate_bps, r0.gbps),
         runs: [r0, rd, ra_],
         gateways: gw_alive,
@@ -709,16 +738,22 @@ fn run_in(o: &DemoOptions, ctx: &Ctx) -> Result<i32, String> {
 /// Seconds of the calibration run of `--rate auto`.
 const CALIBRATION_S: f64 = 3.0;
 
-/// `--rate auto`: what the Sōya set-up carries on this machine at the
-/// demo's distance with no bottleneck, Gb/s (bytes placed at the
-/// responder): the heaviest of the three set-ups, five processes with the
-/// relay's delay line as in the run. Its logs go to the subdirectory
-/// `calibration`.
-fn calibrate(o: &DemoOptions, ctx: &Ctx) -> Result<f64, String> {
+/// The circuit of the calibration runs: relays in place, as in the runs,
+/// but far above what this machine carries.
+const CALIBRATION_RATE_BPS: u64 = 100_000_000_000;
+
+/// `--rate auto`: what this machine carries with no bottleneck, Gb/s
+/// (bytes placed at the responder), through the two set-ups whose CPU
+/// bounds them: direct at 0 km (requester, relay, responder and the
+/// kernel's forwarding of every packet) and through Sōya at the demo's
+/// distance (five processes, the relay's delay line as in the run). The
+/// direct run at the distance carries less than either (its window).
+/// Logs go to the subdirectory `calibration`.
+fn calibrate(o: &DemoOptions, ctx: &Ctx) -> Result<Calibration, String> {
     let cal = DemoOptions {
         loss: 0.0,
         duration: CALIBRATION_S.min(o.duration),
-        rate_bps: None,
+        rate_bps: Some(CALIBRATION_RATE_BPS),
         rate_auto: false,
         window: Some(demo_circuit::FULL_WINDOW),
         ..o.clone()
@@ -730,43 +765,51 @@ fn calibrate(o: &DemoOptions, ctx: &Ctx) -> Result<f64, String> {
         dir,
         quiet: ctx.quiet,
     };
-    let title = format!(
-        "calibration: through Sōya, {} km, no bottleneck",
-        o.distance_km
-    );
-    let title = title.as_str();
-    let (out, gw_alive) = if o.netns {
-        calibrate_netns(&cal, &cal_ctx, title)?
+    let titles = [
+        "direct, 0 km, no bottleneck".to_string(),
+        format!("through Sōya, {} km, no bottleneck", cal.distance_km),
+    ];
+    let ([zero, soya], gw_alive) = if o.netns {
+        calibrate_netns(&cal, &cal_ctx, &titles)?
     } else {
-        soya_loopback(&cal, &cal_ctx, "calibration", title)?
+        let zero = direct_0km_loopback(&cal, &cal_ctx, Step::Calibration(1), &titles[0])?;
+        let (soya, gw_alive) = soya_loopback(&cal, &cal_ctx, Step::Calibration(2), &titles[1])?;
+        ([zero, soya], gw_alive)
     };
     gw_alive?;
-    if !out.ok || out.gbps <= 0.0 || out.data_errors > 0 {
-        return Err(format!(
-            "the calibration run failed ({}); give the circuit with --rate",
-            out.errors.join("; ")
-        ));
+    for (r, t) in [(&zero, &titles[0]), (&soya, &titles[1])] {
+        if !r.ok || r.gbps <= 0.0 || r.data_errors > 0 {
+            return Err(format!(
+                "the calibration run {t} failed ({}); give the circuit with --rate",
+                r.errors.join("; ")
+            ));
+        }
     }
-    Ok(out.gbps)
+    Ok(Calibration {
+        direct_0km_gbps: zero.gbps,
+        accelerated_gbps: soya.gbps,
+    })
 }
 
 /// The calibration between network namespaces: the same sites as the
-/// runs, with no bottleneck.
+/// runs, with relays far faster than the machine.
 fn calibrate_netns(
     cal: &DemoOptions,
     ctx: &Ctx,
-    title: &str,
-) -> Result<(Outcome, Result<(), String>), String> {
+    titles: &[String; 2],
+) -> Result<([Outcome; 2], Result<(), String>), String> {
     use crate::demo_netns::{Sites, Via};
     let mut sites = Sites::build(cal, ctx.bins, &ctx.dir, "c")?;
     let route = Route::Netns {
         a: sites.host[0].clone(),
         b: sites.host[1].clone(),
     };
+    sites.route(Via::Zero)?;
+    let zero = ctx.scenario(Step::Calibration(1), &titles[0], &route, 0, cal);
     sites.start_gateways(ctx.bins, &ctx.dir)?;
     sites.route(Via::Soya)?;
-    let out = ctx.throughput("calibration", title, &route, (0, 0), cal);
-    Ok((out, sites.check()))
+    let soya = ctx.scenario(Step::Calibration(2), &titles[1], &route, 0, cal);
+    Ok(([zero, soya], sites.check()))
 }
 
 /// Direct at 0 km, direct at the distance, through Sōya; and whether the
@@ -775,29 +818,8 @@ type Runs = ([Outcome; 3], Result<(), String>);
 
 /// The three runs on loopback (udp backend, IP-in-UDP hosts).
 fn run_loopback(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
-    // 1. Direct, no relay; or with a rate, through a relay of that rate
-    // at 0 km (the same link, no distance).
-    let s1 = free_udp()?;
+    let r0 = direct_0km_loopback(o, ctx, Step::Run(1), "direct, 0 km")?;
     let mut kids = Children::default();
-    let to = match o.rate_bps {
-        None => s1,
-        Some(_) => {
-            let relay = free_udp()?;
-            ctx.spawn_wanem(&mut kids, o, "0 km", true, &[(relay, s1)])?;
-            settle(&mut kids)?;
-            relay
-        }
-    };
-    let r0 = ctx.scenario(
-        1,
-        "direct, 0 km",
-        &Route::Direct {
-            client_to: addr(to),
-        },
-        s1,
-        o,
-    );
-    kids.stop();
 
     // 2. Direct through a relay.
     let s2 = free_udp()?;
@@ -805,7 +827,7 @@ fn run_loopback(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
     ctx.spawn_wanem(&mut kids, o, "direct", false, &[(relay, s2)])?;
     settle(&mut kids)?;
     let rd = ctx.scenario(
-        2,
+        Step::Run(2),
         &format!("direct, {} km", o.distance_km),
         &Route::Direct {
             client_to: addr(relay),
@@ -818,19 +840,42 @@ fn run_loopback(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
     let (ra_, gw_alive) = soya_loopback(
         o,
         ctx,
-        "3/3",
+        Step::Run(3),
         &format!("through Sōya, {} km", o.distance_km),
     )?;
     Ok(([r0, rd, ra_], gw_alive))
 }
 
+/// Direct on loopback at 0 km: no relay; or with a rate, through a relay
+/// of that rate at 0 km (the same link, no distance).
+fn direct_0km_loopback(
+    o: &DemoOptions,
+    ctx: &Ctx,
+    step: Step,
+    title: &str,
+) -> Result<Outcome, String> {
+    let s1 = free_udp()?;
+    let mut kids = Children::default();
+    let to = match o.rate_bps {
+        None => s1,
+        Some(_) => {
+            let relay = free_udp()?;
+            ctx.spawn_wanem(&mut kids, o, "0 km", true, &[(relay, s1)])?;
+            settle(&mut kids)?;
+            relay
+        }
+    };
+    let client_to = addr(to);
+    Ok(ctx.scenario(step, title, &Route::Direct { client_to }, s1, o))
+}
+
 /// Through two gateways and one relay process per path on loopback (both
 /// directions: A's path remote is relay a->b, B's is relay b->a): run
-/// 3/3, or (`step` "calibration") its throughput run alone.
+/// run 3/3 or calibration 2/2.
 fn soya_loopback(
     o: &DemoOptions,
     ctx: &Ctx,
-    step: &str,
+    step: Step,
     title: &str,
 ) -> Result<(Outcome, Result<(), String>), String> {
     let mut kids = Children::default();
@@ -899,11 +944,7 @@ fn soya_loopback(
         a: addr(dca),
         b: addr(dcb),
     };
-    let out = if step == "calibration" {
-        ctx.throughput(step, title, &route, scenario_ports(0)?, o)
-    } else {
-        ctx.scenario(3, title, &route, 0, o)
-    };
+    let out = ctx.scenario(step, title, &route, 0, o);
     let gw_alive = kids.check();
     kids.stop();
     Ok((out, gw_alive))
@@ -919,9 +960,15 @@ fn run_netns(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
         b: sites.host[1].clone(),
     };
     sites.route(Via::Zero)?;
-    let r0 = ctx.scenario(1, "direct, 0 km (kernel routing)", &route, 0, o);
+    let r0 = ctx.scenario(Step::Run(1), "direct, 0 km (kernel routing)", &route, 0, o);
     sites.route(Via::Wan)?;
-    let rd = ctx.scenario(2, &format!("direct, {} km", o.distance_km), &route, 0, o);
+    let rd = ctx.scenario(
+        Step::Run(2),
+        &format!("direct, {} km", o.distance_km),
+        &route,
+        0,
+        o,
+    );
     ctx.say(&format!(
         "starting the gateways ({} backend) ...",
         o.backend.name()
@@ -929,7 +976,7 @@ fn run_netns(o: &DemoOptions, ctx: &Ctx) -> Result<Runs, String> {
     sites.start_gateways(ctx.bins, &ctx.dir)?;
     sites.route(Via::Soya)?;
     let ra = ctx.scenario(
-        3,
+        Step::Run(3),
         &format!("through Sōya, {} km", o.distance_km),
         &route,
         0,

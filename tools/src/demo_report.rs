@@ -27,6 +27,23 @@ pub(crate) struct Outcome {
     pub errors: Vec<String>,
 }
 
+/// What `--rate auto` measured: the two set-ups whose CPU bounds the
+/// demo, with no bottleneck.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Calibration {
+    /// Direct at 0 km.
+    pub direct_0km_gbps: f64,
+    /// Through Sōya at the demo's distance.
+    pub accelerated_gbps: f64,
+}
+
+impl Calibration {
+    /// What this machine carries through both.
+    pub fn carried_gbps(&self) -> f64 {
+        self.direct_0km_gbps.min(self.accelerated_gbps)
+    }
+}
+
 /// "2 Gb/s" or "unlimited rate".
 fn rate_text(r: Option<u64>) -> String {
     r.map_or("unlimited rate".into(), |r| {
@@ -40,13 +57,15 @@ fn rtt_ms(o: &DemoOptions) -> f64 {
 
 /// The circuit and the requester's window, and why (printed before the
 /// runs).
-pub(crate) fn circuit_text(o: &DemoOptions, calibration_gbps: Option<f64>) -> String {
+pub(crate) fn circuit_text(o: &DemoOptions, calibration: Option<&Calibration>) -> String {
     let mut t = format!("circuit: {} per path", rate_text(o.rate_bps));
-    if let Some(c) = calibration_gbps {
+    if let Some(c) = calibration {
         let _ = write!(
             t,
-            " (--rate auto: the gateways carried {c:.3} Gb/s at {} km with no bottleneck on \
-             this machine; {:.0} % of that, at most {})",
+            " (--rate auto: with no bottleneck this machine carried {:.3} Gb/s direct at 0 km \
+             and {:.3} through Sōya at {} km; {:.0} % of the lesser, at most {})",
+            c.direct_0km_gbps,
+            c.accelerated_gbps,
             o.distance_km,
             100.0 * demo_circuit::HEADROOM,
             rate_text(Some(demo_circuit::MAX_AUTO_BPS))
@@ -77,7 +96,7 @@ pub(crate) fn circuit_text(o: &DemoOptions, calibration_gbps: Option<f64>) -> St
 /// up.
 pub(crate) struct Report<'a> {
     pub o: &'a DemoOptions,
-    pub calibration_gbps: Option<f64>,
+    pub calibration: Option<Calibration>,
     pub bound: Bound,
     /// Direct at 0 km, direct at the distance, through Sōya.
     pub runs: [Outcome; 3],
@@ -191,7 +210,11 @@ impl Report<'_> {
             "rtt_ms": rtt_ms(o),
             "rate_gbps": o.rate_bps.map(|r| r as f64 / 1e9),
             "rate_auto": o.rate_auto,
-            "calibration_gbps": self.calibration_gbps,
+            "calibration_gbps": self.calibration.map(|c| c.carried_gbps()),
+            "calibration": self.calibration.map(|c| json!({
+                "direct_0km_gbps": c.direct_0km_gbps,
+                "accelerated_gbps": c.accelerated_gbps,
+            })),
             "window_packets": o.window_packets(),
             "bound": self.bound.name(),
             "soya_over_0km": self.soya_over_0km(),
@@ -273,7 +296,10 @@ mod tests {
     fn report(o: &DemoOptions, zero: f64, direct: f64, soya: f64) -> Report<'_> {
         Report {
             o,
-            calibration_gbps: Some(1.7),
+            calibration: Some(Calibration {
+                direct_0km_gbps: 1.8,
+                accelerated_gbps: 1.7,
+            }),
             bound: demo_circuit::bound(o.rate_bps, zero),
             runs: [run(zero), run(direct), run(soya)],
             gateways: Ok(()),
