@@ -15,7 +15,7 @@ cpus=${1:?usage: demo_cgroup.sh CPUS|all RUNS [soya demo args...]}
 runs=${2:?usage: demo_cgroup.sh CPUS|all RUNS [soya demo args...]}
 shift 2
 soya=${SOYA:-target/release/soya}
-period=100000
+period=${PERIOD_US:-100000}
 name=soya-demo-$$
 
 cleanup() {

@@ -47,6 +47,33 @@ pub const FULL_WINDOW: u32 = 128;
 /// The smallest window `auto` gives: one 64 KiB WRITE at a 4 KiB MTU.
 pub const MIN_WINDOW: u32 = 16;
 
+/// A trial circuit holds when Sōya carries this share of it. The WAN
+/// datagrams' and the RoCE packets' headers take 3-4 % of a circuit
+/// carrying 4 KiB packets, so an unhurried machine shows 0.93-0.95
+/// (measured: 0.931-0.944 on 0.7-1.6 Gb/s circuits). A trial just above
+/// 0.9 is a machine at the edge of its CPU: with a bar of 0.9 the
+/// ten-second run then carried 0.87 of a 2 Gb/s circuit.
+pub const TRIAL_SHARE: f64 = 0.92;
+
+/// What a failed trial keeps of what Sōya carried on it for the next: a
+/// machine that fell short carried about what it can pace; the margin is
+/// for the run's ramp and for drift.
+pub const TRIAL_BACKOFF: f64 = 0.85;
+
+/// After a trial of circuit `rate_bps` on which Sōya carried `gbps`, the
+/// next circuit to try, or `None` when this one holds
+/// ([`TRIAL_SHARE`]). The next is [`TRIAL_BACKOFF`] of what was carried
+/// (stepped down), and always below the one that failed.
+pub fn next_trial_rate(rate_bps: u64, gbps: f64) -> Option<u64> {
+    if gbps * 1e9 >= TRIAL_SHARE * rate_bps as f64 || rate_bps <= MIN_AUTO_BPS {
+        return None;
+    }
+    let stepped =
+        (gbps * 1e9 * TRIAL_BACKOFF / RATE_STEP_BPS as f64).floor() as u64 * RATE_STEP_BPS;
+    let next = stepped.min(rate_bps - RATE_STEP_BPS);
+    Some(next.max(MIN_AUTO_BPS))
+}
+
 /// The 0 km run must reach this share of the circuit for the circuit to
 /// count as the bound: the headers of a 4 KiB RoCE packet take 2 % of the
 /// circuit, and the rest of the margin is for the run's ramp and drain.
@@ -154,6 +181,27 @@ mod tests {
             let carried = window_gbps(w, 4096, 2.0 * 300.0 * 4.9e-3).unwrap();
             let share = carried * 1e9 / r as f64;
             assert!((0.68..=0.72).contains(&share), "{r}: window {w}, {share}");
+        }
+    }
+
+    #[test]
+    fn a_trial_steps_the_circuit_down_until_sōya_carries_it() {
+        // Carried 0.94 of 1 Gb/s: it holds.
+        assert_eq!(next_trial_rate(1_000_000_000, 0.94), None);
+        // 0.304 of 0.5 Gb/s (a 0.5-CPU cgroup): 85 % of 0.304, stepped.
+        assert_eq!(next_trial_rate(500_000_000, 0.304), Some(250_000_000));
+        assert_eq!(next_trial_rate(1_000_000_000, 0.89), Some(750_000_000));
+        // Just short of the share on a small circuit: one step below, not
+        // the same circuit.
+        assert_eq!(next_trial_rate(200_000_000, 0.179), Some(150_000_000));
+        assert_eq!(next_trial_rate(100_000_000, 0.089), Some(MIN_AUTO_BPS));
+        // Nothing lower to try.
+        assert_eq!(next_trial_rate(MIN_AUTO_BPS, 0.01), None);
+        // Each step is strictly lower.
+        let mut r = 2_000_000_000;
+        while let Some(n) = next_trial_rate(r, r as f64 * 0.85 / 1e9) {
+            assert!(n < r, "{n} after {r}");
+            r = n;
         }
     }
 

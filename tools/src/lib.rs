@@ -9,8 +9,10 @@ pub mod capture;
 pub mod demo;
 pub mod demo_circuit;
 mod demo_common;
+mod demo_loopback;
 mod demo_netns;
 mod demo_report;
+mod demo_session;
 pub mod netns;
 pub mod perf;
 /// The `soya-perf` command line: its server and client, and the demo that
