@@ -72,6 +72,23 @@ pub struct ConnStats {
     pub protocol_violations: u64,
     pub peer_restarts: u64,
     pub events_dropped: u64,
+    /// Packets sealed under the current sending key (0 without a session).
+    pub tx_key_packets: u64,
+    /// Packets the sending key may seal at most (the AEAD's limit for our
+    /// datagram size; `u64::MAX` in lab mode, 0 without a session).
+    pub tx_key_limit: u64,
+    /// Sending-key updates in this session (`keyphase`).
+    pub tx_key_updates: u64,
+    /// Updates of the twin's key seen in this session.
+    pub rx_key_updates: u64,
+    /// Protected packets that failed to authenticate under the twin's
+    /// current key since its last update (the integrity limit counts them).
+    pub rx_key_failures: u64,
+    /// Sessions closed because the twin's key met the integrity limit.
+    pub integrity_limit_closes: u64,
+    /// Sends held back with the sending key at its limit (the update not
+    /// allowed yet: the twin acknowledged nothing under the current key).
+    pub key_exhausted: u64,
     /// Bytes held for sending or retransmission.
     pub send_buffered: u64,
     /// Bytes in receive reorder buffers.
@@ -104,6 +121,7 @@ impl WanConnection {
             .collect();
         let sum = |f: fn(&PathCounters) -> u64| paths.iter().map(|p| f(&p.counters)).sum();
         let c = &self.counters;
+        let keys = self.session.peer.as_ref().map(|p| &p.keys);
         ConnStats {
             generation: self.generation(),
             peer_generation: self.session.peer.as_ref().map(|p| p.generation),
@@ -141,6 +159,13 @@ impl WanConnection {
                 + self.recv.closed_overflow,
             peer_restarts: c.peer_restarts,
             events_dropped: c.events_dropped,
+            tx_key_packets: keys.map_or(0, |k| k.tx.sealed),
+            tx_key_limit: keys.map_or(0, |k| k.tx.policy().hard_limit),
+            tx_key_updates: keys.map_or(0, |k| k.tx.updates),
+            rx_key_updates: keys.map_or(0, |k| k.rx.updates),
+            rx_key_failures: keys.map_or(0, |k| k.rx.failures),
+            integrity_limit_closes: c.integrity_limit_closes,
+            key_exhausted: c.key_exhausted,
             send_buffered: self.send.buffered,
             recv_buffered: self.recv.buffered_bytes(),
             paths,
