@@ -46,11 +46,8 @@ pub fn expand_label(secret: &[u8; 32], label: &[u8]) -> [u8; 32] {
     // below its 255 × 32 limit: neither call can fail.
     if let Ok(hk) = Hkdf::<Sha256>::from_prk(secret) {
         let full_len = (5 + label.len()) as u8;
-        hk.expand_multi_info(
-            &[&[0, 32], &[full_len], b"soya ", label, &[0]],
-            &mut out,
-        )
-        .unwrap_or_default();
+        hk.expand_multi_info(&[&[0, 32], &[full_len], b"soya ", label, &[0]], &mut out)
+            .unwrap_or_default();
     }
     out
 }
@@ -106,7 +103,12 @@ pub struct TxKeys {
 impl TxKeys {
     /// `cipher` `None`: lab mode (no encryption; phases still switch, so
     /// that the mechanism runs in lab-mode simulations too).
-    pub fn new(cipher: Option<Cipher>, secret: [u8; 32], policy: UpdatePolicy, now: Time) -> TxKeys {
+    pub fn new(
+        cipher: Option<Cipher>,
+        secret: [u8; 32],
+        policy: UpdatePolicy,
+        now: Time,
+    ) -> TxKeys {
         TxKeys {
             cipher,
             key: packet_key(cipher, &secret),
@@ -228,6 +230,9 @@ pub struct RxKeys {
     first_pn: Vec<Option<u64>>,
     /// Keys the peer replaced so far in this session.
     pub updates: u64,
+    /// Packets opened with the key before (sent before the peer's update,
+    /// arrived after it).
+    pub previous_opened: u64,
     /// Packets that failed to authenticate since the last switch (the AEAD
     /// integrity limit counts these: [`Cipher::integrity_limit`]).
     pub failures: u64,
@@ -245,6 +250,7 @@ impl RxKeys {
             previous: None,
             first_pn: Vec::new(),
             updates: 0,
+            previous_opened: 0,
             failures: 0,
         }
     }
@@ -259,7 +265,11 @@ impl RxKeys {
         if phase == self.phase {
             return Which::Current;
         }
-        if self.previous.as_ref().is_some_and(|&(_, until)| now >= until) {
+        if self
+            .previous
+            .as_ref()
+            .is_some_and(|&(_, until)| now >= until)
+        {
             self.previous = None;
         }
         let before_current = self
@@ -303,7 +313,10 @@ impl RxKeys {
                 self.note_current(path, pn);
                 Opened::Current
             }
-            Which::Previous => Opened::Previous,
+            Which::Previous => {
+                self.previous_opened += 1;
+                Opened::Previous
+            }
             Which::Next => {
                 self.switch(now, retain);
                 self.note_current(path, pn);
@@ -335,7 +348,9 @@ impl RxKeys {
     /// The key before is still held.
     #[cfg(test)]
     pub fn holds_previous(&self, now: Time) -> bool {
-        self.previous.as_ref().is_some_and(|&(_, until)| now < until)
+        self.previous
+            .as_ref()
+            .is_some_and(|&(_, until)| now < until)
     }
 }
 
@@ -355,7 +370,10 @@ mod tests {
 
     /// A sealer and an opener of one direction with the same secret.
     fn pair(c: Option<Cipher>) -> (TxKeys, RxKeys) {
-        (TxKeys::new(c, [3; 32], POLICY, ms(0)), RxKeys::new(c, [3; 32]))
+        (
+            TxKeys::new(c, [3; 32], POLICY, ms(0)),
+            RxKeys::new(c, [3; 32]),
+        )
     }
 
     /// Seals packet `pn` on `path` under `tx`'s current key; returns
@@ -365,7 +383,10 @@ mod tests {
         nonce[3] = path as u8;
         nonce[4..].copy_from_slice(&pn.to_be_bytes());
         let mut body = pn.to_be_bytes().to_vec();
-        let tag = tx.key().unwrap().seal(nonce, &[tx.phase() as u8], &mut body);
+        let tag = tx
+            .key()
+            .unwrap()
+            .seal(nonce, &[tx.phase() as u8], &mut body);
         tx.on_sealed(path, pn);
         (tx.phase(), nonce, body, tag)
     }
@@ -468,7 +489,10 @@ mod tests {
         assert!(!tx.may_update(ms(100), retain), "no ACK of phase 1 yet");
         tx.on_acked(1, 9, ms(12));
         tx.on_acked(0, 15, ms(12));
-        assert!(!tx.may_update(ms(100), retain), "ACKs of phase 0 or another path");
+        assert!(
+            !tx.may_update(ms(100), retain),
+            "ACKs of phase 0 or another path"
+        );
         tx.on_acked(1, 10, ms(20));
         assert!(!tx.may_update(ms(29), retain));
         assert!(tx.may_update(ms(30), retain));

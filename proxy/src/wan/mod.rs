@@ -66,13 +66,13 @@ use crate::time::Time;
 use cc::{AckSample, Bbr, Controller, FixedRate};
 use dgram::{DgramRecv, DgramSend};
 use flow::{DataOutcome, Message, PushError, RecvFlows, SendFlows};
+use keyphase::Opened;
 use packet::{
     check_frames, Frame, Header, Hello, PacketKind, Writer, DATA_OVERHEAD, HEADER_LEN, HELLO_LEN,
     TAG_LEN,
 };
 use path::{tx_time, Path};
 use recovery::{FrameLists, SentFrame, SentPacket};
-use keyphase::Opened;
 use session::{HelloVerdict, Session};
 pub use session::{KEY_UPDATE_INTERVAL, KEY_UPDATE_PACKETS};
 

@@ -406,7 +406,9 @@ mod tests {
             let hdr = [0u8; HEADER_LEN];
             let mut p = vec![1u8; 300];
             let tag = pa.keys.seal(0, 9, &hdr, &mut p);
-            let opened = pb.keys.open(0, 9, false, &hdr, &mut p, &tag, Time::ZERO, Duration::ZERO);
+            let opened = pb
+                .keys
+                .open(0, 9, false, &hdr, &mut p, &tag, Time::ZERO, Duration::ZERO);
             assert_eq!(opened, crate::wan::keyphase::Opened::Current, "{want}");
             assert_eq!(p, vec![1u8; 300]);
         }

@@ -81,6 +81,9 @@ pub struct ConnStats {
     pub tx_key_updates: u64,
     /// Updates of the twin's key seen in this session.
     pub rx_key_updates: u64,
+    /// Packets of the twin opened with its key before the last update
+    /// (sent before it, arrived after: reordering across the switch).
+    pub rx_key_previous: u64,
     /// Protected packets that failed to authenticate under the twin's
     /// current key since its last update (the integrity limit counts them).
     pub rx_key_failures: u64,
@@ -163,6 +166,7 @@ impl WanConnection {
             tx_key_limit: keys.map_or(0, |k| k.tx.policy().hard_limit),
             tx_key_updates: keys.map_or(0, |k| k.tx.updates),
             rx_key_updates: keys.map_or(0, |k| k.rx.updates),
+            rx_key_previous: keys.map_or(0, |k| k.rx.previous_opened),
             rx_key_failures: keys.map_or(0, |k| k.rx.failures),
             integrity_limit_closes: c.integrity_limit_closes,
             key_exhausted: c.key_exhausted,
