@@ -230,9 +230,6 @@ pub struct RxKeys {
     first_pn: Vec<Option<u64>>,
     /// Keys the peer replaced so far in this session.
     pub updates: u64,
-    /// Packets opened with the key before (sent before the peer's update,
-    /// arrived after it).
-    pub previous_opened: u64,
     /// Packets that failed to authenticate since the last switch (the AEAD
     /// integrity limit counts these: [`Cipher::integrity_limit`]).
     pub failures: u64,
@@ -250,7 +247,6 @@ impl RxKeys {
             previous: None,
             first_pn: Vec::new(),
             updates: 0,
-            previous_opened: 0,
             failures: 0,
         }
     }
@@ -313,10 +309,7 @@ impl RxKeys {
                 self.note_current(path, pn);
                 Opened::Current
             }
-            Which::Previous => {
-                self.previous_opened += 1;
-                Opened::Previous
-            }
+            Which::Previous => Opened::Previous,
             Which::Next => {
                 self.switch(now, retain);
                 self.note_current(path, pn);

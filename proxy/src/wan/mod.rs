@@ -141,6 +141,11 @@ struct Counters {
     /// Sends held back because the sending key met its hard limit and the
     /// update was not allowed yet.
     key_exhausted: u64,
+    /// Key updates over the connection's life (`keyphase`): ours, the
+    /// peer's, and packets opened with the peer's key before.
+    tx_key_updates: u64,
+    rx_key_updates: u64,
+    rx_key_previous: u64,
 }
 
 pub struct WanConnection {

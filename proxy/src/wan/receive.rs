@@ -232,6 +232,11 @@ impl WanConnection {
             }
             return;
         }
+        match opened {
+            Opened::Switched => self.counters.rx_key_updates += 1,
+            Opened::Previous => self.counters.rx_key_previous += 1,
+            Opened::Current | Opened::Failed => {}
+        }
         let plain: &[u8] = plain;
         // Authentic from here on: only now may the packet move any state.
         p.replay.accept(hdr.pn);

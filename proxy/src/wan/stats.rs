@@ -77,9 +77,9 @@ pub struct ConnStats {
     /// Packets the sending key may seal at most (the AEAD's limit for our
     /// datagram size; `u64::MAX` in lab mode, 0 without a session).
     pub tx_key_limit: u64,
-    /// Sending-key updates in this session (`keyphase`).
+    /// Sending-key updates (`keyphase`), over the connection's life.
     pub tx_key_updates: u64,
-    /// Updates of the twin's key seen in this session.
+    /// Updates of the twin's key seen, over the connection's life.
     pub rx_key_updates: u64,
     /// Packets of the twin opened with its key before the last update
     /// (sent before it, arrived after: reordering across the switch).
@@ -164,9 +164,9 @@ impl WanConnection {
             events_dropped: c.events_dropped,
             tx_key_packets: keys.map_or(0, |k| k.tx.sealed),
             tx_key_limit: keys.map_or(0, |k| k.tx.policy().hard_limit),
-            tx_key_updates: keys.map_or(0, |k| k.tx.updates),
-            rx_key_updates: keys.map_or(0, |k| k.rx.updates),
-            rx_key_previous: keys.map_or(0, |k| k.rx.previous_opened),
+            tx_key_updates: c.tx_key_updates,
+            rx_key_updates: c.rx_key_updates,
+            rx_key_previous: c.rx_key_previous,
             rx_key_failures: keys.map_or(0, |k| k.rx.failures),
             integrity_limit_closes: c.integrity_limit_closes,
             key_exhausted: c.key_exhausted,

@@ -88,6 +88,7 @@ impl WanConnection {
         }
         tx.update(now);
         tracing::debug!(updates = tx.updates, "WAN sending key updated");
+        self.counters.tx_key_updates += 1;
         // A PING on every path, under the new key: its ACK tells that the
         // peer reads the new phase, which the next update waits for, even
         // when this side sends only ACKs (never acknowledged themselves).
