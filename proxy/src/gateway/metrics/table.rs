@@ -587,9 +587,11 @@ pub static METRICS: &[Metric] = &[
     Metric {
         name: "soya_wan_key_limit_packets",
         kind: Gauge,
-        help: "Packets one WAN sending key may seal: the AEAD's limit for the datagram size (0: no session).",
+        help: "Packets one WAN sending key may seal: the AEAD's limit for the datagram size (0: no session, or no key and no limit: wan.insecure).",
         labels: &[],
-        samples: |s| one(s.wan.tx_key_limit),
+        // Lab mode has no limit (u64::MAX in the snapshot), which a gauge
+        // cannot carry.
+        samples: |s| one(if s.wan.tx_key_limit == u64::MAX { 0 } else { s.wan.tx_key_limit }),
     },
     Metric {
         name: "soya_wan_key_updates_total",
