@@ -287,6 +287,16 @@ panel("WAN datagrams rejected", [
     desc="WAN datagrams refused: authentication, replay window, parse, source address (unknown: no path's remote; "
          "foreign: unexpected on a single-path socket), an old twin session, before any session, a twin of the same "
          "role, protocol violations by an authentic twin, unreliable datagrams refused by the ACL.")
+panel("WAN key updates", [
+    (series("soya_wan_key_packets"), "packets under the current key"),
+    (series("soya_wan_key_limit_packets"), "AEAD limit per key"),
+    (increase("soya_wan_key_updates_total"), "updates {{dir}}"),
+    (increase("soya_wan_key_limit_events_total"), "at the {{limit}} limit (must be 0)")], "none",
+    desc="soya_wan_key_packets: packets sealed under the current WAN sending key (the most of any shard), far "
+         "below soya_wan_key_limit_packets (the AEAD's confidentiality limit for the datagram size); "
+         "soya_wan_key_updates_total{dir=send|recv} per interval (keys are replaced every 2^22 packets or 2 minutes); "
+         "soya_wan_key_limit_events_total{limit}: sessions closed at the integrity limit, sends held at the "
+         "confidentiality limit.")
 panel("Twin restarts and failed flows", [
     (increase("soya_wan_peer_restarts_total"), "peer restarts"),
     (increase("soya_flows_failed_on_restart_total"), "flows failed"),

@@ -294,6 +294,8 @@ fn datagrams_cross_and_acl_counts(keyed: bool) {
         "soya_path_state{path=\"p0\",state=\"up\"} 1",
         "# TYPE soya_path_rtt_seconds gauge",
         "soya_buffer_slots_total ",
+        "soya_wan_key_updates_total{dir=\"send\"} ",
+        "soya_wan_key_limit_packets ",
     ] {
         assert!(m.contains(want), "{want:?} missing from /metrics:\n{m}");
     }

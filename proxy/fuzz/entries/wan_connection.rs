@@ -1,7 +1,8 @@
 //! Raw datagrams into a `WanConnection` that has a session with its twin,
 //! in lab mode (no key: CRC tags, so the fuzzer also reaches the frame
 //! parsers through forged protected packets) and keyed (AES-GCM or
-//! ChaCha20-Poly1305: forgeries stop at authentication, HELLOs at their MAC).
+//! ChaCha20-Poly1305: forgeries stop at authentication, HELLOs at their MAC),
+//! with keys updated every few packets.
 //! Never a panic; a keyed connection never accepts a datagram its twin did
 //! not produce.
 //!
@@ -47,6 +48,10 @@ fn config(key: Option<[u8; 32]>, client: bool, cipher: CipherPolicy) -> WanConfi
     );
     c.cipher = cipher;
     c.max_datagram = 1452;
+    // Keys replaced every few packets, so that inputs reach both key
+    // phases, the key before and the next one (`wan::keyphase`).
+    c.tuning.key_update_packets = 4;
+    c.tuning.key_update_interval = Duration::from_millis(2);
     c
 }
 

@@ -255,11 +255,24 @@ pub fn render_status(s: &Snapshot) -> String {
         replays_dropped,
         malformed,
         peer_restarts,
+        tx_key_packets,
+        tx_key_limit,
+        tx_key_updates,
+        rx_key_updates,
         ..
     } = s.wan;
     let _ = writeln!(
         o,
         "  wan: sent {packets_sent} pkts, received {packets_received}, lost {packets_lost}, retransmitted {packets_retransmitted}; auth failures {auth_failures}, replays {replays_dropped}, malformed {malformed}, peer restarts {peer_restarts}"
+    );
+    let limit = match tx_key_limit {
+        0 => "no session".to_string(),
+        u64::MAX => "no limit: lab mode".to_string(),
+        n => format!("limit {n}"),
+    };
+    let _ = writeln!(
+        o,
+        "  wan keys: {tx_key_packets} pkts under the current sending key ({limit}); updates: ours {tx_key_updates}, twin's {rx_key_updates}"
     );
     if s.shards.len() > 1 {
         let _ = writeln!(

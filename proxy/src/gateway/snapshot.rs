@@ -234,6 +234,19 @@ counters_from! {
             /// Fragmented messages moved once more in their reassembly
             /// buffer (their header's length guessed wrong: `wan::flow`).
             #[serde(default)] recv_reassembly_moves,
+            /// Key updates (`wan::keyphase`): packets sealed under the
+            /// current sending key (merged: the most of any shard) and what
+            /// that key may seal (its AEAD limit; merged: the least), the
+            /// sending and the twin's updates in this session, late packets
+            /// opened with the twin's key before, sessions closed at the
+            /// integrity limit, sends held back at the confidentiality limit.
+            #[serde(default)] tx_key_packets,
+            #[serde(default)] tx_key_limit,
+            #[serde(default)] tx_key_updates,
+            #[serde(default)] rx_key_updates,
+            #[serde(default)] rx_key_previous,
+            #[serde(default)] integrity_limit_closes,
+            #[serde(default)] key_exhausted,
         ],
         pub send_buffered_bytes: u64,
         pub recv_buffered_bytes: u64,
@@ -349,7 +362,15 @@ pub fn merge(mut parts: Vec<Snapshot>) -> Option<Snapshot> {
         add_into(&mut m.engine, &p.engine);
         add_into(&mut m.buffer, &p.buffer);
         add_into(&mut m.twin, &p.twin);
+        // Per-key figures are not sums: the key closest to its limit speaks.
+        let key_packets = m.wan.tx_key_packets.max(p.wan.tx_key_packets);
+        let key_limit = match (m.wan.tx_key_limit, p.wan.tx_key_limit) {
+            (0, x) | (x, 0) => x,
+            (x, y) => x.min(y),
+        };
         add_into(&mut m.wan, &p.wan);
+        m.wan.tx_key_packets = key_packets;
+        m.wan.tx_key_limit = key_limit;
         m.connected &= p.connected;
         // The worst shard speaks for the twin.
         let rank = |t: &TwinStatus| match t.state.as_str() {

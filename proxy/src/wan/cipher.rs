@@ -64,6 +64,34 @@ impl Cipher {
         }
     }
 
+    /// Packets of at most `max_datagram` bytes one key may seal: the
+    /// confidentiality limit of RFC 9001 §6.6, derived as its Appendix B
+    /// does for an attacker advantage of 2^-57, for this datagram size.
+    ///
+    /// AES-GCM: the advantage is about `(l × q)² / 2^127` for `q` packets
+    /// of `l` 16-byte blocks, so `q ≤ 2^35 / l` (QUIC's 2^23 is this for
+    /// 64 KiB packets; Sōya's 8952-byte datagrams, `l` = 560, allow
+    /// 61 356 675). ChaCha20-Poly1305's limit exceeds the 2^62 packet
+    /// numbers a path has (RFC 9001 §6.6): none in practice.
+    pub fn confidentiality_limit(self, max_datagram: usize) -> u64 {
+        match self {
+            Cipher::Aes256Gcm => (1u64 << 35) / blocks(max_datagram),
+            Cipher::ChaCha20Poly1305 => 1 << 62,
+        }
+    }
+
+    /// Forged packets of at most `max_datagram` bytes a receiver may try
+    /// to open under one key: RFC 9001's integrity limit (Appendix B, the
+    /// same 2^-57 target). AES-GCM: `v ≤ 2^64 / l` (2^52 for 64 KiB
+    /// packets, ≈ 2^54.9 for 8952 bytes). ChaCha20-Poly1305: 2^36, as
+    /// RFC 9001 §6.6 states it.
+    pub fn integrity_limit(self, max_datagram: usize) -> u64 {
+        match self {
+            Cipher::Aes256Gcm => u64::MAX / blocks(max_datagram),
+            Cipher::ChaCha20Poly1305 => 1 << 36,
+        }
+    }
+
     fn algorithm(self) -> &'static aead::Algorithm {
         match self {
             Cipher::ChaCha20Poly1305 => &aead::CHACHA20_POLY1305,
@@ -76,6 +104,12 @@ impl fmt::Display for Cipher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// 16-byte blocks in a datagram of `len` bytes (all of it, header and tag
+/// included: an upper bound on what the AEAD processes), at least 1.
+fn blocks(len: usize) -> u64 {
+    (len as u64).div_ceil(16).max(1)
 }
 
 /// What the configuration allows (`wan.cipher`).
@@ -196,7 +230,6 @@ pub fn agree(a: CipherOffer, b: CipherOffer) -> Option<Cipher> {
 /// One direction's packet key.
 pub struct PacketKey {
     key: aead::LessSafeKey,
-    cipher: Cipher,
 }
 
 impl PacketKey {
@@ -207,12 +240,7 @@ impl PacketKey {
             .expect("AES-256-GCM and ChaCha20-Poly1305 keys are 32 bytes");
         PacketKey {
             key: aead::LessSafeKey::new(unbound),
-            cipher,
         }
-    }
-
-    pub fn cipher(&self) -> Cipher {
-        self.cipher
     }
 
     /// Encrypts `in_out` in place; returns the tag.
@@ -360,6 +388,22 @@ only one tip for the future, sunscreen would be it.",
                 "{c} as {other}"
             );
         }
+    }
+
+    /// The limits for the datagram sizes Sōya uses (docs/wan-protocol.md §
+    /// Key updates quotes these figures).
+    #[test]
+    fn usage_limits_for_soya_datagrams() {
+        let aes = Cipher::Aes256Gcm;
+        assert_eq!(aes.confidentiality_limit(65_536), 1 << 23, "QUIC's 2^23");
+        assert_eq!(aes.confidentiality_limit(2048), 1 << 28, "QUIC's 2^28");
+        assert_eq!(aes.confidentiality_limit(8952), 61_356_675);
+        assert_eq!(aes.confidentiality_limit(1452), 377_579_542);
+        assert_eq!(aes.confidentiality_limit(65_000), 8_456_740);
+        assert_eq!(aes.integrity_limit(65_536), (1 << 52) - 1);
+        let cha = Cipher::ChaCha20Poly1305;
+        assert_eq!(cha.confidentiality_limit(8952), 1 << 62);
+        assert_eq!(cha.integrity_limit(8952), 1 << 36);
     }
 
     #[test]

@@ -69,6 +69,13 @@ pub struct Tuning {
     /// opens a new flow (`flow`: why that keeps order). Clamped to
     /// [[`FLOW_IDLE_MIN`], [`FLOW_IDLE_MAX`]].
     pub flow_idle_timeout: Duration,
+    /// Packets one sending key seals before it is replaced (a key update:
+    /// `keyphase`); never more than half the AEAD's confidentiality limit
+    /// for `max_datagram` (docs/wan-protocol.md § Key updates).
+    pub key_update_packets: u64,
+    /// Age of a sending key before it is replaced, however few packets it
+    /// sealed.
+    pub key_update_interval: Duration,
 }
 
 /// Default [`Tuning::flow_idle_timeout`]. Closing costs a FIN and its ACK,
@@ -104,6 +111,8 @@ impl Default for Tuning {
             pacing_lookahead: Duration::from_micros(20),
             initial_rtt: Duration::from_millis(50),
             flow_idle_timeout: FLOW_IDLE_DEFAULT,
+            key_update_packets: KEY_UPDATE_PACKETS,
+            key_update_interval: KEY_UPDATE_INTERVAL,
         }
     }
 }

@@ -7,10 +7,13 @@
 //!   A MAC, not an AEAD, because the HELLO key is the same for every session:
 //!   a MAC has no nonce that could repeat. It also covers the cipher offers
 //!   the HELLO carries, so an attacker cannot strip a cipher from an offer.
-//! - Session keys: `prk = HKDF-Extract(salt "soya-wan/1 session" ‖
-//!   client_nonce ‖ server_nonce, PSK)`; `c2s`, `s2c` (32 bytes each) and the
-//!   connection id (4 bytes) are expanded from it with distinct labels. The
-//!   key labels end with the agreed cipher's id (`"c2s key" ‖ id`), so keys
+//! - Session secrets: `prk = HKDF-Extract(salt "soya-wan/1 session" ‖
+//!   client_nonce ‖ server_nonce, PSK)`; the first traffic secret of each
+//!   direction, `c2s` and `s2c` (32 bytes each), and the connection id (4
+//!   bytes) are expanded from it with distinct labels; packet keys come
+//!   from the traffic secrets, which change at each key update (see
+//!   `keyphase`). The labels end with the agreed cipher's id
+//!   (`"c2s secret" ‖ id`), so keys
 //!   are bound to the cipher: the same key never serves two algorithms, and
 //!   twins that somehow disagreed on the cipher share no key (every packet
 //!   fails to authenticate) instead of talking under a cipher one of them
@@ -27,7 +30,12 @@ use hkdf::hmac::{Hmac, Mac};
 use hkdf::Hkdf;
 use sha2::Sha256;
 
-use super::cipher::{Cipher, PacketKey};
+use std::time::Duration;
+
+use crate::time::Time;
+
+use super::cipher::Cipher;
+use super::keyphase::{Opened, RxKeys, TxKeys, UpdatePolicy};
 use super::packet::TAG_LEN;
 
 const HELLO_SALT: &[u8] = b"soya-wan/1 hello";
@@ -108,35 +116,42 @@ fn crc_tag(a: &[u8], b: &[u8]) -> [u8; TAG_LEN] {
 }
 
 /// One session's keys: derived once both nonces (and the cipher) are known.
+/// Each direction's key changes over the session (`keyphase`).
 pub struct SessionKeys {
-    tx: Option<PacketKey>,
-    rx: Option<PacketKey>,
+    pub tx: TxKeys,
+    pub rx: RxKeys,
     pub conn_id: u32,
 }
 
-/// The raw outputs of the key schedule: (c2s key, s2c key, connection id).
+/// The raw outputs of the key schedule: (c2s secret, s2c secret,
+/// connection id). The secrets are each direction's first traffic secret;
+/// packet keys are expanded from them (`keyphase`).
 fn expand(psk: &[u8; 32], salt: &[u8], cipher: Cipher) -> ([u8; 32], [u8; 32], u32) {
     let hk = Hkdf::<Sha256>::new(Some(salt), psk);
     let mut c2s = [0u8; 32];
     let mut s2c = [0u8; 32];
     let mut cid = [0u8; 4];
     // Output lengths are fixed and valid: expand cannot fail.
-    hk.expand_multi_info(&[b"c2s key", &[cipher.id()]], &mut c2s)
+    hk.expand_multi_info(&[b"c2s secret", &[cipher.id()]], &mut c2s)
         .unwrap_or_default();
-    hk.expand_multi_info(&[b"s2c key", &[cipher.id()]], &mut s2c)
+    hk.expand_multi_info(&[b"s2c secret", &[cipher.id()]], &mut s2c)
         .unwrap_or_default();
     hk.expand(b"conn id", &mut cid).unwrap_or_default();
     (c2s, s2c, u32::from_be_bytes(cid))
 }
 
 impl SessionKeys {
-    /// `cipher` is the agreed one (ignored, and may be `None`, without a PSK).
+    /// `cipher` is the agreed one (ignored, and may be `None`, without a
+    /// PSK). `policy` says when the sending key is replaced; `now` starts
+    /// its clock.
     pub fn derive(
         psk: Option<&[u8; 32]>,
         my_nonce: u64,
         peer_nonce: u64,
         i_am_client: bool,
         cipher: Option<Cipher>,
+        policy: UpdatePolicy,
+        now: Time,
     ) -> SessionKeys {
         let (c, s) = if i_am_client {
             (my_nonce, peer_nonce)
@@ -148,28 +163,35 @@ impl SessionKeys {
         salt.extend_from_slice(&c.to_be_bytes());
         salt.extend_from_slice(&s.to_be_bytes());
         let (Some(psk), Some(cipher)) = (psk, cipher) else {
+            // Lab mode: no keys, but the key phases still switch (so that
+            // lab-mode simulations run the mechanism).
             let mut h = crc32fast::Hasher::new();
             h.update(&salt);
             return SessionKeys {
-                tx: None,
-                rx: None,
+                tx: TxKeys::new(None, [0; 32], policy, now),
+                rx: RxKeys::new(None, [0; 32]),
                 conn_id: h.finalize(),
             };
         };
         let (c2s, s2c, conn_id) = expand(psk, &salt, cipher);
-        let c2s = PacketKey::new(cipher, &c2s);
-        let s2c = PacketKey::new(cipher, &s2c);
         let (tx, rx) = if i_am_client { (c2s, s2c) } else { (s2c, c2s) };
         SessionKeys {
-            tx: Some(tx),
-            rx: Some(rx),
+            tx: TxKeys::new(Some(cipher), tx, policy, now),
+            rx: RxKeys::new(Some(cipher), rx),
             conn_id,
         }
     }
 
     /// The session's cipher (`None`: lab mode).
     pub fn cipher(&self) -> Option<Cipher> {
-        self.tx.as_ref().map(PacketKey::cipher)
+        self.tx.cipher()
+    }
+
+    /// Failed authentications one receive key tolerates (any size of
+    /// forgery up to the largest datagram: 64 KiB); no limit in lab mode.
+    pub fn integrity_limit(&self) -> u64 {
+        self.cipher()
+            .map_or(u64::MAX, |c| c.integrity_limit(1 << 16))
     }
 
     fn nonce(path: u8, pn: u64) -> [u8; 12] {
@@ -179,23 +201,43 @@ impl SessionKeys {
         n
     }
 
-    /// Encrypts `payload` in place and returns its tag.
-    pub fn seal(&self, path: u8, pn: u64, header: &[u8], payload: &mut [u8]) -> [u8; TAG_LEN] {
-        match &self.tx {
+    /// Encrypts `payload` in place under the current sending key and
+    /// returns its tag; counts the packet against the key's limits. The
+    /// header must carry the current phase ([`TxKeys::phase`]).
+    pub fn seal(&mut self, path: u8, pn: u64, header: &[u8], payload: &mut [u8]) -> [u8; TAG_LEN] {
+        let tag = match self.tx.key() {
             Some(key) => key.seal(Self::nonce(path, pn), header, payload),
             None => crc_tag(header, payload),
-        }
+        };
+        self.tx.on_sealed(usize::from(path), pn);
+        tag
     }
 
-    /// Checks and decrypts `payload` in place; `false` leaves it garbage.
-    pub fn open(&self, path: u8, pn: u64, header: &[u8], payload: &mut [u8], tag: &[u8]) -> bool {
+    /// Checks and decrypts `payload` in place with the receive key that
+    /// `phase` (the header's key phase bit) selects; a failure leaves it
+    /// garbage. `retain`: how long the key before is held after the peer's
+    /// update.
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        &mut self,
+        path: u8,
+        pn: u64,
+        phase: bool,
+        header: &[u8],
+        payload: &mut [u8],
+        tag: &[u8],
+        now: Time,
+        retain: Duration,
+    ) -> Opened {
         if tag.len() != TAG_LEN {
-            return false;
+            return Opened::Failed;
         }
-        match &self.rx {
-            Some(key) => key.open(Self::nonce(path, pn), header, payload, tag),
-            None => tag == crc_tag(header, payload).as_slice(),
-        }
+        let nonce = Self::nonce(path, pn);
+        self.rx
+            .open(usize::from(path), pn, phase, now, retain, |key| match key {
+                Some(key) => key.open(nonce, header, payload, tag),
+                None => tag == crc_tag(header, payload).as_slice(),
+            })
     }
 }
 
@@ -203,13 +245,35 @@ impl SessionKeys {
 mod tests {
     use super::*;
 
+    const POLICY: UpdatePolicy = UpdatePolicy {
+        packets: 1 << 22,
+        interval: Duration::from_secs(120),
+        hard_limit: 1 << 23,
+    };
+
+    fn derive(
+        psk: Option<&[u8; 32]>,
+        my: u64,
+        peer: u64,
+        client: bool,
+        cipher: Option<Cipher>,
+    ) -> SessionKeys {
+        SessionKeys::derive(psk, my, peer, client, cipher, POLICY, Time::ZERO)
+    }
+
+    fn open(k: &mut SessionKeys, path: u8, pn: u64, hdr: &[u8], p: &[u8], tag: &[u8]) -> bool {
+        let mut p = p.to_vec();
+        let ms = Duration::from_millis(1);
+        k.open(path, pn, false, hdr, &mut p, tag, Time::ZERO, ms) != Opened::Failed
+    }
+
     #[test]
     fn directions_and_sessions_differ() {
         for cipher in Cipher::ALL {
             let c = Some(cipher);
             let psk = [7u8; 32];
-            let a = SessionKeys::derive(Some(&psk), 1, 2, true, c);
-            let b = SessionKeys::derive(Some(&psk), 2, 1, false, c);
+            let mut a = derive(Some(&psk), 1, 2, true, c);
+            let mut b = derive(Some(&psk), 2, 1, false, c);
             assert_eq!(a.conn_id, b.conn_id);
             assert_eq!(a.cipher(), c);
             let hdr = [1u8; 24];
@@ -217,17 +281,22 @@ mod tests {
             let tag = a.seal(0, 5, &hdr, &mut p);
             assert_ne!(&p, b"payload");
             let mut q = p.clone();
-            assert!(b.open(0, 5, &hdr, &mut q, &tag));
+            let zero = Duration::ZERO;
+            assert_eq!(
+                b.open(0, 5, false, &hdr, &mut q, &tag, Time::ZERO, zero),
+                Opened::Current
+            );
             assert_eq!(&q, b"payload");
             // Wrong pn, path, header, direction or session: all refused.
-            assert!(!b.open(0, 6, &hdr, &mut p.clone(), &tag));
-            assert!(!b.open(1, 5, &hdr, &mut p.clone(), &tag));
-            assert!(!b.open(0, 5, &[2u8; 24], &mut p.clone(), &tag));
-            assert!(!a.open(0, 5, &hdr, &mut p.clone(), &tag));
-            let other = SessionKeys::derive(Some(&psk), 3, 1, false, c);
-            assert!(!other.open(0, 5, &hdr, &mut p.clone(), &tag));
-            let wrong_psk = SessionKeys::derive(Some(&[8u8; 32]), 2, 1, false, c);
-            assert!(!wrong_psk.open(0, 5, &hdr, &mut p.clone(), &tag));
+            assert!(!open(&mut b, 0, 6, &hdr, &p, &tag));
+            assert!(!open(&mut b, 1, 5, &hdr, &p, &tag));
+            assert!(!open(&mut b, 0, 5, &[2u8; 24], &p, &tag));
+            assert!(!open(&mut a, 0, 5, &hdr, &p, &tag));
+            let mut other = derive(Some(&psk), 3, 1, false, c);
+            assert!(!open(&mut other, 0, 5, &hdr, &p, &tag));
+            let mut wrong_psk = derive(Some(&[8u8; 32]), 2, 1, false, c);
+            assert!(!open(&mut wrong_psk, 0, 5, &hdr, &p, &tag));
+            assert_eq!(a.tx.sealed, 1, "the sealed packet counted");
         }
     }
 
@@ -242,14 +311,14 @@ mod tests {
         let (c1, c2, cid_c) = expand(&psk, b"salt", cha);
         assert!(a1 != c1 && a2 != c2 && a1 != a2 && c1 != c2);
         assert_eq!(cid_a, cid_c, "the connection id names the session only");
-        let client = SessionKeys::derive(Some(&psk), 1, 2, true, Some(aes));
-        let server = SessionKeys::derive(Some(&psk), 2, 1, false, Some(cha));
+        let mut client = derive(Some(&psk), 1, 2, true, Some(aes));
+        let mut server = derive(Some(&psk), 2, 1, false, Some(cha));
         let hdr = [1u8; 24];
         let mut p = vec![0u8; 100];
         let tag = client.seal(0, 1, &hdr, &mut p);
-        assert!(!server.open(0, 1, &hdr, &mut p, &tag));
+        assert!(!open(&mut server, 0, 1, &hdr, &p, &tag));
         // Lab mode has no cipher.
-        let lab = SessionKeys::derive(None, 1, 2, true, Some(aes));
+        let lab = derive(None, 1, 2, true, Some(aes));
         assert_eq!(lab.cipher(), None);
     }
 

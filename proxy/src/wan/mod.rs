@@ -16,6 +16,8 @@
 //! - `cipher`: the packet AEADs (AES-256-GCM, ChaCha20-Poly1305) and how
 //!   the twins agree on one;
 //! - `crypto`, `session`: PSK key schedule and the HELLO exchange;
+//!   `keyphase`: key updates (each direction's key replaced before the
+//!   AEAD's limits, both phases readable during the switch);
 //!   `replay`: per-path anti-replay window;
 //! - `path`: RTT, pacing, liveness; `recovery`: loss detection per path;
 //!   `ack`: what to acknowledge; [`cc`]: congestion controllers;
@@ -33,6 +35,7 @@ mod dgram;
 mod events;
 mod flow;
 mod idhash;
+mod keyphase;
 pub mod msg;
 pub mod packet;
 mod path;
@@ -63,6 +66,7 @@ use crate::time::Time;
 use cc::{AckSample, Bbr, Controller, FixedRate};
 use dgram::{DgramRecv, DgramSend};
 use flow::{DataOutcome, Message, PushError, RecvFlows, SendFlows};
+use keyphase::Opened;
 use packet::{
     check_frames, Frame, Header, Hello, PacketKind, Writer, DATA_OVERHEAD, HEADER_LEN, HELLO_LEN,
     TAG_LEN,
@@ -70,6 +74,7 @@ use packet::{
 use path::{tx_time, Path};
 use recovery::{FrameLists, SentFrame, SentPacket};
 use session::{HelloVerdict, Session};
+pub use session::{KEY_UPDATE_INTERVAL, KEY_UPDATE_PACKETS};
 
 pub use cipher::{aes_hardware, Cipher, CipherOffer, CipherPolicy};
 pub use config::{
@@ -91,6 +96,10 @@ pub const MAX_MAX_DATAGRAM: usize = 65_000;
 /// Room kept in every data packet for an ACK, a PING and two credits, so
 /// that a full-size fragment always fits beside them.
 const CONTROL_RESERVE: usize = 64 + 1 + 32;
+/// Least time the peer's key before an update is held (`key_retain`):
+/// covers scheduling delays of a busy gateway host that RTT samples on a
+/// short path do not show.
+const KEY_RETAIN_MIN: Duration = Duration::from_millis(10);
 /// Cap on queued non-message events (path changes, datagrams): when the
 /// application does not poll, the newest are dropped and counted.
 const MAX_OTHER_EVENTS: usize = 4096;
@@ -126,6 +135,17 @@ struct Counters {
     protocol_violations: u64,
     peer_restarts: u64,
     events_dropped: u64,
+    /// Sessions abandoned because the peer's key met the AEAD's integrity
+    /// limit (that many forgeries under one key).
+    integrity_limit_closes: u64,
+    /// Sends held back because the sending key met its hard limit and the
+    /// update was not allowed yet.
+    key_exhausted: u64,
+    /// Key updates over the connection's life (`keyphase`): ours, the
+    /// peer's, and packets opened with the peer's key before.
+    tx_key_updates: u64,
+    rx_key_updates: u64,
+    rx_key_previous: u64,
 }
 
 pub struct WanConnection {
@@ -254,6 +274,8 @@ impl WanConnection {
         if !cfg.hello_context.is_empty() {
             c.session.set_hello_context(&cfg.hello_context);
         }
+        c.session
+            .set_key_updates(c.tuning.key_update_packets, c.tuning.key_update_interval);
         c
     }
 
@@ -424,6 +446,22 @@ impl WanConnection {
             }
         }
         t
+    }
+
+    /// How long a receiver holds the peer's key before an update: three
+    /// probe timeouts of the slowest live path (RFC 9001 §6.5), so that
+    /// packets sent before the update and delayed on any path still open.
+    /// A sender waits twice this after the peer showed it reads the
+    /// current phase before it updates again (`keyphase`).
+    fn key_retain(&self) -> Duration {
+        let d = self.tuning.max_ack_delay;
+        self.paths
+            .iter()
+            .filter(|p| p.state != PathState::Retired)
+            .map(|p| p.rtt.pto_base(d) * 3)
+            .max()
+            .unwrap_or(Duration::ZERO)
+            .max(KEY_RETAIN_MIN)
     }
 
     fn keepalive_deadline(&self, p: &Path) -> Option<Time> {

@@ -76,7 +76,7 @@ impl WanConnection {
             }
         };
         self.counters.hellos_accepted += 1;
-        match self.session.on_hello(hdr, &hello) {
+        match self.session.on_hello(hdr, &hello, now) {
             HelloVerdict::RoleConflict => self.counters.role_conflicts += 1,
             HelloVerdict::Retired => self.counters.replays_dropped += 1,
             HelloVerdict::Known { needs_hello } => {
@@ -170,7 +170,13 @@ impl WanConnection {
         hdr: &Header,
         bytes: &mut [u8],
     ) {
-        let Some(peer) = self.session.peer.as_ref() else {
+        // Only a packet of the other phase can switch keys, and only then
+        // is the retention period needed (it walks the paths).
+        let retain = match self.session.peer.as_ref() {
+            Some(peer) if peer.keys.rx.phase() != hdr.key_phase => self.key_retain(),
+            _ => Duration::ZERO,
+        };
+        let Some(peer) = self.session.peer.as_mut() else {
             self.counters.no_session += 1;
             return;
         };
@@ -189,6 +195,8 @@ impl WanConnection {
             self.counters.malformed += 1;
             return;
         }
+        // Packet numbers run on across key updates, so one window refuses
+        // a replay from any earlier phase as from this one.
         if p.replay.check(hdr.pn) != replay::Verdict::Fresh {
             p.counters.replays_dropped += 1;
             self.counters.replays_dropped += 1;
@@ -198,10 +206,36 @@ impl WanConnection {
         let (head, rest) = bytes.split_at_mut(HEADER_LEN);
         let (plain, tag) = rest.split_at_mut(len - HEADER_LEN - TAG_LEN);
         // Decrypted in place: the payload is never copied before parsing.
-        if !peer.keys.open(hdr.path, hdr.pn, head, plain, tag) {
+        let opened = peer.keys.open(
+            hdr.path,
+            hdr.pn,
+            hdr.key_phase,
+            head,
+            plain,
+            tag,
+            now,
+            retain,
+        );
+        if opened == Opened::Failed {
             p.counters.auth_failures += 1;
             self.counters.auth_failures += 1;
+            if peer.keys.rx.failures >= peer.keys.integrity_limit() {
+                // RFC 9001 §6.6: that many forgeries under one key and its
+                // integrity is no longer assured. Only the peer can replace
+                // it: end the session (the site starts a new one).
+                tracing::warn!(
+                    failures = peer.keys.rx.failures,
+                    "WAN key met the AEAD integrity limit: closing the session"
+                );
+                self.counters.integrity_limit_closes += 1;
+                self.close(now);
+            }
             return;
+        }
+        match opened {
+            Opened::Switched => self.counters.rx_key_updates += 1,
+            Opened::Previous => self.counters.rx_key_previous += 1,
+            Opened::Current | Opened::Failed => {}
         }
         let plain: &[u8] = plain;
         // Authentic from here on: only now may the packet move any state.
@@ -315,6 +349,10 @@ impl WanConnection {
             self.counters.protocol_violations += 1;
             return;
         };
+        if let Some(peer) = self.session.peer.as_mut() {
+            // An ACK of a packet under our current key: the peer reads it.
+            peer.keys.tx.on_acked(i, a.largest(), now);
+        }
         if !res.acked.is_empty() {
             p.last_ack_rx = now;
             p.pto_count = 0;

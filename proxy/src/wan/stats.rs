@@ -72,6 +72,26 @@ pub struct ConnStats {
     pub protocol_violations: u64,
     pub peer_restarts: u64,
     pub events_dropped: u64,
+    /// Packets sealed under the current sending key (0 without a session).
+    pub tx_key_packets: u64,
+    /// Packets the sending key may seal at most (the AEAD's limit for our
+    /// datagram size; `u64::MAX` in lab mode, 0 without a session).
+    pub tx_key_limit: u64,
+    /// Sending-key updates (`keyphase`), over the connection's life.
+    pub tx_key_updates: u64,
+    /// Updates of the twin's key seen, over the connection's life.
+    pub rx_key_updates: u64,
+    /// Packets of the twin opened with its key before the last update
+    /// (sent before it, arrived after: reordering across the switch).
+    pub rx_key_previous: u64,
+    /// Protected packets that failed to authenticate under the twin's
+    /// current key since its last update (the integrity limit counts them).
+    pub rx_key_failures: u64,
+    /// Sessions closed because the twin's key met the integrity limit.
+    pub integrity_limit_closes: u64,
+    /// Sends held back with the sending key at its limit (the update not
+    /// allowed yet: the twin acknowledged nothing under the current key).
+    pub key_exhausted: u64,
     /// Bytes held for sending or retransmission.
     pub send_buffered: u64,
     /// Bytes in receive reorder buffers.
@@ -104,6 +124,7 @@ impl WanConnection {
             .collect();
         let sum = |f: fn(&PathCounters) -> u64| paths.iter().map(|p| f(&p.counters)).sum();
         let c = &self.counters;
+        let keys = self.session.peer.as_ref().map(|p| &p.keys);
         ConnStats {
             generation: self.generation(),
             peer_generation: self.session.peer.as_ref().map(|p| p.generation),
@@ -141,6 +162,14 @@ impl WanConnection {
                 + self.recv.closed_overflow,
             peer_restarts: c.peer_restarts,
             events_dropped: c.events_dropped,
+            tx_key_packets: keys.map_or(0, |k| k.tx.sealed),
+            tx_key_limit: keys.map_or(0, |k| k.tx.policy().hard_limit),
+            tx_key_updates: c.tx_key_updates,
+            rx_key_updates: c.rx_key_updates,
+            rx_key_previous: c.rx_key_previous,
+            rx_key_failures: keys.map_or(0, |k| k.rx.failures),
+            integrity_limit_closes: c.integrity_limit_closes,
+            key_exhausted: c.key_exhausted,
             send_buffered: self.send.buffered,
             recv_buffered: self.recv.buffered_bytes(),
             paths,

@@ -973,6 +973,7 @@ fn path_states_visible_in_stats() {
 
 mod churn;
 mod goodput;
+mod keyupdate;
 mod reconfig;
 mod security;
 mod tamper;

@@ -37,6 +37,7 @@ impl WanConnection {
             }
         }
         self.session.peer.as_ref()?;
+        self.maybe_update_key(now);
         if self.has_data() && buf.len() >= self.max_datagram {
             if let scheduler::Choice::Now(i) = self.choose_data_path(now) {
                 return self.build_packet(now, i, true, buf);
@@ -61,6 +62,41 @@ impl WanConnection {
             }
         }
         None
+    }
+
+    /// Replaces the sending key when it is due and the peer is ready for it
+    /// (`keyphase`). Runs before every packet: the common case is two
+    /// comparisons.
+    pub(super) fn maybe_update_key(&mut self, now: Time) {
+        let Some(peer) = self.session.peer.as_ref() else {
+            return;
+        };
+        let tx = &peer.keys.tx;
+        if !tx.due(now) {
+            return;
+        }
+        let retain = self.key_retain();
+        let Some(peer) = self.session.peer.as_mut() else {
+            return;
+        };
+        let tx = &mut peer.keys.tx;
+        if !tx.may_update(now, retain) {
+            if tx.exhausted() {
+                self.counters.key_exhausted += 1;
+            }
+            return;
+        }
+        tx.update(now);
+        tracing::debug!(updates = tx.updates, "WAN sending key updated");
+        self.counters.tx_key_updates += 1;
+        // A PING on every path, under the new key: its ACK tells that the
+        // peer reads the new phase, which the next update waits for, even
+        // when this side sends only ACKs (never acknowledged themselves).
+        for p in &mut self.paths {
+            if p.state != PathState::Retired {
+                p.ping_due = true;
+            }
+        }
     }
 
     /// The Up path with the lowest RTT (path 0 when none is Up).
@@ -88,7 +124,7 @@ impl WanConnection {
         self.close_pending[i] = false;
         let max = self.max_datagram;
         let t = Self::seal_packet_on(
-            &self.session,
+            &mut self.session,
             &mut self.paths[i],
             now,
             i,
@@ -128,7 +164,7 @@ impl WanConnection {
         let path = &mut self.paths[i];
         let mut retransmission = false;
         let t = Self::seal_packet_on(
-            &self.session,
+            &mut self.session,
             path,
             now,
             i,
@@ -183,7 +219,7 @@ impl WanConnection {
     /// first, whatever the packet carries.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn seal_packet_on(
-        session: &Session,
+        session: &mut Session,
         p: &mut Path,
         now: Time,
         i: usize,
@@ -192,19 +228,23 @@ impl WanConnection {
         frame_lists: &mut FrameLists,
         fill: impl FnOnce(&mut Writer<'_>, &mut ack::AckTracker, &mut Vec<SentFrame>) -> bool,
     ) -> Option<Transmit> {
-        let peer = session.peer.as_ref()?;
+        let (insecure, client, generation) =
+            (session.insecure(), session.is_client, session.generation());
+        let peer = session.peer.as_mut()?;
         let cap = buf.len().min(max_datagram);
-        if cap < HEADER_LEN + TAG_LEN + 64 {
+        if cap < HEADER_LEN + TAG_LEN + 64 || peer.keys.tx.exhausted() {
+            // (An exhausted key seals nothing more: `maybe_update_key`.)
             return None;
         }
         let pn = p.recovery.next_pn();
         let hdr = Header {
             kind: PacketKind::Protected,
-            insecure: session.insecure(),
-            client: session.is_client,
+            insecure,
+            client,
+            key_phase: peer.keys.tx.phase(),
             path: i as u8,
             conn_id: peer.keys.conn_id,
-            generation: session.generation(),
+            generation,
             pn,
         };
         let mut head = [0u8; HEADER_LEN];

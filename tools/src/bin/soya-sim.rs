@@ -210,6 +210,11 @@ struct RunArgs {
     /// Pseudo-ACK policy of the gateways.
     #[arg(long, default_value = "edge", value_parser = parse_policy)]
     policy: AckPolicy,
+    /// The gateways replace their WAN sending keys every this many
+    /// milliseconds of virtual time, as soon as allowed (default: the
+    /// daemon's, every 2^22 packets or 2 minutes).
+    #[arg(long, value_parser = parse_key_update_ms)]
+    key_update_ms: Option<f64>,
     /// Random seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -239,6 +244,10 @@ struct SweepArgs {
     /// RC endpoints: rxe or hw.
     #[arg(long, default_value = "rxe")]
     endpoint: EndpointModel,
+    /// Every scenario's gateways replace their WAN sending keys every this
+    /// many milliseconds of virtual time, as soon as allowed.
+    #[arg(long, value_parser = parse_key_update_ms)]
+    key_update_ms: Option<f64>,
 }
 
 fn parse_km(s: &str) -> Result<f64, String> {
@@ -266,6 +275,15 @@ fn parse_prob(s: &str) -> Result<f64, String> {
         Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
         _ => Err("probability must be in [0, 1)".into()),
     }
+}
+fn parse_key_update_ms(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.001..=3_600_000.0).contains(&v) => Ok(v),
+        _ => Err("milliseconds must be in [0.001, 3600000]".into()),
+    }
+}
+fn key_update_interval(ms: Option<f64>) -> Option<std::time::Duration> {
+    ms.map(|ms| std::time::Duration::from_secs_f64(ms / 1000.0))
 }
 fn parse_policy(s: &str) -> Result<AckPolicy, String> {
     match s {
@@ -333,6 +351,7 @@ fn run(a: RunArgs) -> ExitCode {
             .twin_restart_at
             .map(|t| std::time::Duration::from_secs_f64(t.max(0.0))),
         restart_near: a.restart_near,
+        key_update_interval: key_update_interval(a.key_update_ms),
         cut_path: a.cut_path_at.map(|at| {
             (
                 std::time::Duration::from_secs_f64(at.max(0.0)),
@@ -457,6 +476,10 @@ fn run(a: RunArgs) -> ExitCode {
             "gateway state per QP, besides buffers: {} bytes (both gateways)",
             accel.state_bytes_per_qp
         );
+        println!(
+            "WAN key updates through Sōya: {} (both gateways), {} datagrams failed authentication",
+            accel.wan_key_updates, accel.wan_auth_failures
+        );
     }
     soya_tools::sim::conclude(a.json, wall, &violations)
 }
@@ -469,6 +492,7 @@ fn sweep_cmd(a: SweepArgs) -> ExitCode {
         verbose: a.verbose,
         dc_loss: !a.no_dc_loss,
         endpoint: a.endpoint,
+        key_update_interval: key_update_interval(a.key_update_ms),
     };
     let t = sweep::sweep(&cfg);
     if a.json {

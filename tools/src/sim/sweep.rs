@@ -23,6 +23,8 @@ pub struct SweepConfig {
     pub dc_loss: bool,
     /// The endpoints every scenario runs.
     pub endpoint: crate::rc::hw::EndpointModel,
+    /// Every scenario's gateways replace their WAN keys this often.
+    pub key_update_interval: Option<Duration>,
 }
 
 /// Totals over a sweep (the keys scripts rely on are fixed).
@@ -37,6 +39,9 @@ pub struct SweepTotals {
     pub messages_ok: u64,
     pub messages_failed_as_injected: u64,
     pub events: u64,
+    /// WAN sending-key updates of all gateways.
+    #[serde(default)]
+    pub wan_key_updates: u64,
     pub wall_s: f64,
     /// The first few failing scenarios, for reproduction.
     pub failures: Vec<String>,
@@ -46,7 +51,7 @@ impl SweepTotals {
     pub fn summary(&self) -> String {
         format!(
             "{} scenarios in {:.1} s: {} messages ok, {} failed as injected, {} bytes verified; \
-             lost {} B, duplicated {} B, misordered {} B; {} violations{}",
+             lost {} B, duplicated {} B, misordered {} B; {} WAN key updates; {} violations{}",
             self.scenarios,
             self.wall_s,
             self.messages_ok,
@@ -55,6 +60,7 @@ impl SweepTotals {
             self.bytes_lost,
             self.bytes_duplicated,
             self.bytes_misordered,
+            self.wan_key_updates,
             self.violations,
             self.failures
                 .iter()
@@ -205,7 +211,8 @@ pub fn sweep(cfg: &SweepConfig) -> SweepTotals {
     let mut last_progress = Instant::now();
     for i in 0..cfg.scenarios {
         let seed = cfg.seed.wrapping_add(i);
-        let s = sweep_scenario(seed, cfg.endpoint, cfg.dc_loss);
+        let mut s = sweep_scenario(seed, cfg.endpoint, cfg.dc_loss);
+        s.key_update_interval = cfg.key_update_interval;
         if cfg.verbose {
             eprintln!("seed {seed}: {s:?}");
         }
@@ -219,6 +226,7 @@ pub fn sweep(cfg: &SweepConfig) -> SweepTotals {
                 t.messages_ok += o.messages_ok;
                 t.messages_failed_as_injected += o.messages_failed;
                 t.events += o.events;
+                t.wan_key_updates += o.wan_key_updates;
                 if !o.violations.is_empty() {
                     t.violations += o.violations.len() as u64;
                     let line = format!("seed {seed}: {:?} -> {:?}", s, o.violations);

@@ -578,6 +578,36 @@ pub static METRICS: &[Metric] = &[
         samples: |s| one(s.wan.replays_dropped),
     },
     Metric {
+        name: "soya_wan_key_packets",
+        kind: Gauge,
+        help: "Packets sealed under the current WAN sending key (the most of any shard).",
+        labels: &[],
+        samples: |s| one(s.wan.tx_key_packets),
+    },
+    Metric {
+        name: "soya_wan_key_limit_packets",
+        kind: Gauge,
+        help: "Packets one WAN sending key may seal: the AEAD's limit for the datagram size (0: no session, or no key and no limit: wan.insecure).",
+        labels: &[],
+        // Lab mode has no limit (u64::MAX in the snapshot), which a gauge
+        // cannot carry.
+        samples: |s| one(if s.wan.tx_key_limit == u64::MAX { 0 } else { s.wan.tx_key_limit }),
+    },
+    Metric {
+        name: "soya_wan_key_updates_total",
+        kind: Counter,
+        help: "WAN key updates: send (ours), recv (the twin's).",
+        labels: &["dir"],
+        samples: |s| by("dir", &[("send", s.wan.tx_key_updates), ("recv", s.wan.rx_key_updates)]),
+    },
+    Metric {
+        name: "soya_wan_key_limit_events_total",
+        kind: Counter,
+        help: "Sessions closed at the AEAD integrity limit (integrity), sends held back at the confidentiality limit (confidentiality).",
+        labels: &["limit"],
+        samples: |s| by("limit", &[("integrity", s.wan.integrity_limit_closes), ("confidentiality", s.wan.key_exhausted)]),
+    },
+    Metric {
         name: "soya_wan_malformed_total",
         kind: Counter,
         help: "WAN datagrams that did not parse.",

@@ -7,9 +7,12 @@ use super::wire::Reader;
 use super::{HEADER_LEN, MAX_PN, VERSION};
 
 const FLAG_KIND_MASK: u8 = 0b0000_0011;
+/// Which of the sender's keys sealed a PROTECTED packet (`keyphase`); 0 in
+/// HELLO.
+const FLAG_KEY_PHASE: u8 = 0b0000_0100;
 const FLAG_CLIENT: u8 = 0b0100_0000;
 const FLAG_INSECURE: u8 = 0b1000_0000;
-const FLAG_RESERVED: u8 = !(FLAG_KIND_MASK | FLAG_CLIENT | FLAG_INSECURE);
+const FLAG_RESERVED: u8 = !(FLAG_KIND_MASK | FLAG_KEY_PHASE | FLAG_CLIENT | FLAG_INSECURE);
 
 /// Why a datagram's cleartext header was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
@@ -22,6 +25,8 @@ pub enum HeaderError {
     ReservedFlags(u8),
     #[error("unknown packet kind {0}")]
     Kind(u8),
+    #[error("key phase bit set in a HELLO")]
+    HelloKeyPhase,
     #[error("reserved byte is {0:#04x}, not 0")]
     ReservedByte(u8),
     #[error("packet number {0:#x} has its top two bits set")]
@@ -44,6 +49,9 @@ pub struct Header {
     pub insecure: bool,
     /// Sender plays the client role (picks the key direction labels).
     pub client: bool,
+    /// Key phase of a PROTECTED packet: flips at each of the sender's key
+    /// updates (`wan::keyphase`). Always `false` in HELLO.
+    pub key_phase: bool,
     /// Sender's path index; also part of the AEAD nonce.
     pub path: u8,
     /// Session id derived from both nonces (0 in HELLO).
@@ -67,6 +75,9 @@ impl Header {
         if self.insecure {
             flags |= FLAG_INSECURE;
         }
+        if self.key_phase && self.kind == PacketKind::Protected {
+            flags |= FLAG_KEY_PHASE;
+        }
         out[0] = VERSION;
         out[1] = flags;
         out[2] = self.path;
@@ -77,7 +88,8 @@ impl Header {
     }
 
     /// Parses the header; refuses a short datagram, another version,
-    /// reserved bits set or a packet number with its top bits set.
+    /// reserved bits set (the key phase bit in a HELLO too) or a packet
+    /// number with its top bits set.
     pub fn decode(b: &[u8]) -> Result<Header, HeaderError> {
         use HeaderError::Truncated;
         let mut r = Reader::new(b);
@@ -94,6 +106,10 @@ impl Header {
             1 => PacketKind::Hello,
             k => return Err(HeaderError::Kind(k)),
         };
+        let key_phase = flags & FLAG_KEY_PHASE != 0;
+        if key_phase && kind == PacketKind::Hello {
+            return Err(HeaderError::HelloKeyPhase);
+        }
         let path = r.u8().ok_or(Truncated("path"))?;
         let reserved = r.u8().ok_or(Truncated("reserved byte"))?;
         if reserved != 0 {
@@ -109,6 +125,7 @@ impl Header {
             kind,
             insecure: flags & FLAG_INSECURE != 0,
             client: flags & FLAG_CLIENT != 0,
+            key_phase,
             path,
             conn_id,
             generation,

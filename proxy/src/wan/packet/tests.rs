@@ -85,6 +85,7 @@ fn header_round_trip_and_rejects() {
         kind: PacketKind::Protected,
         insecure: false,
         client: true,
+        key_phase: true,
         path: 2,
         conn_id: 0xdead_beef,
         generation: 77,
@@ -106,6 +107,29 @@ fn header_round_trip_and_rejects() {
         Err(HeaderError::Version(2)),
         "version 2 (flows never retired: DATA of a closed id would open a new flow)"
     );
+    bad[0] = 3;
+    assert_eq!(
+        Header::decode(&bad),
+        Err(HeaderError::Version(3)),
+        "version 3 (no key phase: bit 2 was reserved)"
+    );
+    assert_eq!(b[1] & 0b100, 0b100, "key phase is bit 2");
+    let mut phase0 = h;
+    phase0.key_phase = false;
+    let mut b0 = [0u8; HEADER_LEN];
+    phase0.encode(&mut b0);
+    assert_eq!(Header::decode(&b0), Ok(phase0));
+    assert_eq!(b0[1] | 0b100, b[1], "only the phase bit differs");
+    // A HELLO never has a key phase: encoding drops it, decoding refuses it.
+    let hello = Header {
+        kind: PacketKind::Hello,
+        ..h
+    };
+    let mut hb = [0u8; HEADER_LEN];
+    hello.encode(&mut hb);
+    assert_eq!(hb[1] & 0b100, 0);
+    hb[1] |= 0b100;
+    assert_eq!(Header::decode(&hb), Err(HeaderError::HelloKeyPhase));
     let mut bad = b;
     bad[1] |= 0b0010_0000;
     assert_eq!(Header::decode(&bad), Err(HeaderError::ReservedFlags(0x20)));

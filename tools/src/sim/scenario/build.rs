@@ -189,6 +189,9 @@ pub fn site_params(s: &Scenario, local: Ipv4Addr, remote: Ipv4Addr) -> SiteParam
         .collect();
     let mut wan = WanConfig::new(paths, Some([0x5a; 32]), false);
     wan.cc = CcKind::FixedRate;
+    if let Some(d) = s.key_update_interval {
+        wan.tuning.key_update_interval = d;
+    }
     let mut engine = EngineConfig::default();
     engine.ack.policy = s.policy;
     let slots = s.buffer_slots.unwrap_or_else(|| auto_buffer_slots(s));

@@ -145,6 +145,10 @@ pub struct Scenario {
     /// daemon picks with `buffer.size = "auto"` for this scenario's paths,
     /// [`auto_buffer_slots`]; `soya plan` prints it).
     pub buffer_slots: Option<usize>,
+    /// The gateways replace their WAN sending keys this often (as soon as
+    /// allowed: `soya::wan` key updates); `None`: the daemon's default
+    /// (every 2^22 packets or 2 minutes).
+    pub key_update_interval: Option<Duration>,
 }
 
 impl Default for Scenario {
@@ -186,6 +190,7 @@ impl Default for Scenario {
             adaptive_timer: true,
             cm_handshake: false,
             buffer_slots: None,
+            key_update_interval: None,
         }
     }
 }
@@ -238,5 +243,9 @@ pub struct Outcome {
     /// wall second: the simulator's speed, not a property of the system.
     pub wall_s: f64,
     pub events_per_wall_s: f64,
+    /// Both gateways: WAN sending-key updates, and WAN datagrams that
+    /// failed authentication (late packets of a key already dropped).
+    pub wan_key_updates: u64,
+    pub wan_auth_failures: u64,
     pub violations: Vec<String>,
 }

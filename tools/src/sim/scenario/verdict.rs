@@ -175,6 +175,9 @@ pub(super) fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut
     // queue loses whatever it carried (a READ response, a Delivered): the
     // flow waits for it forever, or pseudo-ACKed data is gone.
     for g in [&w.gw_a, &w.gw_b].into_iter().flatten() {
+        let st = g.wan().stats();
+        out.wan_key_updates += st.tx_key_updates;
+        out.wan_auth_failures += st.auth_failures;
         let t = g.twin_counters();
         out.read_replays_suppressed += t.read_replays_suppressed;
         out.stale_read_responses_dropped += t.stale_read_responses_dropped;
