@@ -231,6 +231,22 @@ impl PseudoAcker {
         a
     }
 
+    /// The deep buffer's key for this half's quota and promise.
+    pub fn flow_id(&self) -> u64 {
+        self.flow_id
+    }
+
+    /// The engine offers this half the room in the deep buffer it waits
+    /// for (`qp::engine::room`): the withheld pseudo-ACK goes out if it
+    /// fits now. A failed half needs no room.
+    pub fn offer_room(&mut self, now: Time, buf: &mut DeepBuffer, out: &mut Outbox) {
+        if self.failed.is_some() {
+            buf.stop_waiting(self.flow_id);
+            return;
+        }
+        self.maybe_ack(now, buf, out);
+    }
+
     pub fn is_learned(&self) -> bool {
         self.reply.is_some()
     }
@@ -957,6 +973,7 @@ impl PseudoAcker {
 
     /// Releases every buffered packet (the flow is being torn down).
     pub fn release_all(&mut self, buf: &mut DeepBuffer) {
+        buf.stop_waiting(self.flow_id);
         for e in self.entries.iter_mut() {
             if let Some(slot) = e.slot.take() {
                 buf.release(self.flow_id, slot);
