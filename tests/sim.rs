@@ -84,7 +84,8 @@ fn pseudo_acks_hide_300_km() {
     for o in [&zero, &direct, &accel] {
         assert!(o.violations.is_empty(), "{:?}", o.violations);
     }
-    let (z, d, a) = (zero.goodput_gbps, direct.goodput_gbps, accel.goodput_gbps);
+    let g = |o: &soya_tools::sim::scenario::Outcome| o.goodput_gbps.expect("finished");
+    let (z, d, a) = (g(&zero), g(&direct), g(&accel));
     eprintln!("300 km, WRITE 64 KiB, tx depth 128: 0 km {z:.3}, direct {d:.3}, Sōya {a:.3} Gbit/s");
     // rxe's window: 128 × 4 KiB per 2.94 ms RTT ≈ 1.43 Gbit/s direct.
     assert!(d < 1.5, "direct {d}");
@@ -110,11 +111,12 @@ fn two_paths_carry_one_flow_at_twice_the_rate() {
         assert!(o.violations.is_empty(), "{:?}", o.violations);
         assert_eq!(o.data_errors, 0);
     }
-    let ratio = b.goodput_gbps / a.goodput_gbps;
-    eprintln!(
-        "300 km, 256 MiB: one path {:.3}, two paths {:.3} Gbit/s: {ratio:.3}×",
-        a.goodput_gbps, b.goodput_gbps
+    let (ga, gb) = (
+        a.goodput_gbps.expect("finished"),
+        b.goodput_gbps.expect("finished"),
     );
+    let ratio = gb / ga;
+    eprintln!("300 km, 256 MiB: one path {ga:.3}, two paths {gb:.3} Gbit/s: {ratio:.3}×");
     assert!(ratio >= 1.8, "two paths ÷ one = {ratio:.3}");
 }
 

@@ -394,11 +394,13 @@ fn run(a: RunArgs) -> ExitCode {
                 "tx_depth": a.tx_depth,
                 "qps": a.qps,
                 "endpoint": a.endpoint,
+                // Verified bytes over each run's whole length; null for a
+                // run that did not finish (`Outcome::goodput_gbps`).
                 "direct_0km_gbps": zero.goodput_gbps,
                 "direct_gbps": direct.goodput_gbps,
                 "accelerated_gbps": accel.goodput_gbps,
-                "accelerated_over_0km": accel.goodput_gbps / zero.goodput_gbps,
-                "accelerated_over_direct": accel.goodput_gbps / direct.goodput_gbps,
+                "accelerated_over_0km": ratio(accel, zero),
+                "accelerated_over_direct": ratio(accel, direct),
                 "paths": a.paths,
                 "loss": a.loss,
                 // Through Sōya: both gateways' per-flow state besides
@@ -435,9 +437,10 @@ fn run(a: RunArgs) -> ExitCode {
         );
         for ((name, _), o) in cases.iter().zip(&results) {
             println!(
-                "{:<16} {:>10.3} {:>10} {:>12} {:>9} {:>9} {:>8} {:>7} {:>11.0}",
+                "{:<16} {:>10} {:>10} {:>12} {:>9} {:>9} {:>8} {:>7} {:>11.0}",
                 name,
-                o.goodput_gbps,
+                o.goodput_gbps
+                    .map_or("unfinished".into(), |g| format!("{g:.3}")),
                 o.messages_ok,
                 o.requester_retransmissions,
                 o.requester_timeouts,
@@ -447,18 +450,37 @@ fn run(a: RunArgs) -> ExitCode {
                 o.events_per_wall_s
             );
         }
+        let shown = |r: Option<f64>, digits: usize| {
+            r.map_or("- (a run did not finish)".into(), |r| {
+                format!("{r:.digits$}")
+            })
+        };
         println!(
-            "\nthrough Sōya ÷ direct at 0 km: {:.3}   through Sōya ÷ direct at {} km: {:.2}×",
-            accel.goodput_gbps / zero.goodput_gbps,
+            "\nthrough Sōya ÷ direct at 0 km: {}   through Sōya ÷ direct at {} km: {}×",
+            shown(ratio(accel, zero), 3),
             a.distance_km,
-            accel.goodput_gbps / direct.goodput_gbps
+            shown(ratio(accel, direct), 2)
         );
+        println!("(Gbit/s: bytes verified at their destination over each run's whole length)");
+        for ((name, _), o) in cases.iter().zip(&results) {
+            if !o.finished {
+                println!(
+                    "{name}: did not finish within {:.3} s of virtual time: no goodput",
+                    o.elapsed_s
+                );
+            }
+        }
         println!(
             "gateway state per QP, besides buffers: {} bytes (both gateways)",
             accel.state_bytes_per_qp
         );
     }
     soya_tools::sim::conclude(a.json, wall, &violations)
+}
+
+/// `a`'s goodput over `b`'s, when both finished.
+fn ratio(a: &scenario::Outcome, b: &scenario::Outcome) -> Option<f64> {
+    Some(a.goodput_gbps? / b.goodput_gbps?)
 }
 
 fn sweep_cmd(a: SweepArgs) -> ExitCode {

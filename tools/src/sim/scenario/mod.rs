@@ -193,7 +193,19 @@ impl Default for Scenario {
 /// What a run measured and what it found wrong.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Outcome {
-    pub goodput_gbps: f64,
+    /// The workload ended within the time limit: every QP's work
+    /// completed and its data landed, or a failure (as injected) ended it.
+    pub finished: bool,
+    /// Goodput in Gbit/s: the bytes that landed at their destination and
+    /// passed the pattern check (`bytes_verified`) over the run's whole
+    /// length (`elapsed_s`). Never what requesters were told (pseudo-ACKs
+    /// complete work before the data crossed the WAN), never up to the last
+    /// progress only. `None` (null in JSON) when the run did not finish:
+    /// a rate of something that never ended means nothing.
+    pub goodput_gbps: Option<f64>,
+    /// From the start of the workload to its end: the data of every QP at
+    /// its destination (or the failure that ended it); for a run that did
+    /// not finish, to where it was stopped.
     pub elapsed_s: f64,
     pub messages_ok: u64,
     pub messages_failed: u64,

@@ -117,6 +117,7 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
     let mut iterations = 0u64;
     let trace = std::env::var_os("SOYA_SIM_TRACE").is_some();
     let mut last_done = start;
+    let mut ended_at = None;
     let deadline = start + s.time_limit;
     let mut next_refill = s.recv_refill.map(|d| start + d);
     let mut restart_at = s.twin_restart.filter(|_| s.accelerated).map(|d| start + d);
@@ -246,6 +247,9 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
         // (The WAN transport's keepalives never go quiet: with it, the
         // bounded settle below drains what is left.)
         if finished && (w.pending_events() == 0 || w.accelerated()) {
+            // Its data all landed, or a failure ended it: that is its end
+            // (not the last completion: pseudo-ACKs complete work early).
+            ended_at = Some(landed_at.map_or(w.now, |l| l.max(last_done)));
             break;
         }
         let Some(mut t) = w.next_time().or(next_refill) else {
@@ -287,6 +291,8 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
         }
         w.step_to(t);
     }
+    // Where a run that did not finish was stopped (before the settling).
+    let stopped = w.now;
     // Let gateways settle (delivered watermarks, coalescing timers). After a
     // failure, a gateway may still hold packets it is bound to give up on
     // (an egress waiting behind raw packets that never come frees them after
@@ -338,11 +344,10 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
             }
         }
     }
-    let end = landed_at.map_or(last_done, |l| l.max(last_done));
     if s.stall_qp0 {
         check_no_head_of_line(others_landed_at, stall_failed_at, &mut out);
     }
-    finish(s, &w, start, end, &mut out);
+    finish(s, &w, start, ended_at, stopped, &mut out);
     out.wall_s = wall.elapsed().as_secs_f64();
     out.events_per_wall_s = out.events as f64 / out.wall_s.max(1e-9);
     Ok((out, w))

@@ -30,12 +30,19 @@ pub(super) fn check_no_head_of_line(
     }
 }
 
-pub(super) fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
+/// `end`: when the workload ended, or `None` when it did not (stopped at
+/// `stopped`).
+pub(super) fn finish(
+    s: &Scenario,
+    w: &World,
+    start: Time,
+    end: Option<Time>,
+    stopped: Time,
+    out: &mut Outcome,
+) {
     out.events = w.events;
-    out.elapsed_s = (last - start).as_secs_f64();
-    if out.elapsed_s > 0.0 {
-        out.goodput_gbps = out.bytes_completed as f64 * 8.0 / out.elapsed_s / 1e9;
-    }
+    out.finished = end.is_some();
+    out.elapsed_s = (end.unwrap_or(stopped) - start).as_secs_f64();
     let mut completed_write_bytes = 0u64;
     let mut placed_bytes = 0u64;
     for (req_host, resp_host) in [(&w.host_a, &w.host_b), (&w.host_b, &w.host_a)] {
@@ -53,6 +60,9 @@ pub(super) fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut
             completed_write_bytes += st.bytes_completed_writes_sends();
         }
     }
+    // Verified bytes over the whole run, and only for a run that ended.
+    out.goodput_gbps = (out.finished && out.elapsed_s > 0.0)
+        .then(|| out.bytes_verified as f64 * 8.0 / out.elapsed_s / 1e9);
     let errors_injected: u64 = w
         .engines()
         .map(|g| g.ingress_totals().errors_injected)
