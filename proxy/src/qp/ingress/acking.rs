@@ -116,11 +116,36 @@ impl PseudoAcker {
         );
     }
 
-    /// The window to reserve for: the one seen, or the assumed one while
-    /// none larger was seen. A requester shows its window only once it is
-    /// withheld, and the first overrun must not drop either.
+    /// The window to reserve for: the assumed one until the requester was
+    /// seen stopped at its own (a requester shows its window only once it
+    /// is withheld, and the first overrun must not drop either), then that
+    /// one. Each requester's promise counts in every other flow's check,
+    /// so an rxe QP (128 PSNs) that went on promising an assumed hardware
+    /// window of 2,048 packets made 16 of them promise more than a small
+    /// buffer holds.
     fn expected_window(&self) -> usize {
-        self.window.max(self.tuning.assumed_window_slots)
+        if self.window_seen {
+            self.window.max(1)
+        } else {
+            self.window.max(self.tuning.assumed_window_slots)
+        }
+    }
+
+    /// A hold interval passed with pseudo-ACKs withheld: if nothing more
+    /// came from the requester since the last one, it is stopped at its
+    /// window (or its application sent all it has: either way it sends no
+    /// more until acknowledged), and that is its window from now on. It
+    /// only grows after that (`note_window`), so an application that
+    /// merely paused costs an overrun later, dropped and resent, never a
+    /// loss.
+    pub(super) fn note_stopped(&mut self, buf: &mut DeepBuffer) {
+        let past = self.past_ack();
+        if past > 0 && past == self.past_ack_at_hold && !self.window_seen {
+            self.window_seen = true;
+            self.window = self.window.max(past);
+            self.renew_promise(buf);
+        }
+        self.past_ack_at_hold = past;
     }
 
     /// Whether the buffer can take what a pseudo-ACK lets requesters send:
@@ -160,9 +185,22 @@ impl PseudoAcker {
         let window = self.expected_window();
         let own = floor.max(window.min(buf.per_flow_slots() / 2));
         // This flow's promise is its window less what it used (note_window,
-        // renew_promise); none while it holds no slot.
-        let after_ack = buf.promised() - buf.promise_of(self.flow_id) + window;
-        let all = floor.max(after_ack.min(buf.capacity() / 2));
+        // renew_promise); none while it holds no slot. The others' promises
+        // count in full: room they may use without notice is not room for
+        // this flow. (Capping the sum at half the buffer, as before, let
+        // every flow waiting for room be acknowledged at once as soon as
+        // half the buffer was free; their windows then overran it, the
+        // requests past it were dropped, and the QPs whose requests were
+        // dropped lost their share of the WAN to a go-back-N and a
+        // timeout, again and again: the over-subscribed sweep's unfair
+        // runs.) Only this flow's own window is capped, so that a window
+        // larger than the buffer still waits for half of it, not for more
+        // than there is; the others' promises shrink as they send, and
+        // those of flows holding nothing are forgotten, so the sum always
+        // comes down.
+        let after_ack =
+            buf.promised() - buf.promise_of(self.flow_id) + window.min(buf.capacity() / 2);
+        let all = floor.max(after_ack);
         (own, all)
     }
 

@@ -160,6 +160,12 @@ pub struct PseudoAcker {
     /// Most packets the requester was seen to send past our last
     /// pseudo-ACK: its window, as far as we know it (`acking`).
     window: usize,
+    /// The requester was seen stopped at `window` (withheld, and nothing
+    /// more came for a hold interval): from then on `window` is its
+    /// window, not a lower bound under the assumed one (`acking`).
+    window_seen: bool,
+    /// Packets past the last pseudo-ACK at the previous hold check.
+    past_ack_at_hold: usize,
     /// Activity, for forgetting the half once it is quiet (`qp::engine::expiry`).
     pub quiet: Quiet,
     pub stats: IngressStats,
@@ -206,6 +212,8 @@ impl PseudoAcker {
             read_slack: None,
             nak_after_read: false,
             window: 0,
+            window_seen: false,
+            past_ack_at_hold: 0,
             quiet: Quiet::default(),
             stats: IngressStats::default(),
         }
@@ -612,6 +620,7 @@ impl PseudoAcker {
         }
         if self.hold_deadline.is_some_and(|d| now >= d) {
             self.hold_deadline = None;
+            self.note_stopped(buf);
             let before = self.acked;
             self.maybe_ack(now, buf, out);
             // Still withholding: repeat the last ACK, which moves nothing
