@@ -11,6 +11,7 @@ use soya_tools::sim::sweep::{sweep, SweepConfig};
 #[test]
 fn randomized_scenarios_keep_every_invariant() {
     // Everything the sweep draws, loss inside the requester's DC included.
+    // (The over-subscribed draws run in `oversubscribed_scenarios_...`.)
     let t = sweep(&SweepConfig {
         scenarios: 300,
         seed: 1,
@@ -18,6 +19,7 @@ fn randomized_scenarios_keep_every_invariant() {
         verbose: false,
         dc_loss: true,
         endpoint: Default::default(),
+        oversub_every: 0,
     });
     assert_eq!(t.violations, 0, "{}", t.summary());
     assert_eq!(
@@ -43,6 +45,7 @@ fn randomized_scenarios_keep_every_invariant_with_hardware_endpoints() {
         verbose: false,
         dc_loss: true,
         endpoint: EndpointModel::Hw,
+        oversub_every: 0,
     });
     assert_eq!(t.violations, 0, "{}", t.summary());
     assert_eq!(
@@ -51,6 +54,40 @@ fn randomized_scenarios_keep_every_invariant_with_hardware_endpoints() {
     );
     assert!(t.bytes_verified > 1_000_000, "{}", t.summary());
     eprintln!("{}", t.summary());
+}
+
+/// Over-subscribed scenarios (`sim::oversub`, issue 33): 2–16 QPs offering
+/// 2–16× the WAN for the whole transfer against a small buffer, rxe and
+/// hardware endpoints, one and several paths, WRITE/SEND/READ/mixed. Every
+/// invariant of the sweep must hold; the QPs' shares of the WAN are
+/// measured (`SweepTotals::unfair`, not yet an invariant).
+///
+/// Ignored for now: on 2026-11-29 (branch `stall`) 250 over-subscribed
+/// rxe scenarios (`soya-sim sweep --scenarios 1000 --seed 1`, one in four)
+/// gave 3 violations, all "implied NAKs at the requester" in mixed
+/// READ/atomic workloads (over-subscribed seeds 360, 472, 792), not yet
+/// explained; and 24 runs below half an equal share. 1,000 of them take
+/// about 5 minutes of one core.
+#[test]
+#[ignore = "issue 33: implied NAKs in 3 of 250 over-subscribed mixed scenarios, not yet explained"]
+fn oversubscribed_scenarios_keep_every_invariant() {
+    for (endpoint, seed) in [(EndpointModel::Rxe, 1), (EndpointModel::Hw, 100_001)] {
+        let t = sweep(&SweepConfig {
+            scenarios: 1_000,
+            seed,
+            progress: false,
+            verbose: false,
+            dc_loss: false,
+            endpoint,
+            oversub_every: 1,
+        });
+        assert_eq!(t.violations, 0, "{}", t.summary());
+        assert_eq!(
+            (t.bytes_lost, t.bytes_duplicated, t.bytes_misordered),
+            (0, 0, 0)
+        );
+        eprintln!("{}", t.summary());
+    }
 }
 
 /// 256 MiB of 64 KiB WRITEs, 128 outstanding, over 300 km: the workload of

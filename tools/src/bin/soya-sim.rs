@@ -239,6 +239,12 @@ struct SweepArgs {
     /// RC endpoints: rxe or hw.
     #[arg(long, default_value = "rxe")]
     endpoint: EndpointModel,
+    /// Every this many scenarios, one is over-subscribed: 2-16 QPs whose
+    /// hosts offer 2-16x the WAN for the whole transfer, with a small deep
+    /// buffer; their shares of the WAN are checked too (each QP at least
+    /// half an equal share). 0: none; 1: only those.
+    #[arg(long, default_value_t = sweep::OVERSUB_EVERY)]
+    oversub_every: u64,
 }
 
 fn parse_km(s: &str) -> Result<f64, String> {
@@ -491,6 +497,7 @@ fn sweep_cmd(a: SweepArgs) -> ExitCode {
         verbose: a.verbose,
         dc_loss: !a.no_dc_loss,
         endpoint: a.endpoint,
+        oversub_every: a.oversub_every,
     };
     let t = sweep::sweep(&cfg);
     if a.json {

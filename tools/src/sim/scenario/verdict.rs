@@ -32,6 +32,37 @@ pub(super) fn check_no_head_of_line(
 
 /// `end`: when the workload ended, or `None` when it did not (stopped at
 /// `stopped`).
+/// The QPs share the WAN (`Scenario::fair_share`): while the gateway
+/// pushed back (from when what it held as the buffer first filled had
+/// crossed the WAN, to when the first QP's transfer was over), every QP
+/// landed at least `min` of an equal share of what all of them landed
+/// (`shares`: bytes per QP in that time; empty: no such time, the first
+/// transfer ended before; `None`: no QP's transfer ever ended, which the
+/// run's other verdicts report).
+pub(super) fn check_fair_share(shares: Option<&[u64]>, min: f64, out: &mut Outcome) {
+    let Some(shares) = shares.filter(|s| !s.is_empty()) else {
+        return;
+    };
+    let equal = shares.iter().sum::<u64>() as f64 / shares.len() as f64;
+    if equal == 0.0 {
+        return;
+    }
+    let (worst, least) = shares
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, &b)| b)
+        .map(|(i, &b)| (i, b))
+        .unwrap_or((0, 0));
+    let share = least as f64 / equal;
+    out.min_share = Some(share);
+    if share < min {
+        out.unfair = Some(format!(
+            "unfair: while the gateway pushed back, QP {worst} landed {least} B, {share:.2} \
+             of an equal share ({equal:.0} B; at least {min} required); per QP: {shares:?}"
+        ));
+    }
+}
+
 pub(super) fn finish(
     s: &Scenario,
     w: &World,
