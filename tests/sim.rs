@@ -11,6 +11,7 @@ use soya_tools::sim::sweep::{sweep, SweepConfig};
 #[test]
 fn randomized_scenarios_keep_every_invariant() {
     // Everything the sweep draws, loss inside the requester's DC included.
+    // (The over-subscribed draws run in `oversubscribed_scenarios_...`.)
     let t = sweep(&SweepConfig {
         scenarios: 300,
         seed: 1,
@@ -19,6 +20,7 @@ fn randomized_scenarios_keep_every_invariant() {
         dc_loss: true,
         endpoint: Default::default(),
         key_update_interval: None,
+        oversub_every: 0,
     });
     assert_eq!(t.violations, 0, "{}", t.summary());
     assert_eq!(
@@ -45,6 +47,7 @@ fn randomized_scenarios_keep_every_invariant_with_hardware_endpoints() {
         dc_loss: true,
         endpoint: EndpointModel::Hw,
         key_update_interval: None,
+        oversub_every: 0,
     });
     assert_eq!(t.violations, 0, "{}", t.summary());
     assert_eq!(
@@ -68,6 +71,7 @@ fn randomized_scenarios_keep_every_invariant_with_frequent_key_updates() {
         dc_loss: true,
         endpoint: Default::default(),
         key_update_interval: Some(std::time::Duration::from_millis(1)),
+        oversub_every: 0,
     });
     assert_eq!(t.violations, 0, "{}", t.summary());
     assert_eq!(
@@ -76,6 +80,41 @@ fn randomized_scenarios_keep_every_invariant_with_frequent_key_updates() {
     );
     assert!(t.wan_key_updates > 100, "{}", t.summary());
     eprintln!("{}", t.summary());
+}
+
+/// Over-subscribed scenarios (`sim::oversub`, issue 33): 2–16 QPs offering
+/// 2–16× the WAN for the whole transfer against a small buffer, rxe and
+/// hardware endpoints, one and several paths, WRITE/SEND/READ/mixed. Every
+/// invariant of the sweep must hold; the QPs' shares of the WAN are
+/// measured (`SweepTotals::unfair`, not yet an invariant).
+///
+/// Ignored for now: on 2026-11-29 (branch `stall`) 250 over-subscribed
+/// rxe scenarios (`soya-sim sweep --scenarios 1000 --seed 1`, one in four)
+/// gave 3 violations, all "implied NAKs at the requester" in mixed
+/// READ/atomic workloads (over-subscribed seeds 360, 472, 792), not yet
+/// explained; and 24 runs below half an equal share. 1,000 of them take
+/// about 5 minutes of one core.
+#[test]
+#[ignore = "issue 33: implied NAKs in 3 of 250 over-subscribed mixed scenarios, not yet explained"]
+fn oversubscribed_scenarios_keep_every_invariant() {
+    for (endpoint, seed) in [(EndpointModel::Rxe, 1), (EndpointModel::Hw, 100_001)] {
+        let t = sweep(&SweepConfig {
+            scenarios: 1_000,
+            seed,
+            progress: false,
+            verbose: false,
+            dc_loss: false,
+            endpoint,
+            key_update_interval: None,
+            oversub_every: 1,
+        });
+        assert_eq!(t.violations, 0, "{}", t.summary());
+        assert_eq!(
+            (t.bytes_lost, t.bytes_duplicated, t.bytes_misordered),
+            (0, 0, 0)
+        );
+        eprintln!("{}", t.summary());
+    }
 }
 
 /// 256 MiB of 64 KiB WRITEs, 128 outstanding, over 300 km: the workload of
@@ -109,7 +148,8 @@ fn pseudo_acks_hide_300_km() {
     for o in [&zero, &direct, &accel] {
         assert!(o.violations.is_empty(), "{:?}", o.violations);
     }
-    let (z, d, a) = (zero.goodput_gbps, direct.goodput_gbps, accel.goodput_gbps);
+    let g = |o: &soya_tools::sim::scenario::Outcome| o.goodput_gbps.expect("finished");
+    let (z, d, a) = (g(&zero), g(&direct), g(&accel));
     eprintln!("300 km, WRITE 64 KiB, tx depth 128: 0 km {z:.3}, direct {d:.3}, Sōya {a:.3} Gbit/s");
     // rxe's window: 128 × 4 KiB per 2.94 ms RTT ≈ 1.43 Gbit/s direct.
     assert!(d < 1.5, "direct {d}");
@@ -135,11 +175,12 @@ fn two_paths_carry_one_flow_at_twice_the_rate() {
         assert!(o.violations.is_empty(), "{:?}", o.violations);
         assert_eq!(o.data_errors, 0);
     }
-    let ratio = b.goodput_gbps / a.goodput_gbps;
-    eprintln!(
-        "300 km, 256 MiB: one path {:.3}, two paths {:.3} Gbit/s: {ratio:.3}×",
-        a.goodput_gbps, b.goodput_gbps
+    let (ga, gb) = (
+        a.goodput_gbps.expect("finished"),
+        b.goodput_gbps.expect("finished"),
     );
+    let ratio = gb / ga;
+    eprintln!("300 km, 256 MiB: one path {ga:.3}, two paths {gb:.3} Gbit/s: {ratio:.3}×");
     assert!(ratio >= 1.8, "two paths ÷ one = {ratio:.3}");
 }
 

@@ -10,6 +10,7 @@
 
 pub mod packet;
 pub mod pool;
+mod room;
 pub mod slab;
 
 pub use packet::{Lender, LenderRef, PacketBuf};
@@ -48,6 +49,9 @@ pub struct DeepBuffer {
     /// looked up, never walked, so a random key changes no output.
     flows: KeyedMap<u64, FlowUse>,
     promised: usize,
+    /// The flows waiting for room in the shared slab, served in turn
+    /// (`room`).
+    room: room::RoomQueue,
 }
 
 /// One flow's share of the buffer.
@@ -72,6 +76,7 @@ impl DeepBuffer {
             per_flow_slots: per_flow_slots.min(slots).max(1),
             flows: KeyedMap::with_hasher(Keyed::random()),
             promised: 0,
+            room: room::RoomQueue::new(),
         }
     }
 
@@ -80,6 +85,7 @@ impl DeepBuffer {
     /// new slot until it is below: backpressure, never a drop.
     pub fn set_per_flow_slots(&mut self, per_flow_slots: usize) {
         self.per_flow_slots = per_flow_slots.min(self.slab.capacity()).max(1);
+        self.room.note_freed();
     }
 
     pub fn per_flow_slots(&self) -> usize {
@@ -130,6 +136,7 @@ impl DeepBuffer {
     /// Frees a slot held by `flow`.
     pub fn release(&mut self, flow: u64, h: SlotHandle) {
         self.slab.free(h);
+        self.room.note_freed();
         if let Some(f) = self.flows.get_mut(&flow) {
             f.used -= 1;
             if f.used == 0 {
@@ -172,6 +179,10 @@ impl DeepBuffer {
     /// more packets without a new ACK. Ignored for a flow holding none.
     pub fn promise(&mut self, flow: u64, slots: usize) {
         if let Some(f) = self.flows.get_mut(&flow) {
+            if slots < f.promised {
+                // Less to keep free: a waiting flow may now fit.
+                self.room.note_freed();
+            }
             self.promised = self.promised - f.promised + slots;
             f.promised = slots;
         }
@@ -185,6 +196,44 @@ impl DeepBuffer {
     /// The sum of the promises of the flows holding slots.
     pub fn promised(&self) -> usize {
         self.promised
+    }
+
+    /// May `flow` take room in the shared slab now: no flow waits for
+    /// room, or `flow` is the first that does (`room`: first come, first
+    /// served, so that a flow with no deliveries of its own is not starved
+    /// by flows whose deliveries re-check them first).
+    pub fn is_turn_of(&self, flow: u64) -> bool {
+        self.room.is_turn_of(flow)
+    }
+
+    /// `flow` must wait for room in the shared slab; it keeps its place if
+    /// it already waits.
+    pub fn wait_for_room(&mut self, flow: u64) {
+        self.room.wait(flow);
+    }
+
+    /// `flow` no longer waits for room (it took it, needs none, or is
+    /// gone).
+    pub fn stop_waiting(&mut self, flow: u64) {
+        self.room.leave(flow);
+    }
+
+    /// The flow whose turn it is, if any waits.
+    pub fn first_waiting(&self) -> Option<u64> {
+        self.room.first()
+    }
+
+    /// Flows waiting for room.
+    pub fn waiting(&self) -> usize {
+        self.room.len()
+    }
+
+    /// Whether room may have appeared for the first waiting flow since the
+    /// last call (slots freed, promises shrunk, the quota raised, the first
+    /// waiter gone): the engine then offers it the room
+    /// (`QpEngine::serve_room_waiters`). False while nobody waits.
+    pub fn room_freed(&mut self) -> bool {
+        self.room.take_freed()
     }
 
     pub fn occupancy(&self) -> Occupancy {

@@ -60,6 +60,8 @@ mod tests_orphan;
 #[cfg(test)]
 mod tests_reserve;
 #[cfg(test)]
+mod tests_room;
+#[cfg(test)]
 mod tests_stall;
 #[cfg(test)]
 mod tests_timers;

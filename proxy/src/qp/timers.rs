@@ -146,6 +146,7 @@ impl<V: Timed> Halves<V> {
     }
 
     /// `entry(key).or_insert_with(f)`.
+    #[cfg(test)]
     pub(super) fn get_or_insert_with(&mut self, key: HalfKey, f: impl FnOnce() -> V) -> &mut V {
         self.get_or_insert_new(key, f).0
     }

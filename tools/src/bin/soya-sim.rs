@@ -248,6 +248,12 @@ struct SweepArgs {
     /// many milliseconds of virtual time, as soon as allowed.
     #[arg(long, value_parser = parse_key_update_ms)]
     key_update_ms: Option<f64>,
+    /// Every this many scenarios, one is over-subscribed: 2-16 QPs whose
+    /// hosts offer 2-16x the WAN for the whole transfer, with a small deep
+    /// buffer; their shares of the WAN are checked too (each QP at least
+    /// half an equal share). 0: none; 1: only those.
+    #[arg(long, default_value_t = sweep::OVERSUB_EVERY)]
+    oversub_every: u64,
 }
 
 fn parse_km(s: &str) -> Result<f64, String> {
@@ -413,11 +419,13 @@ fn run(a: RunArgs) -> ExitCode {
                 "tx_depth": a.tx_depth,
                 "qps": a.qps,
                 "endpoint": a.endpoint,
+                // Verified bytes over each run's whole length; null for a
+                // run that did not finish (`Outcome::goodput_gbps`).
                 "direct_0km_gbps": zero.goodput_gbps,
                 "direct_gbps": direct.goodput_gbps,
                 "accelerated_gbps": accel.goodput_gbps,
-                "accelerated_over_0km": accel.goodput_gbps / zero.goodput_gbps,
-                "accelerated_over_direct": accel.goodput_gbps / direct.goodput_gbps,
+                "accelerated_over_0km": ratio(accel, zero),
+                "accelerated_over_direct": ratio(accel, direct),
                 "paths": a.paths,
                 "loss": a.loss,
                 // Through Sōya: both gateways' per-flow state besides
@@ -454,9 +462,10 @@ fn run(a: RunArgs) -> ExitCode {
         );
         for ((name, _), o) in cases.iter().zip(&results) {
             println!(
-                "{:<16} {:>10.3} {:>10} {:>12} {:>9} {:>9} {:>8} {:>7} {:>11.0}",
+                "{:<16} {:>10} {:>10} {:>12} {:>9} {:>9} {:>8} {:>7} {:>11.0}",
                 name,
-                o.goodput_gbps,
+                o.goodput_gbps
+                    .map_or("unfinished".into(), |g| format!("{g:.3}")),
                 o.messages_ok,
                 o.requester_retransmissions,
                 o.requester_timeouts,
@@ -466,12 +475,26 @@ fn run(a: RunArgs) -> ExitCode {
                 o.events_per_wall_s
             );
         }
+        let shown = |r: Option<f64>, digits: usize| {
+            r.map_or("- (a run did not finish)".into(), |r| {
+                format!("{r:.digits$}")
+            })
+        };
         println!(
-            "\nthrough Sōya ÷ direct at 0 km: {:.3}   through Sōya ÷ direct at {} km: {:.2}×",
-            accel.goodput_gbps / zero.goodput_gbps,
+            "\nthrough Sōya ÷ direct at 0 km: {}   through Sōya ÷ direct at {} km: {}×",
+            shown(ratio(accel, zero), 3),
             a.distance_km,
-            accel.goodput_gbps / direct.goodput_gbps
+            shown(ratio(accel, direct), 2)
         );
+        println!("(Gbit/s: bytes verified at their destination over each run's whole length)");
+        for ((name, _), o) in cases.iter().zip(&results) {
+            if !o.finished {
+                println!(
+                    "{name}: did not finish within {:.3} s of virtual time: no goodput",
+                    o.elapsed_s
+                );
+            }
+        }
         println!(
             "gateway state per QP, besides buffers: {} bytes (both gateways)",
             accel.state_bytes_per_qp
@@ -484,6 +507,11 @@ fn run(a: RunArgs) -> ExitCode {
     soya_tools::sim::conclude(a.json, wall, &violations)
 }
 
+/// `a`'s goodput over `b`'s, when both finished.
+fn ratio(a: &scenario::Outcome, b: &scenario::Outcome) -> Option<f64> {
+    Some(a.goodput_gbps? / b.goodput_gbps?)
+}
+
 fn sweep_cmd(a: SweepArgs) -> ExitCode {
     let cfg = SweepConfig {
         scenarios: a.scenarios,
@@ -493,6 +521,7 @@ fn sweep_cmd(a: SweepArgs) -> ExitCode {
         dc_loss: !a.no_dc_loss,
         endpoint: a.endpoint,
         key_update_interval: key_update_interval(a.key_update_ms),
+        oversub_every: a.oversub_every,
     };
     let t = sweep::sweep(&cfg);
     if a.json {

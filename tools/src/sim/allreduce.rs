@@ -147,6 +147,10 @@ pub struct WanEdgeTrace {
 /// What the measured AllReduces took and whether their data arrived.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RingOutcome {
+    /// Every collective's every chunk arrived within the time limit. When
+    /// not, the times below are NaN (null in JSON): a time cut off at the
+    /// limit, or at the last chunk that did arrive, would flatter the run.
+    pub finished: bool,
     /// One AllReduce: from the first chunk's start to the last chunk's
     /// arrival on every edge of every channel. Several back to back: the
     /// steady state, the mean of `collective_ms` after the first.
@@ -506,6 +510,7 @@ pub fn run_case(c: &AllreduceConfig, case: Case) -> Result<RingOutcome, String> 
         intra,
         begin + limit * c.collectives,
     );
+    out.finished = run.failure.is_none();
     out.violations.extend(run.failure);
     let start = run.start;
     out.collective_ms = std::iter::once(start)
@@ -513,6 +518,9 @@ pub fn run_case(c: &AllreduceConfig, case: Case) -> Result<RingOutcome, String> 
         .zip(&run.ends)
         .map(|(a, &b)| (b.max(a) - a).as_secs_f64() * 1e3)
         .collect();
+    if !out.finished {
+        out.collective_ms.iter_mut().for_each(|m| *m = f64::NAN);
+    }
     out.first_comm_ms = out.collective_ms[0];
     out.comm_ms = if k > 1 {
         out.collective_ms[1..].iter().sum::<f64>() / (k - 1) as f64

@@ -189,11 +189,21 @@ pub fn report(c: &AllreduceConfig, json_out: bool) -> ExitCode {
             "", "comm ms", "× 0 km", "retrans", "timeouts", "verified B", "events/s"
         );
         for ((name, _), o) in cases(c).iter().zip(&res) {
+            let (ms, x) = if o.finished && zero.finished {
+                (
+                    format!("{:.3}", o.comm_ms),
+                    format!("{:.3}", o.comm_ms / zero.comm_ms),
+                )
+            } else if o.finished {
+                (format!("{:.3}", o.comm_ms), "-".into())
+            } else {
+                ("unfinished".into(), "-".into())
+            };
             println!(
-                "{:<16} {:>12.3} {:>10.3} {:>10} {:>10} {:>14} {:>11.0}",
+                "{:<16} {:>12} {:>10} {:>10} {:>10} {:>14} {:>11.0}",
                 name,
-                o.comm_ms,
-                o.comm_ms / zero.comm_ms,
+                ms,
+                x,
                 o.requester_retransmissions,
                 o.requester_timeouts,
                 o.wan_bytes_verified,

@@ -9,6 +9,7 @@ pub mod allreduce;
 pub mod allreduce_cli;
 pub mod link;
 pub mod nccl;
+pub mod oversub;
 pub mod scenario;
 pub mod sweep;
 pub mod world;

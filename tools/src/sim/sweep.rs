@@ -10,6 +10,7 @@ use serde::Serialize;
 use soya_config::AckPolicy;
 
 use super::link::GilbertElliott;
+use super::oversub::oversubscribed_scenario;
 use super::scenario::{run, Op, Scenario};
 
 pub struct SweepConfig {
@@ -25,7 +26,14 @@ pub struct SweepConfig {
     pub endpoint: crate::rc::hw::EndpointModel,
     /// Every scenario's gateways replace their WAN keys this often.
     pub key_update_interval: Option<Duration>,
+    /// Every this many scenarios, one is over-subscribed
+    /// (`sim::oversub`): QPs offering 2–16× the WAN for the whole
+    /// transfer, the QPs' shares of the WAN checked. 0: none; 1: all.
+    pub oversub_every: u64,
 }
+
+/// The sweep's default: one scenario in four over-subscribed.
+pub const OVERSUB_EVERY: u64 = 4;
 
 /// Totals over a sweep (the keys scripts rely on are fixed).
 #[derive(Clone, Debug, Default, Serialize)]
@@ -43,6 +51,15 @@ pub struct SweepTotals {
     #[serde(default)]
     pub wan_key_updates: u64,
     pub wall_s: f64,
+    /// Over-subscribed scenarios run, and the least share of an equal share
+    /// of the WAN any QP of them got (`Outcome::min_share`).
+    pub oversubscribed: u64,
+    pub min_share: Option<f64>,
+    /// Over-subscribed runs in which a QP got less than
+    /// `oversub::FAIR_SHARE` of an equal share (not counted in
+    /// `violations`: see `Outcome::unfair`), and the first few.
+    pub unfair: u64,
+    pub unfair_runs: Vec<String>,
     /// The first few failing scenarios, for reproduction.
     pub failures: Vec<String>,
 }
@@ -50,9 +67,15 @@ pub struct SweepTotals {
 impl SweepTotals {
     pub fn summary(&self) -> String {
         format!(
-            "{} scenarios in {:.1} s: {} messages ok, {} failed as injected, {} bytes verified; \
+            "{} scenarios ({} over-subscribed, least share of an equal share {}, {} below {}) \
+             in {:.1} s: \
+             {} messages ok, {} failed as injected, {} bytes verified; \
              lost {} B, duplicated {} B, misordered {} B; {} WAN key updates; {} violations{}",
             self.scenarios,
+            self.oversubscribed,
+            self.min_share.map_or("-".into(), |m| format!("{m:.2}")),
+            self.unfair,
+            super::oversub::FAIR_SHARE,
             self.wall_s,
             self.messages_ok,
             self.messages_failed_as_injected,
@@ -211,8 +234,18 @@ pub fn sweep(cfg: &SweepConfig) -> SweepTotals {
     let mut last_progress = Instant::now();
     for i in 0..cfg.scenarios {
         let seed = cfg.seed.wrapping_add(i);
-        let mut s = sweep_scenario(seed, cfg.endpoint, cfg.dc_loss);
+        // Every `oversub_every`-th scenario: an over-subscribed one, from
+        // its own stream of the seed (the ordinary scenario of a seed is
+        // the same whatever the sweep's mix).
+        let over = cfg.oversub_every > 0 && i % cfg.oversub_every == cfg.oversub_every - 1;
+        let mut s = if over {
+            t.oversubscribed += 1;
+            oversubscribed_scenario(seed, cfg.endpoint)
+        } else {
+            sweep_scenario(seed, cfg.endpoint, cfg.dc_loss)
+        };
         s.key_update_interval = cfg.key_update_interval;
+        let kind = if over { "over-subscribed seed" } else { "seed" };
         if cfg.verbose {
             eprintln!("seed {seed}: {s:?}");
         }
@@ -227,9 +260,18 @@ pub fn sweep(cfg: &SweepConfig) -> SweepTotals {
                 t.messages_failed_as_injected += o.messages_failed;
                 t.events += o.events;
                 t.wan_key_updates += o.wan_key_updates;
+                if let Some(m) = o.min_share {
+                    t.min_share = Some(t.min_share.map_or(m, |x: f64| x.min(m)));
+                }
+                if let Some(u) = &o.unfair {
+                    t.unfair += 1;
+                    if t.unfair_runs.len() < 5 {
+                        t.unfair_runs.push(format!("{kind} {seed}: {u}"));
+                    }
+                }
                 if !o.violations.is_empty() {
                     t.violations += o.violations.len() as u64;
-                    let line = format!("seed {seed}: {:?} -> {:?}", s, o.violations);
+                    let line = format!("{kind} {seed}: {:?} -> {:?}", s, o.violations);
                     if cfg.verbose {
                         eprintln!("{line}");
                     }
@@ -242,7 +284,7 @@ pub fn sweep(cfg: &SweepConfig) -> SweepTotals {
                 t.violations += 1;
                 if t.failures.len() < 5 {
                     t.failures
-                        .push(format!("seed {seed}: could not build: {e}"));
+                        .push(format!("{kind} {seed}: could not build: {e}"));
                 }
             }
         }

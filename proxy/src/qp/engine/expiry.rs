@@ -191,6 +191,7 @@ impl QpEngine {
         let mapped: std::collections::HashSet<HalfKey> =
             self.by_requester.values().copied().collect();
         self.cm_start.retain(|k, _| live(k) || mapped.contains(k));
+        self.ingress_flows.retain(|_, k| ingress.contains_key(k));
         self.orphan_requesters.retain(|_, o| now < o.until);
         // Poisoned QPs answer their poison within a round trip inside the
         // site; a few late answers are all that is absorbed after that.
@@ -212,6 +213,7 @@ impl QpEngine {
         self.egress.shrink();
         shrink(&mut self.by_requester);
         shrink(&mut self.cm_start);
+        shrink(&mut self.ingress_flows);
         shrink(&mut self.poisoned);
         shrink(&mut self.orphan_requesters);
     }

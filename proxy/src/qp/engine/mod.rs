@@ -26,6 +26,7 @@ use crate::roce::{is_roce, IpHeader, NakCode, OpKind, Psn, RocePacket, WireError
 use crate::time::Time;
 
 pub mod expiry;
+mod room;
 
 use super::cm_conns::{CmConn, CmConns};
 use super::egress::{EgressTuning, Reinjector, RequestInfo};
@@ -276,6 +277,13 @@ pub struct QpEngine {
     pub(super) buffer: DeepBuffer,
     pub(super) ingress: Halves<PseudoAcker>,
     pub(super) egress: Halves<Reinjector>,
+    /// The deep buffer's flow id of each ingress half (`HalfKey::id`) →
+    /// the half: the buffer names the flows waiting for room by their ids
+    /// (`buffer::room`), and the engine offers the room to the first of
+    /// them ([`Self::serve_room_waiters`]). Entered when a half is made;
+    /// an entry whose half is gone is dropped when met, and with the
+    /// quiet halves' side tables (`expiry`).
+    pub(super) ingress_flows: KeyedMap<u64, HalfKey>,
     /// (requester address, requester QPN, responder address) → half.
     pub(super) by_requester: KeyedMap<(IpAddr, u32, IpAddr), HalfKey>,
     pending_req: KeyedMap<u32, PendingReq>,
@@ -321,6 +329,7 @@ impl QpEngine {
             cfg,
             ingress: Halves::with_hasher(cfg.hash_key),
             egress: Halves::with_hasher(cfg.hash_key),
+            ingress_flows: KeyedMap::with_hasher(cfg.hash_key.state()),
             by_requester: KeyedMap::with_hasher(cfg.hash_key.state()),
             pending_req: KeyedMap::with_hasher(cfg.hash_key.state()),
             cm_conns: CmConns::default(),
@@ -420,6 +429,7 @@ impl QpEngine {
         if self.probes.values().any(|p| p.deadline <= now) {
             self.probe_timeouts(now);
         }
+        self.serve_room_waiters(now);
     }
 
     /// A reload's new tuning: the pseudo-ACK and re-injection settings
@@ -475,6 +485,7 @@ impl QpEngine {
     /// buffer is held as a pooled copy of `packet`.
     pub fn handle_dc(&mut self, now: Time, packet: &[u8]) {
         self.dc_packet(now, &mut DcBytes::Borrowed(packet));
+        self.serve_room_waiters(now);
     }
 
     /// A packet from the local DC side that the backend read into a pooled
@@ -488,6 +499,7 @@ impl QpEngine {
         if let DcBytes::Owned(Some(v)) = bytes {
             self.out.pool.put(v);
         }
+        self.serve_room_waiters(now);
     }
 
     /// An empty pooled buffer for a DC backend to read a packet into and
@@ -565,9 +577,12 @@ impl QpEngine {
             _ if p.info.is_request() && p.info.is_rc() => {
                 let key = HalfKey::of_request(&p);
                 let tuning = self.cfg.ack;
-                let a = self
+                let (a, new) = self
                     .ingress
-                    .get_or_insert_with(key, || PseudoAcker::new_raw(key, tuning));
+                    .get_or_insert_new(key, || PseudoAcker::new_raw(key, tuning));
+                if new {
+                    self.ingress_flows.insert(a.flow_id(), key);
+                }
                 if let Some(admitted) = a.on_request(now, &p, &mut self.buffer, &mut self.out) {
                     // `p` is done with the bytes: they may move now.
                     let held = bytes.take(&mut self.out.pool);
@@ -627,6 +642,11 @@ impl QpEngine {
     /// A message from the twin. A packet it carries is copied where it is
     /// needed (deep buffer, an output) and its buffer goes to the pool.
     pub fn handle_twin(&mut self, now: Time, msg: TwinMsg) {
+        self.twin_msg(now, msg);
+        self.serve_room_waiters(now);
+    }
+
+    fn twin_msg(&mut self, now: Time, msg: TwinMsg) {
         self.stats.twin_msgs += 1;
         self.arm_expiry(now);
         match msg {
@@ -851,6 +871,7 @@ impl QpEngine {
         };
         let mut a = PseudoAcker::new_learned(key, self.cfg.ack, reply, first_psn);
         a.set_pmtu(u32::from(pmtu));
+        self.ingress_flows.insert(a.flow_id(), key);
         if let Some(old) = self.ingress.insert(key, a) {
             let mut old = old;
             old.release_all(&mut self.buffer);

@@ -60,6 +60,17 @@ pub struct AckTuning {
     pub cnp_on_backpressure: bool,
 }
 
+/// Whether a pseudo-ACK has room ([`PseudoAcker::room_to_ack`]), and if
+/// not, what it waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Room {
+    Yes,
+    /// The flow's own quota: its own deliveries free it.
+    Quota,
+    /// The shared slab, or the turn of a flow waiting longer for it.
+    Shared,
+}
+
 /// While pseudo-ACKs are withheld (backpressure), whether one may go out
 /// is checked again this often, and if not the last one is repeated. The
 /// check is what matters: a flow is otherwise re-checked only on its own
@@ -105,11 +116,36 @@ impl PseudoAcker {
         );
     }
 
-    /// The window to reserve for: the one seen, or the assumed one while
-    /// none larger was seen. A requester shows its window only once it is
-    /// withheld, and the first overrun must not drop either.
+    /// The window to reserve for: the assumed one until the requester was
+    /// seen stopped at its own (a requester shows its window only once it
+    /// is withheld, and the first overrun must not drop either), then that
+    /// one. Each requester's promise counts in every other flow's check,
+    /// so an rxe QP (128 PSNs) that went on promising an assumed hardware
+    /// window of 2,048 packets made 16 of them promise more than a small
+    /// buffer holds.
     fn expected_window(&self) -> usize {
-        self.window.max(self.tuning.assumed_window_slots)
+        if self.window_seen {
+            self.window.max(1)
+        } else {
+            self.window.max(self.tuning.assumed_window_slots)
+        }
+    }
+
+    /// A hold interval passed with pseudo-ACKs withheld: if nothing more
+    /// came from the requester since the last one, it is stopped at its
+    /// window (or its application sent all it has: either way it sends no
+    /// more until acknowledged), and that is its window from now on. It
+    /// only grows after that (`note_window`), so an application that
+    /// merely paused costs an overrun later, dropped and resent, never a
+    /// loss.
+    pub(super) fn note_stopped(&mut self, buf: &mut DeepBuffer) {
+        let past = self.past_ack();
+        if past > 0 && past == self.past_ack_at_hold && !self.window_seen {
+            self.window_seen = true;
+            self.window = self.window.max(past);
+            self.renew_promise(buf);
+        }
+        self.past_ack_at_hold = past;
     }
 
     /// Whether the buffer can take what a pseudo-ACK lets requesters send:
@@ -117,9 +153,28 @@ impl PseudoAcker {
     /// the shared slab. Each bound is at least `ack_reserve_slots` and at
     /// most half of the quota or slab it protects: a window as large as the
     /// buffer cannot be covered, and reserving it all would stop the flow.
-    pub(super) fn room_to_ack(&self, buf: &DeepBuffer) -> bool {
+    /// Room in the shared slab also goes in turn: while other flows wait
+    /// for it, only the first of them may take it (`buffer::room`).
+    pub(super) fn room_to_ack(&self, buf: &DeepBuffer) -> Room {
         let (own, all) = self.reserve(buf);
-        buf.headroom(self.flow_id) >= own && buf.free_slots() >= all
+        let flow_left = buf
+            .per_flow_slots()
+            .saturating_sub(buf.flow_slots(self.flow_id));
+        if flow_left < own {
+            Room::Quota
+        } else if buf.free_slots() < own.max(all) || !buf.is_turn_of(self.flow_id) {
+            Room::Shared
+        } else {
+            Room::Yes
+        }
+    }
+
+    /// Whether a pseudo-ACK could go out now as far as room goes: the
+    /// engine asks this of the first flow waiting for room before it
+    /// offers it the room (`QpEngine::serve_room_waiters`), a cheap
+    /// question where `maybe_ack` walks the unacknowledged entries.
+    pub fn has_room_to_ack(&self, buf: &DeepBuffer) -> bool {
+        self.room_to_ack(buf) == Room::Yes
     }
 
     /// The slots to keep free for this flow's window within its quota, and
@@ -130,9 +185,22 @@ impl PseudoAcker {
         let window = self.expected_window();
         let own = floor.max(window.min(buf.per_flow_slots() / 2));
         // This flow's promise is its window less what it used (note_window,
-        // renew_promise); none while it holds no slot.
-        let after_ack = buf.promised() - buf.promise_of(self.flow_id) + window;
-        let all = floor.max(after_ack.min(buf.capacity() / 2));
+        // renew_promise); none while it holds no slot. The others' promises
+        // count in full: room they may use without notice is not room for
+        // this flow. (Capping the sum at half the buffer, as before, let
+        // every flow waiting for room be acknowledged at once as soon as
+        // half the buffer was free; their windows then overran it, the
+        // requests past it were dropped, and the QPs whose requests were
+        // dropped lost their share of the WAN to a go-back-N and a
+        // timeout, again and again: the over-subscribed sweep's unfair
+        // runs.) Only this flow's own window is capped, so that a window
+        // larger than the buffer still waits for half of it, not for more
+        // than there is; the others' promises shrink as they send, and
+        // those of flows holding nothing are forgotten, so the sum always
+        // comes down.
+        let after_ack =
+            buf.promised() - buf.promise_of(self.flow_id) + window.min(buf.capacity() / 2);
+        let all = floor.max(after_ack);
         (own, all)
     }
 
@@ -191,14 +259,29 @@ impl PseudoAcker {
     pub(super) fn maybe_ack(&mut self, now: Time, buf: &mut DeepBuffer, out: &mut Outbox) {
         self.ack_deadline = None;
         let Some((psn, msn, ack_req, oldest)) = self.ack_limit() else {
+            // Nothing to acknowledge: no room needed.
+            buf.stop_waiting(self.flow_id);
             return;
         };
         if self.acked.is_some_and(|(a, _)| !psn.after(a)) {
+            buf.stop_waiting(self.flow_id);
             return;
         }
-        if !self.room_to_ack(buf) {
+        let room = self.room_to_ack(buf);
+        if room != Room::Yes {
             // Backpressure: let the requester's window stop it instead of
-            // dropping. Delivered reports free slots and retry this.
+            // dropping. What frees the room wakes this flow: its own
+            // deliveries (its quota), or, for the shared slab, the engine
+            // offering the room to the flows waiting for it in turn, with
+            // no event of this flow's needed (`buffer::room`). Never only
+            // the hold timer below, which stops after HOLD_ACK_FOR.
+            if room == Room::Shared {
+                buf.wait_for_room(self.flow_id);
+            } else {
+                // Held by its own quota: its deliveries re-check it, and
+                // it must not keep others waiting behind it.
+                buf.stop_waiting(self.flow_id);
+            }
             self.stats.withheld_acks += 1;
             if self.reserve_eaten(buf) {
                 self.maybe_cnp(now, out);
@@ -218,7 +301,11 @@ impl PseudoAcker {
             self.send_ack(psn, msn, out);
             self.set_acked(psn, msn);
             self.renew_promise(buf);
+            // Served: the next waiting flow's turn (it rejoins at the back
+            // if it must wait again).
+            buf.stop_waiting(self.flow_id);
         } else {
+            // Coalescing: it keeps its turn until the ACK goes out.
             self.ack_deadline = Some(due);
         }
     }

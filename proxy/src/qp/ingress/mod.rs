@@ -160,6 +160,12 @@ pub struct PseudoAcker {
     /// Most packets the requester was seen to send past our last
     /// pseudo-ACK: its window, as far as we know it (`acking`).
     window: usize,
+    /// The requester was seen stopped at `window` (withheld, and nothing
+    /// more came for a hold interval): from then on `window` is its
+    /// window, not a lower bound under the assumed one (`acking`).
+    window_seen: bool,
+    /// Packets past the last pseudo-ACK at the previous hold check.
+    past_ack_at_hold: usize,
     /// Activity, for forgetting the half once it is quiet (`qp::engine::expiry`).
     pub quiet: Quiet,
     pub stats: IngressStats,
@@ -206,6 +212,8 @@ impl PseudoAcker {
             read_slack: None,
             nak_after_read: false,
             window: 0,
+            window_seen: false,
+            past_ack_at_hold: 0,
             quiet: Quiet::default(),
             stats: IngressStats::default(),
         }
@@ -229,6 +237,22 @@ impl PseudoAcker {
             Mode::Accelerated
         };
         a
+    }
+
+    /// The deep buffer's key for this half's quota and promise.
+    pub fn flow_id(&self) -> u64 {
+        self.flow_id
+    }
+
+    /// The engine offers this half the room in the deep buffer it waits
+    /// for (`qp::engine::room`): the withheld pseudo-ACK goes out if it
+    /// fits now. A failed half needs no room.
+    pub fn offer_room(&mut self, now: Time, buf: &mut DeepBuffer, out: &mut Outbox) {
+        if self.failed.is_some() {
+            buf.stop_waiting(self.flow_id);
+            return;
+        }
+        self.maybe_ack(now, buf, out);
     }
 
     pub fn is_learned(&self) -> bool {
@@ -596,6 +620,7 @@ impl PseudoAcker {
         }
         if self.hold_deadline.is_some_and(|d| now >= d) {
             self.hold_deadline = None;
+            self.note_stopped(buf);
             let before = self.acked;
             self.maybe_ack(now, buf, out);
             // Still withholding: repeat the last ACK, which moves nothing
@@ -957,6 +982,7 @@ impl PseudoAcker {
 
     /// Releases every buffered packet (the flow is being torn down).
     pub fn release_all(&mut self, buf: &mut DeepBuffer) {
+        buf.stop_waiting(self.flow_id);
         for e in self.entries.iter_mut() {
             if let Some(slot) = e.slot.take() {
                 buf.release(self.flow_id, slot);

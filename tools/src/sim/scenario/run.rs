@@ -14,7 +14,7 @@ use soya::wan::PathState;
 
 use super::super::world::{Node, World};
 use super::build::{build, layout, seeded_nonces, site_params, RKEY};
-use super::verdict::{check_no_head_of_line, finish};
+use super::verdict::{check_fair_share, check_no_head_of_line, finish};
 use super::{Op, Outcome, Scenario, HOST_A, HOST_B};
 use crate::perf::workload::Op as WrOp;
 use crate::rc::{CompletionStatus, RcQp, WorkRequest};
@@ -117,6 +117,13 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
     let mut iterations = 0u64;
     let trace = std::env::var_os("SOYA_SIM_TRACE").is_some();
     let mut last_done = start;
+    let mut ended_at = None;
+    // Bytes each QP landed when the first QP's transfer was over
+    // (`Scenario::fair_share`), and the QPs touched in a step.
+    let mut shares: Option<Vec<u64>> = None;
+    let mut drain_target: Option<u64> = None;
+    let mut window_from: Option<Vec<u64>> = None;
+    let mut touched = Vec::new();
     let deadline = start + s.time_limit;
     let mut next_refill = s.recv_refill.map(|d| start + d);
     let mut restart_at = s.twin_restart.filter(|_| s.accelerated).map(|d| start + d);
@@ -161,6 +168,9 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
             let drives = sides.contains(&node);
             for qi in host.take_touched() {
                 tally.update(si, qi, &host.qps[qi]);
+                if s.fair_share.is_some() && shares.is_none() {
+                    touched.push(qi);
+                }
                 if !drives {
                     continue;
                 }
@@ -202,6 +212,45 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
                 if !was_finished && pr.finished(s.iters) {
                     finished_qps += 1;
                 }
+            }
+        }
+        // Fairness, over the time the gateway pushed back and shared the
+        // WAN: from the moment what gateway A held when a flow first had
+        // to wait for room (the buffer full) has crossed the WAN, to the
+        // first time a QP's transfer is over (all its work completed, its
+        // data landed). What was admitted before the buffer filled came in
+        // the order the hosts' links sent it, not in the gateway's turns.
+        if s.fair_share.is_some() && shares.is_none() {
+            let landed = tally.placed_sum[0] + tally.placed_sum[1];
+            match drain_target {
+                None => {
+                    let gw = w.gw_a.as_ref().map(|g| g.engine());
+                    if gw.is_some_and(|g| g.flows_waiting_for_room() > 0) {
+                        let held = gw.map_or(0, |g| g.occupancy().slots_used) as u64;
+                        drain_target = Some(landed + held * s.mtu as u64);
+                    }
+                }
+                Some(target) if window_from.is_none() && landed >= target => {
+                    window_from = Some(landed_per_qp(&w));
+                }
+                _ => {}
+            }
+        }
+        for qi in touched.drain(..) {
+            let pr = &progress[0][qi];
+            if shares.is_none()
+                && pr.finished(s.iters)
+                && !pr.failed
+                && tally.placed[1][qi] >= tally.told[0][qi]
+            {
+                shares = Some(match &window_from {
+                    Some(from) => {
+                        let now = landed_per_qp(&w);
+                        now.iter().zip(from).map(|(n, f)| n - f).collect()
+                    }
+                    // Over before the gateway's turns ever decided it.
+                    None => Vec::new(),
+                });
             }
         }
         if let (Some(t), Some(d)) = (next_refill, s.recv_refill) {
@@ -246,6 +295,9 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
         // (The WAN transport's keepalives never go quiet: with it, the
         // bounded settle below drains what is left.)
         if finished && (w.pending_events() == 0 || w.accelerated()) {
+            // Its data all landed, or a failure ended it: that is its end
+            // (not the last completion: pseudo-ACKs complete work early).
+            ended_at = Some(landed_at.map_or(w.now, |l| l.max(last_done)));
             break;
         }
         let Some(mut t) = w.next_time().or(next_refill) else {
@@ -287,6 +339,8 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
         }
         w.step_to(t);
     }
+    // Where a run that did not finish was stopped (before the settling).
+    let stopped = w.now;
     // Let gateways settle (delivered watermarks, coalescing timers). After a
     // failure, a gateway may still hold packets it is bound to give up on
     // (an egress waiting behind raw packets that never come frees them after
@@ -338,11 +392,13 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
             }
         }
     }
-    let end = landed_at.map_or(last_done, |l| l.max(last_done));
     if s.stall_qp0 {
         check_no_head_of_line(others_landed_at, stall_failed_at, &mut out);
     }
-    finish(s, &w, start, end, &mut out);
+    if let Some(min) = s.fair_share {
+        check_fair_share(shares.as_deref(), min, &mut out);
+    }
+    finish(s, &w, start, ended_at, stopped, &mut out);
     out.wall_s = wall.elapsed().as_secs_f64();
     out.events_per_wall_s = out.events as f64 / out.wall_s.max(1e-9);
     Ok((out, w))
@@ -393,6 +449,18 @@ pub(crate) fn warm_up(s: &Scenario, w: &mut World) -> Time {
         }
     }
     start
+}
+
+/// What each QP pair landed so far: the data its requester wrote or sent,
+/// verified at the responder, and the data it read, verified at the
+/// requester.
+fn landed_per_qp(w: &World) -> Vec<u64> {
+    w.host_a
+        .qps
+        .iter()
+        .zip(w.host_b.qps.iter())
+        .map(|(a, b)| a.memory().stats().bytes_verified + b.memory().stats().bytes_verified)
+        .collect()
 }
 
 /// With QP 0 stalled: every other QP finished its work and its data is at

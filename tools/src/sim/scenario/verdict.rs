@@ -30,12 +30,50 @@ pub(super) fn check_no_head_of_line(
     }
 }
 
-pub(super) fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut Outcome) {
-    out.events = w.events;
-    out.elapsed_s = (last - start).as_secs_f64();
-    if out.elapsed_s > 0.0 {
-        out.goodput_gbps = out.bytes_completed as f64 * 8.0 / out.elapsed_s / 1e9;
+/// `end`: when the workload ended, or `None` when it did not (stopped at
+/// `stopped`).
+/// The QPs share the WAN (`Scenario::fair_share`): while the gateway
+/// pushed back (from when what it held as the buffer first filled had
+/// crossed the WAN, to when the first QP's transfer was over), every QP
+/// landed at least `min` of an equal share of what all of them landed
+/// (`shares`: bytes per QP in that time; empty: no such time, the first
+/// transfer ended before; `None`: no QP's transfer ever ended, which the
+/// run's other verdicts report).
+pub(super) fn check_fair_share(shares: Option<&[u64]>, min: f64, out: &mut Outcome) {
+    let Some(shares) = shares.filter(|s| !s.is_empty()) else {
+        return;
+    };
+    let equal = shares.iter().sum::<u64>() as f64 / shares.len() as f64;
+    if equal == 0.0 {
+        return;
     }
+    let (worst, least) = shares
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, &b)| b)
+        .map(|(i, &b)| (i, b))
+        .unwrap_or((0, 0));
+    let share = least as f64 / equal;
+    out.min_share = Some(share);
+    if share < min {
+        out.unfair = Some(format!(
+            "unfair: while the gateway pushed back, QP {worst} landed {least} B, {share:.2} \
+             of an equal share ({equal:.0} B; at least {min} required); per QP: {shares:?}"
+        ));
+    }
+}
+
+pub(super) fn finish(
+    s: &Scenario,
+    w: &World,
+    start: Time,
+    end: Option<Time>,
+    stopped: Time,
+    out: &mut Outcome,
+) {
+    out.events = w.events;
+    out.finished = end.is_some();
+    out.elapsed_s = (end.unwrap_or(stopped) - start).as_secs_f64();
     let mut completed_write_bytes = 0u64;
     let mut placed_bytes = 0u64;
     for (req_host, resp_host) in [(&w.host_a, &w.host_b), (&w.host_b, &w.host_a)] {
@@ -53,6 +91,9 @@ pub(super) fn finish(s: &Scenario, w: &World, start: Time, last: Time, out: &mut
             completed_write_bytes += st.bytes_completed_writes_sends();
         }
     }
+    // Verified bytes over the whole run, and only for a run that ended.
+    out.goodput_gbps = (out.finished && out.elapsed_s > 0.0)
+        .then(|| out.bytes_verified as f64 * 8.0 / out.elapsed_s / 1e9);
     let errors_injected: u64 = w
         .engines()
         .map(|g| g.ingress_totals().errors_injected)
