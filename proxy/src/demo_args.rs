@@ -54,12 +54,13 @@ pub struct DemoArgs {
     pub backend: Option<DemoBackend>,
     /// Rate of each emulated WAN path, a provisioned circuit: the gateways'
     /// paths are configured with it, and the 0 km run crosses a relay of the
-    /// same rate, so only the distance differs. "auto" (the default) first
-    /// measures what the gateways carry on this machine at the distance
-    /// with no bottleneck and sets the circuit at 70 % of that, at most 2 Gb/s, so
-    /// that the circuit, not the CPU, bounds every run. "unlimited": no
-    /// bottleneck, and every run measures this machine's CPU instead
-    /// (through Sōya five processes share it).
+    /// same rate, so only the distance differs. "auto" (the default) finds
+    /// the circuit this machine carries: a run with no bottleneck, then
+    /// short trials through Sōya (at most 2 Gb/s; the last line of the
+    /// demo's set-up says what it measured), so that the circuit, not the
+    /// CPU, bounds every run. "unlimited": no bottleneck, and every run
+    /// measures this machine's CPU instead (through Sōya five processes
+    /// share it).
     #[arg(long, default_value = "auto")]
     pub rate: String,
     /// The RDMA requester's window in packets (RXE_MAX_UNACKED_PSNS, 128

@@ -270,6 +270,8 @@ const MAX_TRIALS: u8 = 3;
 ///    wake for every few packets, and on a slow machine that costs more
 ///    CPU than the same bytes carried flat out (measured on a 0.5-CPU
 ///    cgroup: 0.77 Gb/s carried flat out, 0.30 on a 0.5 Gb/s circuit).
+///
+/// The runs then take [`demo_circuit::run_rate`] of the circuit that held.
 fn calibrate(o: &DemoOptions, ctx: &Ctx) -> Result<Calibration, String> {
     let cal = DemoOptions {
         loss: 0.0,

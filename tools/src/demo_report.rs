@@ -38,11 +38,14 @@ pub(crate) struct Calibration {
 }
 
 impl Calibration {
-    /// The circuit chosen: the last one tried.
+    /// The circuit chosen: the last one tried, less the run's margin
+    /// ([`demo_circuit::run_rate`]).
     pub fn rate_bps(&self) -> u64 {
-        self.trials
-            .last()
-            .map_or(demo_circuit::MIN_AUTO_BPS, |&(r, _)| r)
+        demo_circuit::run_rate(
+            self.trials
+                .last()
+                .map_or(demo_circuit::MIN_AUTO_BPS, |&(r, _)| r),
+        )
     }
 }
 
@@ -70,11 +73,12 @@ pub(crate) fn circuit_text(o: &DemoOptions, calibration: Option<&Calibration>) -
         let _ = write!(
             t,
             " (--rate auto: direct at 0 km this machine carried {:.3} Gb/s with no bottleneck, \
-             through Sōya at {} km {}; the circuit is the first that Sōya carried at {:.0} % \
-             or more, trying {:.0} % of the direct figure first, at most {})",
+             through Sōya at {} km {}; the circuit is {:.0} % of the first that Sōya carried at \
+             {:.0} % or more, trying {:.0} % of the direct figure first, at most {})",
             c.direct_0km_gbps,
             o.distance_km,
             tried.join(", then "),
+            100.0 * demo_circuit::RUN_MARGIN,
             100.0 * demo_circuit::TRIAL_SHARE,
             100.0 * demo_circuit::HEADROOM,
             rate_text(Some(demo_circuit::MAX_AUTO_BPS))

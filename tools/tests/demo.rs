@@ -99,6 +99,7 @@ fn demo_json_reports_a_clean_comparison() {
             _ => assert_eq!(k + 1, trials.len(), "trials went on after {k}: {v}"),
         }
     }
+    let rate = demo_circuit::run_rate(rate);
     assert_eq!(v["rate_gbps"].as_f64(), Some(rate as f64 / 1e9), "{v}");
     assert_eq!(
         v["window_packets"].as_u64(),
