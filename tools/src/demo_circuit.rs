@@ -78,7 +78,7 @@ pub fn next_trial_rate(rate_bps: u64, gbps: f64) -> Option<u64> {
 
 /// The runs' circuit is this share of the trial circuit that held: a
 /// ten-second run meets more of the machine's drift than a two-second
-/// trial. Without it, 2 of 10 runs fell to 0.93 of 0 km on circuits
+/// trial. Without it, 2 of 9 runs fell to 0.93 of 0 km on circuits
 /// whose trials had held (2026-11-29, whole machine and 1-CPU cgroup).
 pub const RUN_MARGIN: f64 = 0.9;
 
