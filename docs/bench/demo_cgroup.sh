@@ -38,21 +38,24 @@ enter() {
     mkdir /sys/fs/cgroup/$name
     echo "$quota $period" > /sys/fs/cgroup/$name/cpu.max
     [ -n "$cpuset" ] && echo $cpuset > /sys/fs/cgroup/$name/cpuset.cpus
-    echo $$ > /sys/fs/cgroup/$name/cgroup.procs
+    echo $BASHPID > /sys/fs/cgroup/$name/cgroup.procs
   else
     mkdir /sys/fs/cgroup/cpu/$name
     echo $period > /sys/fs/cgroup/cpu/$name/cpu.cfs_period_us
     echo "$quota" > /sys/fs/cgroup/cpu/$name/cpu.cfs_quota_us
-    echo $$ > /sys/fs/cgroup/cpu/$name/tasks
+    echo $BASHPID > /sys/fs/cgroup/cpu/$name/tasks
     if [ -n "$cpuset" ]; then
       mkdir /sys/fs/cgroup/cpuset/$name
       echo $cpuset > /sys/fs/cgroup/cpuset/$name/cpuset.cpus
       cat /sys/fs/cgroup/cpuset/cpuset.mems > /sys/fs/cgroup/cpuset/$name/cpuset.mems
-      echo $$ > /sys/fs/cgroup/cpuset/$name/tasks
+      echo $BASHPID > /sys/fs/cgroup/cpuset/$name/tasks
     fi
   fi
 }
 
+# The runs go in a subshell that enters the cgroup, so that this shell,
+# outside it, can remove the cgroup once they are over.
+(
 enter
 for i in $(seq 1 "$runs"); do
   l=$(cut -d' ' -f1 /proc/loadavg); t=$(date -u +%H:%M:%S)
@@ -67,3 +70,4 @@ print(f\"$t load $l cpus $cpus run $i: circuit {d['rate_gbps']} Gb/s \"
       f\"direct {d['direct_gbps']:.3f} soya {d['accelerated_gbps']:.3f} \"
       f\"errors {d['data_errors']} ok {d['ok']}\")"
 done
+)
