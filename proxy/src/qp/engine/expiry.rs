@@ -325,6 +325,7 @@ fn add_ingress(t: &mut IngressStats, s: &IngressStats) {
             duplicate_acks,
             duplicates_dropped,
             seq_naks,
+            seq_naks_deferred,
             out_of_order_dropped,
             backpressure_drops,
             withheld_acks,

@@ -53,6 +53,9 @@ pub struct IngressStats {
     pub duplicate_acks: u64,
     pub duplicates_dropped: u64,
     pub seq_naks: u64,
+    /// Gap NAKs held back until the READ/atomic responses before them had
+    /// reached the requester (`PseudoAcker::nak_gap`).
+    pub seq_naks_deferred: u64,
     pub out_of_order_dropped: u64,
     pub backpressure_drops: u64,
     pub withheld_acks: u64,
@@ -157,6 +160,9 @@ pub struct PseudoAcker {
     read_slack: Option<(Psn, u32, u32)>,
     /// Packets beyond that guess were dropped: NAK once the span is known.
     nak_after_read: bool,
+    /// A gap NAK is due but would pass a READ/atomic still waiting for its
+    /// response: it goes out once that response has (`nak_gap`).
+    nak_deferred: bool,
     /// Most packets the requester was seen to send past our last
     /// pseudo-ACK: its window, as far as we know it (`acking`).
     window: usize,
@@ -211,6 +217,7 @@ impl PseudoAcker {
             pmtu: None,
             read_slack: None,
             nak_after_read: false,
+            nak_deferred: false,
             window: 0,
             window_seen: false,
             past_ack_at_hold: 0,
@@ -401,7 +408,7 @@ impl PseudoAcker {
             self.stats.out_of_order_dropped += 1;
             if !self.nak_sent {
                 self.nak_sent = true;
-                self.send_gap_nak(expected, out);
+                self.nak_gap(expected, out);
             }
             return None;
         }
@@ -416,6 +423,7 @@ impl PseudoAcker {
             }
         };
         self.nak_sent = false;
+        self.nak_deferred = false;
         self.note_window(
             self.entries.len().saturating_sub(self.first_unacked) + 1,
             buf,
@@ -498,7 +506,7 @@ impl PseudoAcker {
             self.expected = Some(expected);
             if std::mem::take(&mut self.nak_after_read) {
                 self.nak_sent = true;
-                self.send_gap_nak(expected, out);
+                self.nak_gap(expected, out);
             }
         }
     }
@@ -577,6 +585,36 @@ impl PseudoAcker {
                 carry: Carry::Reliable,
                 packet,
             }));
+        }
+    }
+
+    /// A gap before `expected`: NAK it now, or, when a READ or atomic
+    /// before it still waits for its response, once that response has
+    /// reached the requester.
+    ///
+    /// The NAK acknowledges every PSN before it, so sent past a pending
+    /// READ/atomic it is an implied NAK at the requester (rxe `check_psn`:
+    /// a response past a READ still waiting for its data): the requester
+    /// goes back to the READ and resends it and all after it. A responder
+    /// never does that, since its responses leave in PSN order; over the
+    /// WAN the READ's answer comes one round trip later, so the gap NAK
+    /// waits for it (issue 33: over-subscribed mixed runs, where the gap
+    /// comes from a request dropped at the buffer's hard limit).
+    fn nak_gap(&mut self, expected: Psn, out: &mut Outbox) {
+        let read_pending = self.mode == Mode::Accelerated
+            && self
+                .entries
+                .iter()
+                .skip(self.first_unacked)
+                .any(|e| e.needs_response && !e.answered && e.psn.before(expected));
+        if read_pending {
+            if !self.nak_deferred {
+                self.stats.seq_naks_deferred += 1;
+            }
+            self.nak_deferred = true;
+        } else {
+            self.nak_deferred = false;
+            self.send_gap_nak(expected, out);
         }
     }
 
@@ -774,6 +812,10 @@ impl PseudoAcker {
                     // The response acknowledges everything up to it.
                     self.set_acked(psn, msn);
                     self.renew_promise(buf);
+                    // After the response, never before it.
+                    if let (true, Some(expected)) = (self.nak_deferred, self.expected) {
+                        self.nak_gap(expected, out);
+                    }
                 }
                 self.maybe_ack(now, buf, out);
                 true
