@@ -262,6 +262,38 @@ fn backpressure_withholds_acks_instead_of_dropping() {
     assert_acks(&mut e, &[(105, Syndrome::ACK_UNLIMITED, 6)]);
 }
 
+/// A request dropped at the buffer's hard limit: the NAK that makes the
+/// requester resend waits until the buffer has room for it and follows
+/// the ACK of everything before the gap. Sent at once (before), the
+/// resend met the same full buffer, was dropped again, and the requester
+/// then heard nothing until its ACK timeout (issue 33, sweep seed 60).
+#[test]
+fn a_request_dropped_at_the_hard_limit_is_naked_once_there_is_room() {
+    let (mut e, t) = nearly_full_engine();
+    drain(&mut e);
+    // The requester's window goes on past the last ACK (103): 106..111
+    // fill the 12 slots, 112 is dropped, 113 is out of order.
+    for psn in 106..114 {
+        e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, psn, true, 8, 0));
+    }
+    let out = drain(&mut e);
+    assert_eq!(forwarded(&out), (106..112).collect::<Vec<u32>>());
+    assert_eq!(acks(&out), vec![], "no NAK into a full buffer");
+    assert_eq!(e.occupancy().slots_used, 12);
+    // The twin delivers everything: room for the ACK, then the NAK.
+    twin_delivered(&mut e, t, key(), 111);
+    assert_acks(
+        &mut e,
+        &[
+            (111, Syndrome::ACK_UNLIMITED, 12),
+            (112, Syndrome::Nak(NakCode::PsnSequenceError), 12),
+        ],
+    );
+    // The resend is taken, and nothing more is owed.
+    e.handle_dc(t, &request(Opcode::RC_SEND_ONLY, 112, true, 8, 0));
+    assert_acks(&mut e, &[(112, Syndrome::ACK_UNLIMITED, 13)]);
+}
+
 #[test]
 fn malformed_and_forged_packets_are_counted_and_dropped() {
     let mut e = ingress_engine(AckPolicy::Edge);

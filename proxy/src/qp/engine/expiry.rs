@@ -326,6 +326,7 @@ fn add_ingress(t: &mut IngressStats, s: &IngressStats) {
             duplicates_dropped,
             seq_naks,
             seq_naks_deferred,
+            seq_naks_owed,
             out_of_order_dropped,
             backpressure_drops,
             withheld_acks,

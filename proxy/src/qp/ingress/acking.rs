@@ -255,16 +255,83 @@ impl PseudoAcker {
             .count() as u32
     }
 
-    /// Sends a pseudo-ACK if policy, coalescing and backpressure allow.
+    /// Sends a pseudo-ACK if policy, coalescing and backpressure allow,
+    /// then a NAK owed since a request was dropped at the hard limit.
     pub(super) fn maybe_ack(&mut self, now: Time, buf: &mut DeepBuffer, out: &mut Outbox) {
+        self.ack_if_room(now, buf, out);
+        if self.nak_owed {
+            self.pay_owed_nak(now, buf, out);
+        }
+    }
+
+    /// **An owed NAK.** A request dropped at the buffer's hard limit (the
+    /// requesters' windows together overran it: each QP's first window
+    /// after the tunnel phase was granted by the real responder's ACKs,
+    /// with no promise behind it) leaves a gap, and everything the
+    /// requester sends after it is dropped as out of order. The NAK that
+    /// makes it resend goes out when (1) everything before the gap is
+    /// acknowledged, so that the NAK, which acknowledges every PSN before
+    /// it, tells the requester nothing a pseudo-ACK would not (strict
+    /// message ends, READs still waiting for their answers); and (2) the
+    /// buffer has room for the window the resend may use, in turn with the
+    /// flows waiting for room, exactly as for a pseudo-ACK. Until then the
+    /// flow waits like a withheld pseudo-ACK (its last ACK repeated every
+    /// hold interval). Before, the NAK went out at once, its resend was
+    /// dropped again while the buffer was still full, and the requester
+    /// then heard nothing until its ACK timeout: a QP idle for 67 ms while
+    /// the others took the WAN (over-subscribed sweep seed 60; issue 33).
+    fn pay_owed_nak(&mut self, now: Time, buf: &mut DeepBuffer, out: &mut Outbox) {
+        if self.failed.is_some() {
+            self.nak_owed = false;
+            return;
+        }
+        let Some(expected) = self.expected else {
+            return;
+        };
+        if self.past_ack() > 0 {
+            return; // (1): the pseudo-ACK before the gap comes first
+        }
+        match self.room_to_ack(buf) {
+            Room::Yes => {
+                self.nak_owed = false;
+                self.stats.seq_naks_owed += 1;
+                self.send_gap_nak(expected, out);
+                // The resend may use the whole window: promised now, so
+                // that the next flow's check counts it.
+                self.renew_promise(buf);
+                self.hold_deadline = None;
+                self.hold_since = None;
+                buf.stop_waiting(self.flow_id);
+            }
+            room => {
+                // As for a withheld pseudo-ACK (`ack_if_room`).
+                if room == Room::Shared {
+                    buf.wait_for_room(self.flow_id);
+                } else {
+                    buf.stop_waiting(self.flow_id);
+                }
+                let since = *self.hold_since.get_or_insert(now);
+                if now.since(since) < HOLD_ACK_FOR {
+                    self.hold_deadline.get_or_insert(now + HOLD_ACK_INTERVAL);
+                }
+            }
+        }
+    }
+
+    fn ack_if_room(&mut self, now: Time, buf: &mut DeepBuffer, out: &mut Outbox) {
         self.ack_deadline = None;
+        // Nothing to acknowledge: no room needed, unless for an owed NAK,
+        // which keeps the flow's place in the queue for room.
         let Some((psn, msn, ack_req, oldest)) = self.ack_limit() else {
-            // Nothing to acknowledge: no room needed.
-            buf.stop_waiting(self.flow_id);
+            if !self.nak_owed {
+                buf.stop_waiting(self.flow_id);
+            }
             return;
         };
         if self.acked.is_some_and(|(a, _)| !psn.after(a)) {
-            buf.stop_waiting(self.flow_id);
+            if !self.nak_owed {
+                buf.stop_waiting(self.flow_id);
+            }
             return;
         }
         let room = self.room_to_ack(buf);

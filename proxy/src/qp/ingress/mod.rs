@@ -56,6 +56,9 @@ pub struct IngressStats {
     /// Gap NAKs held back until the READ/atomic responses before them had
     /// reached the requester (`PseudoAcker::nak_gap`).
     pub seq_naks_deferred: u64,
+    /// Of `seq_naks`: sent once the buffer had room again after requests
+    /// were dropped at its hard limit (`acking`, "An owed NAK").
+    pub seq_naks_owed: u64,
     pub out_of_order_dropped: u64,
     pub backpressure_drops: u64,
     pub withheld_acks: u64,
@@ -163,6 +166,9 @@ pub struct PseudoAcker {
     /// A gap NAK is due but would pass a READ/atomic still waiting for its
     /// response: it goes out once that response has (`nak_gap`).
     nak_deferred: bool,
+    /// The request at `expected` was dropped at the buffer's hard limit:
+    /// a NAK for it is owed once there is room (`acking::pay_owed_nak`).
+    nak_owed: bool,
     /// Most packets the requester was seen to send past our last
     /// pseudo-ACK: its window, as far as we know it (`acking`).
     window: usize,
@@ -218,6 +224,7 @@ impl PseudoAcker {
             read_slack: None,
             nak_after_read: false,
             nak_deferred: false,
+            nak_owed: false,
             window: 0,
             window_seen: false,
             past_ack_at_hold: 0,
@@ -415,15 +422,24 @@ impl PseudoAcker {
         let slot = match buf.reserve(self.flow_id, p.as_bytes().len()) {
             Ok(s) => s,
             Err(_) => {
-                // Hard limit: drop unacknowledged; the requester resends
-                // after our NAK for the gap that follows, or its timeout.
+                // Hard limit: drop unacknowledged. What the requester sends
+                // after it is dropped too (out of order) and, the buffer
+                // being full, a NAK now would only have the resend dropped
+                // again, after which a responder says nothing more until
+                // the expected PSN comes (rxe `sent_psn_nak`): the
+                // requester would wait for its ACK timeout. So the NAK is
+                // owed, and goes out once the buffer has room for this
+                // flow (`acking::pay_owed_nak`).
                 self.stats.backpressure_drops += 1;
+                self.nak_sent = true;
+                self.nak_owed = true;
                 self.maybe_cnp(now, out);
                 return None;
             }
         };
         self.nak_sent = false;
         self.nak_deferred = false;
+        self.nak_owed = false;
         self.note_window(
             self.entries.len().saturating_sub(self.first_unacked) + 1,
             buf,
