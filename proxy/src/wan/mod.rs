@@ -34,6 +34,7 @@ mod crypto;
 mod dgram;
 mod events;
 mod flow;
+mod handshake;
 mod idhash;
 mod keyphase;
 pub mod msg;
