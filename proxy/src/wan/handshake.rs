@@ -240,11 +240,6 @@ impl Responder {
     }
 }
 
-/// A fresh X25519 private key from the operating system.
-pub fn generate_private() -> std::io::Result<[u8; KEY_LEN]> {
-    crate::rand::key()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,7 +271,10 @@ mod tests {
         // A forged response first: refused, and the genuine one still reads.
         let mut forged = resp.clone();
         forged[40] ^= 1;
-        assert_eq!(init.read_response(&forged).err(), Some(HandshakeError::Auth));
+        assert_eq!(
+            init.read_response(&forged).err(),
+            Some(HandshakeError::Auth)
+        );
         let (body, cs) = init.read_response(&resp).unwrap();
         assert_eq!(body, [8u8; HELLO_BODY_LEN]);
         assert!(init.is_done());
