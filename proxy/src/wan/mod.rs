@@ -142,6 +142,8 @@ struct Counters {
     handshake_failures: u64,
     unknown_peer_keys: u64,
     stale_handshakes: u64,
+    /// Datagrams of another protocol version (also `malformed`).
+    wrong_version: u64,
     protocol_violations: u64,
     peer_restarts: u64,
     events_dropped: u64,

@@ -41,6 +41,21 @@ impl WanConnection {
         }
         let hdr = match Header::decode(bytes) {
             Ok(h) if usize::from(h.path) == path => h,
+            Err(packet::HeaderError::Version(v)) => {
+                // A twin of another release: say so once, clearly.
+                if self.counters.wrong_version == 0 {
+                    tracing::warn!(
+                        twin = v,
+                        ours = packet::VERSION,
+                        "the twin speaks another WAN protocol version: run the same \
+                         Sōya release on both gateways"
+                    );
+                }
+                self.counters.wrong_version += 1;
+                p.counters.malformed += 1;
+                self.counters.malformed += 1;
+                return;
+            }
             other => {
                 tracing::trace!(path, cause = ?other.err(), "malformed WAN datagram");
                 p.counters.malformed += 1;

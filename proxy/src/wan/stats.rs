@@ -76,6 +76,9 @@ pub struct ConnStats {
     pub unknown_peer_keys: u64,
     /// Identity mode: handshake messages that changed nothing (copies).
     pub stale_handshakes: u64,
+    /// Datagrams of another protocol version (a twin of another release;
+    /// also counted in `malformed`).
+    pub wrong_version: u64,
     /// Frames that broke the protocol after authenticating (credit overrun…).
     pub protocol_violations: u64,
     pub peer_restarts: u64,
@@ -168,6 +171,7 @@ impl WanConnection {
             handshake_failures: c.handshake_failures,
             unknown_peer_keys: c.unknown_peer_keys,
             stale_handshakes: c.stale_handshakes,
+            wrong_version: c.wrong_version,
             protocol_violations: c.protocol_violations
                 + self.recv.offset_mismatches
                 + self.recv.closed_overflow,
