@@ -122,7 +122,7 @@ fn load_checks_the_private_key_file() {
         e.contains("wan.private_key_file") && e.contains("44 base64"),
         "{e}"
     );
-    assert_eq!(read_private_key_file(&key).is_err(), true);
+    assert!(read_private_key_file(&key).is_err());
 }
 
 /// The example with identity keys parses and names its twin.

@@ -21,9 +21,12 @@
 //!
 //! Loss, duplication and reordering: the client sends its INITIATION,
 //! byte for byte the same, on every HELLO round until the server confirms
-//! (a protected packet arrives); the server answers every copy with the
-//! same RESPONSE and also repeats it on its own HELLO rounds until it
-//! commits. A RESPONSE to an initiation already answered, or to none, is
+//! (a protected packet arrives); the server answers every copy of an
+//! INITIATION it holds (pending or current) with the RESPONSE it gave it,
+//! and also repeats the last one on its own HELLO rounds until it commits.
+//! A replayed INITIATION (say, of an earlier generation) is answered, but
+//! never displaces the genuine pending handshake of another client
+//! generation. A RESPONSE to an initiation already answered, or to none, is
 //! stale and changes nothing. A client whose session stays unconfirmed for
 //! [`UNCONFIRMED_ROUNDS`] HELLO rounds (the server lost the pending keys)
 //! starts over with a new ephemeral key.
@@ -66,9 +69,11 @@ pub struct Noise {
     initiation: Option<Initiation>,
     unconfirmed_rounds: u32,
     /// Server: sessions answered but not confirmed, by client nonce.
-    pending: VecDeque<Peer>,
-    /// Server: the last INITIATION answered and its RESPONSE.
-    answered: Option<(Vec<u8>, Vec<u8>)>,
+    pending: VecDeque<Pending>,
+    /// Server: the INITIATION and RESPONSE of the current session.
+    current: Option<Exchange>,
+    /// Server: the RESPONSE our HELLOs carry (the last one asked for).
+    answered: Option<Exchange>,
 }
 
 impl Noise {
@@ -79,9 +84,25 @@ impl Noise {
             initiation: None,
             unconfirmed_rounds: 0,
             pending: VecDeque::new(),
+            current: None,
             answered: None,
         }
     }
+}
+
+/// An INITIATION and the RESPONSE it got: a copy of the INITIATION gets
+/// the same RESPONSE (the server's ephemeral key is not drawn again, so
+/// the keys the client may already have committed to stay valid).
+#[derive(Clone)]
+pub struct Exchange {
+    init: Vec<u8>,
+    resp: Vec<u8>,
+}
+
+/// A session answered but not confirmed yet.
+pub struct Pending {
+    peer: Peer,
+    exchange: Exchange,
 }
 
 fn body(h: &Hello) -> [u8; HELLO_BODY_LEN] {
@@ -169,7 +190,7 @@ impl Session {
             .noise
             .as_ref()
             .and_then(|n| n.answered.as_ref())
-            .map(|(_, r)| r.clone());
+            .map(|x| x.resp.clone());
         match resp {
             Some(msg) if buf.len() >= HEADER_LEN + msg.len() => {
                 self.hello_header(path, buf);
@@ -280,17 +301,20 @@ impl Session {
         let Some(n) = self.noise.as_ref() else {
             return HelloVerdict::Malformed;
         };
-        if n.answered.as_ref().is_some_and(|(m, _)| m == msg) {
-            // A copy of the initiation answered last: the same answer.
-            let current = self
-                .peer
-                .as_ref()
-                .is_some_and(|p| p.nonce == hdr.generation);
-            return if current {
-                HelloVerdict::Known { needs_hello: true }
-            } else {
-                HelloVerdict::Answered
-            };
+        // A copy of an initiation answered: the same answer.
+        if let Some(x) = n.current.as_ref().filter(|x| x.init == msg) {
+            let x = x.clone();
+            if let Some(n) = self.noise.as_mut() {
+                n.answered = Some(x);
+            }
+            return HelloVerdict::Known { needs_hello: true };
+        }
+        if let Some(p) = n.pending.iter().find(|p| p.exchange.init == msg) {
+            let x = p.exchange.clone();
+            if let Some(n) = self.noise.as_mut() {
+                n.answered = Some(x);
+            }
+            return HelloVerdict::Answered;
         }
         let responder = match Responder::read(&n.identity, &n.psk, &self.context, msg) {
             Ok(r) => r,
@@ -312,12 +336,16 @@ impl Session {
         let Some(n) = self.noise.as_mut() else {
             return HelloVerdict::Malformed;
         };
-        n.pending.retain(|p| p.nonce != h.nonce);
+        n.pending.retain(|p| p.peer.nonce != h.nonce);
         if n.pending.len() >= PENDING {
             n.pending.pop_front();
         }
-        n.pending.push_back(peer);
-        n.answered = Some((msg.to_vec(), resp));
+        let exchange = Exchange {
+            init: msg.to_vec(),
+            resp,
+        };
+        n.answered = Some(exchange.clone());
+        n.pending.push_back(Pending { peer, exchange });
         HelloVerdict::Answered
     }
 
@@ -394,6 +422,7 @@ impl Session {
             .as_mut()?
             .pending
             .iter_mut()
+            .map(|p| &mut p.peer)
             .find(|p| p.generation == generation)
     }
 
@@ -403,8 +432,12 @@ impl Session {
     /// pending session.
     pub fn promote(&mut self, generation: u64) -> Option<Option<u64>> {
         let n = self.noise.as_mut()?;
-        let i = n.pending.iter().position(|p| p.generation == generation)?;
-        let peer = n.pending.remove(i)?;
+        let i = n
+            .pending
+            .iter()
+            .position(|p| p.peer.generation == generation)?;
+        let Pending { peer, exchange } = n.pending.remove(i)?;
+        n.current = Some(exchange);
         Some(self.commit(peer))
     }
 }

@@ -484,3 +484,84 @@ fn restarts_start_a_new_handshake() {
         pair.exchange_a_message();
     }
 }
+
+/// An old INITIATION (a recording of an earlier client generation)
+/// replayed to the server between the genuine INITIATION and its copy:
+/// the copy still gets the RESPONSE the client committed to, so the
+/// session confirms at once instead of after the client gives up on it.
+/// (Found by the `wan_handshake` fuzz target.)
+#[test]
+fn replayed_initiation_does_not_displace_the_genuine_one() {
+    // A recording of an earlier generation of the same client.
+    let (a, b) = configs(None, 1);
+    let mut old = Pair::new(a.clone(), b.clone());
+    let mut recorded = Vec::new();
+    old.run(Time::from_millis(20), &mut |from, bytes| {
+        if from == 0 && bytes.len() == INIT_LEN {
+            recorded.push(bytes.to_vec());
+        }
+        vec![ONE_WAY]
+    });
+    let replay = recorded[0].clone();
+    let mut pair = Pair::new(a, b);
+    pair.ends[0] = WanConnection::new(configs(None, 1).0, Time::ZERO, 0xA2);
+    // The client commits, its first packets are lost; then the replay
+    // reaches the server; then everything flows.
+    let mut replayed = false;
+    let mut inits = 0;
+    let until = Time::from_millis(12);
+    pair.run(until, &mut |from, bytes| {
+        if from == 0 && bytes.len() == INIT_LEN {
+            inits += 1;
+        }
+        if from == 0 && !is_hello(bytes) {
+            // The client's first packets are lost.
+            return vec![];
+        }
+        vec![ONE_WAY]
+    });
+    assert!(pair.ends[0].stats().connected, "the client committed");
+    assert!(!pair.ends[1].stats().connected);
+    let now = pair.now;
+    pair.ends[1].handle_datagram(now, 0, &replay);
+    replayed = !replayed;
+    // The client's protected packets were lost so far; from now on they
+    // are slow, so the client's next copy of its INITIATION reaches the
+    // server first: the server must answer it with the same RESPONSE (not
+    // a new one, whose keys the client never sees), and confirm on the
+    // client's PING.
+    let until = pair.now + ms(100);
+    pair.run(until, &mut |from, bytes| {
+        if from == 0 && !is_hello(bytes) {
+            return vec![ONE_WAY + ms(30)];
+        }
+        vec![ONE_WAY]
+    });
+    assert!(replayed && inits > 0);
+    assert!(pair.connected(), "confirmed without a new handshake");
+    assert_eq!(
+        pair.ends[1].stats().peer_generation,
+        Some(pair.ends[0].generation())
+    );
+    assert_eq!(pair.ends[0].stats().peer_restarts, 0);
+}
+
+/// A datagram of wire version 4 (a twin of the release before): refused,
+/// counted as such.
+#[test]
+fn another_wire_version_is_counted() {
+    let (a, b) = configs(Some(KEY), 1);
+    let mut pair = Pair::new(a, b);
+    let mut first = None;
+    pair.run(Time::from_millis(1), &mut |from, bytes| {
+        if from == 0 && first.is_none() {
+            first = Some(bytes.to_vec());
+        }
+        vec![]
+    });
+    let mut old = first.unwrap();
+    old[0] = 4;
+    pair.ends[1].handle_datagram(pair.now, 0, &old);
+    let s = pair.ends[1].stats();
+    assert_eq!((s.wrong_version, s.malformed), (1, 1));
+}
