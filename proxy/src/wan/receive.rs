@@ -371,6 +371,7 @@ impl WanConnection {
             Duration::ZERO,
         );
         if opened == Opened::Failed {
+            self.session.pending_missed(hdr.generation);
             return;
         }
         if let Some(previous) = self.session.promote(hdr.generation) {

@@ -215,7 +215,7 @@ impl Session {
 
     /// HELLOs are still needed (periodically, on every path).
     pub fn wants_hello(&self) -> bool {
-        self.peer.is_none() || !self.confirmed || self.candidate.is_some()
+        self.peer.is_none() || !self.confirmed || self.candidate.is_some() || self.initiating()
     }
 
     /// One periodic HELLO round went out.

@@ -103,7 +103,17 @@ pub struct Exchange {
 pub struct Pending {
     peer: Peer,
     exchange: Exchange,
+    /// Protected packets of its generation that did not open under it.
+    misses: u32,
 }
+
+/// Protected packets of a pending session's generation that fail to open
+/// under its keys before it is dropped. Each is tried on a copy, an extra
+/// AEAD pass: a pending session no client completes (a replayed
+/// INITIATION of the current client generation, whose packets all open
+/// under the current keys) costs at most this many, not one per packet for
+/// the rest of the session. A genuine client's first packet opens.
+const PENDING_MISSES: u32 = 64;
 
 fn body(h: &Hello) -> [u8; HELLO_BODY_LEN] {
     let mut b = [0u8; HELLO_BODY_LEN];
@@ -345,7 +355,11 @@ impl Session {
             resp,
         };
         n.answered = Some(exchange.clone());
-        n.pending.push_back(Pending { peer, exchange });
+        n.pending.push_back(Pending {
+            peer,
+            exchange,
+            misses: 0,
+        });
         HelloVerdict::Answered
     }
 
@@ -426,6 +440,35 @@ impl Session {
             .find(|p| p.generation == generation)
     }
 
+    /// Server: a protected packet of `generation` did not open under its
+    /// pending keys; after [`PENDING_MISSES`] the pending session is dropped.
+    pub fn pending_missed(&mut self, generation: u64) {
+        let Some(n) = self.noise.as_mut() else {
+            return;
+        };
+        n.pending.retain_mut(|p| {
+            if p.peer.generation != generation {
+                return true;
+            }
+            p.misses += 1;
+            p.misses < PENDING_MISSES
+        });
+    }
+
+    /// Server: sessions answered and not confirmed (tests).
+    #[cfg(test)]
+    pub fn pending_count(&self) -> usize {
+        self.noise.as_ref().map_or(0, |n| n.pending.len())
+    }
+
+    /// Client: a handshake is in flight (not answered yet).
+    pub fn initiating(&self) -> bool {
+        self.noise
+            .as_ref()
+            .and_then(|n| n.initiation.as_ref())
+            .is_some_and(|i| !i.is_done())
+    }
+
     /// Server: a protected packet authenticated under the pending keys of
     /// `generation`: that session is confirmed and replaces the current
     /// one. Returns `Some(previous)` (as `Committed`), `None` if no such
@@ -436,7 +479,7 @@ impl Session {
             .pending
             .iter()
             .position(|p| p.peer.generation == generation)?;
-        let Pending { peer, exchange } = n.pending.remove(i)?;
+        let Pending { peer, exchange, .. } = n.pending.remove(i)?;
         n.current = Some(exchange);
         Some(self.commit(peer))
     }

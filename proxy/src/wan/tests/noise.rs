@@ -7,7 +7,7 @@
 use super::super::crypto::SessionKeys;
 use super::super::handshake::{self, Identity, Initiation, Responder, Secrets};
 use super::super::keyphase::{Opened, UpdatePolicy};
-use super::super::packet::{Header, Hello, HELLO_BODY_LEN};
+use super::super::packet::{Header, Hello, HELLO_BODY_LEN, HELLO_LEN};
 use super::super::session::{INIT_LEN, RESP_LEN};
 use super::super::CipherOffer;
 use super::*;
@@ -564,4 +564,83 @@ fn another_wire_version_is_counted() {
     pair.ends[1].handle_datagram(pair.now, 0, &old);
     let s = pair.ends[1].stats();
     assert_eq!((s.wrong_version, s.malformed), (1, 1));
+}
+
+/// A replayed INITIATION of the current client generation (recorded from
+/// an earlier handshake of the same generation) leaves a pending session
+/// no client completes: the session runs on undisturbed (the client's
+/// packets carry the session's connection id, not the pending one's, so
+/// they are not even tried under it), and forgeries with the pending
+/// session's connection id drop it after a bounded number of trials.
+#[test]
+fn a_pending_session_nobody_completes_is_dropped() {
+    let (a, b) = configs(None, 1);
+    let mut pair = Pair::new(a, b);
+    pair.run(Time::from_millis(30), &mut |_, _| vec![ONE_WAY]);
+    assert!(pair.connected());
+    // A second handshake of the same client generation (a probe with a
+    // new server nonce prompts it: forged, as a CRC-only probe can be).
+    let mut probe = Vec::new();
+    {
+        let (_, b) = configs(None, 1);
+        let mut other = WanConnection::new(b, pair.now, 0xEE);
+        let mut buf = vec![0u8; 2048];
+        other.handle_timeout(pair.now);
+        while let Some(t) = other.poll_transmit(pair.now, &mut buf) {
+            probe = buf[..t.len].to_vec();
+        }
+    }
+    assert_eq!(probe.len(), HELLO_LEN, "a probe");
+    let now = pair.now;
+    pair.ends[0].handle_datagram(now, 0, &probe);
+    let mut second_init = None;
+    let until = pair.now + ms(10);
+    pair.run(until, &mut |from, bytes| {
+        if from == 0 && bytes.len() == INIT_LEN {
+            second_init = Some(bytes.to_vec());
+        }
+        vec![ONE_WAY]
+    });
+    let init = second_init.expect("the probe prompted an INITIATION");
+    assert!(
+        pair.ends[0].stats().stale_handshakes > 0,
+        "its answer was stale"
+    );
+    // Replayed later: a pending session for the current generation.
+    let now = pair.now;
+    pair.ends[1].handle_datagram(now, 0, &init);
+    assert_eq!(pair.ends[1].session.pending_count(), 1);
+    for _ in 0..3 {
+        pair.exchange_a_message();
+    }
+    let s = pair.ends[1].stats();
+    assert_eq!((s.peer_restarts, s.auth_failures), (0, 0));
+    // Forgeries aimed at the pending session: each is one trial, and the
+    // pending session goes after a bounded number.
+    let gen = pair.ends[0].generation();
+    let cid = pair.ends[1].session.pending_mut(gen).unwrap().keys.conn_id;
+    let mut forged = 0;
+    while pair.ends[1].session.pending_count() > 0 {
+        let mut p = vec![0x5a_u8; 200];
+        let hdr = Header {
+            kind: crate::wan::packet::PacketKind::Protected,
+            insecure: false,
+            client: true,
+            key_phase: false,
+            path: 0,
+            conn_id: cid,
+            generation: gen,
+            pn: 1_000_000 + forged,
+        };
+        let mut h = [0u8; HEADER_LEN];
+        hdr.encode(&mut h);
+        p[..HEADER_LEN].copy_from_slice(&h);
+        let now = pair.now;
+        pair.ends[1].handle_datagram(now, 0, &p);
+        forged += 1;
+        assert!(forged <= 64, "the pending session stays");
+    }
+    assert_eq!(forged, 64);
+    pair.exchange_a_message();
+    assert_eq!(pair.ends[1].stats().peer_restarts, 0);
 }
