@@ -282,11 +282,13 @@ panel("WAN datagrams rejected", [
     (rate("soya_wan_stale_generation_total"), "stale generation"),
     (rate("soya_wan_no_session_total"), "no session"),
     (rate("soya_wan_role_conflicts_total"), "role conflicts"),
+    (rate("soya_wan_handshake_refusals_total"), "handshake refused: {{cause}}"),
     (rate("soya_wan_protocol_violations_total"), "protocol violations"),
     (rate("soya_wan_datagram_acl_drops_total"), "datagram ACL drops")], "pps",
     desc="WAN datagrams refused: authentication, replay window, parse, source address (unknown: no path's remote; "
          "foreign: unexpected on a single-path socket), an old twin session, before any session, a twin of the same "
-         "role, protocol violations by an authentic twin, unreliable datagrams refused by the ACL.")
+         "role, protocol violations by an authentic twin, unreliable datagrams refused by the ACL, identity-key "
+         "handshake messages refused (cause: auth, unknown_key, version).")
 panel("WAN key updates", [
     (series("soya_wan_key_packets"), "packets under the current key"),
     (series("soya_wan_key_limit_packets"), "AEAD limit per key"),

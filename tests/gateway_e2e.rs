@@ -266,12 +266,14 @@ fn cpu_seconds_of_threads(name: &str) -> f64 {
 /// packets injected on the DC side and the WAN side meanwhile, then a
 /// throughput figure.
 /// WRITE, SEND and READ through a gateway pair, verified; with `mtu`, the
-/// pair's `wan.mtu` (else the default, 9000).
-fn transfer(keyed: bool, mtu: Option<u32>) {
-    let name = match (keyed, mtu) {
-        (_, Some(_)) => "mtu",
-        (true, None) => "keyed",
-        (false, None) => "insecure",
+/// pair's `wan.mtu` (else the default, 9000); with `identity`, identity
+/// keys (the Noise IKpsk2 handshake, the PSK mixed in).
+fn transfer(keyed: bool, mtu: Option<u32>, identity: bool) {
+    let name = match (keyed, mtu, identity) {
+        (_, Some(_), _) => "mtu",
+        (_, None, true) => "identity",
+        (true, None, false) => "keyed",
+        (false, None, false) => "insecure",
     };
     let l = lab(name, keyed, "10gbit");
     if let Some(mtu) = mtu {
@@ -279,6 +281,9 @@ fn transfer(keyed: bool, mtu: Option<u32>) {
             let text = std::fs::read_to_string(f).unwrap();
             std::fs::write(f, text.replace("[wan]\n", &format!("[wan]\nmtu = {mtu}\n"))).unwrap();
         }
+    }
+    if identity {
+        identity_keys(&l);
     }
     let (ga, gb, epoch, mut a, mut b) = two_sites(&l);
     // Both gateways learn their host before any RoCE flows.
@@ -542,21 +547,49 @@ fn inject_wan(s: &UdpSocket, wan: SocketAddr, keyed: bool) {
     let _ = s.send_to(&p, wan);
 }
 
+/// Each gateway of `l` gets an identity key (a file of mode 0600 beside
+/// its config, as `soya genkey` writes) and its twin's public key.
+fn identity_keys(l: &Lab) {
+    use std::os::unix::fs::PermissionsExt;
+    let keys = [[0x5a_u8; 32], [0xa5_u8; 32]];
+    for (i, f) in [&l.fa, &l.fb].into_iter().enumerate() {
+        let file = f.with_extension("key");
+        std::fs::write(&file, soya_config::encode_key_base64(&keys[i]) + "\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let twin = soya_config::encode_key_base64(&soya::wan::public_key(&keys[1 - i]));
+        let text = std::fs::read_to_string(f).unwrap();
+        let wan = format!(
+            "[wan]\nprivate_key_file = \"{}\"\ntwin_public_key = \"{twin}\"\n",
+            file.display()
+        );
+        std::fs::write(f, text.replace("[wan]\n", &wan)).unwrap();
+        let cfg = soya_config::load(f).unwrap();
+        assert!(cfg.wan.identity.is_some() && cfg.warnings().is_empty());
+    }
+}
+
 #[test]
 fn write_send_read_through_a_gateway_pair_insecure() {
-    transfer(false, None);
+    transfer(false, None, false);
 }
 
 #[test]
 fn write_send_read_through_a_gateway_pair_keyed() {
-    transfer(true, None);
+    transfer(true, None, false);
+}
+
+/// The same with identity keys: the gateways set their sessions up by the
+/// Noise IKpsk2 handshake (the PSK mixed in).
+#[test]
+fn write_send_read_through_a_gateway_pair_with_identity_keys() {
+    transfer(true, None, true);
 }
 
 /// The same across WAN paths of a standard 1500-byte MTU (`wan.mtu`):
 /// every 4 KiB RoCE packet is cut into WAN fragments and reassembled.
 #[test]
 fn write_send_read_through_a_gateway_pair_on_1500_byte_wan_paths() {
-    transfer(true, Some(1500));
+    transfer(true, Some(1500), false);
 }
 
 /// Gateway B dies mid-transfer (no drain, no CLOSE) and comes back. Host A's

@@ -149,12 +149,35 @@ impl SiteConfig {
 
         let _ = writeln!(s, "\n[wan]");
         match &self.wan.security {
-            WanSecurity::PreSharedKey { key_file } => {
-                let _ = writeln!(
-                    s,
-                    "  security         pre-shared key from {}",
-                    key_file.display()
-                );
+            WanSecurity::PreSharedKey { .. } | WanSecurity::Identity => {
+                let psk = match &self.wan.security {
+                    WanSecurity::PreSharedKey { key_file } => Some(key_file),
+                    _ => None,
+                };
+                match (&self.wan.identity, psk) {
+                    (Some(id), psk) => {
+                        let _ = writeln!(
+                            s,
+                            "  security         identity keys: Noise IKpsk2 handshake \
+                             (forward secrecy), private key {}, twin {}{}",
+                            id.private_key_file.display(),
+                            crate::encode_key_base64(&id.twin_public_key),
+                            psk.map_or(String::new(), |k| format!(
+                                ", pre-shared key from {} mixed in",
+                                k.display()
+                            ))
+                        );
+                    }
+                    (None, Some(key_file)) => {
+                        let _ = writeln!(
+                            s,
+                            "  security         pre-shared key from {} (PSK-only: no forward \
+                             secrecy)",
+                            key_file.display()
+                        );
+                    }
+                    (None, None) => {}
+                }
                 let what = match self.wan.cipher {
                     WanCipher::Auto => {
                         "auto: AES-256-GCM when both twins' CPUs have AES hardware, \

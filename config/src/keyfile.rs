@@ -1,4 +1,5 @@
-//! The WAN pre-shared key file.
+//! The WAN pre-shared key file, and the identity key files (base64
+//! X25519 keys, [`read_private_key_file`]).
 //!
 //! Accepted formats, chosen so that the common mistakes are caught:
 //! * text: at least 64 hex digits (32 bytes), whitespace and newlines ignored
@@ -117,9 +118,132 @@ pub fn decode_key(data: &[u8]) -> Result<Vec<u8>, String> {
     Ok(key)
 }
 
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// A 32-byte key as standard base64 (44 characters, one `=`), the form
+/// `soya genkey` writes and `soya pubkey` prints (WireGuard's form too).
+pub fn encode_key_base64(key: &[u8; 32]) -> String {
+    let mut out = String::with_capacity(44);
+    for chunk in key.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(B64[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Decodes a base64 32-byte key (surrounding whitespace ignored); the
+/// error says what was wrong and what is accepted.
+pub fn decode_key_base64(text: &str) -> Result<[u8; 32], String> {
+    const WANT: &str = "expected 44 base64 characters ending in '=' (a 32-byte X25519 key, \
+                        as `soya genkey` writes and `soya pubkey` prints)";
+    let t = text.trim();
+    if t.len() != 44 || !t.ends_with('=') || t[..43].contains('=') {
+        return Err(format!("is {} characters long; {WANT}", t.len()));
+    }
+    let mut bits: u32 = 0;
+    let mut nbits = 0;
+    let mut out = Vec::with_capacity(33);
+    for (i, c) in t[..43].bytes().enumerate() {
+        let Some(v) = B64.iter().position(|&x| x == c) else {
+            return Err(format!("has {:?} at character {i}; {WANT}", c as char));
+        };
+        bits = (bits << 6) | v as u32;
+        nbits += 6;
+        if nbits >= 8 {
+            nbits -= 8;
+            out.push((bits >> nbits) as u8);
+            bits &= (1 << nbits) - 1;
+        }
+    }
+    if bits != 0 {
+        return Err(format!("has stray bits in its last character; {WANT}"));
+    }
+    let key: [u8; 32] = out
+        .get(..32)
+        .and_then(|k| k.try_into().ok())
+        .ok_or_else(|| WANT.to_string())?;
+    Ok(key)
+}
+
+/// Reads and checks a private key file (`wan.private_key_file`): exists,
+/// is a regular file, is not world-readable (Unix), and holds one base64
+/// 32-byte key.
+pub fn read_private_key_file(path: &Path) -> Result<[u8; 32], ConfigError> {
+    let fail = |reason: String| ConfigError::KeyFile {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => fail(format!(
+            "private key file {shown} does not exist; create it with `soya genkey {shown}`"
+        )),
+        _ => fail(format!("cannot read private key file {shown}: {e}")),
+    })?;
+    if !meta.is_file() {
+        return Err(fail(format!(
+            "private key file {shown} is not a regular file"
+        )));
+    }
+    check_permissions(path, &meta).map_err(fail)?;
+    let mut data = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(1024).read_to_end(&mut data))
+        .map_err(|e| fail(format!("cannot read private key file {shown}: {e}")))?;
+    let text = std::str::from_utf8(&data).map_err(|_| {
+        fail(format!(
+            "private key file {shown} is not text; write it with `soya genkey`"
+        ))
+    })?;
+    decode_key_base64(text).map_err(|e| fail(format!("private key file {shown} {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn base64_keys() {
+        let mut k = [0u8; 32];
+        for (i, b) in k.iter_mut().enumerate() {
+            *b = (i * 37 + 11) as u8;
+        }
+        let t = encode_key_base64(&k);
+        assert_eq!(t.len(), 44);
+        assert!(t.ends_with('='));
+        assert_eq!(decode_key_base64(&format!("  {t}\n")), Ok(k));
+        // A known value: 32 zero bytes.
+        assert_eq!(
+            encode_key_base64(&[0; 32]),
+            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+        );
+        assert_eq!(
+            encode_key_base64(&[0xff; 32]),
+            "//////////////////////////////////////////8="
+        );
+        assert!(decode_key_base64("").unwrap_err().contains("44 base64"));
+        assert!(decode_key_base64(&t[..43]).is_err());
+        let bad = format!("{}*{}", &t[..5], &t[6..]);
+        assert!(decode_key_base64(&bad)
+            .unwrap_err()
+            .contains("'*' at character 5"));
+        // Stray bits in the last character (not a canonical encoding).
+        let last = format!("{}B=", &t[..42]);
+        if last != t {
+            assert!(decode_key_base64(&last).is_err() || decode_key_base64(&last) != Ok(k));
+        }
+    }
 
     #[test]
     fn hex_and_raw() {

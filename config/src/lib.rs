@@ -40,7 +40,10 @@ pub use buffer::{
     MAX_REQUESTER_WINDOW,
 };
 pub use error::{ConfigError, Diagnostic, Location};
-pub use keyfile::{decode_key, read_key_file, MIN_KEY_BYTES};
+pub use keyfile::{
+    decode_key, decode_key_base64, encode_key_base64, read_key_file, read_private_key_file,
+    MIN_KEY_BYTES,
+};
 pub use model::*;
 pub use prefix::Prefix;
 pub use validate::{DEFAULT_TUN, DEFAULT_WAN_PORT, MAX_PATHS};
@@ -59,6 +62,28 @@ pub fn load(path: &Path) -> Result<SiteConfig, ConfigError> {
     })?;
     let origin = path.display().to_string();
     let mut cfg = parse_str(&text, &origin)?;
+    if let Some(id) = &mut cfg.wan.identity {
+        if id.private_key_file.is_relative() {
+            let dir = path.parent().unwrap_or(Path::new(""));
+            id.private_key_file = dir.join(&id.private_key_file);
+        }
+        if let Err(e) = read_private_key_file(&id.private_key_file) {
+            let reason = match e {
+                ConfigError::KeyFile { reason, .. } => reason,
+                other => other.to_string(),
+            };
+            let problem = Problem {
+                path: "wan.private_key_file".into(),
+                message: reason,
+            };
+            return Err(located(
+                &text,
+                &origin,
+                SpanIndex::build(&text).as_ref(),
+                vec![problem],
+            ));
+        }
+    }
     if let WanSecurity::PreSharedKey { key_file } = &mut cfg.wan.security {
         if key_file.is_relative() {
             let dir = path.parent().unwrap_or(Path::new(""));

@@ -107,6 +107,11 @@ pub struct WanConfig {
     /// Local bind addresses, in file order (paths refer to them by index).
     pub bind: Vec<SocketAddr>,
     pub security: WanSecurity,
+    /// Identity keys (`wan.private_key_file`, `wan.twin_public_key`): the
+    /// sessions are set up by the Noise IKpsk2 handshake, with the
+    /// pre-shared key, if any, mixed in. `None`: PSK-only mode (or
+    /// insecure).
+    pub identity: Option<WanIdentity>,
     /// Which AEAD the gateway offers its twin (ignored in insecure mode).
     pub cipher: WanCipher,
     /// Every path down this long and the twin is declared lost: every flow
@@ -153,9 +158,21 @@ pub enum WanSecurity {
     /// if it was relative in the file and the config came from `load`; as
     /// written if it came from `parse_str`.
     PreSharedKey { key_file: PathBuf },
+    /// Identity keys ([`WanConfig::identity`]) without a pre-shared key.
+    Identity,
     /// Plaintext, lab only (`wan.insecure = true`). `ignored_key_file` keeps a
     /// `key_file` that was also set so `explain()` can point it out.
     Insecure { ignored_key_file: Option<PathBuf> },
+}
+
+/// This gateway's static X25519 key and its twin's public key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WanIdentity {
+    /// The private key file (`soya genkey`), resolved against the config
+    /// file's directory as `key_file` is.
+    pub private_key_file: PathBuf,
+    /// The twin's public key (`soya pubkey` of the twin's private key).
+    pub twin_public_key: [u8; 32],
 }
 
 /// One WAN path to the twin gateway.
@@ -321,6 +338,16 @@ impl SiteConfig {
                     k.display().to_string()
                 ));
             }
+        }
+        if let (WanSecurity::PreSharedKey { .. }, None) = (&self.wan.security, &self.wan.identity) {
+            w.push(
+                "PSK-only WAN security (wan.key_file without wan.private_key_file and \
+                 wan.twin_public_key): no forward secrecy, and anyone with the key file can \
+                 decrypt every recorded session and impersonate either twin. Configure identity \
+                 keys (soya genkey; docs/wan-protocol.md) on both twins; keep key_file to mix \
+                 the PSK in."
+                    .to_string(),
+            );
         }
         if self.dc.give_up_after < REQUESTER_PATIENCE {
             w.push(format!(

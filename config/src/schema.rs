@@ -174,6 +174,8 @@ pub(crate) struct RawWan {
     pub bind: Option<Vec<String>>,
     pub insecure: Option<bool>,
     pub key_file: Option<String>,
+    pub private_key_file: Option<String>,
+    pub twin_public_key: Option<String>,
     pub cipher: Option<WanCipher>,
     pub twin_timeout: Option<String>,
     pub mtu: Option<i64>,
@@ -281,6 +283,14 @@ pub(crate) const ACCEPTED: &[(&str, &str)] = &[
     ),
     ("wan.insecure", "true or false"),
     ("wan.key_file", "a path string like \"/etc/soya/psk\""),
+    (
+        "wan.private_key_file",
+        "a path string like \"/etc/soya/sapporo.key\" (written by `soya genkey`)",
+    ),
+    (
+        "wan.twin_public_key",
+        "the twin's public key: 44 base64 characters, as `soya pubkey` prints",
+    ),
     (
         "wan.cipher",
         "one of \"auto\", \"aes-256-gcm\", \"chacha20-poly1305\"",
@@ -405,6 +415,7 @@ mod tests {
             include_str!("../examples/wakkanai.toml"),
             include_str!("../examples/lab-udp-a.toml"),
             include_str!("../examples/lab-udp-b.toml"),
+            include_str!("../examples/identity.toml"),
         ];
         let mut used = std::collections::BTreeSet::new();
         for text in examples {

@@ -344,6 +344,54 @@ fn resolve_wan(c: &mut Checker, wan: &RawWan) -> Option<WanConfig> {
             "must not be empty; expected a path like \"/etc/soya/psk\"",
         );
     }
+    let private_key_file = wan.private_key_file.as_ref().map(PathBuf::from);
+    if wan.private_key_file.as_deref() == Some("") {
+        c.err(
+            "wan.private_key_file",
+            "must not be empty; expected a path like \"/etc/soya/sapporo.key\"",
+        );
+    }
+    let twin_public_key = match wan.twin_public_key.as_deref() {
+        Some(t) => match crate::keyfile::decode_key_base64(t) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                c.err("wan.twin_public_key", e);
+                None
+            }
+        },
+        None => None,
+    };
+    let identity = match (private_key_file, &wan.twin_public_key) {
+        (Some(f), Some(_)) => twin_public_key.map(|k| WanIdentity {
+            private_key_file: f,
+            twin_public_key: k,
+        }),
+        (Some(_), None) => {
+            c.err(
+                "wan.twin_public_key",
+                "missing; with wan.private_key_file set, name the twin's public key \
+                 (run `soya pubkey /etc/soya/<twin>.key` on the twin)",
+            );
+            None
+        }
+        (None, Some(_)) => {
+            c.err(
+                "wan.private_key_file",
+                "missing; with wan.twin_public_key set, name this gateway's private key \
+                 file (create it with `soya genkey /etc/soya/<site>.key`)",
+            );
+            None
+        }
+        (None, None) => None,
+    };
+    if insecure && (wan.private_key_file.is_some() || wan.twin_public_key.is_some()) {
+        c.err(
+            "wan.insecure",
+            "true together with identity keys (wan.private_key_file, wan.twin_public_key): \
+             remove insecure, or the keys",
+        );
+    }
+    let has_identity = wan.private_key_file.is_some() || wan.twin_public_key.is_some();
     let security = if insecure {
         WanSecurity::Insecure {
             ignored_key_file: key_file,
@@ -351,11 +399,14 @@ fn resolve_wan(c: &mut Checker, wan: &RawWan) -> Option<WanConfig> {
     } else {
         match key_file {
             Some(key_file) => WanSecurity::PreSharedKey { key_file },
+            None if has_identity => WanSecurity::Identity,
             None => {
                 c.err(
                     "wan.key_file",
-                    "missing; set key_file = \"/etc/soya/psk\" (a pre-shared key file, the same \
-                     on both sites) or, in a lab only, insecure = true",
+                    "missing; set private_key_file and twin_public_key (identity keys: \
+                     `soya genkey`, `soya pubkey`), or key_file = \"/etc/soya/psk\" (a \
+                     pre-shared key file, the same on both sites), or, in a lab only, \
+                     insecure = true",
                 );
                 WanSecurity::Insecure {
                     ignored_key_file: None,
@@ -381,6 +432,7 @@ fn resolve_wan(c: &mut Checker, wan: &RawWan) -> Option<WanConfig> {
     Some(WanConfig {
         bind,
         security,
+        identity,
         cipher: wan.cipher.unwrap_or_default(),
         twin_timeout: twin_timeout?,
         mtu: mtu?,

@@ -363,7 +363,8 @@ fn wan_key_file() {
         "[wan]",
         "wan.key_file",
         &[
-            "missing; set key_file = \"/etc/soya/psk\"",
+            "missing; set private_key_file and twin_public_key",
+            "key_file = \"/etc/soya/psk\"",
             "insecure = true",
         ],
     );

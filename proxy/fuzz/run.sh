@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}; shift || true
-targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(roce_packet cm_mad site_config wan_frames wan_connection)
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(roce_packet cm_mad site_config wan_frames wan_connection wan_handshake)
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 python3 fuzz/seed.py "${SOYA_SHARED:-$(pwd)/../../shared}"
 for t in "${targets[@]}"; do

@@ -38,6 +38,21 @@ enum Command {
         #[arg(long)]
         diff: bool,
     },
+    /// Generate this gateway's identity key: a fresh X25519 private key,
+    /// written in base64 to FILE (created with mode 0600; an existing file
+    /// is never overwritten), or to stdout with `-` (as `wg genkey`).
+    /// Name it in `wan.private_key_file`; give the twin its public key
+    /// (`soya pubkey FILE`) for its `wan.twin_public_key`.
+    Genkey {
+        /// Where to write the private key (`-`: stdout).
+        file: PathBuf,
+    },
+    /// Print the base64 public key of a private key read from FILE, or
+    /// from stdin without FILE or with `-` (as `wg pubkey`).
+    Pubkey {
+        /// The private key file (`soya genkey`); default stdin.
+        file: Option<PathBuf>,
+    },
     /// Plan capacity: WAN delay, BDP, deep-buffer size, goodput direct vs. through
     /// Sōya, and whether a data-parallel job's AllReduce hides behind backward.
     Plan(plan_cli::PlanCli),
@@ -170,6 +185,8 @@ fn demo(a: &soya::demo_args::DemoArgs) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Genkey { file } => genkey(&file),
+        Command::Pubkey { file } => pubkey(file.as_deref()),
         Command::CheckConfig { files, quiet, diff } => {
             if diff {
                 check_config_diff(&files)
@@ -221,7 +238,7 @@ fn gateway(path: &std::path::Path, check: bool) -> ExitCode {
     };
     println!("{}", gateway::startup_summary(&cfg));
     if check {
-        if let Err(e) = gateway::wan_key(&cfg) {
+        if let Err(e) = gateway::wan_key(&cfg).and_then(|_| gateway::wan_identity(&cfg)) {
             eprintln!("soya gateway: {e}");
             return ExitCode::FAILURE;
         }
@@ -428,6 +445,92 @@ fn check_config_diff(files: &[PathBuf]) -> ExitCode {
             r.need_restart.len()
         );
         ExitCode::from(2)
+    }
+}
+
+fn genkey(file: &std::path::Path) -> ExitCode {
+    let key = match soya::rand::key() {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("soya genkey: no randomness from the operating system: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let text = soya_config::encode_key_base64(&key) + "\n";
+    if file.as_os_str() == "-" {
+        print!("{text}");
+        return ExitCode::SUCCESS;
+    }
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file);
+    let written = opened.and_then(|mut f| {
+        f.write_all(text.as_bytes())?;
+        f.sync_all()
+    });
+    match written {
+        Ok(()) => {
+            let public = soya::wan::public_key(&key);
+            eprintln!(
+                "soya genkey: wrote a private key to {} (mode 0600); its public key, for the twin's \
+                 wan.twin_public_key:",
+                file.display()
+            );
+            println!("{}", soya_config::encode_key_base64(&public));
+            ExitCode::SUCCESS
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            eprintln!(
+                "soya genkey: {} exists; not overwriting a key (remove it first if you mean to \
+                 replace this gateway's identity)",
+                file.display()
+            );
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("soya genkey: cannot write {}: {e}", file.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn pubkey(file: Option<&std::path::Path>) -> ExitCode {
+    let (text, from) = match file.filter(|f| f.as_os_str() != "-") {
+        Some(f) => match soya_config::read_private_key_file(f) {
+            Ok(k) => (Ok(k), f.display().to_string()),
+            Err(e) => {
+                eprintln!("soya pubkey: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => {
+            let mut t = String::new();
+            let read = {
+                use std::io::Read;
+                std::io::stdin().take(1024).read_to_string(&mut t)
+            };
+            if let Err(e) = read {
+                eprintln!("soya pubkey: cannot read stdin: {e}");
+                return ExitCode::FAILURE;
+            }
+            (soya_config::decode_key_base64(&t), "stdin".to_string())
+        }
+    };
+    match text {
+        Ok(k) => {
+            println!(
+                "{}",
+                soya_config::encode_key_base64(&soya::wan::public_key(&k))
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("soya pubkey: the private key on {from} {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -24,6 +24,8 @@ mod site_config;
 mod wan_connection;
 #[path = "../fuzz/entries/wan_frames.rs"]
 mod wan_frames;
+#[path = "../fuzz/entries/wan_handshake.rs"]
+mod wan_handshake;
 
 /// Mutated inputs per target (on top of every seed as it is). Overridable
 /// with `SOYA_FUZZ_MUTATIONS` for a longer local run.
@@ -165,7 +167,14 @@ macro_rules! smoke_tests {
     };
 }
 
-smoke_tests!(cm_mad, roce_packet, site_config, wan_frames, wan_connection);
+smoke_tests!(
+    cm_mad,
+    roce_packet,
+    site_config,
+    wan_frames,
+    wan_connection,
+    wan_handshake
+);
 
 #[test]
 fn a_panicking_entry_fails_the_smoke() {

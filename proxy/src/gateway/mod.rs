@@ -346,7 +346,7 @@ pub fn io_mode() -> Result<udpio::IoMode, GatewayError> {
 /// insecure lab mode.
 pub fn wan_key(cfg: &SiteConfig) -> Result<Option<[u8; 32]>, GatewayError> {
     match &cfg.wan.security {
-        WanSecurity::Insecure { .. } => Ok(None),
+        WanSecurity::Insecure { .. } | WanSecurity::Identity => Ok(None),
         WanSecurity::PreSharedKey { key_file } => {
             let k = soya_config::read_key_file(key_file)
                 .map_err(|e| GatewayError::Key(e.to_string()))?;
@@ -361,6 +361,21 @@ pub fn wan_key(cfg: &SiteConfig) -> Result<Option<[u8; 32]>, GatewayError> {
             Ok(Some(key))
         }
     }
+}
+
+/// The identity keys (`wan.private_key_file`, `wan.twin_public_key`), if
+/// configured: the private key read from its file (checked as
+/// `soya_config::read_private_key_file` does).
+pub fn wan_identity(cfg: &SiteConfig) -> Result<Option<crate::wan::Identity>, GatewayError> {
+    let Some(id) = &cfg.wan.identity else {
+        return Ok(None);
+    };
+    let private = soya_config::read_private_key_file(&id.private_key_file)
+        .map_err(|e| GatewayError::Key(e.to_string()))?;
+    Ok(Some(crate::wan::Identity {
+        private,
+        peer_public: id.twin_public_key,
+    }))
 }
 
 /// `wan.cipher` in the startup summary, with what `auto` offers on this CPU.
@@ -431,9 +446,20 @@ pub fn startup_summary(cfg: &SiteConfig) -> String {
     let w = SiteParams::from_config(cfg, None).wan;
     let security = match &cfg.wan.security {
         WanSecurity::Insecure { .. } => "INSECURE (plaintext lab mode)".to_string(),
-        WanSecurity::PreSharedKey { key_file } => format!(
-            "pre-shared key {} (first 32 bytes), cipher {}",
+        WanSecurity::PreSharedKey { key_file } if cfg.wan.identity.is_none() => format!(
+            "PSK-only: pre-shared key {} (first 32 bytes, no forward secrecy), cipher {}",
             key_file.display(),
+            cipher_summary(w.cipher)
+        ),
+        WanSecurity::PreSharedKey { key_file } => format!(
+            "identity keys ({}), pre-shared key {} mixed in, cipher {}",
+            crate::wan::HANDSHAKE_PATTERN,
+            key_file.display(),
+            cipher_summary(w.cipher)
+        ),
+        WanSecurity::Identity => format!(
+            "identity keys ({}), cipher {}",
+            crate::wan::HANDSHAKE_PATTERN,
             cipher_summary(w.cipher)
         ),
     };
@@ -539,7 +565,8 @@ impl Gateway {
         reload: Option<signals::Reload>,
     ) -> Result<Gateway, GatewayError> {
         let key = wan_key(cfg)?;
-        if key.is_none() {
+        let identity = wan_identity(cfg)?;
+        if key.is_none() && identity.is_none() {
             tracing::warn!("WAN is INSECURE (wan.insecure = true): plaintext and unauthenticated; lab use only");
         }
         for w in cfg.warnings() {
@@ -560,6 +587,7 @@ impl Gateway {
         for i in 0..shards {
             let scfg = shard::shard_site(cfg, i as u16, shards as u16);
             let mut params = SiteParams::from_config(&scfg, key);
+            params.wan.identity = identity.clone();
             params.wan.hello_context = shard::hello_context(i as u16, shards as u16);
             let (socks, warnings) = wanio::WanSockets::open(&scfg.wan, io, params.wan.max_datagram)
                 .map_err(GatewayError::Wan)?;

@@ -86,6 +86,10 @@ pub fn diff(old: &SiteConfig, new: &SiteConfig) -> ReloadReport {
         old.wan.security != new.wan.security,
         "wan.insecure / wan.key_file",
     );
+    restart(
+        old.wan.identity != new.wan.identity,
+        "wan.private_key_file / wan.twin_public_key",
+    );
     restart(old.wan.cipher != new.wan.cipher, "wan.cipher");
     restart(old.wan.mtu != new.wan.mtu, "wan.mtu");
     for (i, p) in new.wan.paths.iter().enumerate() {
@@ -252,6 +256,13 @@ fn apply_inner(shared: &Shared, new: &SiteConfig) -> ReloadReport {
             return r;
         }
     };
+    let identity = match super::wan_identity(&run) {
+        Ok(k) => k,
+        Err(e) => {
+            r.errors.push(format!("{e}"));
+            return r;
+        }
+    };
     let shards = shared.shards();
     let ticket = {
         let Ok(mut g) = shared.reloads.lock() else {
@@ -263,6 +274,7 @@ fn apply_inner(shared: &Shared, new: &SiteConfig) -> ReloadReport {
         for i in 0..shards {
             let scfg = shard::shard_site(&run, i as u16, shards as u16);
             let mut params = SiteParams::from_config(&scfg, key);
+            params.wan.identity = identity.clone();
             params.wan.hello_context = shard::hello_context(i as u16, shards as u16);
             g.pending[i] = Some((
                 t,

@@ -247,6 +247,15 @@ counters_from! {
             #[serde(default)] rx_key_previous,
             #[serde(default)] integrity_limit_closes,
             #[serde(default)] key_exhausted,
+            /// The identity-key handshake (`wan::session_noise`): messages
+            /// that did not authenticate (another key, another PSK, a
+            /// PSK-only twin), INITIATIONs from an unknown static key,
+            /// copies that changed nothing; datagrams of another wire
+            /// version.
+            #[serde(default)] handshake_failures,
+            #[serde(default)] unknown_peer_keys,
+            #[serde(default)] stale_handshakes,
+            #[serde(default)] wrong_version,
         ],
         pub send_buffered_bytes: u64,
         pub recv_buffered_bytes: u64,

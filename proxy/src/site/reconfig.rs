@@ -58,6 +58,10 @@ impl Site {
             }
         };
         restart(ow.key != nw.key, "wan.key_file / wan.insecure");
+        restart(
+            ow.identity != nw.identity,
+            "wan.private_key_file / wan.twin_public_key",
+        );
         restart(ow.cipher != nw.cipher, "wan.cipher");
         restart(ow.max_datagram != nw.max_datagram, "wan.mtu");
         restart(ow.hello_context != nw.hello_context, "gateway.shards");

@@ -123,6 +123,10 @@ pub struct WanConfig {
     /// Pre-shared 32-byte key. `None` is the insecure lab mode: no
     /// encryption, a CRC instead of a MAC, refused by keyed peers.
     pub key: Option<[u8; 32]>,
+    /// This side's static X25519 key and the twin's public key: sessions
+    /// are set up by the Noise IKpsk2 handshake (`handshake`), with `key`,
+    /// if any, mixed in as its PSK. `None`: the PSK exchange (or lab mode).
+    pub identity: Option<Identity>,
     /// Which packet AEAD this side accepts (ignored without a key); the
     /// twins agree on one in the HELLO exchange (see `cipher`).
     pub cipher: CipherPolicy,
@@ -148,6 +152,7 @@ impl WanConfig {
         WanConfig {
             paths,
             key,
+            identity: None,
             cipher: CipherPolicy::Auto,
             cc: CcKind::Bbr,
             max_datagram: DEFAULT_MAX_DATAGRAM,

@@ -23,6 +23,9 @@
 //!   pn (8 bytes)`, associated data = the 24-byte header. Packet numbers are
 //!   never reused on a path, so a nonce never repeats under one key.
 //!
+//! With identity keys the handshake (`handshake`, Noise IKpsk2) replaces the
+//! PSK key schedule above: [`SessionKeys::from_handshake`].
+//!
 //! Without a key (lab mode) the same layout is kept and the tag holds a CRC32
 //! of header and payload: it catches corruption, not attackers.
 
@@ -35,11 +38,13 @@ use std::time::Duration;
 use crate::time::Time;
 
 use super::cipher::Cipher;
+use super::handshake::Secrets;
 use super::keyphase::{Opened, RxKeys, TxKeys, UpdatePolicy};
 use super::packet::TAG_LEN;
 
 const HELLO_SALT: &[u8] = b"soya-wan/1 hello";
 const SESSION_SALT: &[u8] = b"soya-wan/1 session";
+const NOISE_LABEL: &[u8] = b"soya-wan/5 noise ";
 
 /// Authenticates HELLO packets (or checksums them in lab mode).
 pub struct HelloAuth {
@@ -179,6 +184,41 @@ impl SessionKeys {
             tx: TxKeys::new(Some(cipher), tx, policy, now),
             rx: RxKeys::new(Some(cipher), rx),
             conn_id,
+        }
+    }
+
+    /// The keys of a session set up by the identity-key handshake
+    /// (`handshake`): the Noise split keys are HKDF pseudorandom keys from
+    /// which the first traffic secret of each direction is expanded, with
+    /// the same labels (bound to the cipher) as under a PSK; the connection
+    /// id comes from the handshake hash.
+    pub fn from_handshake(
+        secrets: &Secrets,
+        i_am_client: bool,
+        cipher: Cipher,
+        policy: UpdatePolicy,
+        now: Time,
+    ) -> SessionKeys {
+        let secret = |prk: &[u8; 32], label: &[u8]| {
+            let mut out = [0u8; 32];
+            // A 32-byte PRK and a 32-byte output: neither can fail.
+            if let Ok(hk) = Hkdf::<Sha256>::from_prk(prk) {
+                hk.expand_multi_info(&[NOISE_LABEL, label, &[cipher.id()]], &mut out)
+                    .unwrap_or_default();
+            }
+            out
+        };
+        let c2s = secret(&secrets.c2s, b"c2s secret");
+        let s2c = secret(&secrets.s2c, b"s2c secret");
+        let mut cid = [0u8; 4];
+        Hkdf::<Sha256>::new(Some(NOISE_LABEL), &secrets.hash)
+            .expand(b"conn id", &mut cid)
+            .unwrap_or_default();
+        let (tx, rx) = if i_am_client { (c2s, s2c) } else { (s2c, c2s) };
+        SessionKeys {
+            tx: TxKeys::new(Some(cipher), tx, policy, now),
+            rx: RxKeys::new(Some(cipher), rx),
+            conn_id: u32::from_be_bytes(cid),
         }
     }
 

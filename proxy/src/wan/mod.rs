@@ -16,6 +16,8 @@
 //! - `cipher`: the packet AEADs (AES-256-GCM, ChaCha20-Poly1305) and how
 //!   the twins agree on one;
 //! - `crypto`, `session`: PSK key schedule and the HELLO exchange;
+//!   `handshake`, `session_noise`: the identity-key handshake (Noise
+//!   IKpsk2) that replaces it when identity keys are configured;
 //!   `keyphase`: key updates (each direction's key replaced before the
 //!   AEAD's limits, both phases readable during the switch);
 //!   `replay`: per-path anti-replay window;
@@ -34,6 +36,7 @@ mod crypto;
 mod dgram;
 mod events;
 mod flow;
+mod handshake;
 mod idhash;
 mod keyphase;
 pub mod msg;
@@ -81,6 +84,7 @@ pub use config::{
     CcKind, PathConfig, Tuning, WanConfig, FLOW_IDLE_MAX, FLOW_IDLE_MIN, PACING_BURST_CAP_PACKETS,
 };
 pub use events::{Event, SendError, Transmit};
+pub use handshake::{public_key, Identity, PATTERN as HANDSHAKE_PATTERN};
 pub use packet::VERSION as PROTOCOL_VERSION;
 pub use path::{PathCounters, PathState};
 pub use reconfig::PathChange;
@@ -132,6 +136,14 @@ struct Counters {
     no_session: u64,
     role_conflicts: u64,
     cipher_mismatches: u64,
+    /// Identity mode: handshake messages that did not authenticate (or a
+    /// PSK-only twin's HELLOs), INITIATIONs from an unknown static key,
+    /// RESPONSEs and probes that changed nothing.
+    handshake_failures: u64,
+    unknown_peer_keys: u64,
+    stale_handshakes: u64,
+    /// Datagrams of another protocol version (also `malformed`).
+    wrong_version: u64,
     protocol_violations: u64,
     peer_restarts: u64,
     events_dropped: u64,
@@ -273,6 +285,10 @@ impl WanConnection {
         };
         if !cfg.hello_context.is_empty() {
             c.session.set_hello_context(&cfg.hello_context);
+        }
+        if let Some(id) = cfg.identity.clone() {
+            c.session
+                .set_identity(id, CipherOffer::new(cfg.cipher, aes_hardware()));
         }
         c.session
             .set_key_updates(c.tuning.key_update_packets, c.tuning.key_update_interval);

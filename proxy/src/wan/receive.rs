@@ -41,6 +41,21 @@ impl WanConnection {
         }
         let hdr = match Header::decode(bytes) {
             Ok(h) if usize::from(h.path) == path => h,
+            Err(packet::HeaderError::Version(v)) => {
+                // A twin of another release: say so once, clearly.
+                if self.counters.wrong_version == 0 {
+                    tracing::warn!(
+                        twin = v,
+                        ours = packet::VERSION,
+                        "the twin speaks another WAN protocol version: run the same \
+                         Sōya release on both gateways"
+                    );
+                }
+                self.counters.wrong_version += 1;
+                p.counters.malformed += 1;
+                self.counters.malformed += 1;
+                return;
+            }
             other => {
                 tracing::trace!(path, cause = ?other.err(), "malformed WAN datagram");
                 p.counters.malformed += 1;
@@ -61,6 +76,20 @@ impl WanConnection {
     }
 
     pub(super) fn handle_hello(&mut self, now: Time, path: usize, hdr: &Header, bytes: &[u8]) {
+        if self.session.has_identity() {
+            let verdict = self.session.on_noise_hello(hdr, bytes, now);
+            if !matches!(
+                verdict,
+                HelloVerdict::HandshakeFailed
+                    | HelloVerdict::UnknownPeer
+                    | HelloVerdict::Malformed
+                    | HelloVerdict::ModeMismatch
+            ) {
+                self.counters.hellos_accepted += 1;
+            }
+            self.on_hello_verdict(now, path, hdr, verdict);
+            return;
+        }
         if !self.session.verify_hello(bytes) {
             self.paths[path].counters.auth_failures += 1;
             self.counters.auth_failures += 1;
@@ -76,7 +105,12 @@ impl WanConnection {
             }
         };
         self.counters.hellos_accepted += 1;
-        match self.session.on_hello(hdr, &hello, now) {
+        let verdict = self.session.on_hello(hdr, &hello, now);
+        self.on_hello_verdict(now, path, hdr, verdict);
+    }
+
+    fn on_hello_verdict(&mut self, now: Time, path: usize, hdr: &Header, verdict: HelloVerdict) {
+        match verdict {
             HelloVerdict::RoleConflict => self.counters.role_conflicts += 1,
             HelloVerdict::Retired => self.counters.replays_dropped += 1,
             HelloVerdict::Known { needs_hello } => {
@@ -105,6 +139,38 @@ impl WanConnection {
                         theirs,
                     });
                 }
+            }
+            HelloVerdict::Answered | HelloVerdict::Probe => {
+                self.hello_interval = self.tuning.hello_interval;
+                self.hello_next = self.hello_next.min(now + self.hello_interval);
+                self.reply_hello(now, path);
+            }
+            HelloVerdict::Stale => self.counters.stale_handshakes += 1,
+            HelloVerdict::HandshakeFailed => {
+                self.paths[path].counters.auth_failures += 1;
+                self.counters.handshake_failures += 1;
+            }
+            HelloVerdict::UnknownPeer => {
+                if self.counters.unknown_peer_keys == 0 {
+                    tracing::warn!(
+                        "WAN handshake from a static key other than the twin's public key \
+                         (check twin_public_key): refused"
+                    );
+                }
+                self.counters.unknown_peer_keys += 1;
+            }
+            HelloVerdict::ModeMismatch => {
+                if self.counters.handshake_failures == 0 {
+                    tracing::warn!(
+                        "the twin sends PSK-only HELLOs but this side has identity keys: \
+                         configure identity keys on both twins (or on neither)"
+                    );
+                }
+                self.counters.handshake_failures += 1;
+            }
+            HelloVerdict::Malformed => {
+                self.paths[path].counters.malformed += 1;
+                self.counters.malformed += 1;
             }
         }
     }
@@ -170,6 +236,9 @@ impl WanConnection {
         hdr: &Header,
         bytes: &mut [u8],
     ) {
+        if self.session.has_identity() && !self.session.is_client {
+            self.try_confirm(now, path, hdr, bytes);
+        }
         // Only a packet of the other phase can switch keys, and only then
         // is the retention period needed (it walks the paths).
         let retain = match self.session.peer.as_ref() {
@@ -270,6 +339,43 @@ impl WanConnection {
                 self.paths[path].counters.malformed += 1;
                 self.counters.malformed += 1;
             }
+        }
+    }
+
+    /// Identity mode, server: a protected packet of a client generation
+    /// whose handshake we answered. If it authenticates under the pending
+    /// keys (tried on a copy), that session is confirmed and becomes the
+    /// current one; the packet is then processed as any other.
+    fn try_confirm(&mut self, now: Time, path: usize, hdr: &Header, bytes: &[u8]) {
+        if bytes.len() < HEADER_LEN + TAG_LEN {
+            return;
+        }
+        let Some(pending) = self.session.pending_mut(hdr.generation) else {
+            return;
+        };
+        if hdr.conn_id != pending.keys.conn_id {
+            return;
+        }
+        let mut copy = bytes.to_vec();
+        let len = copy.len();
+        let (head, rest) = copy.split_at_mut(HEADER_LEN);
+        let (plain, tag) = rest.split_at_mut(len - HEADER_LEN - TAG_LEN);
+        let opened = pending.keys.open(
+            hdr.path,
+            hdr.pn,
+            hdr.key_phase,
+            head,
+            plain,
+            tag,
+            now,
+            Duration::ZERO,
+        );
+        if opened == Opened::Failed {
+            self.session.pending_missed(hdr.generation);
+            return;
+        }
+        if let Some(previous) = self.session.promote(hdr.generation) {
+            self.on_commit(now, path, previous);
         }
     }
 

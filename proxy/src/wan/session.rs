@@ -28,6 +28,11 @@
 
 use std::collections::VecDeque;
 
+#[path = "session_noise.rs"]
+mod noise;
+#[cfg(test)]
+pub use noise::{INIT_LEN, RESP_LEN};
+
 use std::time::Duration;
 
 use crate::time::Time;
@@ -69,6 +74,25 @@ pub enum HelloVerdict {
     /// `first` is set the first time a given peer nonce is refused (report
     /// it once, not on every HELLO).
     CipherMismatch { theirs: CipherOffer, first: bool },
+    /// Identity mode, server: an INITIATION answered (a new one, or a copy
+    /// of one not confirmed yet): send the RESPONSE.
+    Answered,
+    /// Identity mode, client: a server probe; send our INITIATION.
+    Probe,
+    /// Identity mode: a RESPONSE to no initiation in flight (a copy, or
+    /// late), or a probe from the current server: nothing to do.
+    Stale,
+    /// Identity mode: a handshake message that does not authenticate
+    /// (sealed to another static key, another PSK, forged).
+    HandshakeFailed,
+    /// Identity mode, server: an INITIATION from a static key other than
+    /// the configured twin's.
+    UnknownPeer,
+    /// Identity mode, server: a client HELLO of the PSK exchange (the twin
+    /// has no identity keys configured).
+    ModeMismatch,
+    /// A handshake message of the wrong length or with a bad body.
+    Malformed,
 }
 
 pub struct Session {
@@ -92,6 +116,10 @@ pub struct Session {
     /// When our sending key is replaced (before the AEAD limit clamps it).
     key_update_packets: u64,
     key_update_interval: Duration,
+    /// Identity mode (`noise`): the Noise IKpsk2 handshake.
+    noise: Option<noise::Noise>,
+    /// [`Session::set_hello_context`]'s context (the Noise prologue too).
+    context: Vec<u8>,
 }
 
 /// Default [`Tuning::key_update_packets`](super::Tuning): 2^22 packets, a
@@ -138,6 +166,8 @@ impl Session {
             max_datagram,
             key_update_packets: KEY_UPDATE_PACKETS,
             key_update_interval: KEY_UPDATE_INTERVAL,
+            noise: None,
+            context: Vec::new(),
         }
     }
 
@@ -166,6 +196,7 @@ impl Session {
     /// [`WanConfig::hello_context`](super::WanConfig)).
     pub fn set_hello_context(&mut self, context: &[u8]) {
         self.auth = HelloAuth::with_context(self.psk.as_ref(), context);
+        self.context = context.to_vec();
     }
 
     /// This side's generation (= its nonce).
@@ -174,16 +205,22 @@ impl Session {
     }
 
     pub fn insecure(&self) -> bool {
-        self.psk.is_none()
+        self.psk.is_none() && self.noise.is_none()
+    }
+
+    /// Sessions are set up by the identity-key handshake.
+    pub fn has_identity(&self) -> bool {
+        self.noise.is_some()
     }
 
     /// HELLOs are still needed (periodically, on every path).
     pub fn wants_hello(&self) -> bool {
-        self.peer.is_none() || !self.confirmed || self.candidate.is_some()
+        self.peer.is_none() || !self.confirmed || self.candidate.is_some() || self.initiating()
     }
 
     /// One periodic HELLO round went out.
     pub fn on_hello_round(&mut self) {
+        self.on_noise_round();
         if self.candidate.is_some() {
             self.candidate_rounds += 1;
             if self.candidate_rounds > CANDIDATE_ROUNDS {
@@ -201,6 +238,9 @@ impl Session {
     /// Writes a HELLO for `path` into `buf`; returns its length (0 if `buf`
     /// is too small).
     pub fn write_hello(&mut self, path: u8, buf: &mut [u8]) -> usize {
+        if self.noise.is_some() {
+            return self.write_noise_hello(path, buf);
+        }
         if buf.len() < HELLO_LEN {
             return 0;
         }

@@ -68,6 +68,17 @@ pub struct ConnStats {
     pub role_conflicts: u64,
     /// HELLOs refused because the twin offers no cipher we accept.
     pub cipher_mismatches: u64,
+    /// Identity mode: handshake messages that did not authenticate
+    /// (sealed to another static key, another PSK, forged) or HELLOs of a
+    /// PSK-only twin.
+    pub handshake_failures: u64,
+    /// Identity mode: INITIATIONs from a static key other than the twin's.
+    pub unknown_peer_keys: u64,
+    /// Identity mode: handshake messages that changed nothing (copies).
+    pub stale_handshakes: u64,
+    /// Datagrams of another protocol version (a twin of another release;
+    /// also counted in `malformed`).
+    pub wrong_version: u64,
     /// Frames that broke the protocol after authenticating (credit overrun…).
     pub protocol_violations: u64,
     pub peer_restarts: u64,
@@ -157,6 +168,10 @@ impl WanConnection {
             no_session: c.no_session,
             role_conflicts: c.role_conflicts,
             cipher_mismatches: c.cipher_mismatches,
+            handshake_failures: c.handshake_failures,
+            unknown_peer_keys: c.unknown_peer_keys,
+            stale_handshakes: c.stale_handshakes,
+            wrong_version: c.wrong_version,
             protocol_violations: c.protocol_violations
                 + self.recv.offset_mismatches
                 + self.recv.closed_overflow,

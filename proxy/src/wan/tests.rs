@@ -974,6 +974,7 @@ fn path_states_visible_in_stats() {
 mod churn;
 mod goodput;
 mod keyupdate;
+mod noise;
 mod reconfig;
 mod security;
 mod tamper;

@@ -24,7 +24,9 @@ impl WanConnection {
                 self.paths[i].last_hello_tx = Some(now);
                 let len = self.session.write_hello(i as u8, buf);
                 if len == 0 {
-                    return None;
+                    // Nothing to say (identity mode: a server with a
+                    // session), or `buf` too small: the rest may go.
+                    continue;
                 }
                 self.paths[i].counters.packets_sent += 1;
                 self.paths[i].counters.bytes_sent += len as u64;

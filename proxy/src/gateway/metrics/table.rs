@@ -608,6 +608,13 @@ pub static METRICS: &[Metric] = &[
         samples: |s| by("limit", &[("integrity", s.wan.integrity_limit_closes), ("confidentiality", s.wan.key_exhausted)]),
     },
     Metric {
+        name: "soya_wan_handshake_refusals_total",
+        kind: Counter,
+        help: "Identity-key handshake messages refused: not authentic (auth: another twin key, another PSK, a PSK-only twin, forged), from a static key other than the twin's (unknown_key); WAN datagrams of another protocol version (version).",
+        labels: &["cause"],
+        samples: |s| by("cause", &[("auth", s.wan.handshake_failures), ("unknown_key", s.wan.unknown_peer_keys), ("version", s.wan.wrong_version)]),
+    },
+    Metric {
         name: "soya_wan_malformed_total",
         kind: Counter,
         help: "WAN datagrams that did not parse.",

@@ -1,7 +1,9 @@
-//! The WAN wire format, version 4: packet header, HELLO body and frames.
+//! The WAN wire format, version 5: packet header, HELLO body and frames.
 //! (Version 2 added the cipher offer to HELLO; version 3 the FIN frame and
 //! flow retirement, see `flow`; version 4 the key phase bit and key
-//! updates, see `keyphase` and docs/wan-protocol.md.)
+//! updates, see `keyphase` and docs/wan-protocol.md; version 5 the
+//! identity-key handshake's HELLOs, INITIATION and RESPONSE, see
+//! `session_noise`.)
 //!
 //! Byte layouts are documented in `docs/wan-protocol.md`; keep the two in
 //! step. Everything here is pure parsing and emitting: no crypto, no state.
@@ -19,7 +21,7 @@
 //! is re-exported so that callers keep writing `packet::Frame`.
 
 /// Protocol version carried in byte 0 of every datagram.
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 /// Cleartext header (authenticated as AEAD associated data).
 pub const HEADER_LEN: usize = 24;
 pub use super::cipher::TAG_LEN;

@@ -113,6 +113,12 @@ fn header_round_trip_and_rejects() {
         Err(HeaderError::Version(3)),
         "version 3 (no key phase: bit 2 was reserved)"
     );
+    bad[0] = 4;
+    assert_eq!(
+        Header::decode(&bad),
+        Err(HeaderError::Version(4)),
+        "version 4 (no identity-key handshake)"
+    );
     assert_eq!(b[1] & 0b100, 0b100, "key phase is bit 2");
     let mut phase0 = h;
     phase0.key_phase = false;

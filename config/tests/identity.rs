@@ -1,0 +1,135 @@
+//! Identity keys in the configuration: `wan.private_key_file` and
+//! `wan.twin_public_key` (the Noise IKpsk2 handshake), checked together,
+//! with clear errors; PSK-only mode still loads, with a warning.
+
+#![deny(unsafe_code)]
+
+mod common;
+
+use common::*;
+use soya_config::*;
+
+const TWIN: &str = "GTIhwYzVq26YJtCt1Q3p1RSjuyUXuBISuZvPQF8uWS4=";
+
+fn with_identity(extra: &str) -> String {
+    edit(
+        "key_file = \"psk.key\"\n",
+        &format!("private_key_file = \"a.key\"\ntwin_public_key = \"{TWIN}\"\n{extra}"),
+    )
+}
+
+#[test]
+fn identity_keys_parse_with_and_without_a_psk() {
+    let cfg = parse_str(&with_identity(""), "test.toml").unwrap();
+    let id = cfg.wan.identity.as_ref().unwrap();
+    assert_eq!(id.private_key_file, std::path::Path::new("a.key"));
+    assert_eq!(encode_key_base64(&id.twin_public_key), TWIN);
+    assert_eq!(cfg.wan.security, WanSecurity::Identity);
+    assert!(!cfg.warnings().iter().any(|w| w.contains("PSK-only")));
+    assert!(cfg.explain().contains("Noise IKpsk2"), "{}", cfg.explain());
+    let cfg = parse_str(&with_identity("key_file = \"psk.key\"\n"), "test.toml").unwrap();
+    assert!(matches!(cfg.wan.security, WanSecurity::PreSharedKey { .. }));
+    assert!(cfg.wan.identity.is_some());
+    assert!(cfg.explain().contains("mixed in"), "{}", cfg.explain());
+}
+
+#[test]
+fn psk_only_mode_loads_with_a_warning() {
+    let cfg = parse_str(BASE, "test.toml").unwrap();
+    assert!(cfg.wan.identity.is_none());
+    let w = cfg.warnings();
+    let psk = w.iter().find(|w| w.contains("PSK-only")).expect("warned");
+    assert!(
+        psk.contains("forward secrecy") && psk.contains("soya genkey"),
+        "{psk}"
+    );
+    assert!(cfg.explain().contains("PSK-only"));
+}
+
+#[test]
+fn half_an_identity_and_bad_keys_are_refused() {
+    let only_private = edit("key_file = \"psk.key\"\n", "private_key_file = \"a.key\"\n");
+    expect_error(
+        &only_private,
+        "[wan]",
+        "wan.twin_public_key",
+        &["missing", "soya pubkey"],
+    );
+    let only_public = edit(
+        "key_file = \"psk.key\"\n",
+        &format!("twin_public_key = \"{TWIN}\"\n"),
+    );
+    expect_error(
+        &only_public,
+        "[wan]",
+        "wan.private_key_file",
+        &["missing", "soya genkey"],
+    );
+    let short = with_identity("").replace(TWIN, "abc=");
+    expect_error(
+        &short,
+        "twin_public_key",
+        "wan.twin_public_key",
+        &["4 characters", "44 base64"],
+    );
+    let bad = with_identity("").replace(TWIN, &TWIN.replace('G', "!"));
+    expect_error(
+        &bad,
+        "twin_public_key",
+        "wan.twin_public_key",
+        &["'!' at character 0"],
+    );
+    let insecure = with_identity("insecure = true\n");
+    expect_error(&insecure, "insecure", "wan.insecure", &["identity keys"]);
+    // Nothing at all: the error names the identity keys first.
+    let none = edit("key_file = \"psk.key\"\n", "");
+    expect_error(
+        &none,
+        "[wan]",
+        "wan.key_file",
+        &["private_key_file", "soya genkey"],
+    );
+}
+
+/// `load` checks the private key file as it checks `key_file`: exists,
+/// not world-readable, one base64 key; a relative path is resolved.
+#[cfg(unix)]
+#[test]
+fn load_checks_the_private_key_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("identity");
+    let cfg_path = dir.path().join("t.toml");
+    std::fs::write(&cfg_path, with_identity("")).unwrap();
+    let key = dir.path().join("a.key");
+    let e = load(&cfg_path).unwrap_err().to_string();
+    assert!(
+        e.contains("does not exist") && e.contains("soya genkey"),
+        "{e}"
+    );
+    std::fs::write(&key, format!("{TWIN}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = load(&cfg_path).unwrap_err().to_string();
+    assert!(
+        e.contains("world-readable") && e.contains("chmod 600"),
+        "{e}"
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cfg = load(&cfg_path).unwrap();
+    assert_eq!(cfg.wan.identity.unwrap().private_key_file, key);
+    std::fs::write(&key, "not a key\n").unwrap();
+    let e = load(&cfg_path).unwrap_err().to_string();
+    assert!(
+        e.contains("wan.private_key_file") && e.contains("44 base64"),
+        "{e}"
+    );
+    assert!(read_private_key_file(&key).is_err());
+}
+
+/// The example with identity keys parses and names its twin.
+#[test]
+fn identity_example_parses() {
+    let text = std::fs::read_to_string(examples_dir().join("identity.toml")).unwrap();
+    let cfg = parse_str(&text, "identity.toml").unwrap();
+    assert!(cfg.wan.identity.is_some());
+    assert!(matches!(cfg.wan.security, WanSecurity::PreSharedKey { .. }));
+}
