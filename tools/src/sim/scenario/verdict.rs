@@ -7,7 +7,7 @@ use soya::site::Site;
 use soya::time::Time;
 
 use super::super::world::World;
-use super::{Outcome, Scenario};
+use super::{Op, Outcome, Scenario};
 use crate::rc::hw::EndpointModel;
 
 /// The QPs beside a stalled one must not wait behind it: their data lands
@@ -98,10 +98,31 @@ pub(super) fn finish(
         .engines()
         .map(|g| g.ingress_totals().errors_injected)
         .sum();
+    // A far gateway's restart is resumed (issue 35): it fails nothing,
+    // unless a QP had requests both ways (documented unresumable: the far
+    // gateway had pseudo-ACKed the other way's). A near one's fails its
+    // flows, never silently.
+    let near_restart = s.twin_restart.is_some() && s.restart_near;
+    let far_restart = s.twin_restart.is_some() && !s.restart_near;
     let expect_failures = s.responder_error
         || (s.recv_refill.is_none() && s.recv_credits.is_some_and(|r| r < s.iters))
-        || s.twin_restart.is_some()
+        || near_restart
+        || (far_restart && s.bidirectional)
         || s.stall_qp0;
+    // Every byte the applications were told of checked against its
+    // pattern (atomics carry none to check).
+    let verifiable = matches!(s.op, Op::Write | Op::Send | Op::Read);
+    if far_restart
+        && !expect_failures
+        && verifiable
+        && out.finished
+        && out.bytes_verified < out.bytes_completed
+    {
+        out.violations.push(format!(
+            "far gateway restarted: {} bytes completed, only {} verified",
+            out.bytes_completed, out.bytes_verified
+        ));
+    }
     if errors_injected > 0 && !expect_failures {
         out.violations.push(format!(
             "a gateway gave up on a flow ({errors_injected} errors injected) with no failure injected"
