@@ -46,7 +46,10 @@ fn examples_in_tempdir(test: &str) -> std::path::PathBuf {
         let e = e.unwrap();
         std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
     }
-    std::fs::set_permissions(dir.join("psk.key"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    // Key files are refused when others may read them; git keeps 0644.
+    for key in ["psk.key", "identity-a.key", "identity-b.key"] {
+        std::fs::set_permissions(dir.join(key), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     dir
 }
 
@@ -59,7 +62,7 @@ fn check_config_accepts_every_example() {
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))
         .collect();
     files.sort();
-    assert_eq!(files.len(), 4, "{files:?}");
+    assert_eq!(files.len(), 5, "{files:?}");
     let out = soya().arg("check-config").args(&files).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -67,8 +70,10 @@ fn check_config_accepts_every_example() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(stdout.matches(": OK").count(), 4);
-    assert!(stdout.contains("sapporo") && stdout.contains("wakkanai"));
+    assert_eq!(stdout.matches(": OK").count(), 5, "{stdout}");
+    assert!(
+        stdout.contains("sapporo") && stdout.contains("wakkanai") && stdout.contains("identity")
+    );
 }
 
 #[test]
