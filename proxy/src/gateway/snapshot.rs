@@ -255,7 +255,7 @@ counters_from! {
             #[serde(default)] rx_key_previous,
             #[serde(default)] integrity_limit_closes,
             #[serde(default)] key_exhausted,
-            /// The identity-key handshake (`wan::session_noise`): messages
+            /// The identity-key handshake (`wan::session::noise`): messages
             /// that did not authenticate (another key, another PSK, a
             /// PSK-only twin), INITIATIONs from an unknown static key,
             /// copies that changed nothing; datagrams of another wire

@@ -16,7 +16,7 @@
 //! - `cipher`: the packet AEADs (AES-256-GCM, ChaCha20-Poly1305) and how
 //!   the twins agree on one;
 //! - `crypto`, `session`: PSK key schedule and the HELLO exchange;
-//!   `handshake`, `session_noise`: the identity-key handshake (Noise
+//!   `handshake`, `session::noise`: the identity-key handshake (Noise
 //!   IKpsk2) that replaces it when identity keys are configured;
 //!   `keyphase`: key updates (each direction's key replaced before the
 //!   AEAD's limits, both phases readable during the switch);

@@ -28,7 +28,6 @@
 
 use std::collections::VecDeque;
 
-#[path = "session_noise.rs"]
 mod noise;
 #[cfg(test)]
 pub use noise::{INIT_LEN, RESP_LEN};

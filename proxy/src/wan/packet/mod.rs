@@ -3,7 +3,7 @@
 //! flow retirement, see `flow`; version 4 the key phase bit and key
 //! updates, see `keyphase` and docs/wan-protocol.md; version 5 the
 //! identity-key handshake's HELLOs, INITIATION and RESPONSE, see
-//! `session_noise`.)
+//! `session::noise`.)
 //!
 //! Byte layouts are documented in `docs/wan-protocol.md`; keep the two in
 //! step. Everything here is pure parsing and emitting: no crypto, no state.

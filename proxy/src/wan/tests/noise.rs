@@ -1,4 +1,4 @@
-//! The identity-key handshake (Noise IKpsk2, `session_noise`) at packet
+//! The identity-key handshake (Noise IKpsk2, `session::noise`) at packet
 //! level, in virtual time: lost, reordered and duplicated handshake
 //! messages; a wrong twin key and a wrong PSK refused and counted; a
 //! recorded session that the static keys and the PSK do not open; key
