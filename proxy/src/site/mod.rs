@@ -79,15 +79,12 @@ pub enum SiteEvent {
         ours: CipherOffer,
         theirs: CipherOffer,
     },
-    /// The twin came back with a new generation: what it held is gone.
-    /// `flows_resumed` halves send it again what it had not delivered
-    /// (`qp::resume`); `flows_failed` halves were failed toward their
-    /// requesters (their QP had requests the twin pseudo-ACKed).
+    /// The twin came back with a new generation: what it held is gone;
+    /// `flows_failed` halves were failed toward their requesters.
     TwinRestarted {
         old_generation: u64,
         new_generation: u64,
         flows_failed: usize,
-        flows_resumed: usize,
     },
     /// The twin shut down (CLOSE); a new session waits for its return.
     TwinShutDown {
@@ -572,17 +569,8 @@ impl Site {
                 old_generation,
                 new_generation,
             } => {
-                // What the engine queued for the old incarnation goes
-                // nowhere; the halves that resume send it again.
-                self.drop_twin_output();
-                let sum = self
-                    .engine
-                    .twin_restarted(now, crate::roce::NakCode::RemoteOperationalError);
-                self.dirty = true;
-                let flows_failed = (sum.failed.halves_failed + sum.failed.qps_poisoned) as usize;
-                let flows_resumed = sum.halves_resumed as usize;
+                let flows_failed = self.fail_flows(now);
                 self.tw.flows_failed_on_restart += flows_failed as u64;
-                self.tw.flows_resumed_on_restart += flows_resumed as u64;
                 // The new incarnation knows nothing of the QPs at its own
                 // site that it had pseudo-ACKed: tell it (`qp::orphan`).
                 self.engine.tell_orphans();
@@ -590,7 +578,6 @@ impl Site {
                     old_generation,
                     new_generation,
                     flows_failed,
-                    flows_resumed,
                 });
             }
             Event::Closed => {
@@ -654,18 +641,6 @@ impl Site {
     /// failure are discarded too: a new incarnation of the twin must never
     /// receive requests of flows failed here. Returns the halves failed.
     fn fail_flows(&mut self, now: Time) -> usize {
-        self.drop_twin_output();
-        let summary = self
-            .engine
-            .fail_all(now, crate::roce::NakCode::RemoteOperationalError);
-        self.dirty = true;
-        (summary.halves_failed + summary.qps_poisoned) as usize
-    }
-
-    /// Drops whatever waits for a twin that is gone: the waiting queue,
-    /// and the twin messages the engine had queued (DC packets still go:
-    /// pseudo-ACKs of what it took).
-    fn drop_twin_output(&mut self) {
         self.pending.clear();
         // What the engine queued before the failure: DC packets still go
         // (pseudo-ACKs of what it took), twin messages do not.
@@ -687,6 +662,11 @@ impl Site {
             }
         }
         self.tw.discarded_on_restart = self.pending.discarded;
+        let summary = self
+            .engine
+            .fail_all(now, crate::roce::NakCode::RemoteOperationalError);
+        self.dirty = true;
+        (summary.halves_failed + summary.qps_poisoned) as usize
     }
 
     pub fn engine(&self) -> &QpEngine {

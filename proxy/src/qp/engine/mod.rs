@@ -228,17 +228,6 @@ pub struct EngineStats {
     pub orphan_requester_naks: u64,
     /// ...and the probes of their responder role that this made moot.
     pub orphan_probes_superseded: u64,
-    /// [`QpEngine::twin_restarted`] calls: the twin came back as a new
-    /// incarnation (`qp::resume`)...
-    pub twin_restarts: u64,
-    /// ...ingress halves resumed toward it, and the request packets they
-    /// sent again (everything not yet reported delivered)...
-    pub halves_resumed: u64,
-    pub packets_resent_on_resume: u64,
-    /// ...and ingress halves that could not be resumed (failed as before):
-    /// their QP had requests the other way, pseudo-ACKed by the twin that
-    /// restarted, which died with it.
-    pub halves_unresumable: u64,
     /// Halves forgotten after `idle_after` of quiet (`qp::engine::expiry`)...
     pub halves_expired_ingress: u64,
     pub halves_expired_egress: u64,

@@ -24,16 +24,14 @@ use crate::time::Time;
 
 mod acking;
 mod gap;
-mod orphan;
-mod resume;
 
 pub use acking::{AckTuning, HOLD_ACK_FOR, HOLD_ACK_INTERVAL};
 
 use super::half::HalfKey;
-use super::outbox::Outbox;
+use super::outbox::{Outbox, Output};
 use super::poison::InProgress;
 use super::quiet::Quiet;
-use super::twin::{Carry, TwinMsg};
+use super::twin::{Carry, TwinMsg, MAX_ORPHAN_CANDIDATES};
 
 /// How far this half has come.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,12 +94,9 @@ struct Entry {
     /// Its place in the deep buffer's quotas, until delivered.
     slot: Option<SlotHandle>,
     /// The packet itself, in a pooled buffer (the one the DC backend read
-    /// it into, or a copy made once on arrival), until the twin reports it
-    /// delivered: the twin gets a pooled copy when it is forwarded, and
-    /// this one is what a new incarnation of the twin gets again
-    /// ([`PseudoAcker::resume`]: a far gateway that restarted lost
-    /// whatever it had not delivered, and the WAN transport drops its own
-    /// copies on the restart).
+    /// it into, or a copy made once on arrival), until forwarded: then it
+    /// moves, uncopied, into the message for the twin, and the WAN
+    /// transport holds it until the twin has it.
     bytes: Option<PacketBuf>,
     forwarded: bool,
     accepted_at: Time,
@@ -598,16 +593,15 @@ impl PseudoAcker {
             if e.forwarded {
                 continue;
             }
-            let Some(packet) = e.bytes.as_deref() else {
+            let Some(packet) = e.bytes.take() else {
                 continue;
             };
             e.forwarded = true;
             self.in_flight += e.span;
-            // A copy: this one is kept until delivered (`resume`).
-            out.twin(packet, |packet| TwinMsg::Request {
+            out.push_back(Output::Twin(TwinMsg::Request {
                 carry: Carry::Reliable,
                 packet,
-            });
+            }));
         }
     }
 
@@ -651,13 +645,6 @@ impl PseudoAcker {
         if self.delivered.is_some_and(|d| !psn.after(d)) {
             return;
         }
-        self.release_delivered(psn, buf, out);
-        self.forward(out);
-        self.maybe_ack(now, buf, out);
-    }
-
-    /// Frees every entry up to and including `psn` (the responder has it).
-    fn release_delivered(&mut self, psn: Psn, buf: &mut DeepBuffer, out: &mut Outbox) {
         self.delivered = Some(psn);
         self.note_real_progress(psn);
         for e in self.entries.iter_mut() {
@@ -668,14 +655,13 @@ impl PseudoAcker {
                 buf.release(self.flow_id, slot);
                 self.delivered_state = self.delivered_state.after(e.op);
             }
-            if let Some(b) = e.bytes.take() {
-                out.pool.put(b);
-            }
             if e.forwarded {
                 self.in_flight = self.in_flight.saturating_sub(e.span);
             }
         }
         self.pop_done();
+        self.forward(out);
+        self.maybe_ack(now, buf, out);
     }
 
     /// Drops entries that are both delivered and acknowledged.
@@ -845,6 +831,45 @@ impl PseudoAcker {
 
     pub fn is_failed(&self) -> bool {
         self.failed.is_some()
+    }
+
+    /// Where the far responder's expected PSN (ePSN) can be, for telling
+    /// its gateway when that one restarted (`TwinMsg::Orphaned`): the PSN
+    /// after the last one it acknowledged (delivered), with the message it
+    /// has in progress there, then the PSN after each packet forwarded and
+    /// not yet reported delivered (each may be the last it executed).
+    /// Packets never forwarded cannot have been executed. Empty, with a
+    /// hint for probing, when it cannot be known this way: a tunnel phase
+    /// not yet acknowledged (its packets are not held here), or more than
+    /// [`MAX_ORPHAN_CANDIDATES`] candidates.
+    pub fn orphan_plan(&self) -> (Vec<(Psn, InProgress)>, Option<Psn>) {
+        if self.raw_high.is_some() && !self.raw_acked {
+            return (Vec::new(), self.raw_high.map(Psn::next));
+        }
+        let base = match (self.delivered, self.raw_high) {
+            (Some(d), Some(r)) => Some(if d.after(r) { d } else { r }.next()),
+            (d, r) => d.or(r).map(Psn::next),
+        };
+        let first_held = self.entries.iter().find(|e| e.slot.is_some());
+        // Nothing delivered and no tunnel phase: the first packet ever
+        // sent (or, learned from RDMA-CM with nothing sent, the first PSN).
+        let Some(mut at) = base.or(first_held.map(|e| e.psn)).or(self.expected) else {
+            return (Vec::new(), None);
+        };
+        let mut state = self.delivered_state;
+        let mut plan = vec![(at, state)];
+        for e in self.entries.iter().filter(|e| e.slot.is_some()) {
+            if !e.forwarded || e.psn != at {
+                break;
+            }
+            state = state.after(e.op);
+            at = e.last().next();
+            plan.push((at, state));
+            if plan.len() > MAX_ORPHAN_CANDIDATES {
+                return (Vec::new(), base);
+            }
+        }
+        (plan, None)
     }
 
     /// Was the requester told that a request is done which the responder
