@@ -243,19 +243,7 @@ impl Session {
         if buf.len() < HELLO_LEN {
             return 0;
         }
-        let hdr = Header {
-            kind: PacketKind::Hello,
-            insecure: self.insecure(),
-            client: self.is_client,
-            key_phase: false,
-            path,
-            conn_id: 0,
-            generation: self.generation(),
-            pn: self.hello_pn & MAX_PN,
-        };
-        self.hello_pn += 1;
-        let mut h = [0u8; HEADER_LEN];
-        hdr.encode(&mut h);
+        self.hello_header(path, buf);
         let mut body = [0u8; HELLO_BODY_LEN];
         let echo = self.echo();
         Hello {
@@ -267,7 +255,6 @@ impl Session {
             offer: self.offer,
         }
         .encode(&mut body);
-        buf[..HEADER_LEN].copy_from_slice(&h);
         buf[HEADER_LEN..HEADER_LEN + HELLO_BODY_LEN].copy_from_slice(&body);
         let tag = self.auth.tag(&buf[..HEADER_LEN + HELLO_BODY_LEN]);
         buf[HEADER_LEN + HELLO_BODY_LEN..HELLO_LEN].copy_from_slice(&tag);

@@ -142,7 +142,8 @@ impl Session {
         }
     }
 
-    fn hello_header(&mut self, path: u8, buf: &mut [u8]) {
+    /// A HELLO's header, written at the start of `buf` (both HELLO forms).
+    pub(super) fn hello_header(&mut self, path: u8, buf: &mut [u8]) {
         let hdr = Header {
             kind: PacketKind::Hello,
             insecure: self.insecure(),
