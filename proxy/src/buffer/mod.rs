@@ -17,7 +17,27 @@ pub use packet::{Lender, LenderRef, PacketBuf};
 pub use pool::{LendSource, PacketPool, PoolStats};
 pub use slab::{PacketSlab, SlabError, SlotHandle, MAX_SLOTS, MAX_SLOT_BYTES};
 
+use std::collections::VecDeque;
+use std::time::Duration;
+
 use crate::keyed::{Keyed, KeyedMap};
+use crate::time::Time;
+
+/// How long a promise to a flow that holds no slot lasts
+/// ([`DeepBuffer::promise`]). Such a promise is made when a pseudo-ACK or
+/// a NAK lets a requester whose packets have all left the buffer send its
+/// window again; its first packets arrive a data-center round trip later
+/// (microseconds; a busy host's requester may take a scheduling delay
+/// more), and from the first one on the flow holds a slot and its promise
+/// is the ordinary one. Until then the promise must count, or every flow
+/// granted in the same round sees the same free slots and their windows
+/// together overrun the buffer (over-subscribed sweep seed 61: seven owed
+/// NAKs sent at once, each QP's resend dropped again). It must not last:
+/// a requester that sends nothing more (its application is done) would pin
+/// room it never uses. One millisecond is the hold interval by which the
+/// ingress judges a requester stopped (`qp::ingress::HOLD_ACK_INTERVAL`)
+/// too: a requester silent that long after a grant is not about to use it.
+pub const PROMISE_WITHOUT_SLOTS_FOR: Duration = Duration::from_millis(1);
 
 /// Why the buffer refused a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,13 +62,19 @@ pub struct Occupancy {
 pub struct DeepBuffer {
     slab: PacketSlab,
     per_flow_slots: usize,
-    /// What each flow holding any slot holds and was promised, in one
-    /// table so that each call looks a flow up once (these lookups run
-    /// several times per packet). The ids are hashes of what the data
-    /// center sends, so the table is keyed (`crate::keyed`); it is only ever
-    /// looked up, never walked, so a random key changes no output.
+    /// What each flow holding any slot, or promised room while it holds
+    /// none, holds and was promised, in one table so that each call looks
+    /// a flow up once (these lookups run several times per packet). The ids
+    /// are hashes of what the data center sends, so the table is keyed
+    /// (`crate::keyed`); it is only ever looked up, never walked, so a
+    /// random key changes no output.
     flows: KeyedMap<u64, FlowUse>,
     promised: usize,
+    /// The promises to flows holding no slot, by when they lapse
+    /// ([`PROMISE_WITHOUT_SLOTS_FOR`]), oldest first (the deadlines only
+    /// grow: each is a promise's time plus the same span). An entry whose
+    /// flow took a slot or was promised again since is skipped when due.
+    lapsing: VecDeque<(Time, u64)>,
     /// The flows waiting for room in the shared slab, served in turn
     /// (`room`).
     room: room::RoomQueue,
@@ -57,15 +83,19 @@ pub struct DeepBuffer {
 /// One flow's share of the buffer.
 #[derive(Clone, Copy, Debug, Default)]
 struct FlowUse {
-    /// Slots it holds (never 0 in the table: a flow holding none is
-    /// forgotten).
+    /// Slots it holds: 0 only while a promise made to it without slots
+    /// lasts (`lapses`); a flow holding none is otherwise forgotten.
     used: usize,
     /// Slots it may be sent more of without notice (its requester's
     /// window past the last pseudo-ACK, `qp::ingress`): the shared slab
     /// must keep the sum of these free, since every such flow may use its
-    /// window at once. Forgotten with the flow's last slot (so a vanished
-    /// flow cannot pin a promise).
+    /// window at once. Forgotten with the flow's last slot, or when it
+    /// lapses if made while the flow held none (so a vanished flow cannot
+    /// pin a promise).
     promised: usize,
+    /// When a promise made while the flow held no slot lapses; `None` once
+    /// it holds one.
+    lapses: Option<Time>,
 }
 
 impl DeepBuffer {
@@ -76,6 +106,7 @@ impl DeepBuffer {
             per_flow_slots: per_flow_slots.min(slots).max(1),
             flows: KeyedMap::with_hasher(Keyed::random()),
             promised: 0,
+            lapsing: VecDeque::new(),
             room: room::RoomQueue::new(),
         }
     }
@@ -119,6 +150,8 @@ impl DeepBuffer {
                 }
                 let h = self.slab.alloc(bytes).ok_or(Refused::SiteFull)?;
                 f.used += 1;
+                // Holding a slot, its promise lasts as long as it does.
+                f.lapses = None;
                 Ok(h)
             }
             None => {
@@ -126,6 +159,7 @@ impl DeepBuffer {
                 let first = FlowUse {
                     used: 1,
                     promised: 0,
+                    lapses: None,
                 };
                 self.flows.insert(flow, first);
                 Ok(h)
@@ -175,25 +209,64 @@ impl DeepBuffer {
         self.slab.capacity()
     }
 
-    /// Records that `flow` (which holds slots) may be sent up to `slots`
-    /// more packets without a new ACK. Ignored for a flow holding none.
-    pub fn promise(&mut self, flow: u64, slots: usize) {
-        if let Some(f) = self.flows.get_mut(&flow) {
-            if slots < f.promised {
-                // Less to keep free: a waiting flow may now fit.
-                self.room.note_freed();
-            }
-            self.promised = self.promised - f.promised + slots;
-            f.promised = slots;
+    /// Records that `flow` may be sent up to `slots` more packets without a
+    /// new ACK. A flow holding no slot is promised for
+    /// [`PROMISE_WITHOUT_SLOTS_FOR`] after `now` (until it takes a slot,
+    /// when the promise lasts as long as it holds one); [`Self::lapse`]
+    /// forgets it after that.
+    pub fn promise(&mut self, flow: u64, slots: usize, now: Time) {
+        let lapses = now + PROMISE_WITHOUT_SLOTS_FOR;
+        let f = match self.flows.get_mut(&flow) {
+            Some(f) => f,
+            None if slots == 0 => return,
+            None => self.flows.entry(flow).or_default(),
+        };
+        if slots < f.promised {
+            // Less to keep free: a waiting flow may now fit.
+            self.room.note_freed();
+        }
+        self.promised = self.promised - f.promised + slots;
+        f.promised = slots;
+        if f.used == 0 {
+            f.lapses = Some(lapses);
+            self.lapsing.push_back((lapses, flow));
         }
     }
 
-    /// `flow`'s promise (0 for a flow holding no slot).
+    /// When the oldest promise to a flow holding no slot lapses, for the
+    /// owner's timer ([`Self::lapse`] then).
+    pub fn next_lapse(&self) -> Option<Time> {
+        self.lapsing.front().map(|&(t, _)| t)
+    }
+
+    /// Forgets the promises to flows holding no slot that lapsed by `now`
+    /// ([`PROMISE_WITHOUT_SLOTS_FOR`]): the room they kept is free for the
+    /// flows waiting for it.
+    pub fn lapse(&mut self, now: Time) {
+        while let Some(&(t, flow)) = self.lapsing.front() {
+            if t > now {
+                break;
+            }
+            self.lapsing.pop_front();
+            // Only if this is still its promise: it may have taken a slot,
+            // or been promised again later, since.
+            if let Some(f) = self.flows.get(&flow) {
+                if f.used == 0 && f.lapses == Some(t) {
+                    self.promised -= f.promised;
+                    self.flows.remove(&flow);
+                    self.room.note_freed();
+                }
+            }
+        }
+    }
+
+    /// `flow`'s promise (0 for a flow holding no slot and promised none).
     pub fn promise_of(&self, flow: u64) -> usize {
         self.flows.get(&flow).map_or(0, |f| f.promised)
     }
 
-    /// The sum of the promises of the flows holding slots.
+    /// The sum of the promises of the flows holding slots, and of those
+    /// holding none whose promise has not lapsed.
     pub fn promised(&self) -> usize {
         self.promised
     }
@@ -272,20 +345,61 @@ mod tests {
     }
 
     #[test]
-    fn promises_sum_over_flows_holding_slots_and_go_with_their_last_slot() {
+    fn promises_sum_over_flows_and_go_with_their_last_slot() {
+        let t0 = Time::ZERO;
         let mut b = DeepBuffer::new(64, 64, 64);
-        b.promise(1, 10);
-        assert_eq!(b.promised(), 0, "a flow holding nothing promises nothing");
         let h1 = b.reserve(1, 8).unwrap();
         let h2 = b.reserve(2, 8).unwrap();
-        b.promise(1, 10);
-        b.promise(2, 5);
-        b.promise(1, 12);
+        b.promise(1, 10, t0);
+        b.promise(2, 5, t0);
+        b.promise(1, 12, t0);
         assert_eq!(b.promised(), 17);
+        assert_eq!(b.next_lapse(), None, "flows holding slots do not lapse");
         b.release(1, h1);
         assert_eq!(b.promised(), 5, "flow 1 holds nothing: its promise is gone");
         b.release(2, h2);
         assert_eq!(b.promised(), 0);
         assert_eq!(b.free_slots(), 64);
+    }
+
+    #[test]
+    fn a_promise_to_a_flow_holding_nothing_counts_until_it_lapses() {
+        let t0 = Time::ZERO;
+        let mut b = DeepBuffer::new(64, 64, 64);
+        b.promise(1, 10, t0);
+        b.promise(2, 0, t0);
+        assert_eq!(b.promised(), 10, "granted a window, flow 1 may use it");
+        assert_eq!(b.promise_of(2), 0);
+        let due = t0 + PROMISE_WITHOUT_SLOTS_FOR;
+        assert_eq!(b.next_lapse(), Some(due));
+        b.lapse(t0 + (PROMISE_WITHOUT_SLOTS_FOR - Duration::from_nanos(1)));
+        assert_eq!(b.promised(), 10);
+        b.wait_for_room(3);
+        let _ = b.room_freed(); // whatever came before the lapse
+        b.lapse(due);
+        assert_eq!(b.promised(), 0, "lapsed: the room is free again");
+        assert!(b.room_freed(), "a waiting flow is offered the room");
+        assert_eq!(b.next_lapse(), None);
+    }
+
+    #[test]
+    fn a_promise_made_without_slots_lasts_once_the_flow_takes_one() {
+        let t0 = Time::ZERO;
+        let mut b = DeepBuffer::new(64, 64, 64);
+        b.promise(1, 10, t0);
+        let h = b.reserve(1, 8).unwrap();
+        b.promise(1, 9, t0);
+        b.lapse(t0 + 10 * PROMISE_WITHOUT_SLOTS_FOR);
+        assert_eq!(b.promised(), 9, "holding a slot, its promise stays");
+        b.release(1, h);
+        assert_eq!(b.promised(), 0);
+        // Promised again later: the earlier deadline does not end it.
+        let t1 = t0 + PROMISE_WITHOUT_SLOTS_FOR / 2;
+        b.promise(4, 3, t0);
+        b.promise(4, 3, t1);
+        b.lapse(t0 + PROMISE_WITHOUT_SLOTS_FOR);
+        assert_eq!(b.promised(), 3);
+        b.lapse(t1 + PROMISE_WITHOUT_SLOTS_FOR);
+        assert_eq!(b.promised(), 0);
     }
 }

@@ -404,10 +404,13 @@ impl QpEngine {
         let i = self.ingress.next_deadline();
         let e = self.egress.next_deadline();
         let p = self.probes.values().map(|p| p.deadline);
-        i.into_iter().chain(e).chain(p).min()
+        // A lapsing promise frees room a waiting flow may need.
+        let b = self.buffer.next_lapse();
+        i.into_iter().chain(e).chain(p).chain(b).min()
     }
 
     pub fn handle_timeout(&mut self, now: Time) {
+        self.buffer.lapse(now);
         let mut due = std::mem::take(&mut self.due);
         self.ingress.take_due(now, &mut due);
         for k in &due {

@@ -93,11 +93,12 @@ impl PseudoAcker {
     /// An admitted request is `past_ack` packets past the last pseudo-ACK:
     /// the requester's window is at least that. Promise the buffer the
     /// window seen so far (it only grows: a send queue does not shrink).
-    pub(super) fn note_window(&mut self, past_ack: usize, buf: &mut DeepBuffer) {
+    pub(super) fn note_window(&mut self, past_ack: usize, now: Time, buf: &mut DeepBuffer) {
         self.window = self.window.max(past_ack);
         buf.promise(
             self.flow_id,
             self.expected_window().saturating_sub(past_ack),
+            now,
         );
     }
 
@@ -108,11 +109,14 @@ impl PseudoAcker {
     }
 
     /// Re-promises what the requester may still send, after an ACK moved
-    /// its window.
-    pub(super) fn renew_promise(&self, buf: &mut DeepBuffer) {
+    /// its window. A flow whose packets have all left the buffer is
+    /// promised it too, for a short while (`buffer::PROMISE_WITHOUT_SLOTS_FOR`):
+    /// the next flow's check must count the window this grant opened.
+    pub(super) fn renew_promise(&self, now: Time, buf: &mut DeepBuffer) {
         buf.promise(
             self.flow_id,
             self.expected_window().saturating_sub(self.past_ack()),
+            now,
         );
     }
 
@@ -138,12 +142,12 @@ impl PseudoAcker {
     /// only grows after that (`note_window`), so an application that
     /// merely paused costs an overrun later, dropped and resent, never a
     /// loss.
-    pub(super) fn note_stopped(&mut self, buf: &mut DeepBuffer) {
+    pub(super) fn note_stopped(&mut self, now: Time, buf: &mut DeepBuffer) {
         let past = self.past_ack();
         if past > 0 && past == self.past_ack_at_hold && !self.window_seen {
             self.window_seen = true;
             self.window = self.window.max(past);
-            self.renew_promise(buf);
+            self.renew_promise(now, buf);
         }
         self.past_ack_at_hold = past;
     }
@@ -298,7 +302,7 @@ impl PseudoAcker {
                 self.send_gap_nak(expected, out);
                 // The resend may use the whole window: promised now, so
                 // that the next flow's check counts it.
-                self.renew_promise(buf);
+                self.renew_promise(now, buf);
                 self.hold_deadline = None;
                 self.hold_since = None;
                 buf.stop_waiting(self.flow_id);
@@ -367,7 +371,7 @@ impl PseudoAcker {
             self.stats.pseudo_acks += 1;
             self.send_ack(psn, msn, out);
             self.set_acked(psn, msn);
-            self.renew_promise(buf);
+            self.renew_promise(now, buf);
             // Served: the next waiting flow's turn (it rejoins at the back
             // if it must wait again).
             buf.stop_waiting(self.flow_id);

@@ -443,6 +443,7 @@ impl PseudoAcker {
         self.nak_owed = false;
         self.note_window(
             self.entries.len().saturating_sub(self.first_unacked) + 1,
+            now,
             buf,
         );
         self.learn_pmtu(p);
@@ -612,7 +613,7 @@ impl PseudoAcker {
         }
         if self.hold_deadline.is_some_and(|d| now >= d) {
             self.hold_deadline = None;
-            self.note_stopped(buf);
+            self.note_stopped(now, buf);
             let before = self.acked;
             self.maybe_ack(now, buf, out);
             // Still withholding: repeat the last ACK, which moves nothing
@@ -765,7 +766,7 @@ impl PseudoAcker {
                         });
                     // The response acknowledges everything up to it.
                     self.set_acked(psn, msn);
-                    self.renew_promise(buf);
+                    self.renew_promise(now, buf);
                     // After the response, never before it.
                     if let (true, Some(expected)) = (self.nak_deferred, self.expected) {
                         self.nak_gap(expected, out);
