@@ -215,6 +215,53 @@ fn egress_forwards_the_re_ack_of_a_resent_raw_request() {
 }
 
 #[test]
+fn copies_of_an_unanswered_raw_read_are_injected_once_per_rto() {
+    // A path was down: the requester re-issued its READ at every timeout,
+    // and the copies cross the WAN together. The responder gets the first;
+    // the others, within an RTO and before its answer began, would each
+    // make it replay the whole answer (hw sweep seeds 100104, 100989).
+    let mut e = QpEngine::new(cfg(AckPolicy::Off));
+    let t = Time::from_micros(1);
+    let read = |psn| TwinMsg::Request {
+        carry: Carry::Raw,
+        packet: request(Opcode::RC_READ_REQUEST, psn, true, 0, 8192).into(),
+    };
+    for _ in 0..5 {
+        e.handle_twin(t, read(10));
+        e.handle_twin(t, read(12));
+    }
+    assert_eq!(injected(&drain(&mut e)), vec![10, 12], "one copy of each");
+    // Its answer began: a copy after that (the answer lost on the way to
+    // the requester) is replayed.
+    e.handle_dc(
+        t,
+        &response(
+            Opcode::RC_READ_RESPONSE_FIRST,
+            10,
+            Syndrome::ACK_UNLIMITED,
+            1024,
+        ),
+    );
+    drain(&mut e);
+    e.handle_twin(t, read(10));
+    e.handle_twin(t, read(12));
+    assert_eq!(
+        injected(&drain(&mut e)),
+        vec![10],
+        "12's answer has not begun"
+    );
+    // The copy injected may have been lost: after an RTO the next goes.
+    let later = t + Duration::from_secs(5);
+    e.handle_twin(later, read(12));
+    assert_eq!(injected(&drain(&mut e)), vec![12]);
+    let dropped: u64 = e
+        .egress_halves()
+        .map(|r| r.stats.raw_read_copies_dropped)
+        .sum();
+    assert_eq!(dropped, 9);
+}
+
+#[test]
 fn egress_resends_after_a_sequence_nak_that_trails_an_expired_rnr_wait() {
     // RNR NAK on 10; the wait expires and 10, 11 go again; then the NAK-seq
     // the responder sent behind its RNR NAK arrives late. Going back to 10

@@ -68,6 +68,10 @@ const RTO_CWND: u32 = 1;
 /// Floor of the window when the responder's queue grows (see
 /// `Reinjector::rtt_sample`): its ACK spacing (rxe asks every 64 packets).
 const QUEUE_MIN_CWND: u32 = 64;
+/// READs remembered per half while their answer has not begun
+/// (`Reinjector::on_raw_request`): a requester's `max_rd_atomic` is at most
+/// 16.
+const MAX_RAW_READS: usize = 16;
 
 /// How long the tunnel phase may wait, without progress, for the
 /// requester's own recovery of raw packets lost in its datacenter. That
@@ -132,6 +136,9 @@ pub struct EgressStats {
     pub injected: u64,
     pub retransmitted: u64,
     pub raw_injected: u64,
+    /// Copies of a READ forwarded raw not injected: one injected less than
+    /// an RTO before was not answered yet (`on_raw_request`).
+    pub raw_read_copies_dropped: u64,
     pub acks_absorbed: u64,
     pub acks_forwarded: u64,
     pub seq_naks: u64,
@@ -251,6 +258,11 @@ pub struct Reinjector {
     raw_high: Option<Psn>,
     raw_low: Option<Psn>,
     raw_done: bool,
+    /// READs injected raw whose answer has not begun, and when
+    /// (`on_raw_request`: copies of them are not injected again within an
+    /// RTO). At most [`MAX_RAW_READS`]: a requester has at most
+    /// `max_rd_atomic` (16) READs outstanding.
+    raw_reads: Vec<(Psn, Time)>,
     srtt: Option<Duration>,
     rttvar: Duration,
     rto_deadline: Option<Time>,
@@ -325,6 +337,7 @@ impl Reinjector {
             acked: None,
             raw_high: None,
             raw_low: None,
+            raw_reads: Vec::new(),
             raw_done: false,
             srtt: None,
             rttvar: Duration::ZERO,
@@ -453,8 +466,28 @@ impl Reinjector {
 
     /// A request the twin forwarded raw (tunnel phase, or a duplicate READ
     /// to be replayed by the responder): inject as is.
-    pub fn on_raw_request(&mut self, p: &RocePacket<'_>, out: &mut Outbox) {
+    ///
+    /// **A READ's copies.** A requester re-issues an unanswered READ each
+    /// time its timer fires. While the WAN is slow or a path is down, the
+    /// copies queue behind one another and then cross together, and each
+    /// one injected makes the responder replay the whole answer: with a
+    /// hardware requester's 2 ms timer and a 0.7 s path cut, 29 copies of
+    /// each READ and 30 times the answer queued for the WAN, past the
+    /// twin queue's bound (over-subscribed hw sweep seeds 100104,
+    /// 100989). So a READ whose copy was injected less than an RTO ago
+    /// (the time this half measured the responder takes to answer) and
+    /// whose answer has not begun is not injected again: the responder
+    /// answers the copy it has, and its first response ends the wait, so
+    /// that a copy after it (the answer lost in the requester's data
+    /// center) is replayed. Should the injected copy itself be lost, the
+    /// requester's next copy after the RTO goes: a delay, never a loss
+    /// (READ is idempotent, and the requester retries).
+    pub fn on_raw_request(&mut self, now: Time, p: &RocePacket<'_>, out: &mut Outbox) {
         self.quiet.touch();
+        if p.info.kind == OpKind::ReadRequest && self.read_copy_in_hand(now, p.psn()) {
+            self.stats.raw_read_copies_dropped += 1;
+            return;
+        }
         // A tunnel phase that starts anew after everything was answered
         // (the twin's ingress forgot the half and learns it again,
         // `qp::engine::expiry`): the old phase's bounds are history, and compared
@@ -482,6 +515,25 @@ impl Reinjector {
         }
         self.stats.raw_injected += 1;
         out.dc(p.as_bytes());
+    }
+
+    /// Whether a copy of the READ at `psn` was injected raw less than an
+    /// RTO ago and its answer has not begun (`on_raw_request`); if not,
+    /// the copy about to be injected is noted.
+    fn read_copy_in_hand(&mut self, now: Time, psn: Psn) -> bool {
+        let rto = self.rto();
+        if let Some(e) = self.raw_reads.iter_mut().find(|e| e.0 == psn) {
+            if now.since(e.1) < rto {
+                return true;
+            }
+            e.1 = now;
+            return false;
+        }
+        if self.raw_reads.len() >= MAX_RAW_READS {
+            self.raw_reads.remove(0);
+        }
+        self.raw_reads.push((psn, now));
+        false
     }
 
     /// A pseudo-ACKed request from the twin, `packet` (its bytes exactly,
@@ -743,6 +795,8 @@ impl Reinjector {
         match p.info.kind {
             OpKind::ReadResponse | OpKind::AtomicAck => {
                 self.last_nak_epsn = None;
+                // The answer to every READ up to here has begun.
+                self.raw_reads.retain(|e| e.0.after(psn));
                 self.stats.responses_forwarded += 1;
                 out.twin(p.as_bytes(), |packet| TwinMsg::Response { packet });
                 // A response implicitly acknowledges everything before its

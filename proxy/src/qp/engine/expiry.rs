@@ -347,6 +347,7 @@ fn add_egress(t: &mut EgressStats, s: &EgressStats) {
             injected,
             retransmitted,
             raw_injected,
+            raw_read_copies_dropped,
             acks_absorbed,
             acks_forwarded,
             seq_naks,

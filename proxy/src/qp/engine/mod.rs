@@ -713,7 +713,7 @@ impl QpEngine {
         }
         match carry {
             Carry::Raw => {
-                r.on_raw_request(&p, &mut self.out);
+                r.on_raw_request(now, &p, &mut self.out);
                 self.out.pool.put(packet);
             }
             Carry::Reliable => {
