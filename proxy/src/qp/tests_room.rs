@@ -181,3 +181,44 @@ fn a_window_granted_to_a_flow_holding_nothing_counts_until_it_is_used() {
     send(&mut e, later, &mut c, 64);
     assert_eq!(drops(&e), 0);
 }
+
+/// A request dropped at the hard limit by a flow that holds nothing and
+/// waits for nothing (its earlier NAK was paid, and its resend met a
+/// buffer that others had filled meanwhile) owes a NAK again, and must
+/// wait for room in turn like any held flow, woken by whatever frees it.
+/// Before, the drop only noted the NAK as owed: with no packet of its own
+/// held, no timer and no place in the queue, nothing looked at it again
+/// until its requester's ACK timeout (67 ms for rxe) made it resend, twice
+/// in over-subscribed sweep seed 334 (QPs left at 0.03 of an equal share).
+#[test]
+fn a_request_dropped_by_a_flow_holding_nothing_is_naked_when_room_frees() {
+    let (mut e, t, [mut a, mut b, mut c]) = three_requesters(48);
+    send(&mut e, t, &mut c, 32);
+    assert_eq!(c.acked, c.next, "C acknowledged");
+    send(&mut e, t, &mut a, 64);
+    assert_eq!(a.next - a.acked, WINDOW, "A withheld at its window");
+    assert_eq!(e.occupancy().slots_used, 48, "the buffer is full");
+    // B's request: dropped at the hard limit.
+    let dropped_at = b.next;
+    send(&mut e, t, &mut b, 1);
+    assert_eq!(drops(&e), 1);
+    // Room frees only through the other flows' deliveries; nothing of B's
+    // happens. B's NAK must come without its requester resending.
+    let mut naks = Vec::new();
+    for r in [&c, &a] {
+        let at = t + Duration::from_micros(10);
+        for o in deliver_all(&mut e, at, r) {
+            if let super::engine::Output::Dc(v) = &o {
+                let p = crate::roce::RocePacket::parse(v).unwrap();
+                let nak = p
+                    .ext
+                    .aeth
+                    .is_some_and(|x| x.syndrome != crate::roce::Syndrome::ACK_UNLIMITED);
+                if p.bth.dest_qp == b.rq_qpn && nak {
+                    naks.push(p.psn().value());
+                }
+            }
+        }
+    }
+    assert_eq!(naks, vec![dropped_at], "B NAKed at its gap once room freed");
+}

@@ -430,11 +430,16 @@ impl PseudoAcker {
                 // the expected PSN comes (rxe `sent_psn_nak`): the
                 // requester would wait for its ACK timeout. So the NAK is
                 // owed, and goes out once the buffer has room for this
-                // flow (`acking::pay_owed_nak`).
+                // flow (`acking::pay_owed_nak`), which also makes the flow
+                // wait for room in turn, woken by whatever frees it: a
+                // flow holding nothing has no event of its own to look
+                // at the debt again, and its requester would hear nothing
+                // until its ACK timeout (sweep seed 334).
                 self.stats.backpressure_drops += 1;
                 self.nak_sent = true;
                 self.nak_owed = true;
                 self.maybe_cnp(now, out);
+                self.maybe_ack(now, buf, out);
                 return None;
             }
         };
