@@ -85,25 +85,33 @@ fn randomized_scenarios_keep_every_invariant_with_frequent_key_updates() {
 /// Over-subscribed scenarios (`sim::oversub`, issue 33): 2–16 QPs offering
 /// 2–16× the WAN for the whole transfer against a small buffer, rxe and
 /// hardware endpoints, one and several paths, WRITE/SEND/READ/mixed. Every
-/// invariant of the sweep must hold; the QPs' shares of the WAN are
-/// measured (`SweepTotals::unfair`, not yet an invariant).
-///
-/// Ignored for now. On 2026-11-29 (main at 1a8c693, after the gap-NAK fixes)
-/// the 1,000 rxe runs gave 0 violations (104 below half an equal share);
-/// the 1,000 hardware runs gave 2, both "twin messages dropped at the
-/// pending queue's bound" in READ runs (over-subscribed seeds 100104 and
-/// 100989). In 100104 (the one examined; a 700 ms cut of the only path) a
-/// hardware requester's READs time out while their answers wait, and its
-/// re-issues, forwarded in the tunnel phase, reach the far gateway after
-/// the answers have moved into the WAN transport, where `site::replays`
-/// no longer sees them: the responder answers each of 29 copies again.
-/// 1,000 of each take 7 and 16 minutes of one core.
+/// invariant of the sweep must hold. Rxe seeds 1–70 (seed 61: seven owed
+/// NAKs in one round before a window granted to a flow holding nothing
+/// was promised) and hardware seeds 100091–100110 (100104: a READ's
+/// copies from a path cut replayed 29 times, past the far pending queue's
+/// bound, before the egress injected one copy per RTO; it fails on the
+/// code before that). The QPs' shares of the WAN are
+/// measured and printed (`SweepTotals::unfair`), not asserted: a few runs
+/// in a thousand still fall below half an equal share
+/// (docs/benchmarks.md). The thousand of each: the ignored test below.
 #[test]
-#[ignore = "issue 33: 2 of 1,000 over-subscribed hardware READ runs overflow the far pending queue"]
 fn oversubscribed_scenarios_keep_every_invariant() {
-    for (endpoint, seed) in [(EndpointModel::Rxe, 1), (EndpointModel::Hw, 100_001)] {
+    oversubscribed_sweeps((1, 70), (100_091, 20));
+}
+
+/// The same over 1,000 scenarios of each kind (about 10 and 16 minutes of
+/// one core): `cargo test --release --test sim -- --ignored oversubscribed`.
+#[test]
+#[ignore = "long: 1,000 over-subscribed scenarios of each endpoint model"]
+fn oversubscribed_scenarios_keep_every_invariant_1000() {
+    oversubscribed_sweeps((1, 1_000), (100_001, 1_000));
+}
+
+/// `(first seed, scenarios)` of each endpoint model.
+fn oversubscribed_sweeps(rxe: (u64, u64), hw: (u64, u64)) {
+    for (endpoint, (seed, scenarios)) in [(EndpointModel::Rxe, rxe), (EndpointModel::Hw, hw)] {
         let t = sweep(&SweepConfig {
-            scenarios: 1_000,
+            scenarios,
             seed,
             progress: false,
             verbose: false,
@@ -117,6 +125,7 @@ fn oversubscribed_scenarios_keep_every_invariant() {
             (t.bytes_lost, t.bytes_duplicated, t.bytes_misordered),
             (0, 0, 0)
         );
+        assert_eq!(t.oversubscribed, scenarios);
         eprintln!("{}", t.summary());
     }
 }

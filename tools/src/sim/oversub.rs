@@ -33,7 +33,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use soya_config::AckPolicy;
 
-use super::scenario::{Op, Scenario};
+use super::scenario::{requester_window, Op, Scenario};
 use crate::rc::hw::EndpointModel;
 
 /// The fairness aimed at: each QP lands at least this share of an equal
@@ -67,16 +67,12 @@ pub fn oversubscribed_scenario(seed: u64, endpoint: EndpointModel) -> Scenario {
     let factor = r.random_range(2.0..=16.0);
     let qps = r.random_range(2..=16u32);
     let mut tx_depth = r.random_range(4..=64u32);
-    let per_msg = size.div_ceil(mtu as u32) as usize;
     if endpoint == EndpointModel::Hw {
         // A hardware requester's window is its send queue: at most 1 MiB
         // here, so that the buffer can hold two of them (below).
         tx_depth = tx_depth.min((1u32 << 20) / size).max(1);
     }
-    let window = match endpoint {
-        EndpointModel::Rxe => (tx_depth as usize * per_msg).min(128),
-        EndpointModel::Hw => tx_depth as usize * per_msg,
-    };
+    let window = requester_window(endpoint, tx_depth, size, mtu as u32);
     let rtt = Duration::from_secs_f64(2.0 * distance_km * 4.9e-6);
     let bdp_slots = (wan * 1e9 / 8.0 * rtt.as_secs_f64() / mtu as f64) as usize;
     // The buffer: at least 1.5 × BDP (the WAN can be kept full), and twice

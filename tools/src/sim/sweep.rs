@@ -60,6 +60,11 @@ pub struct SweepTotals {
     /// `violations`: see `Outcome::unfair`), and the first few.
     pub unfair: u64,
     pub unfair_runs: Vec<String>,
+    /// Over-subscribed runs whose shares were not judged: the span over
+    /// which the gateway pushed back was shorter than
+    /// `verdict::FAIR_SPAN_WINDOWS` requester windows per QP.
+    #[serde(default)]
+    pub fair_span_short: u64,
     /// The first few failing scenarios, for reproduction.
     pub failures: Vec<String>,
 }
@@ -67,8 +72,8 @@ pub struct SweepTotals {
 impl SweepTotals {
     pub fn summary(&self) -> String {
         format!(
-            "{} scenarios ({} over-subscribed, least share of an equal share {}, {} below {}) \
-             in {:.1} s: \
+            "{} scenarios ({} over-subscribed, least share of an equal share {}, {} below {}, \
+             {} too short to judge) in {:.1} s: \
              {} messages ok, {} failed as injected, {} bytes verified; \
              lost {} B, duplicated {} B, misordered {} B; {} WAN key updates; {} violations{}",
             self.scenarios,
@@ -76,6 +81,7 @@ impl SweepTotals {
             self.min_share.map_or("-".into(), |m| format!("{m:.2}")),
             self.unfair,
             super::oversub::FAIR_SHARE,
+            self.fair_span_short,
             self.wall_s,
             self.messages_ok,
             self.messages_failed_as_injected,
@@ -263,6 +269,7 @@ pub fn sweep(cfg: &SweepConfig) -> SweepTotals {
                 if let Some(m) = o.min_share {
                     t.min_share = Some(t.min_share.map_or(m, |x: f64| x.min(m)));
                 }
+                t.fair_span_short += u64::from(o.fair_span_short);
                 if let Some(u) = &o.unfair {
                     t.unfair += 1;
                     if t.unfair_runs.len() < 5 {

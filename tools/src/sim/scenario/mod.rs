@@ -155,6 +155,24 @@ pub struct Scenario {
     pub fair_share: Option<f64>,
 }
 
+/// Packets a requester may have outstanding: rxe's 128 PSNs (or its send
+/// queue, if less), a hardware requester's whole send queue.
+pub fn requester_window(endpoint: EndpointModel, tx_depth: u32, size: u32, mtu: u32) -> usize {
+    let queue = tx_depth as usize * size.div_ceil(mtu) as usize;
+    match endpoint {
+        EndpointModel::Rxe => queue.min(128),
+        EndpointModel::Hw => queue,
+    }
+}
+
+impl Scenario {
+    /// Bytes of one requester window ([`requester_window`]).
+    pub fn window_bytes(&self) -> u64 {
+        let mtu = self.mtu as u32;
+        requester_window(self.endpoint, self.tx_depth, self.size, mtu) as u64 * u64::from(mtu)
+    }
+}
+
 impl Default for Scenario {
     fn default() -> Scenario {
         Scenario {
@@ -224,6 +242,9 @@ pub struct Outcome {
     /// Reported apart from `violations` for now: the stated fairness does
     /// not hold in every over-subscribed run yet (docs/benchmarks.md).
     pub unfair: Option<String>,
+    /// With `Scenario::fair_share`: the span over which the shares would
+    /// be judged was too short to judge them (`verdict::check_fair_share`).
+    pub fair_span_short: bool,
     pub messages_ok: u64,
     pub messages_failed: u64,
     pub bytes_completed: u64,

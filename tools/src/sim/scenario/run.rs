@@ -396,7 +396,7 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
         check_no_head_of_line(others_landed_at, stall_failed_at, &mut out);
     }
     if let Some(min) = s.fair_share {
-        check_fair_share(shares.as_deref(), min, &mut out);
+        check_fair_share(shares.as_deref(), min, s.window_bytes(), &mut out);
     }
     finish(s, &w, start, ended_at, stopped, &mut out);
     out.wall_s = wall.elapsed().as_secs_f64();

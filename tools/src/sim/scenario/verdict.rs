@@ -39,12 +39,30 @@ pub(super) fn check_no_head_of_line(
 /// (`shares`: bytes per QP in that time; empty: no such time, the first
 /// transfer ended before; `None`: no QP's transfer ever ended, which the
 /// run's other verdicts report).
-pub(super) fn check_fair_share(shares: Option<&[u64]>, min: f64, out: &mut Outcome) {
+///
+/// Judged only over a span in which an equal share is at least
+/// [`FAIR_SPAN_WINDOWS`] requester windows (`window_bytes`): the gateway
+/// shares the WAN in turns, each a pseudo-ACK that lets a requester send
+/// its window, so what a QP lands in a span is whole windows give or take
+/// one at either end of it. Over a shorter span that error alone is more
+/// than half an equal share: a QP whose turn fell just outside it looks
+/// starved, another's looks doubled. Such a run is counted apart
+/// (`Outcome::fair_span_short`), not judged either way.
+pub(super) fn check_fair_share(
+    shares: Option<&[u64]>,
+    min: f64,
+    window_bytes: u64,
+    out: &mut Outcome,
+) {
     let Some(shares) = shares.filter(|s| !s.is_empty()) else {
         return;
     };
     let equal = shares.iter().sum::<u64>() as f64 / shares.len() as f64;
     if equal == 0.0 {
+        return;
+    }
+    if equal < (FAIR_SPAN_WINDOWS * window_bytes) as f64 {
+        out.fair_span_short = true;
         return;
     }
     let (worst, least) = shares
@@ -58,10 +76,17 @@ pub(super) fn check_fair_share(shares: Option<&[u64]>, min: f64, out: &mut Outco
     if share < min {
         out.unfair = Some(format!(
             "unfair: while the gateway pushed back, QP {worst} landed {least} B, {share:.2} \
-             of an equal share ({equal:.0} B; at least {min} required); per QP: {shares:?}"
+             of an equal share ({equal:.0} B, {:.1} windows; at least {min} required); \
+             per QP: {shares:?}",
+            equal / window_bytes as f64
         ));
     }
 }
+
+/// The shortest span, in requester windows per QP, over which the QPs'
+/// shares are judged ([`check_fair_share`]): with a window's error at
+/// either end, four windows keep it within half an equal share.
+pub const FAIR_SPAN_WINDOWS: u64 = 4;
 
 pub(super) fn finish(
     s: &Scenario,
