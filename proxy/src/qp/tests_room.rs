@@ -222,3 +222,37 @@ fn a_request_dropped_by_a_flow_holding_nothing_is_naked_when_room_frees() {
     }
     assert_eq!(naks, vec![dropped_at], "B NAKed at its gap once room freed");
 }
+
+/// A flow acknowledged with its whole window ahead of it sends a packet
+/// and sees it delivered before its requester sends the rest (it shares
+/// its host's link with other QPs). Its last slot released, its promise
+/// went with it, and another flow was acknowledged into the room its
+/// requester was still entitled to: both windows then overran the buffer
+/// (over-subscribed sweep seeds 75, 218 and 312: QPs at 0.19-0.25 of an
+/// equal share). Its promise now lasts a while after its last delivery.
+#[test]
+fn a_flow_whose_packets_were_all_delivered_keeps_its_promise_a_while() {
+    let (mut e, t, [mut a, mut b, mut c]) = three_requesters(80);
+    send(&mut e, t, &mut c, 24);
+    assert_eq!(c.acked, c.next, "C acknowledged");
+    send(&mut e, t, &mut a, 1);
+    assert_eq!(a.acked, a.next, "A acknowledged: its window is ahead of it");
+    let out = deliver_all(&mut e, t, &a);
+    a.take_acks(&out);
+    assert_eq!(e.occupancy().slots_used, 24, "A holds nothing");
+    // B sends while it is acknowledged: the room it may take stops short
+    // of C's window and A's, which their requesters may still send.
+    send(&mut e, t, &mut b, 64);
+    let b_held = b.acked;
+    assert_eq!(b.next - b_held, WINDOW, "B withheld at its window");
+    let free = 80 - e.occupancy().slots_used;
+    assert!(
+        free >= 2 * WINDOW as usize,
+        "{free} slots free: C's window and A's must fit"
+    );
+    // A's requester sends nothing more: its promise lapses, B goes on.
+    let later = t + Duration::from_millis(2);
+    b.take_acks(&run_timers(&mut e, later));
+    assert!(b.acked > b_held, "B acknowledged once A's promise lapsed");
+    assert_eq!(drops(&e), 0);
+}

@@ -666,6 +666,13 @@ impl PseudoAcker {
             }
         }
         self.pop_done();
+        if buf.flow_slots(self.flow_id) == 0 {
+            // Its last slot went with its promise: what its requester may
+            // still send is promised again, for a while (a requester
+            // sharing its host's link may take longer to use its window
+            // than the WAN takes to deliver what it sent).
+            self.renew_promise(now, buf);
+        }
         self.forward(out);
         self.maybe_ack(now, buf, out);
     }
