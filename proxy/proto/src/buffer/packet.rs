@@ -5,9 +5,18 @@
 //! run of bytes *lent* by an I/O backend (the AF_XDP backend's UMEM), so
 //! that a packet can stay where the kernel put it, or where it will be sent
 //! from, instead of being copied in or out (issue 16: at most one user-space
-//! copy per packet per gateway). A lent buffer goes back to its lender when
-//! dropped, through the small [`Lender`] trait (as a [`LenderRef`]): the sans-IO core never learns
-//! what the memory is.
+//! copy per packet per gateway).
+//!
+//! No raw pointers here (this crate forbids them). A lent run reaches a buffer as
+//! a `&'static mut [u8]` inside a [`Lease`]: exclusive, initialised memory
+//! by its type, so every access is plain safe slicing. Making that
+//! reference out of raw memory (UMEM) is the I/O crate's part, and its
+//! soundness argument is written there (soya-io's `xdp::lend`,
+//! `xdp::tape`): the lender keeps the memory mapped while any lease names
+//! it. A lent buffer goes back to its lender when dropped, through the
+//! small [`Lender`] trait (as a [`LenderRef`]), lease and all: the lender
+//! keeps the boxed lease to lend again, so lending allocates nothing in
+//! steady state, and the sans-IO core never learns what the memory is.
 //!
 //! A lent buffer has a fixed capacity. Growing it past that moves its bytes
 //! to the heap (a copy, counted by [`crate::copies::note`]) and returns the
@@ -17,81 +26,120 @@
 //! change from `Vec<u8>` was mechanical (tests build theirs with `.into()`).
 //!
 //! [`PacketPool`]: super::PacketPool
-#![allow(unsafe_code)]
 
 use std::fmt;
-use std::mem::MaybeUninit;
 use std::ops::{Deref, DerefMut};
-use std::ptr::NonNull;
 use std::sync::Arc;
 
 /// Someone who lends runs of bytes to [`PacketBuf`]s and takes them back.
 ///
-/// `give_back` is called exactly once per lent buffer, with the address of
-/// the run it lent (as given to [`PacketBuf::lent`]), when the buffer is
-/// dropped (or moved to the heap). It may be called from whichever thread
-/// dropped the buffer.
+/// `give_back` is called exactly once per lent buffer, with its [`Lease`]
+/// (still naming the run, see [`Lease::addr`]), when the buffer is dropped
+/// (or moved to the heap). It may be called from whichever thread dropped
+/// the buffer. A lender keeps the box to lend again (no allocation), after
+/// [`Lease::clear`] if the run's memory may go away before the lease does.
 pub trait Lender: Send + Sync {
-    fn give_back(&self, run: NonNull<u8>);
+    fn give_back(&self, lease: Box<Lease>);
 
-    /// Whether someone still reads the run lent at `run` without the
-    /// buffer knowing (an AF_XDP TX descriptor naming it): its bytes must
-    /// not be rewritten in place until that is over (see
+    /// Whether someone still reads the run of `lease` without the buffer
+    /// knowing (an AF_XDP TX descriptor naming it): its bytes must not be
+    /// rewritten in place until that is over (see
     /// [`PacketBuf::make_writable`]).
-    fn in_flight(&self, _run: NonNull<u8>) -> bool {
+    fn in_flight(&self, _lease: &Lease) -> bool {
         false
     }
 }
 
-/// A [`Lender`] as lent buffers refer to it: one pointer wide, so that a
-/// `PacketBuf` stays the size of a `Vec<u8>` (see [`PacketBuf`]).
+/// A [`Lender`] as lent buffers refer to it.
 #[derive(Clone)]
-pub struct LenderRef(Arc<Box<dyn Lender>>);
+pub struct LenderRef(Arc<dyn Lender>);
 
 impl LenderRef {
     pub fn new(lender: Box<dyn Lender>) -> LenderRef {
-        LenderRef(Arc::new(lender))
+        LenderRef(Arc::from(lender))
     }
 }
 
 impl<L: Lender + ?Sized> Lender for Arc<L> {
-    fn give_back(&self, run: NonNull<u8>) {
-        (**self).give_back(run)
+    fn give_back(&self, lease: Box<Lease>) {
+        (**self).give_back(lease)
     }
-    fn in_flight(&self, run: NonNull<u8>) -> bool {
-        (**self).in_flight(run)
+    fn in_flight(&self, lease: &Lease) -> bool {
+        (**self).in_flight(lease)
+    }
+}
+
+/// One run of lent bytes, as a lender hands it to [`PacketBuf::lent`] and
+/// gets it back in [`Lender::give_back`]. Boxed, so that a lent
+/// `PacketBuf` stays three words (see [`PacketBuf`]); the lender recycles
+/// the boxes.
+pub struct Lease {
+    /// The run: its length is the buffer's capacity.
+    run: &'static mut [u8],
+    /// Set while a buffer holds the lease (so that a lender keeping its
+    /// idle leases does not keep itself alive through them).
+    lender: Option<LenderRef>,
+}
+
+impl Lease {
+    /// A lease of `run` (allocates the box: lenders make them up front or
+    /// keep the ones given back).
+    pub fn new(run: &'static mut [u8]) -> Box<Lease> {
+        Box::new(Lease { run, lender: None })
+    }
+
+    /// Makes the lease name `run` instead (forgetting the one it named).
+    pub fn set_run(&mut self, run: &'static mut [u8]) {
+        self.run = run;
+    }
+
+    /// Forgets the run: the lease names no memory.
+    pub fn clear(&mut self) {
+        self.run = Default::default();
+    }
+
+    /// The run, leaving the lease naming none.
+    pub fn take_run(&mut self) -> &'static mut [u8] {
+        std::mem::take(&mut self.run)
+    }
+
+    /// The address of the run's first byte (for its lender to recognise it).
+    pub fn addr(&self) -> usize {
+        self.run.as_ptr() as usize
+    }
+
+    /// Bytes in the run.
+    pub fn capacity(&self) -> usize {
+        self.run.len()
     }
 }
 
 /// A packet's bytes: a heap vector or a run lent by a [`Lender`].
 ///
-/// Laid out in three words, as a `Vec<u8>` is: the engine's and the
-/// transport's per-packet tables hold one each, and their size is part of
-/// the per-QP state the simulator reports (`state_bytes_per_qp`); a wider
-/// buffer would grow it by a third. So the length and the capacity are
-/// `u32` (a packet buffer holds less than 4 GiB) and the third word is the
-/// lender, `None` for a heap buffer.
-pub struct PacketBuf {
-    /// Heap: the vector's pointer. Lent: the start of the run.
-    ptr: NonNull<u8>,
-    len: u32,
-    cap: u32,
-    lender: Option<LenderRef>,
-}
+/// Three words, as a `Vec<u8>` is (a lent buffer: its boxed lease and its
+/// length, beside the vector's niche): the engine's and the transport's
+/// per-packet tables hold one each, and their size is part of the per-QP
+/// state the simulator reports (`state_bytes_per_qp`); a wider buffer would
+/// grow it by a third.
+pub struct PacketBuf(Bytes);
 
-// SAFETY: a heap buffer owns its allocation as a `Vec<u8>` does; a lent run
-// is owned exclusively by its buffer (the contract of `PacketBuf::lent`),
-// and the lender is `Send + Sync`. Moving a buffer to another thread, or
-// sharing `&` to it, is as safe as for a `Vec<u8>`.
-unsafe impl Send for PacketBuf {}
-unsafe impl Sync for PacketBuf {}
+enum Bytes {
+    Heap(Vec<u8>),
+    /// The first `len` bytes of the lease's run are the packet.
+    Lent {
+        lease: Box<Lease>,
+        len: u32,
+    },
+}
 
 impl Drop for PacketBuf {
     fn drop(&mut self) {
-        match &self.lender {
-            Some(l) => l.0.give_back(self.ptr),
-            // SAFETY: a heap buffer's fields are its vector's raw parts.
-            None => drop(unsafe { self.vec_parts() }),
+        if let Bytes::Lent { mut lease, .. } =
+            std::mem::replace(&mut self.0, Bytes::Heap(Vec::new()))
+        {
+            if let Some(lender) = lease.lender.take() {
+                lender.0.give_back(lease);
+            }
         }
     }
 }
@@ -99,12 +147,7 @@ impl Drop for PacketBuf {
 impl PacketBuf {
     /// An empty heap buffer (allocates nothing).
     pub const fn new() -> PacketBuf {
-        PacketBuf {
-            ptr: NonNull::dangling(),
-            len: 0,
-            cap: 0,
-            lender: None,
-        }
+        PacketBuf(Bytes::Heap(Vec::new()))
     }
 
     /// An empty heap buffer with room for `cap` bytes.
@@ -112,59 +155,22 @@ impl PacketBuf {
         Vec::with_capacity(cap).into()
     }
 
-    /// An empty buffer over `cap` bytes at `run`, given back to `lender`
-    /// when dropped.
+    /// A buffer over `lease`'s run whose first `len` bytes are the packet
+    /// (0: an empty buffer to write into; a backend that received a packet
+    /// in place lends it whole), given back to `lender` when dropped.
     ///
-    /// # Safety
-    /// `run` must be valid for reads and writes of `cap` bytes, and nothing
-    /// else may read or write them, until `lender` is given `run` back
-    /// (which this buffer does exactly once).
-    pub unsafe fn lent(run: NonNull<u8>, cap: u32, lender: &LenderRef) -> PacketBuf {
-        PacketBuf {
-            ptr: run,
-            len: 0,
-            cap,
-            lender: Some(lender.clone()),
-        }
-    }
-
-    /// The vector a heap buffer's fields describe.
-    ///
-    /// # Safety
-    /// Only for a heap buffer, and the result must not be dropped while
-    /// `self` still names it (see `with_vec`, `drop`).
-    unsafe fn vec_parts(&mut self) -> Vec<u8> {
-        // SAFETY: a heap buffer's fields were taken from a `Vec<u8>`
-        // (`set_vec`) and are changed only through one (`with_vec`).
-        unsafe { Vec::from_raw_parts(self.ptr.as_ptr(), self.len as usize, self.cap as usize) }
-    }
-
-    /// Makes `self` (heap, owning nothing) the owner of `v`.
-    fn set_vec(&mut self, v: Vec<u8>) {
-        let mut v = std::mem::ManuallyDrop::new(v);
-        let (Ok(len), Ok(cap)) = (u32::try_from(v.len()), u32::try_from(v.capacity())) else {
-            // Leaks `v` rather than naming memory `self` cannot describe;
-            // `self` stays a valid empty buffer.
-            panic!("a packet buffer holds less than 4 GiB");
-        };
-        self.ptr = NonNull::new(v.as_mut_ptr()).expect("a Vec's pointer is never null");
-        self.len = len;
-        self.cap = cap;
-    }
-
-    /// Runs `f` on a heap buffer's vector. While `f` runs `self` owns
-    /// nothing, so a panic in it leaks the vector instead of freeing it
-    /// twice.
-    fn with_vec<R>(&mut self, f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
-        debug_assert!(self.lender.is_none());
-        // SAFETY: a heap buffer; `self` is emptied before `v` could drop.
-        let mut v = std::mem::ManuallyDrop::new(unsafe { self.vec_parts() });
-        self.ptr = NonNull::dangling();
-        self.len = 0;
-        self.cap = 0;
-        let r = f(&mut v);
-        self.set_vec(std::mem::ManuallyDrop::into_inner(v));
-        r
+    /// # Panics
+    /// When `len` is past the run, or the run is 4 GiB or more.
+    pub fn lent(mut lease: Box<Lease>, len: usize, lender: &LenderRef) -> PacketBuf {
+        assert!(
+            len <= lease.capacity() && u32::try_from(lease.capacity()).is_ok(),
+            "a lent packet fits its run, and a run is less than 4 GiB"
+        );
+        lease.lender = Some(lender.clone());
+        PacketBuf(Bytes::Lent {
+            lease,
+            len: len as u32,
+        })
     }
 
     /// Before rewriting bytes already handed to an I/O backend (the
@@ -173,106 +179,113 @@ impl PacketBuf {
     /// the heap (a copy, counted; `true`). Writing in place instead would
     /// race with the NIC or the kernel sending the previous version.
     pub fn make_writable(&mut self) -> bool {
-        match &self.lender {
-            Some(l) if l.0.in_flight(self.ptr) => {
-                crate::copies::note(self.len());
-                *self = self.as_slice().to_vec().into();
-                true
+        let busy = match &self.0 {
+            Bytes::Lent { lease, .. } => {
+                lease.lender.as_ref().is_some_and(|l| l.0.in_flight(lease))
             }
-            _ => false,
+            Bytes::Heap(_) => false,
+        };
+        if busy {
+            crate::copies::note(self.len());
+            *self = self.as_slice().to_vec().into();
         }
-    }
-
-    /// The start of a lent buffer's run (for its lender to recognise it).
-    pub fn lent_run(&self) -> Option<NonNull<u8>> {
-        self.lender.as_ref().map(|_| self.ptr)
+        busy
     }
 
     /// Whether the bytes are lent (not on the heap).
     pub fn is_lent(&self) -> bool {
-        self.lender.is_some()
+        matches!(self.0, Bytes::Lent { .. })
     }
 
+    #[inline]
     pub fn len(&self) -> usize {
-        self.len as usize
+        match &self.0 {
+            Bytes::Heap(v) => v.len(),
+            Bytes::Lent { len, .. } => *len as usize,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     pub fn capacity(&self) -> usize {
-        self.cap as usize
+        match &self.0 {
+            Bytes::Heap(v) => v.capacity(),
+            Bytes::Lent { lease, .. } => lease.capacity(),
+        }
     }
 
     pub fn clear(&mut self) {
         self.truncate(0);
     }
 
-    pub fn truncate(&mut self, len: usize) {
-        // Both kinds: shortening only forgets bytes (u8 has no drop).
-        if len < self.len() {
-            self.len = len as u32;
+    pub fn truncate(&mut self, new_len: usize) {
+        match &mut self.0 {
+            Bytes::Heap(v) => v.truncate(new_len),
+            Bytes::Lent { len, .. } => {
+                if new_len < *len as usize {
+                    *len = new_len as u32;
+                }
+            }
         }
     }
 
     /// Makes room for `extra` more bytes. A lent buffer too small moves its
     /// bytes to the heap (counted as a copy) and goes back to its lender.
     pub fn reserve(&mut self, extra: usize) {
-        if self.lender.is_none() {
-            self.with_vec(|v| v.reserve(extra));
-        } else if self.capacity() - self.len() < extra {
-            let mut v = Vec::with_capacity(self.len() + extra);
-            crate::copies::note(self.len());
-            v.extend_from_slice(self);
-            // Gives the run back, and `self` becomes the heap buffer.
-            *self = v.into();
+        match &mut self.0 {
+            Bytes::Heap(v) => v.reserve(extra),
+            Bytes::Lent { lease, len } => {
+                let len = *len as usize;
+                if lease.capacity() - len < extra {
+                    let mut v = Vec::with_capacity(len + extra);
+                    crate::copies::note(len);
+                    v.extend_from_slice(&lease.run[..len]);
+                    // Gives the run back, and `self` becomes the heap buffer.
+                    *self = v.into();
+                }
+            }
         }
     }
 
     pub fn extend_from_slice(&mut self, bytes: &[u8]) {
-        if self.lender.is_none() {
-            return self.with_vec(|v| v.extend_from_slice(bytes));
+        if let Bytes::Heap(v) = &mut self.0 {
+            return v.extend_from_slice(bytes);
         }
         self.reserve(bytes.len());
-        if self.lender.is_none() {
-            return self.with_vec(|v| v.extend_from_slice(bytes));
+        match &mut self.0 {
+            Bytes::Heap(v) => v.extend_from_slice(bytes),
+            Bytes::Lent { lease, len } => {
+                let at = *len as usize;
+                lease.run[at..at + bytes.len()].copy_from_slice(bytes);
+                *len += bytes.len() as u32;
+            }
         }
-        // SAFETY: `reserve` left room for `bytes` in the run; `bytes`
-        // cannot overlap the spare part of a run this buffer owns
-        // exclusively.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                self.ptr.as_ptr().add(self.len()),
-                bytes.len(),
-            )
-        };
-        self.len += bytes.len() as u32;
     }
 
     pub fn push(&mut self, b: u8) {
-        if self.lender.is_none() {
-            self.with_vec(|v| v.push(b));
-        } else {
-            self.extend_from_slice(&[b]);
+        match &mut self.0 {
+            Bytes::Heap(v) => v.push(b),
+            Bytes::Lent { .. } => self.extend_from_slice(&[b]),
         }
     }
 
     /// Resizes to `len` bytes, new ones set to `value`.
-    pub fn resize(&mut self, len: usize, value: u8) {
+    pub fn resize(&mut self, new_len: usize, value: u8) {
         let cur = self.len();
-        if len <= cur {
-            self.truncate(len);
+        if new_len <= cur {
+            self.truncate(new_len);
             return;
         }
-        self.reserve(len - cur);
-        if self.lender.is_none() {
-            return self.with_vec(|v| v.resize(len, value));
+        self.reserve(new_len - cur);
+        match &mut self.0 {
+            Bytes::Heap(v) => v.resize(new_len, value),
+            Bytes::Lent { lease, len } => {
+                lease.run[cur..new_len].fill(value);
+                *len = new_len as u32;
+            }
         }
-        // SAFETY: `reserve` left room for `len` bytes in the run.
-        unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(cur), value, len - cur) };
-        self.len = len as u32;
     }
 
     /// Forgets the first `n` bytes (at most all of them), moving the rest
@@ -303,49 +316,67 @@ impl PacketBuf {
         s[..bytes.len()].copy_from_slice(bytes);
     }
 
-    /// The uninitialised room after the bytes (for a `readv` into it).
-    pub fn spare_capacity_mut(&mut self) -> &mut [MaybeUninit<u8>] {
-        // SAFETY: both kinds own `cap` bytes at `ptr` exclusively (a
-        // vector's allocation, a lent run); the part past `len` is handed
-        // out as possibly uninitialised, as `Vec::spare_capacity_mut` does.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.ptr.as_ptr().add(self.len()).cast::<MaybeUninit<u8>>(),
-                self.capacity() - self.len(),
-            )
+    /// A heap buffer's vector, for an I/O backend to read a packet into
+    /// its spare capacity (soya-io's `sys::read_packet_into`); `None` for a
+    /// lent buffer (see [`lent_spare_mut`](Self::lent_spare_mut)).
+    pub fn heap_vec_mut(&mut self) -> Option<&mut Vec<u8>> {
+        match &mut self.0 {
+            Bytes::Heap(v) => Some(v),
+            Bytes::Lent { .. } => None,
         }
     }
 
-    /// Sets the length after bytes were written into the spare capacity.
+    /// A lent buffer's room after its bytes (initialised memory: whatever
+    /// the run held), to read a packet into; [`commit_lent`](Self::commit_lent)
+    /// then counts what was written. `None` for a heap buffer.
+    pub fn lent_spare_mut(&mut self) -> Option<&mut [u8]> {
+        match &mut self.0 {
+            Bytes::Heap(_) => None,
+            Bytes::Lent { lease, len } => Some(&mut lease.run[*len as usize..]),
+        }
+    }
+
+    /// Takes the first `n` bytes of [`lent_spare_mut`](Self::lent_spare_mut)
+    /// into the packet.
     ///
-    /// # Safety
-    /// As `Vec::set_len`: `len <= capacity()` and the first `len` bytes
-    /// initialised.
-    pub unsafe fn set_len(&mut self, len: usize) {
-        debug_assert!(len <= self.capacity());
-        self.len = len as u32;
+    /// # Panics
+    /// For a heap buffer, or when `n` is more than the room.
+    pub fn commit_lent(&mut self, n: usize) {
+        match &mut self.0 {
+            Bytes::Lent { lease, len } => {
+                assert!(n <= lease.capacity() - *len as usize, "past the lent run");
+                *len += n as u32;
+            }
+            Bytes::Heap(_) => panic!("commit_lent on a heap buffer"),
+        }
     }
 
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: the first `len` of the `cap` bytes this buffer owns are
-        // initialised (written through it); `ptr` is dangling only with
-        // `len` 0, which `from_raw_parts` allows.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len()) }
+        match &self.0 {
+            Bytes::Heap(v) => v,
+            Bytes::Lent { lease, len } => &lease.run[..*len as usize],
+        }
     }
 
+    #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as `as_slice`, and the bytes are exclusively ours.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len()) }
+        match &mut self.0 {
+            Bytes::Heap(v) => v,
+            Bytes::Lent { lease, len } => &mut lease.run[..*len as usize],
+        }
     }
 
     /// The bytes as a vector: free for a heap buffer, a copy (counted) for
     /// a lent one, which goes back to its lender.
     pub fn into_vec(mut self) -> Vec<u8> {
-        if self.lender.is_some() {
-            crate::copies::note(self.len());
-            return self.as_slice().to_vec();
+        match &mut self.0 {
+            Bytes::Heap(v) => std::mem::take(v),
+            Bytes::Lent { .. } => {
+                crate::copies::note(self.len());
+                self.as_slice().to_vec()
+            }
         }
-        self.with_vec(std::mem::take)
     }
 }
 
@@ -357,9 +388,7 @@ impl Default for PacketBuf {
 
 impl From<Vec<u8>> for PacketBuf {
     fn from(v: Vec<u8>) -> PacketBuf {
-        let mut b = PacketBuf::new();
-        b.set_vec(v);
-        b
+        PacketBuf(Bytes::Heap(v))
     }
 }
 
@@ -518,33 +547,38 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
-    /// A lender over one heap block, recording the offsets given back.
+    /// A lender over one leaked heap block (so `'static`), recording the
+    /// offsets given back and keeping the leases.
     struct Block {
-        mem: Mutex<Vec<u8>>,
+        base: usize,
         back: Mutex<Vec<usize>>,
+        kept: Mutex<Vec<Box<Lease>>>,
     }
 
     impl Lender for Block {
-        fn give_back(&self, run: NonNull<u8>) {
-            let base = self.mem.lock().unwrap().as_ptr() as usize;
-            self.back.lock().unwrap().push(run.as_ptr() as usize - base);
+        fn give_back(&self, lease: Box<Lease>) {
+            self.back.lock().unwrap().push(lease.addr() - self.base);
+            self.kept.lock().unwrap().push(lease);
         }
     }
 
-    fn block() -> (Arc<Block>, LenderRef) {
+    /// A block of 64 bytes, lent as runs of `cap` bytes.
+    fn block(cap: usize) -> (Arc<Block>, LenderRef, Vec<Box<Lease>>) {
+        let mem: &'static mut [u8] = Box::leak(vec![0u8; 64].into_boxed_slice());
         let b = Arc::new(Block {
-            mem: Mutex::new(vec![0; 64]),
+            base: mem.as_ptr() as usize,
             back: Mutex::new(Vec::new()),
+            kept: Mutex::new(Vec::new()),
         });
         let r = LenderRef::new(Box::new(b.clone()));
-        (b, r)
+        let runs = mem.chunks_mut(cap).map(Lease::new).collect();
+        (b, r, runs)
     }
 
-    fn lend(block: &Block, r: &LenderRef, off: usize, cap: u32) -> PacketBuf {
-        let ptr = NonNull::new(block.mem.lock().unwrap()[off..].as_mut_ptr()).unwrap();
-        // SAFETY: the tests lend disjoint runs of a block that outlives
-        // every buffer, and read it only once the run is given back.
-        unsafe { PacketBuf::lent(ptr, cap, r) }
+    /// What a kept lease's run holds (its lender's view, once back).
+    fn kept_bytes(block: &Block, i: usize) -> Vec<u8> {
+        let mut l = block.kept.lock().unwrap();
+        l[i].take_run().to_vec()
     }
 
     #[test]
@@ -581,8 +615,8 @@ mod tests {
 
     #[test]
     fn a_lent_buffer_writes_in_place_and_goes_back_on_drop() {
-        let (block, r) = block();
-        let mut b = lend(&block, &r, 16, 8);
+        let (block, r, mut runs) = block(8);
+        let mut b = PacketBuf::lent(runs.remove(2), 0, &r);
         assert!(b.is_lent() && b.is_empty() && b.capacity() == 8);
         b.extend_from_slice(b"abcd");
         b[0] = b'A';
@@ -590,22 +624,38 @@ mod tests {
         assert_eq!(b, b"Abc");
         drop(b);
         assert_eq!(*block.back.lock().unwrap(), [16]);
-        assert_eq!(&block.mem.lock().unwrap()[16..20], b"Abcd");
+        assert_eq!(&kept_bytes(&block, 0)[..4], b"Abcd");
+    }
+
+    #[test]
+    fn a_lent_buffer_can_hold_a_packet_already_there_and_be_read_into() {
+        let (block, r, mut runs) = block(8);
+        runs[0].run[..3].copy_from_slice(b"xyz");
+        let mut b = PacketBuf::lent(runs.remove(0), 3, &r);
+        assert_eq!(b, b"xyz");
+        assert!(b.heap_vec_mut().is_none());
+        let room = b.lent_spare_mut().unwrap();
+        assert_eq!(room.len(), 5);
+        room[..2].copy_from_slice(b"12");
+        b.commit_lent(2);
+        assert_eq!(b, b"xyz12");
+        drop(b);
+        assert_eq!(*block.back.lock().unwrap(), [0]);
     }
 
     #[test]
     fn growing_a_lent_buffer_past_its_run_moves_it_to_the_heap_intact() {
-        let (block, r) = block();
-        let mut b = lend(&block, &r, 0, 4);
+        let (block, r, mut runs) = block(4);
+        let mut d = PacketBuf::lent(runs.remove(4), 0, &r);
+        let mut c = PacketBuf::lent(runs.remove(2), 0, &r);
+        let mut b = PacketBuf::lent(runs.remove(0), 0, &r);
         b.extend_from_slice(b"abc");
         b.extend_from_slice(b"defgh");
         assert!(!b.is_lent());
         assert_eq!(b, b"abcdefgh");
         assert_eq!(*block.back.lock().unwrap(), [0]);
-        let mut c = lend(&block, &r, 8, 4);
         c.resize(6, b'x');
         assert_eq!((c.is_lent(), c.as_slice()), (false, &b"xxxxxx"[..]));
-        let mut d = lend(&block, &r, 16, 4);
         d.extend_from_slice(b"ab");
         assert_eq!(d.into_vec(), b"ab");
         assert_eq!(*block.back.lock().unwrap(), [0, 8, 16]);
