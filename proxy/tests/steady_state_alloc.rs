@@ -260,6 +260,8 @@ const RUN: usize = 4608;
 /// nothing). The block is leaked (`'static`, as the leases want); a test
 /// makes a few.
 struct Runs {
+    // Boxed on purpose: a kept box is lent again as it is.
+    #[allow(clippy::vec_box)]
     free: Mutex<Vec<Box<Lease>>>,
 }
 
@@ -625,6 +627,7 @@ struct Block {
     regions: usize,
     /// The free regions' leases (room for all: giving back allocates
     /// nothing).
+    #[allow(clippy::vec_box)]
     free: Mutex<Vec<Box<Lease>>>,
 }
 
