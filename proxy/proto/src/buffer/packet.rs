@@ -94,6 +94,7 @@ impl Lease {
     }
 
     /// Forgets the run: the lease names no memory.
+    #[inline]
     pub fn clear(&mut self) {
         self.run = Default::default();
     }
@@ -109,6 +110,7 @@ impl Lease {
     }
 
     /// Bytes in the run.
+    #[inline]
     pub fn capacity(&self) -> usize {
         self.run.len()
     }
@@ -133,6 +135,7 @@ enum Bytes {
 }
 
 impl Drop for PacketBuf {
+    #[inline]
     fn drop(&mut self) {
         if let Bytes::Lent { mut lease, .. } =
             std::mem::replace(&mut self.0, Bytes::Heap(Vec::new()))
@@ -146,6 +149,7 @@ impl Drop for PacketBuf {
 
 impl PacketBuf {
     /// An empty heap buffer (allocates nothing).
+    #[inline]
     pub const fn new() -> PacketBuf {
         PacketBuf(Bytes::Heap(Vec::new()))
     }
@@ -193,6 +197,7 @@ impl PacketBuf {
     }
 
     /// Whether the bytes are lent (not on the heap).
+    #[inline]
     pub fn is_lent(&self) -> bool {
         matches!(self.0, Bytes::Lent { .. })
     }
@@ -205,6 +210,7 @@ impl PacketBuf {
         }
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -220,6 +226,7 @@ impl PacketBuf {
         self.truncate(0);
     }
 
+    #[inline]
     pub fn truncate(&mut self, new_len: usize) {
         match &mut self.0 {
             Bytes::Heap(v) => v.truncate(new_len),
@@ -249,6 +256,7 @@ impl PacketBuf {
         }
     }
 
+    #[inline]
     pub fn extend_from_slice(&mut self, bytes: &[u8]) {
         if let Bytes::Heap(v) = &mut self.0 {
             return v.extend_from_slice(bytes);
@@ -264,6 +272,7 @@ impl PacketBuf {
         }
     }
 
+    #[inline]
     pub fn push(&mut self, b: u8) {
         match &mut self.0 {
             Bytes::Heap(v) => v.push(b),
@@ -387,6 +396,7 @@ impl Default for PacketBuf {
 }
 
 impl From<Vec<u8>> for PacketBuf {
+    #[inline]
     fn from(v: Vec<u8>) -> PacketBuf {
         PacketBuf(Bytes::Heap(v))
     }
@@ -412,24 +422,28 @@ impl<const N: usize> From<&[u8; N]> for PacketBuf {
 
 impl Deref for PacketBuf {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         self.as_slice()
     }
 }
 
 impl DerefMut for PacketBuf {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
         self.as_mut_slice()
     }
 }
 
 impl AsRef<[u8]> for PacketBuf {
+    #[inline]
     fn as_ref(&self) -> &[u8] {
         self
     }
 }
 
 impl AsMut<[u8]> for PacketBuf {
+    #[inline]
     fn as_mut(&mut self) -> &mut [u8] {
         self
     }
