@@ -1,4 +1,5 @@
-//! The module layout: no import cycles between sibling modules.
+//! The module layout: no import cycles between sibling modules, nor
+//! between the crates; the protocol crate free of I/O and `unsafe`.
 //!
 //! A newcomer reads a folder as layers: `qp/half.rs` is below
 //! `qp/ingress/`, which is below `qp/engine/`. A cycle between siblings
@@ -317,11 +318,195 @@ fn sibling_cycles(krate: &str, root: &Path) -> Vec<String> {
     found
 }
 
-const CRATES: [(&str, &str); 3] = [
+const CRATES: [(&str, &str); 5] = [
     ("soya", "proxy/src/lib.rs"),
+    ("soya_proto", "proxy/proto/src/lib.rs"),
+    ("soya_io", "proxy/io/src/lib.rs"),
     ("soya_config", "config/src/lib.rs"),
     ("soya_tools", "tools/src/lib.rs"),
 ];
+
+/// The workspace's crates (package name, manifest) and the layer each sits
+/// in: a crate may depend only on crates of a lower layer.
+const LAYERS: [(&str, &str, u8); 6] = [
+    ("soya-config", "config/Cargo.toml", 0),
+    ("soya-proto", "proxy/proto/Cargo.toml", 1),
+    ("soya-io", "proxy/io/Cargo.toml", 2),
+    ("soya", "proxy/Cargo.toml", 3),
+    ("soya-tools", "tools/Cargo.toml", 4),
+    ("soya-integration-tests", "tests/Cargo.toml", 5),
+];
+
+/// The workspace crates a manifest names in its `[dependencies]`,
+/// `[dev-dependencies]` and `[build-dependencies]` (a dev-dependency
+/// counts too: cargo allows a cycle through one, the layers do not).
+fn workspace_deps(manifest: &str) -> BTreeSet<String> {
+    let mut deps = BTreeSet::new();
+    let mut in_deps = false;
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_deps = line.ends_with("dependencies]");
+            continue;
+        }
+        if !in_deps || line.starts_with('#') {
+            continue;
+        }
+        let name = line.split(['=', '.', ' ']).next().unwrap_or("").trim();
+        if LAYERS.iter().any(|(n, _, _)| *n == name) {
+            deps.insert(name.to_string());
+        }
+    }
+    deps
+}
+
+/// No cycle between the crates: each depends only on lower layers
+/// (config, then the protocol, the I/O, the daemon, the tools).
+#[test]
+fn crates_depend_only_on_lower_layers() {
+    let ws = workspace();
+    let mut wrong = Vec::new();
+    for (name, manifest, layer) in LAYERS {
+        let text = std::fs::read_to_string(ws.join(manifest)).expect("manifest");
+        for dep in workspace_deps(&text) {
+            let (_, _, l) = LAYERS.iter().find(|(n, _, _)| *n == dep).expect("listed");
+            if *l >= layer {
+                wrong.push(format!("{name} ({manifest}) depends on {dep}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "crates out of their layer:\n{}",
+        wrong.join("\n")
+    );
+    let proto = std::fs::read_to_string(ws.join("proxy/proto/Cargo.toml")).expect("manifest");
+    assert_eq!(
+        workspace_deps(&proto),
+        BTreeSet::from(["soya-config".to_string()]),
+        "the protocol crate depends on soya-config alone"
+    );
+}
+
+/// Every package the protocol crate may pull in, by name, from Cargo.lock
+/// (all features, dev-dependencies too: a superset of `cargo tree -p
+/// soya-proto -e normal`).
+fn locked_closure(root: &str) -> BTreeSet<String> {
+    let lock = std::fs::read_to_string(workspace().join("Cargo.lock")).expect("Cargo.lock");
+    let mut deps: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut name = String::new();
+    let mut in_deps = false;
+    for line in lock.lines() {
+        let line = line.trim();
+        if line == "[[package]]" {
+            in_deps = false;
+        } else if let Some(n) = line.strip_prefix("name = ") {
+            name = n.trim_matches('"').to_string();
+            deps.entry(name.clone()).or_default();
+        } else if line.starts_with("dependencies = [") {
+            in_deps = true;
+        } else if in_deps && line == "]" {
+            in_deps = false;
+        } else if in_deps {
+            let dep = line.trim_matches([' ', '"', ',']);
+            let dep = dep.split(' ').next().unwrap_or("").to_string();
+            deps.entry(name.clone()).or_default().insert(dep);
+        }
+    }
+    let mut seen = BTreeSet::new();
+    let mut todo = vec![root.to_string()];
+    while let Some(p) = todo.pop() {
+        if seen.insert(p.clone()) {
+            todo.extend(deps.get(&p).into_iter().flatten().cloned());
+        }
+    }
+    seen
+}
+
+/// The protocol crate builds without a runtime, an HTTP server, BPF,
+/// netlink or a command-line parser (issue 37).
+#[test]
+fn the_protocol_crate_pulls_in_no_io_stack() {
+    let all = locked_closure("soya-proto");
+    assert!(all.contains("snow"), "Cargo.lock read: {all:?}");
+    let banned: Vec<&String> = all
+        .iter()
+        .filter(|p| {
+            ["tokio", "hyper", "aya", "clap"].contains(&p.as_str()) || p.starts_with("netlink")
+        })
+        .collect();
+    assert!(banned.is_empty(), "soya-proto pulls in {banned:?}");
+}
+
+/// Whether `file` (Rust source) has `unsafe` code: a block, fn, impl or
+/// trait (comments and strings do not count).
+fn has_unsafe(src: &str) -> bool {
+    #[derive(Default)]
+    struct V(bool);
+    impl<'ast> Visit<'ast> for V {
+        fn visit_expr_unsafe(&mut self, _: &'ast syn::ExprUnsafe) {
+            self.0 = true;
+        }
+        fn visit_signature(&mut self, s: &'ast syn::Signature) {
+            self.0 |= s.unsafety.is_some();
+        }
+        fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
+            self.0 |= i.unsafety.is_some();
+            syn::visit::visit_item_impl(self, i);
+        }
+        fn visit_item_trait(&mut self, t: &'ast syn::ItemTrait) {
+            self.0 |= t.unsafety.is_some();
+            syn::visit::visit_item_trait(self, t);
+        }
+    }
+    let ast = syn::parse_file(src).expect("parses");
+    let mut v = V::default();
+    v.visit_file(&ast);
+    v.0
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("read_dir") {
+        let p = e.expect("entry").path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// `unsafe` lives in the I/O crate (and the verbs FFI of soya-tools): the
+/// protocol crate and the daemon forbid it, and have none.
+#[test]
+fn unsafe_code_is_in_the_io_crate_only() {
+    let ws = workspace();
+    for (root, dirs) in [
+        ("proxy/proto/src/lib.rs", &["proxy/proto/src"][..]),
+        ("proxy/src/lib.rs", &["proxy/src"][..]),
+    ] {
+        let lib = std::fs::read_to_string(ws.join(root)).expect("lib.rs");
+        assert!(
+            lib.contains("#![forbid(unsafe_code)]"),
+            "{root} forbids unsafe code"
+        );
+        let mut files = Vec::new();
+        for d in dirs {
+            rust_files(&ws.join(d), &mut files);
+        }
+        for f in files {
+            let src = std::fs::read_to_string(&f).expect("source");
+            assert!(!has_unsafe(&src), "{}: unsafe code", f.display());
+        }
+    }
+    let mut io = Vec::new();
+    rust_files(&ws.join("proxy/io/src"), &mut io);
+    assert!(
+        io.iter()
+            .any(|f| has_unsafe(&std::fs::read_to_string(f).expect("source"))),
+        "the checker sees the I/O crate's unsafe code"
+    );
+}
 
 #[test]
 fn no_import_cycles_between_sibling_modules() {

@@ -35,14 +35,16 @@ use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
 use criterion::{criterion_group, BatchSize, Criterion, Throughput};
 
-use soya::qp::egress::Reinjector;
-use soya::qp::ingress::{Mode, PseudoAcker};
-use soya::qp::twin::Carry;
-use soya::qp::{EngineConfig, Output, QpEngine, TwinMsg};
-use soya::roce::{Opcode, Psn, RocePacket};
-use soya::sys::{CountingAlloc, HeapChange};
-use soya::time::Time;
-use soya::wan::{msg, CcKind, Cipher, CipherPolicy, Event, PathConfig, WanConfig, WanConnection};
+use soya_io::sys::{CountingAlloc, HeapChange};
+use soya_proto::qp::egress::Reinjector;
+use soya_proto::qp::ingress::{Mode, PseudoAcker};
+use soya_proto::qp::twin::Carry;
+use soya_proto::qp::{EngineConfig, Output, QpEngine, TwinMsg};
+use soya_proto::roce::{Opcode, Psn, RocePacket};
+use soya_proto::time::Time;
+use soya_proto::wan::{
+    msg, CcKind, Cipher, CipherPolicy, Event, PathConfig, WanConfig, WanConnection,
+};
 
 #[path = "../tests/common/hosts.rs"]
 mod hosts;

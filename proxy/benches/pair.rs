@@ -38,13 +38,13 @@ use std::time::Duration;
 use soya::gateway::memory::{MemDc, MemWan, VirtualClock};
 use soya::gateway::ports::Clock;
 use soya::gateway::turn::Turn;
-use soya::qp::twin::Carry;
-use soya::qp::{EngineConfig, Output, QpEngine, TwinMsg};
-use soya::roce::{is_roce, OpKind, Opcode, Psn, RocePacket};
-use soya::site::{Site, SiteParams};
-use soya::sys::thread_cpu_ns;
-use soya::time::Time;
-use soya::wan::{Event, WanConnection};
+use soya_io::sys::thread_cpu_ns;
+use soya_proto::qp::twin::Carry;
+use soya_proto::qp::{EngineConfig, Output, QpEngine, TwinMsg};
+use soya_proto::roce::{is_roce, OpKind, Opcode, Psn, RocePacket};
+use soya_proto::site::{Site, SiteParams};
+use soya_proto::time::Time;
+use soya_proto::wan::{Event, WanConnection};
 
 #[path = "../tests/common/hosts.rs"]
 mod hosts;
@@ -385,7 +385,7 @@ fn pair(o: &Opts, keyed: bool) -> PairRun {
     assert_eq!(w.received, WARM_UP + packets);
     assert_eq!(w.a.site.wan().stats().packets_lost, lost, "no loss");
     let ing = w.a.site.engine().ingress_halves().next().unwrap();
-    assert_eq!(ing.mode, soya::qp::ingress::Mode::Accelerated);
+    assert_eq!(ing.mode, soya_proto::qp::ingress::Mode::Accelerated);
     assert!(ing.stats.pseudo_acks > 0);
     assert_eq!(ing.stats.withheld_acks + ing.stats.backpressure_drops, 0);
     let p = u64::from(packets);

@@ -38,10 +38,10 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use soya::qp::TwinMsg;
-use soya::sys::udpio::{IoMode, TxDatagram, UdpIo};
-use soya::time::Time;
-use soya::wan::{CcKind, Cipher, CipherPolicy, Event, PathConfig, WanConfig, WanConnection};
+use soya_io::sys::udpio::{IoMode, TxDatagram, UdpIo};
+use soya_proto::qp::TwinMsg;
+use soya_proto::time::Time;
+use soya_proto::wan::{CcKind, Cipher, CipherPolicy, Event, PathConfig, WanConfig, WanConnection};
 
 const FLOW: u64 = 7;
 const STAGE_SLOTS: usize = 64;
@@ -157,11 +157,11 @@ fn thread_cpu() -> f64 {
     if !PER_SIDE.load(std::sync::atomic::Ordering::Relaxed) {
         return 0.0;
     }
-    soya::sys::thread_cpu_ns() as f64 / 1e9
+    soya_io::sys::thread_cpu_ns() as f64 / 1e9
 }
 
 fn cpu_seconds() -> f64 {
-    soya::sys::process_cpu_secs()
+    soya_io::sys::process_cpu_secs()
 }
 
 fn run(cipher: Option<Cipher>, mode: IoMode, secs: f64, size: usize, window: u64) -> Outcome {
@@ -244,8 +244,8 @@ fn run(cipher: Option<Cipher>, mode: IoMode, secs: f64, size: usize, window: u64
                 .map_or(Duration::from_millis(1), |d| d.since(t))
                 .min(Duration::from_millis(1));
             let mut fds = [a.sock.as_raw_fd(), b.sock.as_raw_fd()]
-                .map(|fd| soya::sys::pollfd(fd, libc::POLLIN));
-            let _ = soya::sys::ppoll(&mut fds, Some(next));
+                .map(|fd| soya_io::sys::pollfd(fd, libc::POLLIN));
+            let _ = soya_io::sys::ppoll(&mut fds, Some(next));
         }
     }
     let (w0, c0, d0) = t0.expect("warm-up ended");

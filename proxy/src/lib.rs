@@ -1,41 +1,27 @@
-//! Sōya: a long-distance RoCEv2 WAN accelerator.
+//! Sōya: a long-distance RoCEv2 WAN accelerator. This crate is the daemon:
+//! the gateway ([`gateway`]: threads, device loops, the control plane), and
+//! the `soya` command line (src/main.rs, src/plan_cli.rs, [`demo_args`]).
 //!
-//! A packet's journey, and the module that handles each step:
+//! It sits on two crates (proxy/proto and proxy/io):
 //!
-//! 1. DC side in: [`roce`] parses and checks the RoCEv2 packet.
-//! 2. Pseudo-ACK ([`qp::ingress`]) and the deep buffer ([`buffer`]).
-//! 3. WAN paths to the twin gateway ([`wan`]: authenticated, multipath,
-//!    selectively retransmitting, paced).
-//! 4. The twin re-injects in order toward the responder ([`qp::egress`]).
+//! - `soya_proto`, the protocol, sans-IO and without `unsafe`: [`roce`]
+//!   parses the RoCEv2 packet, [`qp`] pseudo-ACKs it, holds it in the deep
+//!   [`buffer`] and re-injects it in order at the twin, [`wan`] carries it
+//!   between the twin gateways, [`site`] puts those together for one
+//!   gateway, [`plan`] is the capacity planner's arithmetic.
+//! - `soya_io`, the I/O: [`sys`] (every system call the gateway and the lab
+//!   tools make) and the AF_XDP backend (`soya_io::xdp`, also `gateway::xdp`). Every
+//!   `unsafe` of the proxy is there.
 //!
-//! [`site`] puts steps 1-4 of one gateway together, sans-IO: the daemon
-//! ([`gateway`], sockets and threads) and the simulator both drive a
-//! [`site::Site`].
-//!
-//! [`plan`] is the capacity planner behind `soya plan`.
-//!
-//! Protocol logic is sans-IO: state machines take `(packet or event, now)` and
-//! return packets and timers; sockets and clocks live only in the I/O layers.
-//!
-//! [`sys`] holds every Linux system call the gateway and the lab tools make
-//! (AF_XDP's aside, in `gateway::xdp`); nothing else may use `unsafe`, but
-//! for [`buffer::PacketBuf`], which may name bytes an I/O backend lent.
+//! The protocol modules are re-exported under their old names (`soya::roce`,
+//! `soya::site`, ...) for the tools and tests that use the daemon too; code
+//! that needs the protocol alone depends on `soya-proto`.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
-pub mod buffer;
-pub mod copies;
+pub mod client;
 pub mod demo_args;
 pub mod gateway;
-/// Keyed hash tables for everything the data center or the WAN can name
-/// (QPs, flows, peers): below `qp`, `buffer`, `wan` and `site`, which all use it.
-pub mod keyed;
-pub mod plan;
-pub mod qp;
-pub mod rand;
-pub mod roce;
-pub mod site;
-#[allow(unsafe_code)]
-pub mod sys;
-pub mod time;
-pub mod wan;
+
+pub use soya_io::sys;
+pub use soya_proto::{buffer, copies, keyed, plan, qp, rand, roce, shard, site, time, wan};

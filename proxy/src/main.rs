@@ -1,6 +1,6 @@
 //! The `soya` command: gateway daemon and its status, config checker, planner and demo.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -20,14 +20,13 @@
 //! [`MAX_COPIES_B`]. (Without the feature the copies are not counted and
 //! the test says so; `.ci/run` runs it with the feature.)
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 use std::cell::Cell;
-use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use soya::buffer::{LendSource, Lender, LenderRef, PacketBuf};
+use soya::buffer::{Lease, LendSource, Lender, LenderRef, PacketBuf};
 
 use soya::copies::{self, Copies};
 use soya::qp::EngineConfig;
@@ -248,7 +247,7 @@ struct Gateway {
     sent: u64,
     /// When set, DC packets arrive in runs lent by this lender (as the xdp
     /// backend lends a frame on its RX tape), not in the site's buffers.
-    runs: Option<(std::sync::Arc<Runs>, soya::buffer::LenderRef)>,
+    runs: Option<(Arc<Runs>, LenderRef)>,
     /// DC packets that arrived in a lent run.
     lent_in: u64,
 }
@@ -258,45 +257,34 @@ const RUN: usize = 4608;
 
 /// A block of fixed runs lent to `PacketBuf`s, as the xdp backend lends
 /// UMEM (its free list has room for every run: giving back allocates
-/// nothing).
+/// nothing). The block is leaked (`'static`, as the leases want); a test
+/// makes a few.
 struct Runs {
-    block: Box<[std::cell::UnsafeCell<u8>]>,
-    free: std::sync::Mutex<Vec<usize>>,
+    // Boxed on purpose: a kept box is lent again as it is.
+    #[allow(clippy::vec_box)]
+    free: Mutex<Vec<Box<Lease>>>,
 }
-
-// SAFETY: the block's bytes are reached only through the `PacketBuf` a run
-// is lent to, one run per buffer (the free list hands each out once).
-#[allow(unsafe_code)]
-unsafe impl Sync for Runs {}
 
 impl Runs {
     fn new(n: usize) -> Runs {
+        let block: &'static mut [u8] = Box::leak(vec![0u8; n * RUN].into_boxed_slice());
         Runs {
-            block: (0..n * RUN)
-                .map(|_| std::cell::UnsafeCell::new(0))
-                .collect(),
-            free: std::sync::Mutex::new((0..n).rev().collect()),
+            free: Mutex::new(block.chunks_mut(RUN).rev().map(Lease::new).collect()),
         }
     }
 
-    #[allow(unsafe_code)]
-    fn take(&self, lender: &soya::buffer::LenderRef) -> Option<soya::buffer::PacketBuf> {
-        let i = self.free.lock().unwrap().pop()?;
-        let run = std::ptr::NonNull::new(self.block[i * RUN].get()).unwrap();
-        // SAFETY: run `i` is RUN bytes inside the block, handed out once
-        // until given back (the free list), and the block outlives every
-        // buffer (the lender holds it).
-        Some(unsafe { soya::buffer::PacketBuf::lent(run, RUN as u32, lender) })
+    fn take(&self, lender: &LenderRef) -> Option<PacketBuf> {
+        let lease = self.free.lock().unwrap().pop()?;
+        Some(PacketBuf::lent(lease, 0, lender))
     }
 }
 
 /// The [`Runs`] as its buffers' lender.
-struct RunsLender(std::sync::Arc<Runs>);
+struct RunsLender(Arc<Runs>);
 
-impl soya::buffer::Lender for RunsLender {
-    fn give_back(&self, run: std::ptr::NonNull<u8>) {
-        let i = (run.as_ptr() as usize - self.0.block.as_ptr() as usize) / RUN;
-        self.0.free.lock().unwrap().push(i);
+impl Lender for RunsLender {
+    fn give_back(&self, lease: Box<Lease>) {
+        self.0.free.lock().unwrap().push(lease);
     }
 }
 
@@ -342,8 +330,8 @@ impl Gateway {
 
     /// DC packets from now on arrive in runs lent by a lender of `n`.
     fn lend_runs(&mut self, n: usize) {
-        let runs = std::sync::Arc::new(Runs::new(n));
-        let lender = soya::buffer::LenderRef::new(Box::new(RunsLender(runs.clone())));
+        let runs = Arc::new(Runs::new(n));
+        let lender = LenderRef::new(Box::new(RunsLender(runs.clone())));
         self.runs = Some((runs, lender));
     }
 
@@ -632,25 +620,26 @@ fn steady_state_lent(max_datagram: usize, window: u32, burst: u32, lend: Lend) {
 }
 
 /// A lender over one block of heap memory cut into regions, standing for
-/// the xdp backend's UMEM (`gateway::xdp::lend`).
+/// the xdp backend's UMEM (`soya_io::xdp::lend`). The block is leaked
+/// (`'static`, as the leases want).
 struct Block {
     base: usize,
     regions: usize,
-    free: Mutex<Vec<u32>>,
-    /// Owns the memory; only reached through `base` once built.
-    _mem: Box<[u8]>,
+    /// The free regions' leases (room for all: giving back allocates
+    /// nothing).
+    #[allow(clippy::vec_box)]
+    free: Mutex<Vec<Box<Lease>>>,
 }
 
 const REGION: usize = soya::buffer::pool::PACKET_BUF_BYTES;
 
 impl Block {
     fn new(regions: usize) -> Block {
-        let mut mem = vec![0u8; regions * REGION].into_boxed_slice();
+        let mem: &'static mut [u8] = Box::leak(vec![0u8; regions * REGION].into_boxed_slice());
         Block {
-            base: mem.as_mut_ptr() as usize,
+            base: mem.as_ptr() as usize,
             regions,
-            free: Mutex::new((0..regions as u32).collect()),
-            _mem: mem,
+            free: Mutex::new(mem.chunks_mut(REGION).map(Lease::new).collect()),
         }
     }
 
@@ -661,9 +650,8 @@ impl Block {
 }
 
 impl Lender for Block {
-    fn give_back(&self, run: NonNull<u8>) {
-        let r = (run.as_ptr() as usize - self.base) / REGION;
-        self.free.lock().unwrap().push(r as u32);
+    fn give_back(&self, lease: Box<Lease>) {
+        self.free.lock().unwrap().push(lease);
     }
 }
 
@@ -680,14 +668,9 @@ impl BlockSource {
 }
 
 impl LendSource for BlockSource {
-    #[allow(unsafe_code)]
     fn lend(&self) -> Option<PacketBuf> {
-        let r = self.block.free.lock().unwrap().pop()?;
-        let run = NonNull::new((self.block.base + r as usize * REGION) as *mut u8)?;
-        // SAFETY: region `r` of the block was free: no other buffer names
-        // it until this one gives it back, and the block (owned through
-        // `back`) outlives every buffer.
-        Some(unsafe { PacketBuf::lent(run, REGION as u32, &self.back) })
+        let lease = self.block.free.lock().unwrap().pop()?;
+        Some(PacketBuf::lent(lease, 0, &self.back))
     }
 }
 

@@ -51,7 +51,7 @@ fn cpu_of(pid: u32) -> f64 {
         .unwrap_or("")
         .split_whitespace()
         .collect();
-    let hz = soya::sys::clock_ticks_per_sec() as f64;
+    let hz = soya_io::sys::clock_ticks_per_sec() as f64;
     if f.len() > 13 {
         (f[11].parse::<f64>().unwrap_or(0.0) + f[12].parse::<f64>().unwrap_or(0.0)) / hz
     } else {
@@ -93,7 +93,7 @@ impl Drop for Kill {
     fn drop(&mut self) {
         for c in &mut self.0 {
             // SIGTERM to a child we spawned (drain and exit); it may be gone.
-            let _ = soya::sys::kill(c.id(), libc::SIGTERM);
+            let _ = soya_io::sys::kill(c.id(), libc::SIGTERM);
         }
         for c in &mut self.0 {
             let _ = c.wait();

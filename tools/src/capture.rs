@@ -13,10 +13,10 @@ use std::path::Path;
 use pcap_file::pcap::PcapReader;
 use pcap_file::DataLink;
 use serde::Serialize;
-use soya::roce::bth::BTH_LEN;
-use soya::roce::icrc::ICRC_LEN;
-use soya::roce::ip::UDP_LEN;
-use soya::roce::{ethernet_payload, RocePacket, WireError};
+use soya_proto::roce::bth::BTH_LEN;
+use soya_proto::roce::icrc::ICRC_LEN;
+use soya_proto::roce::ip::UDP_LEN;
+use soya_proto::roce::{ethernet_payload, RocePacket, WireError};
 
 /// One frame of a capture: its number (1-based, as tshark counts) and IP bytes.
 pub struct Frame {
@@ -195,7 +195,7 @@ impl Decoded {
             reth_len: p
                 .ext
                 .present
-                .contains(soya::roce::Headers::RETH)
+                .contains(soya_proto::roce::Headers::RETH)
                 .then_some(p.ext.reth.len),
             payload_len: p.payload().len(),
             truncated,

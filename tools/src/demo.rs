@@ -123,7 +123,7 @@ pub fn main(soya_bin: &Path, d: &soya::demo_args::DemoArgs) -> i32 {
 /// namespaces with the xdp backend as root, else tun there, else the
 /// loopback lab, saying why on stderr.
 fn where_to_run(d: &soya::demo_args::DemoArgs) -> (bool, DemoBackend) {
-    // Every build has the XDP program (proxy/build.rs), and the demo sets
+    // Every build has the XDP program (proxy/io/build.rs), and the demo sets
     // the hosts' veths up for it itself: between namespaces, xdp unless
     // told otherwise.
     let backend = |explicit: Option<DemoBackend>| explicit.unwrap_or(DemoBackend::Xdp);

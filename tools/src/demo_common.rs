@@ -144,5 +144,5 @@ pub(crate) fn flow_quota(o: &DemoOptions) -> String {
 /// responder it would starve (measured: 1.05 Gb/s at 300 km instead of 2.2,
 /// the responder's queue 10-40 ms deep).
 pub(crate) fn demo_gateway_env(c: &mut Command) {
-    c.env(soya::gateway::device::NORMAL_PRIORITY_ENV, "1");
+    c.env(soya::client::NORMAL_PRIORITY_ENV, "1");
 }

@@ -168,7 +168,7 @@ impl Sites {
             // are, so the host computes its checksums itself, as a real
             // NIC's frames are complete on the wire.
             let host = self.host[i].clone();
-            crate::netns::try_in_netns(&host, || soya::sys::set_tx_checksum("dc", false))?
+            crate::netns::try_in_netns(&host, || soya_io::sys::set_tx_checksum("dc", false))?
                 .map_err(|e| {
                     format!(
                         "turning off the transmit checksum offload of dc in {}: {e}",
@@ -223,7 +223,7 @@ impl Sites {
 
     fn write_key_and_configs(&self, dir: &Path, rtt_ms: f64) -> Result<(), String> {
         use std::os::unix::fs::PermissionsExt;
-        let k = soya::rand::key().map_err(|e| format!("random key: {e}"))?;
+        let k = soya_proto::rand::key().map_err(|e| format!("random key: {e}"))?;
         let key = dir.join("psk.key");
         let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
         std::fs::write(&key, hex + "\n")
@@ -291,7 +291,7 @@ impl Sites {
         loop {
             self.check()?;
             let up = (0..2).all(|i| {
-                soya::gateway::control::query(&socket(dir, i))
+                soya::client::query(&socket(dir, i))
                     .is_ok_and(|s| s.connected && s.paths.iter().all(|p| p.state == "up"))
             });
             if up {

@@ -25,7 +25,7 @@ pub(crate) struct Children(Vec<(String, Child)>);
 
 impl Children {
     pub(crate) fn spawn(&mut self, name: &str, cmd: &mut Command) -> Result<(), String> {
-        let c = soya::sys::die_with_parent(cmd)
+        let c = soya_io::sys::die_with_parent(cmd)
             .spawn()
             .map_err(|e| format!("cannot start {name}: {e}"))?;
         self.0.push((name.to_string(), c));
@@ -228,7 +228,7 @@ impl Ctx<'_> {
         } else {
             cli.stderr(Stdio::inherit());
         }
-        let out = soya::sys::die_with_parent(&mut cli)
+        let out = soya_io::sys::die_with_parent(&mut cli)
             .stdout(Stdio::piped())
             .output()
             .map_err(|e| format!("cannot run soya-perf client: {e}"))?;

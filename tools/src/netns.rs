@@ -56,7 +56,7 @@ pub fn try_ip_in(ns: &str, words: &str) -> Result<(), String> {
 /// else what is missing.
 pub fn netns_missing(commands: &[&str]) -> Option<String> {
     let mut missing = Vec::new();
-    if !soya::sys::is_root() {
+    if !soya_io::sys::is_root() {
         missing.push("root".to_string());
     }
     if !Path::new("/dev/net/tun").exists() {
@@ -141,7 +141,7 @@ impl Netns {
     pub fn signal(&self, p: Proc, sig: i32) {
         if let Some(c) = &self.children[p.0] {
             // Our own, not yet reaped, child: the pid is still its.
-            let _ = soya::sys::kill(c.id(), sig);
+            let _ = soya_io::sys::kill(c.id(), sig);
         }
     }
 
@@ -199,7 +199,7 @@ pub fn try_in_netns<T: Send + 'static>(
     let path = format!("/var/run/netns/{ns}");
     std::thread::spawn(move || {
         let fd = File::open(&path).map_err(|e| format!("{path}: {e}"))?;
-        soya::sys::enter_netns(&fd).map_err(|e| format!("setns {path}: {e}"))?;
+        soya_io::sys::enter_netns(&fd).map_err(|e| format!("setns {path}: {e}"))?;
         Ok(f())
     })
     .join()

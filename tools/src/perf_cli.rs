@@ -33,7 +33,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use soya::roce::ip::ROCE_PORT;
+use soya_proto::roce::ip::ROCE_PORT;
 
 use crate::perf::client::{run_client, ClientConfig, RunLimit};
 use crate::perf::endpoint::Tunnel;

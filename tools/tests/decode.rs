@@ -12,8 +12,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
-use soya::roce::builders::{ack, request, ReplyTo};
-use soya::roce::{IpHeader, Opcode, Psn, Reth, RocePacket};
+use soya_proto::roce::builders::{ack, request, ReplyTo};
+use soya_proto::roce::{IpHeader, Opcode, Psn, Reth, RocePacket};
 
 const BIN: &str = env!("CARGO_BIN_EXE_soya-decode");
 const SNAP: usize = 128;

@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use soya::gateway::memory::{MemDc, MemWan, VirtualClock};
 use soya::gateway::turn::Turn;
-use soya::site::Site;
-use soya::time::Time;
+use soya_proto::site::Site;
+use soya_proto::time::Time;
 use soya_tools::sim::scenario::{
     run_world, seeded_nonces, site_params, Op, Scenario, HOST_A, HOST_B,
 };
@@ -107,14 +107,14 @@ fn the_simulator_and_the_daemons_turn_emit_the_same_packets() {
     assert!(
         w.site_events
             .iter()
-            .any(|(_, _, e)| matches!(e, soya::site::SiteEvent::TwinRestarted { .. })),
+            .any(|(_, _, e)| matches!(e, soya_proto::site::SiteEvent::TwinRestarted { .. })),
         "gateway A saw the twin restart: {:?}",
         w.site_events
     );
     assert!(
         w.site_events
             .iter()
-            .any(|(_, _, e)| matches!(e, soya::site::SiteEvent::PathDown(0))),
+            .any(|(_, _, e)| matches!(e, soya_proto::site::SiteEvent::PathDown(0))),
         "gateway A saw path 0 cut"
     );
     assert!(out.messages_ok > 0);
@@ -124,7 +124,7 @@ fn the_simulator_and_the_daemons_turn_emit_the_same_packets() {
         let show = |v: &[Vec<u8>]| {
             v[i.saturating_sub(2)..(i + 3).min(v.len())]
                 .iter()
-                .map(|p| match soya::roce::RocePacket::parse(p) {
+                .map(|p| match soya_proto::roce::RocePacket::parse(p) {
                     Ok(r) => r.to_string(),
                     Err(_) => format!("{} bytes", p.len()),
                 })

@@ -368,12 +368,12 @@ fn send_raw(sock: &socket2::Socket, packet: &[u8], dst: Ipv4Addr) {
 /// A RoCEv2 IP packet (an RC ACK toward QP 0x22) from `src` to `dst`,
 /// ICRC valid.
 fn roce_packet(src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
-    let to = soya::roce::builders::ReplyTo {
-        ip: soya::roce::IpHeader::v4(src, dst),
+    let to = soya_proto::roce::builders::ReplyTo {
+        ip: soya_proto::roce::IpHeader::v4(src, dst),
         src_port: 0xc000,
         dest_qp: 0x22,
     };
-    soya::roce::builders::ack(&to, soya::roce::Psn::new(1000), 1)
+    soya_proto::roce::builders::ack(&to, soya_proto::roce::Psn::new(1000), 1)
         .to_vec(&[])
         .unwrap()
 }
@@ -384,7 +384,7 @@ fn roce_packet(src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
 fn capture_wan_packet(ns: &str, dev: &str, src: Ipv4Addr) -> Vec<u8> {
     let dev = dev.to_string();
     in_netns(ns, move || {
-        let tap = soya::sys::open_link_tap(&dev)
+        let tap = soya_io::sys::open_link_tap(&dev)
             .unwrap_or_else(|e| panic!("packet socket on {dev:?}: {e}"));
         let tap = socket2::Socket::from(tap);
         tap.set_read_timeout(Some(Duration::from_millis(100)))
@@ -410,7 +410,7 @@ fn capture_wan_packet(ns: &str, dev: &str, src: Ipv4Addr) -> Vec<u8> {
                 && p[12..16] == src.octets()
                 && udp[0..2] == WAN_PORT.to_be_bytes()
                 && udp[2..4] == WAN_PORT.to_be_bytes()
-                && payload[0] == soya::wan::PROTOCOL_VERSION
+                && payload[0] == soya_proto::wan::PROTOCOL_VERSION
                 && payload[1] & 0x03 == 0
             {
                 break payload.to_vec();

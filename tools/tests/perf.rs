@@ -268,7 +268,7 @@ fn wire_packets_carry_valid_icrcs() {
     ];
     // A large buffer (SO_RCVBUFFORCE, beyond rmem_max: we have the
     // capability, raw sockets need it too), so the whole run fits.
-    let _ = soya::sys::setsockopt_int(raw.as_raw_fd(), libc::SOL_SOCKET, 33, 16 << 20);
+    let _ = soya_io::sys::setsockopt_int(raw.as_raw_fd(), libc::SOL_SOCKET, 33, 16 << 20);
     raw.attach_filter(&prog)
         .unwrap_or_else(|e| panic!("attach filter: {e}"));
     for op in [Op::Write, Op::Read] {
@@ -298,7 +298,7 @@ fn wire_packets_carry_valid_icrcs() {
         if !ours {
             continue;
         }
-        match soya::roce::RocePacket::parse_verified(p) {
+        match soya_proto::roce::RocePacket::parse_verified(p) {
             Ok(_) => ok += 1,
             Err(e) => bad.push(format!("{e}")),
         }
@@ -512,12 +512,12 @@ fn wait_send_succeeds_when_the_servers_sends_arrive() {
 
 /// Between the two: a relay playing the near gateway. It carries the first
 /// SEND and its ACK, then loses its twin: it stops carrying and moves the
-/// client's QP to error the way `soya::qp::poison` does (a SEND Middle at
+/// client's QP to error the way `soya_proto::qp::poison` does (a SEND Middle at
 /// the QP's expected PSN, from the server's address to the client's QPN).
 #[test]
 fn wait_send_fails_with_an_error_when_its_qp_is_poisoned() {
-    use soya::qp::poison::{self, InProgress, Target};
-    use soya::roce::{OpKind, RocePacket};
+    use soya_proto::qp::poison::{self, InProgress, Target};
+    use soya_proto::roce::{OpKind, RocePacket};
     use std::net::UdpSocket;
 
     let (srv, cli, relay) = ("127.0.58.1", "127.0.58.2", "127.0.58.3");
@@ -558,7 +558,7 @@ fn wait_send_fails_with_an_error_when_its_qp_is_poisoned() {
                             local: ip(cli),
                             local_qpn: qpn,
                         };
-                        let next = soya::roce::Psn::new(psn).next();
+                        let next = soya_proto::roce::Psn::new(psn).next();
                         let v = poison::packet(&t, next, InProgress::Nothing)
                             .unwrap()
                             .to_vec(&[])

@@ -30,7 +30,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_soya-wanem");
 /// sends must find them queued, not dropped.
 fn loopback() -> UdpSocket {
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    soya::sys::tune_udp_socket(s.as_raw_fd(), 16 << 20);
+    soya_io::sys::tune_udp_socket(s.as_raw_fd(), 16 << 20);
     s
 }
 
@@ -306,7 +306,7 @@ fn directions_have_their_own_profiles() {
     }
     let mut fwd = echo.join().unwrap();
     // The child we started, not yet waited for.
-    let _ = soya::sys::kill(child.id(), libc::SIGTERM);
+    let _ = soya_io::sys::kill(child.id(), libc::SIGTERM);
     let (a2b, b2a) = (percentile(&mut fwd, 0.5), percentile(&mut back, 0.5));
     let fastest = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     let (fa, fb) = (fastest(&fwd), fastest(&back));
@@ -455,7 +455,7 @@ fn sigterm_prints_the_summary() {
     // The signal goes once all ten have come through (not after a pause
     // that a slow machine might not honour).
     receive_all(&server, 10, 5);
-    let _ = soya::sys::kill(child.id(), libc::SIGTERM);
+    let _ = soya_io::sys::kill(child.id(), libc::SIGTERM);
     let s = summary(child);
     assert_eq!(s["paths"][0]["a_to_b"]["forwarded"], 10, "{s}");
     assert_eq!(s["paths"][0]["a_to_b"]["forwarded_bytes"], 50, "{s}");
@@ -492,7 +492,7 @@ fn slack_moderates_wakeups() {
     // Every datagram must come out (the queue holds them all) before the
     // relay is stopped.
     receive_all(&server, N, 1000);
-    let _ = soya::sys::kill(child.id(), libc::SIGTERM);
+    let _ = soya_io::sys::kill(child.id(), libc::SIGTERM);
     let s = summary(child);
     let a2b = &s["paths"][0]["a_to_b"];
     assert_eq!(a2b["forwarded"], N, "{s}");
@@ -653,7 +653,7 @@ fn namespace_roundtrip(tap: bool, slack_us: u32) {
 /// datagram, and B never saw a batch.
 #[test]
 fn tun_mode_carries_udp_gso_runs_whole() {
-    use soya::sys::batch::{RecvBatch, RxMeta, SendBatch};
+    use soya_io::sys::batch::{RecvBatch, RxMeta, SendBatch};
     if let Some(why) = netns_missing(&[]) {
         skip(
             "tun_mode_carries_udp_gso_runs_whole",
@@ -694,7 +694,7 @@ fn tun_mode_carries_udp_gso_runs_whole() {
     let a = in_netns(&na, || UdpSocket::bind("10.201.2.1:0")).unwrap();
     let b = in_netns(&nb, || UdpSocket::bind("10.201.2.2:9001")).unwrap();
     a.connect("10.201.2.2:9001").unwrap();
-    assert!(soya::sys::enable_gro(b.as_raw_fd()), "UDP_GRO refused");
+    assert!(soya_io::sys::enable_gro(b.as_raw_fd()), "UDP_GRO refused");
     b.set_nonblocking(true).unwrap();
     let dgram = |k: usize| -> Vec<u8> {
         let mut d = (k as u32).to_be_bytes().to_vec();
@@ -721,7 +721,7 @@ fn tun_mode_carries_udp_gso_runs_whole() {
                 "run {r}: {} datagrams arrived",
                 got.len()
             );
-            soya::sys::wait_readable(b.as_raw_fd(), Duration::from_millis(50));
+            soya_io::sys::wait_readable(b.as_raw_fd(), Duration::from_millis(50));
             let mut refs: Vec<&mut [u8]> = bufs.iter_mut().map(Vec::as_mut_slice).collect();
             let n = rx.recv_into(b.as_raw_fd(), &mut refs, &mut meta).unwrap();
             for (i, m) in meta[..n].iter().enumerate() {

@@ -4,5 +4,5 @@
 //! (`proxy/tests/fuzz_corpus.rs`), so both run the same code.
 
 pub fn run(data: &[u8]) {
-    let _ = soya::roce::cm::parse_mad(data);
+    let _ = soya_proto::roce::cm::parse_mad(data);
 }

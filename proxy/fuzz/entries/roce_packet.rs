@@ -4,7 +4,7 @@
 //! The body of the fuzz target `roce_packet`, shared with the corpus smoke test
 //! (`proxy/tests/fuzz_corpus.rs`), so both run the same code.
 
-use soya::roce::{cm, ethernet_payload, icrc, is_roce, RocePacket};
+use soya_proto::roce::{cm, ethernet_payload, icrc, is_roce, RocePacket};
 
 pub fn run(data: &[u8]) {
     let _ = is_roce(data);

@@ -13,9 +13,9 @@
 //! The body of the fuzz target `wan_connection`, shared with the corpus smoke test
 //! (`proxy/tests/fuzz_corpus.rs`), so both run the same code.
 
-use soya::qp::TwinMsg;
-use soya::time::Time;
-use soya::wan::{Cipher, CipherPolicy, PathConfig, WanConfig, WanConnection};
+use soya_proto::qp::TwinMsg;
+use soya_proto::time::Time;
+use soya_proto::wan::{Cipher, CipherPolicy, PathConfig, WanConfig, WanConnection};
 use std::time::Duration;
 
 const HEADER_LEN: usize = 24;

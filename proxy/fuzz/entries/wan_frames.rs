@@ -7,8 +7,10 @@
 //! The body of the fuzz target `wan_frames`, shared with the corpus smoke test
 //! (`proxy/tests/fuzz_corpus.rs`), so both run the same code.
 
-use soya::wan::msg;
-use soya::wan::packet::{check_frames, Frame, Header, Hello, Writer, HEADER_LEN, HELLO_BODY_LEN};
+use soya_proto::wan::msg;
+use soya_proto::wan::packet::{
+    check_frames, Frame, Header, Hello, Writer, HEADER_LEN, HELLO_BODY_LEN,
+};
 
 pub fn run(data: &[u8]) {
     if let Ok(h) = Header::decode(data) {

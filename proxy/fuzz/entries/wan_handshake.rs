@@ -11,8 +11,8 @@
 //! The body of the fuzz target `wan_handshake`, shared with the corpus
 //! smoke test (`proxy/tests/fuzz_corpus.rs`).
 
-use soya::time::Time;
-use soya::wan::{public_key, Identity, PathConfig, WanConfig, WanConnection};
+use soya_proto::time::Time;
+use soya_proto::wan::{public_key, Identity, PathConfig, WanConfig, WanConnection};
 use std::time::Duration;
 
 struct Input<'a>(&'a [u8]);

@@ -18,9 +18,9 @@
 //! - `xdp`: AF_XDP sockets on a NIC or veth, one per shard, fed by an XDP
 //!   program that steers the local hosts' packets for the remote prefixes
 //!   by the shards' host-pair hash (everything else goes on to the kernel).
-//!   Every shard reads its own socket: no handoff. See [`super::xdp`].
+//!   Every shard reads its own socket: no handoff. See [`soya_io::xdp`].
 
-use crate::buffer::PacketBuf;
+use soya_proto::buffer::PacketBuf;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -31,10 +31,10 @@ use soya_config::{DcBackend, Prefix};
 
 pub use super::ports::TxOutcome;
 use super::ports::{DcPort, DcRx};
-use super::xdp::{self, SendError, XdpDc};
-use crate::keyed::KeyedMap;
-use crate::sys;
-use crate::sys::udpio::{IoMode, IoStats, TxDatagram, UdpIo};
+use soya_io::sys;
+use soya_io::sys::udpio::{IoMode, IoStats, TxDatagram, UdpIo};
+use soya_io::xdp::{self, SendError, XdpDc};
+use soya_proto::keyed::KeyedMap;
 
 /// MTU set on the tun device (jumbo: RoCE packets of a 4096-byte path MTU
 /// are about 4.2 KB).
@@ -119,7 +119,7 @@ pub struct UdpLab {
     stage: Vec<u8>,
     staged: Vec<TxDatagram>,
     /// Looked up for every packet both ways, by addresses from the DC:
-    /// a keyed table (`crate::keyed`).
+    /// a keyed table (`soya_proto::keyed`).
     peers: KeyedMap<IpAddr, Peer>,
     /// Datagrams whose inner source is known under another UDP address that
     /// is still active (not learned from).
@@ -326,7 +326,7 @@ impl DcIo {
     /// xdp: the socket's counters (packets, multi-buffer frames, drops).
     /// Where the site's pools should take packet buffers: the xdp
     /// backend's UMEM (`Site::set_lender`); `None` for the others.
-    pub fn lend_source(&self) -> Option<std::sync::Arc<dyn crate::buffer::LendSource>> {
+    pub fn lend_source(&self) -> Option<std::sync::Arc<dyn soya_proto::buffer::LendSource>> {
         match self {
             DcIo::Xdp(x) => x.lend_source(),
             _ => None,
@@ -394,7 +394,7 @@ impl DcIo {
                             Err(e) => return Err(e),
                         }
                     };
-                    match crate::sys::read_packet_into(t.file.as_raw_fd(), &mut v, buf) {
+                    match soya_io::sys::read_packet_into(t.file.as_raw_fd(), &mut v, buf) {
                         Ok(true) => {
                             n += 1;
                             f(DcRx::Lent(v), None);
@@ -445,7 +445,7 @@ impl DcIo {
                 if packet.len() > u.stage.len() {
                     return TxOutcome::Error;
                 }
-                crate::copies::note(packet.len());
+                soya_proto::copies::note(packet.len());
                 u.stage[off..off + packet.len()].copy_from_slice(packet);
                 u.staged.push(TxDatagram {
                     off,

@@ -19,9 +19,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::site::{acl, Site, SiteEvent, TwinState};
-use crate::time::Time;
-use crate::wan::PathState;
+use soya_proto::site::{acl, Site, SiteEvent, TwinState};
+use soya_proto::time::Time;
+use soya_proto::wan::PathState;
 
 use super::backend::DcIo;
 use super::ports::{Clock, MonotonicClock};
@@ -33,7 +33,7 @@ use super::snapshot::{
 use super::turn::{Route, Turn};
 use super::wanio::WanSockets;
 use super::{Command, RunOutcome, RunSummary, Shared};
-use crate::sys;
+use soya_io::sys;
 
 /// Longest wait without a timer (the eventfd wakes us for commands).
 const IDLE_WAIT: Duration = Duration::from_millis(250);
@@ -123,10 +123,10 @@ pub struct Device {
     turns: u64,
 }
 
-/// A fresh session nonce for a [`Site`] ([`crate::rand::session_nonce`]);
+/// A fresh session nonce for a [`Site`] ([`soya_proto::rand::session_nonce`]);
 /// `None`, logged, if the kernel has none to give.
 pub fn session_nonce() -> Option<u64> {
-    crate::rand::session_nonce()
+    soya_proto::rand::session_nonce()
         .map_err(|e| tracing::error!(error = %e, "cannot draw a session nonce from the kernel"))
         .ok()
 }
@@ -421,7 +421,7 @@ impl Device {
     fn reload(
         &mut self,
         r: super::reload::ShardReload,
-    ) -> Result<crate::site::ReconfigureReport, String> {
+    ) -> Result<soya_proto::site::ReconfigureReport, String> {
         for w in self.socks.reconfigure(&r.wan)? {
             tracing::warn!("{w}");
         }
@@ -747,6 +747,6 @@ impl Device {
 }
 
 /// The shutdown line of one packet socket's system-call counters.
-fn log_io_stats(side: &str, socket: &str, how: &str, st: &crate::sys::udpio::IoStats) {
+fn log_io_stats(side: &str, socket: &str, how: &str, st: &soya_io::sys::udpio::IoStats) {
     tracing::info!(side, socket, how, stats = ?st, "socket i/o");
 }

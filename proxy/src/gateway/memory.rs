@@ -11,7 +11,7 @@
 //! `write`). Their buffers are recycled through a [`BufPool`], so a driver
 //! that returns what it takes allocates nothing in the steady state.
 
-use crate::buffer::PacketBuf;
+use soya_proto::buffer::PacketBuf;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io;
@@ -19,7 +19,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 
 use super::ports::{Clock, DcPort, DcRx, TxOutcome, WanPort};
-use crate::time::Time;
+use soya_proto::time::Time;
 
 /// Packet buffers, recycled.
 #[derive(Default)]

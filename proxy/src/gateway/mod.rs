@@ -1,6 +1,6 @@
 //! The gateway daemon: `soya gateway --config site.toml`.
 //!
-//! It wraps the sans-IO [`Site`](crate::site::Site) (the QP engine with its
+//! It wraps the sans-IO [`Site`](soya_proto::site::Site) (the QP engine with its
 //! pseudo-ACKs, deep buffer and re-injection, the authenticated multipath
 //! WAN transport to the twin, and the glue between them) with real sockets
 //! and a real clock: one site per shard.
@@ -31,7 +31,7 @@
 //! [`backend`] (DC side: udp lab, tun), [`wanio`] (WAN sockets),
 //! [`turn`] (one turn of a device loop), [`device`], [`snapshot`],
 //! [`metrics`], [`control`], [`control_plane`], [`reload`] (SIGHUP diff), [`logging`],
-//! [`signals`], [`crate::sys`] (the system calls).
+//! [`signals`], [`soya_io::sys`] (the system calls).
 //!
 //! # Metrics (`/metrics`, OpenMetrics / Prometheus text)
 //!
@@ -48,7 +48,7 @@
 //! A new session generation at the twin, a CLOSE from it, or no WAN path
 //! answering for `wan.twin_timeout` means whatever it held is gone: the
 //! site fails every flow through it toward its application
-//! ([`crate::site`], docs/semantics.md).
+//! ([`soya_proto::site`], docs/semantics.md).
 
 pub mod backend;
 pub mod control;
@@ -64,10 +64,10 @@ pub mod shard;
 pub mod signals;
 pub mod snapshot;
 pub mod turn;
-pub use crate::sys::udpio;
+pub use soya_io::sys::udpio;
 pub mod wanio;
-#[allow(unsafe_code)]
-pub mod xdp;
+/// The AF_XDP backend lives in the I/O crate (it holds raw memory).
+pub use soya_io::xdp;
 
 use std::fmt;
 use std::fmt::Write as _;
@@ -80,9 +80,9 @@ use std::time::{Duration, Instant};
 
 use soya_config::{DcBackend, SiteConfig, WanSecurity};
 
-use crate::site::{Site, SiteParams};
-use crate::time::Time;
-use crate::wan::{aes_hardware, CcKind, CipherOffer, CipherPolicy};
+use soya_proto::site::{Site, SiteParams};
+use soya_proto::time::Time;
+use soya_proto::wan::{aes_hardware, CcKind, CipherOffer, CipherPolicy};
 
 pub use reload::ReloadReport;
 pub use snapshot::Snapshot;
@@ -103,7 +103,7 @@ pub struct Shared {
     command: AtomicU8,
     /// Per shard: the eventfd its loop polls (commands, snapshot requests,
     /// packets handed over by another shard).
-    wakes: Vec<crate::sys::EventFd>,
+    wakes: Vec<soya_io::sys::EventFd>,
     snap_req: AtomicU64,
     /// Per shard: the last request served and its snapshot.
     snap: Mutex<Vec<(u64, Option<Snapshot>)>>,
@@ -128,7 +128,7 @@ impl Shared {
         Ok(Shared {
             command: AtomicU8::new(0),
             wakes: (0..shards)
-                .map(|_| crate::sys::EventFd::new())
+                .map(|_| soya_io::sys::EventFd::new())
                 .collect::<Result<_, _>>()?,
             snap_req: AtomicU64::new(0),
             snap: Mutex::new(vec![(0, None); shards]),
@@ -366,13 +366,13 @@ pub fn wan_key(cfg: &SiteConfig) -> Result<Option<[u8; 32]>, GatewayError> {
 /// The identity keys (`wan.private_key_file`, `wan.twin_public_key`), if
 /// configured: the private key read from its file (checked as
 /// `soya_config::read_private_key_file` does).
-pub fn wan_identity(cfg: &SiteConfig) -> Result<Option<crate::wan::Identity>, GatewayError> {
+pub fn wan_identity(cfg: &SiteConfig) -> Result<Option<soya_proto::wan::Identity>, GatewayError> {
     let Some(id) = &cfg.wan.identity else {
         return Ok(None);
     };
     let private = soya_config::read_private_key_file(&id.private_key_file)
         .map_err(|e| GatewayError::Key(e.to_string()))?;
-    Ok(Some(crate::wan::Identity {
+    Ok(Some(soya_proto::wan::Identity {
         private,
         peer_public: id.twin_public_key,
     }))
@@ -453,13 +453,13 @@ pub fn startup_summary(cfg: &SiteConfig) -> String {
         ),
         WanSecurity::PreSharedKey { key_file } => format!(
             "identity keys ({}), pre-shared key {} mixed in, cipher {}",
-            crate::wan::HANDSHAKE_PATTERN,
+            soya_proto::wan::HANDSHAKE_PATTERN,
             key_file.display(),
             cipher_summary(w.cipher)
         ),
         WanSecurity::Identity => format!(
             "identity keys ({}), cipher {}",
-            crate::wan::HANDSHAKE_PATTERN,
+            soya_proto::wan::HANDSHAKE_PATTERN,
             cipher_summary(w.cipher)
         ),
     };

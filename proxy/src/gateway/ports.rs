@@ -5,12 +5,12 @@
 //! know which backend runs, and a test can run it over memory in virtual
 //! time (tests/differential.rs in the tools crate).
 
-use crate::buffer::PacketBuf;
+use soya_proto::buffer::PacketBuf;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use crate::time::Time;
+use soya_proto::time::Time;
 
 /// What became of a packet written to the DC side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,23 +21,7 @@ pub enum TxOutcome {
     Error,
 }
 
-/// A packet a DC backend read.
-pub enum DcRx<'a> {
-    /// In the backend's own memory (a socket batch, a UMEM chunk).
-    Borrowed(&'a [u8]),
-    /// In a buffer the site lent the backend ([`DcPort::recv_batch`]): the
-    /// site takes it back, with the packet in it.
-    Lent(PacketBuf),
-}
-
-impl DcRx<'_> {
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            DcRx::Borrowed(b) => b,
-            DcRx::Lent(v) => v,
-        }
-    }
-}
+pub use soya_io::dcrx::DcRx;
 
 /// The local data center side of a shard.
 pub trait DcPort {

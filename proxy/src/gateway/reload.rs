@@ -5,7 +5,7 @@
 //! socket's `reload` call it): it hands every device loop its shard's new
 //! [`SiteParams`] (and the WAN paths for its sockets), waits for their
 //! answers and says what applied and what needs a restart. The protocol
-//! side of it is [`crate::site::Site::reconfigure`]; what it applies and
+//! side of it is [`soya_proto::site::Site::reconfigure`]; what it applies and
 //! why is documented there and in docs/operations.md.
 //!
 //! [`diff`] is the same verdict without a gateway (`soya check-config
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use soya_config::{DcBackend, SiteConfig};
 
-use crate::site::{ReconfigureReport, SiteParams};
+use soya_proto::site::{ReconfigureReport, SiteParams};
 
 use super::{shard, Shared};
 

@@ -16,44 +16,15 @@ use std::net::{IpAddr, SocketAddr};
 use ringbuf::traits::{Consumer, Observer, Producer, Split};
 use ringbuf::{HeapCons, HeapProd, HeapRb};
 
-/// The shard of the host pair {a, b}: a fixed hash (FNV-1a 64 over the
-/// smaller then the larger address, IPv4 as IPv4-mapped IPv6, then a
-/// final avalanche), the same on every machine, build and run, and the
-/// same for (a, b) and (b, a).
-pub fn shard_of_pair(a: IpAddr, b: IpAddr, shards: usize) -> usize {
-    if shards <= 1 {
-        return 0;
-    }
-    let a = canonical(a);
-    let b = canonical(b);
-    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in lo.iter().chain(hi.iter()) {
-        h ^= u64::from(*byte);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    // splitmix64's finaliser: FNV's low bits alone are weak for `mod n`.
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^= h >> 31;
-    (h % shards as u64) as usize
-}
-
-fn canonical(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
+use soya_proto::shard::canonical;
+pub use soya_proto::shard::shard_of_pair;
 
 /// The shard of an IP packet (by its addresses); 0 when it has none.
 pub fn shard_of(packet: &[u8], shards: usize) -> usize {
     if shards <= 1 {
         return 0;
     }
-    crate::site::acl::addresses(packet).map_or(0, |(s, d)| shard_of_pair(s, d, shards))
+    soya_proto::site::acl::addresses(packet).map_or(0, |(s, d)| shard_of_pair(s, d, shards))
 }
 
 /// Bytes of one handoff record before the packet: length (2), address
@@ -110,7 +81,7 @@ impl HandoffTx {
                 h[5..21].copy_from_slice(&canonical(a.ip()));
             }
         }
-        crate::copies::note(packet.len());
+        soya_proto::copies::note(packet.len());
         self.scratch[HEADER..n].copy_from_slice(packet);
         // One publication of the whole record: the consumer never sees half.
         self.prod.push_slice(&self.scratch[..n]) == n

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::site::counters::{DcCounters, TwinCounters};
+pub use soya_proto::site::counters::{DcCounters, TwinCounters};
 
 /// Flows listed per snapshot (busiest first, by bytes then packets): bounds
 /// the metrics' label cardinality.
@@ -149,7 +149,7 @@ macro_rules! counters_from {
 
 counters_from! {
     /// `QpEngine::stats`.
-    pub struct EngineCounters from crate::qp::EngineStats {
+    pub struct EngineCounters from soya_proto::qp::EngineStats {
         copied: [
             dc_packets, dc_malformed, dc_bad_icrc, dc_not_roce, twin_msgs, twin_malformed,
             cm_messages, flows_learned_cm, flows_learned_traffic, cnps_absorbed,
@@ -222,7 +222,7 @@ pub struct BufferSnap {
 
 counters_from! {
     /// `Connection::stats`, and the WAN sockets' own counters.
-    pub struct WanCounters from crate::wan::ConnStats {
+    pub struct WanCounters from soya_proto::wan::ConnStats {
         copied: [
             packets_sent, packets_received, packets_lost, packets_retransmitted, packets_accepted,
             auth_failures, replays_dropped, malformed, stale_generation, no_session,

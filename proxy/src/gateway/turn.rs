@@ -13,14 +13,14 @@
 //! by spinning (after flushing what is due before it); one due later is
 //! *held* and the loop sleeps until then.
 
-use crate::buffer::PacketBuf;
+use soya_proto::buffer::PacketBuf;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use crate::site::{DcSent, Site};
-use crate::time::Time;
-use crate::wan::Transmit;
+use soya_proto::site::{DcSent, Site};
+use soya_proto::time::Time;
+use soya_proto::wan::Transmit;
 
 use super::ports::{Clock, DcPort, DcRx, TxOutcome, WanPort};
 
@@ -63,11 +63,11 @@ pub enum Route {
 
 impl Turn {
     pub fn new(max_datagram: usize) -> Turn {
-        let max_datagram = max_datagram.max(crate::wan::MIN_MAX_DATAGRAM);
+        let max_datagram = max_datagram.max(soya_proto::wan::MIN_MAX_DATAGRAM);
         Turn {
             rx: vec![0; RX_BYTES],
             lent: Vec::with_capacity(LENT),
-            tx: vec![0; crate::wan::MAX_MAX_DATAGRAM],
+            tx: vec![0; soya_proto::wan::MAX_MAX_DATAGRAM],
             held: None,
             stage: vec![0; STAGE_SLOTS * max_datagram],
             stage_used: 0,
@@ -160,7 +160,7 @@ impl Turn {
             if h.release_at > clock.now() {
                 return;
             }
-            crate::copies::note(h.len);
+            soya_proto::copies::note(h.len);
             self.stage[..h.len].copy_from_slice(&self.tx[..h.len]);
             wan.stage(h.path, 0, h.len);
             self.stage_used = h.len;
@@ -177,7 +177,7 @@ impl Turn {
             };
             if t.release_at > now {
                 if t.release_at.since(now) > SPIN {
-                    crate::copies::note(t.len);
+                    soya_proto::copies::note(t.len);
                     self.tx[..t.len].copy_from_slice(&self.stage[off..off + t.len]);
                     self.held = Some(t);
                     break;
@@ -185,7 +185,7 @@ impl Turn {
                 // Due soon: send what is due first, then wait for it.
                 self.flush_wan(wan);
                 if off > 0 {
-                    crate::copies::note(t.len);
+                    soya_proto::copies::note(t.len);
                     self.stage.copy_within(off..off + t.len, 0);
                 }
                 clock.wait_until(t.release_at);

@@ -10,8 +10,8 @@ use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 
-use crate::sys;
-use crate::sys::udpio::{IoMode, IoStats, TxDatagram, UdpIo};
+use soya_io::sys;
+use soya_io::sys::udpio::{IoMode, IoStats, TxDatagram, UdpIo};
 
 /// Messages per sendmmsg / recvmmsg on a WAN socket.
 pub const WAN_IO_BATCH: usize = 64;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use soya::roce::{cm, is_roce};
+use soya_proto::roce::{cm, is_roce};
 use soya_tools::capture::{decode, read_frames, Decoded, RoceFrame};
 
 /// Decode RoCEv2 packets in a pcap file and verify every ICRC.

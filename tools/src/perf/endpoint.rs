@@ -1,6 +1,6 @@
 //! One RoCEv2 endpoint address: a nonblocking UDP socket bound to
 //! `ip:4791`, the session's [`RcQp`]s (found by BTH destination QP), batched
-//! receive and send (`recvmmsg` / `sendmmsg` via [`soya::sys::batch`]), and
+//! receive and send (`recvmmsg` / `sendmmsg` via [`soya_io::sys::batch`]), and
 //! a monotonic clock mapped onto [`Time`].
 //!
 //! The caller runs the loop, one turn at a time:
@@ -20,13 +20,13 @@ use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use soya::time::Time;
+use soya_proto::time::Time;
 
 use super::report::IoCounters;
 use super::wire::{announce_packet, dest_qp, ip_dest_qp, to_udp_payload, Rebuild, HEADROOM};
 use crate::rc::RcQp;
-use soya::sys::batch::{RecvBatch, RxMeta, SendBatch};
-use soya::sys::{self, RawAddr};
+use soya_io::sys::batch::{RecvBatch, RxMeta, SendBatch};
+use soya_io::sys::{self, RawAddr};
 
 /// Datagrams per `recvmmsg` / `sendmmsg`.
 const BATCH: usize = 64;

@@ -76,7 +76,7 @@ use std::fmt;
 use std::io::Write;
 
 use serde::{Deserialize, Serialize};
-use soya::roce::Psn;
+use soya_proto::roce::Psn;
 
 pub use client::{run_client, ClientConfig, RunLimit};
 pub use report::{LatencyReport, PerfReport};

@@ -6,9 +6,9 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
-use soya::roce::ip::ROCE_PORT;
-use soya::roce::Psn;
-use soya::time::Time;
+use soya_proto::roce::ip::ROCE_PORT;
+use soya_proto::roce::Psn;
+use soya_proto::time::Time;
 
 use super::endpoint::Endpoint;
 use super::exchange::{Control, Msg, QpInfo, DEFAULT_PORT, VERSION};

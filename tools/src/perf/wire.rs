@@ -28,9 +28,9 @@
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 
-use soya::roce::icrc::{self, ICRC_LEN};
-use soya::roce::ip::{IPV4_LEN, IPV6_LEN, ROCE_PORT, UDP_LEN};
-use soya::roce::{IpHeader, WireError};
+use soya_proto::roce::icrc::{self, ICRC_LEN};
+use soya_proto::roce::ip::{IPV4_LEN, IPV6_LEN, ROCE_PORT, UDP_LEN};
+use soya_proto::roce::{IpHeader, WireError};
 
 /// Room in front of a received datagram for the largest rebuilt header.
 pub const HEADROOM: usize = IPV6_LEN + UDP_LEN;
@@ -145,7 +145,7 @@ pub fn announce_packet(src: IpAddr, dst: IpAddr) -> Option<Vec<u8>> {
     p[9] = 17;
     p[12..16].copy_from_slice(&src.octets());
     p[16..20].copy_from_slice(&dst.octets());
-    let ck = soya::roce::ip::ipv4_checksum(&p[..20]);
+    let ck = soya_proto::roce::ip::ipv4_checksum(&p[..20]);
     p[10..12].copy_from_slice(&ck.to_be_bytes());
     p[20..22].copy_from_slice(&9u16.to_be_bytes());
     p[22..24].copy_from_slice(&9u16.to_be_bytes());
@@ -157,7 +157,7 @@ pub fn announce_packet(src: IpAddr, dst: IpAddr) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
     use crate::rc::{QpAddr, QpConfig, RcQp, WorkRequest};
-    use soya::roce::{Psn, RocePacket};
+    use soya_proto::roce::{Psn, RocePacket};
 
     fn pair(a: &str, b: &str) -> (RcQp, RcQp) {
         let a = QpAddr {
@@ -187,7 +187,9 @@ mod tests {
         qa.post_send(WorkRequest::Send { len: 10, imm: None })
             .unwrap();
         let mut buf = vec![0u8; qa.max_packet_len()];
-        let n = qa.poll_transmit(soya::time::Time::ZERO, &mut buf).unwrap();
+        let n = qa
+            .poll_transmit(soya_proto::time::Time::ZERO, &mut buf)
+            .unwrap();
         buf.truncate(n);
         buf
     }
@@ -208,7 +210,7 @@ mod tests {
         let peer: SocketAddr = SocketAddr::new(a.parse().unwrap(), ROCE_PORT);
         let rb = Rebuild::new(peer, b.parse().unwrap()).unwrap();
         let mut sent = 0;
-        while let Some(n) = qa.poll_transmit(soya::time::Time::ZERO, &mut buf) {
+        while let Some(n) = qa.poll_transmit(soya_proto::time::Time::ZERO, &mut buf) {
             let orig = buf[..n].to_vec();
             assert!(RocePacket::parse_verified(&orig).is_ok());
             let r = to_udp_payload(&mut buf[..n], ROCE_PORT).unwrap();
@@ -226,7 +228,7 @@ mod tests {
             assert_eq!(got[..l4], orig[..l4]);
             assert_eq!(got[l4 + 2..l4 + 6], orig[l4 + 2..l4 + 6]);
             assert_eq!(got[l4 + 8..got.len() - 4], orig[l4 + 8..orig.len() - 4]);
-            qb.handle_packet(soya::time::Time::ZERO, &rx[ip]);
+            qb.handle_packet(soya_proto::time::Time::ZERO, &rx[ip]);
             sent += 1;
         }
         assert_eq!(sent, 2);

@@ -20,7 +20,7 @@
 use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
-use soya::time::Time;
+use soya_proto::time::Time;
 
 use crate::rc::{Completion, CompletionStatus, RcQp, WorkRequest};
 
@@ -235,7 +235,7 @@ impl QpDriver {
 mod tests {
     use super::*;
     use crate::rc::{QpAddr, QpConfig};
-    use soya::roce::Psn;
+    use soya_proto::roce::Psn;
 
     #[test]
     fn layout_matches_the_simulator() {

@@ -24,7 +24,7 @@
 
 use std::time::Duration;
 
-use soya::time::Time;
+use soya_proto::time::Time;
 
 use super::QpConfig;
 

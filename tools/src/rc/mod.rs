@@ -50,10 +50,10 @@ use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use soya::roce::bth::DEFAULT_PKEY;
-use soya::roce::ip::{rxe_udp_sport, IPV6_LEN, UDP_LEN};
-use soya::roce::{Bth, ExtHeaders, IpHeader, OpKind, Opcode, Psn, RocePacket, RoceRepr};
-use soya::time::Time;
+use soya_proto::roce::bth::DEFAULT_PKEY;
+use soya_proto::roce::ip::{rxe_udp_sport, IPV6_LEN, UDP_LEN};
+use soya_proto::roce::{Bth, ExtHeaders, IpHeader, OpKind, Opcode, Psn, RocePacket, RoceRepr};
+use soya_proto::time::Time;
 
 pub use memory::{
     pattern_check, pattern_check_as, pattern_check_mixed, pattern_fill, MemStats, Memory,

@@ -10,9 +10,11 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use soya::roce::ext::RNR_TIMER_US;
-use soya::roce::{AtomicEth, ExtHeaders, NakCode, OpKind, Opcode, Psn, Reth, RocePacket, Syndrome};
-use soya::time::Time;
+use soya_proto::roce::ext::RNR_TIMER_US;
+use soya_proto::roce::{
+    AtomicEth, ExtHeaders, NakCode, OpKind, Opcode, Psn, Reth, RocePacket, Syndrome,
+};
+use soya_proto::time::Time;
 
 use super::hw::{Dcqcn, RetransmitTimer, TimerMode};
 use super::memory::pattern_check_mixed;

@@ -10,9 +10,11 @@
 
 use std::collections::VecDeque;
 
-use soya::roce::opcode::Headers;
-use soya::roce::{Aeth, ExtHeaders, NakCode, OpKind, Opcode, Position, Psn, RocePacket, Syndrome};
-use soya::time::Time;
+use soya_proto::roce::opcode::Headers;
+use soya_proto::roce::{
+    Aeth, ExtHeaders, NakCode, OpKind, Opcode, Position, Psn, RocePacket, Syndrome,
+};
+use soya_proto::time::Time;
 
 use super::memory::{pattern_check, pattern_check_as, pattern_check_as_into, PatternError};
 use super::{CompletionStatus, Flow, OutPacket, OutPayload, QpConfig, RecvCompletion, Shared};

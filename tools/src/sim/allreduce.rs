@@ -18,7 +18,7 @@
 //! The two WAN edges of every channel are carried by the real machinery:
 //! [`super::nccl::Conn`] (NCCL-style WRITE_WITH_IMM over several RC QPs,
 //! receiver-driven clear-to-send) between the simulator's two hosts, either
-//! directly over the WAN or through the two gateways' real [`soya::site::Site`]
+//! directly over the WAN or through the two gateways' real [`soya_proto::site::Site`]
 //! (QP engine, pseudo-ACKs, WAN transport), as `soya-sim run` does.
 //!
 //! With `collectives` > 1, that many AllReduces run back to back on the
@@ -36,7 +36,7 @@ use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use serde::Serialize;
-use soya::time::Time;
+use soya_proto::time::Time;
 
 use super::nccl::{Conn, NcclParams, NCCL_STEPS};
 use super::scenario::{self, Scenario};

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use serde_json::json;
-use soya::plan::{self, JobArgs, PlanArgs};
+use soya_proto::plan::{self, JobArgs, PlanArgs};
 
 use super::allreduce::{run_case, window_packets, AllreduceConfig, Case, RingOutcome};
 

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-use soya::time::Time;
+use soya_proto::time::Time;
 
 /// Gilbert–Elliott burst loss, the model the WAN transport's tests use too.
-pub use soya::wan::testing::GilbertElliott;
+pub use soya_proto::wan::testing::GilbertElliott;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct LinkProfile {

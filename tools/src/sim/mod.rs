@@ -1,7 +1,7 @@
 //! A deterministic simulator: virtual time, seeded randomness, an event heap
 //! and links with delay, rate, loss, reordering, duplication and jitter.
 //!
-//! It drives the *real* gateway state machines ([`soya::qp::QpEngine`]) and
+//! It drives the *real* gateway state machines ([`soya_proto::qp::QpEngine`]) and
 //! the project's one RC endpoint ([`crate::rc::RcQp`]) through a 300 km WAN,
 //! loss and failures, fast, in CI.
 

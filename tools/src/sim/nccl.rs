@@ -42,7 +42,7 @@
 //! counted by the sender's memory statistics (`writes_placed`), which is
 //! what polling the FIFO in host memory amounts to.
 
-use soya::time::Time;
+use soya_proto::time::Time;
 
 use super::scenario::{qp_config, Scenario};
 use super::world::{Host, Node, World};
@@ -217,9 +217,11 @@ impl Conn {
                 ip: ip(receiver).into(),
                 qpn: next_qpn(w, receiver),
             };
-            let psn_a = soya::roce::Psn::new(psn_seed.wrapping_mul(7919).wrapping_add(q * 104_729));
-            let psn_b =
-                soya::roce::Psn::new(psn_seed.wrapping_mul(6007).wrapping_add(q * 15_485_863));
+            let psn_a =
+                soya_proto::roce::Psn::new(psn_seed.wrapping_mul(7919).wrapping_add(q * 104_729));
+            let psn_b = soya_proto::roce::Psn::new(
+                psn_seed.wrapping_mul(6007).wrapping_add(q * 15_485_863),
+            );
             // The sender's memory is its FIFO (first QP only); the
             // receiver's, NCCL_STEPS buffers of this QP's part.
             let fifo = (NCCL_STEPS * FIFO_ENTRY) as usize;

@@ -17,11 +17,11 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 use rand_chacha::ChaCha8Rng;
-use soya::qp::QpEngine;
-use soya::roce::cm::{self, CmMessage};
-use soya::roce::{Bth, Deth, ExtHeaders, IpHeader, Opcode, Psn, RocePacket, RoceRepr};
-use soya::site::{Site, SiteEvent};
-use soya::time::Time;
+use soya_proto::qp::QpEngine;
+use soya_proto::roce::cm::{self, CmMessage};
+use soya_proto::roce::{Bth, Deth, ExtHeaders, IpHeader, Opcode, Psn, RocePacket, RoceRepr};
+use soya_proto::site::{Site, SiteEvent};
+use soya_proto::time::Time;
 
 use super::link::Link;
 use crate::rc::RcQp;

@@ -182,7 +182,7 @@ impl Lab {
 
     fn write_key(&self) -> Result<(), String> {
         use std::os::unix::fs::PermissionsExt;
-        let k = soya::rand::key().map_err(|e| format!("random key: {e}"))?;
+        let k = soya_proto::rand::key().map_err(|e| format!("random key: {e}"))?;
         let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
         std::fs::write(&self.key, hex + "\n")
             .and_then(|()| {
@@ -306,7 +306,7 @@ impl Lab {
         loop {
             self.check()?;
             let up = (0..2).all(|i| {
-                soya::gateway::control::query(&self.socket(i))
+                soya::client::query(&self.socket(i))
                     .is_ok_and(|s| s.connected && s.paths.iter().any(|p| p.state == "up"))
             });
             if up {

@@ -32,7 +32,7 @@
 //!   What is judged is the growth *beyond the deep buffer's high water*
 //!   (`rss_growth_beyond_buffer_pct`); the raw figure is reported as
 //!   `rss_growth_pct`. The gateway keeps freed heap on purpose
-//!   (`soya::sys::keep_heap`: trimming cost page faults on every burst), and
+//!   (`soya_io::sys::keep_heap`: trimming cost page faults on every burst), and
 //!   it holds each buffered packet in its own pooled buffer, so its RSS is
 //!   the largest burst of packets it has held so far: a path cut under load
 //!   after the warm-up sample, which drives the buffer's high water to a new
@@ -374,7 +374,7 @@ fn usage(lab: &Lab, i: usize) -> Usage {
         .gateway_pid(i)
         .and_then(lab::rss_and_fds)
         .unwrap_or((0, 0));
-    let status = soya::gateway::control::query(&lab.socket(i)).ok();
+    let status = soya::client::query(&lab.socket(i)).ok();
     let e = status.as_ref().map(|s| &s.engine);
     Usage {
         rss_kib,
@@ -550,7 +550,7 @@ fn schedule(
     // swept every quarter of that), so the engine holds as many QP halves
     // as it will in steady state; a quarter of the run, at least that
     // long, at most 5 minutes.
-    let forgotten = soya::qp::engine::expiry::idle_after(soya_config::DEFAULT_GIVE_UP_AFTER)
+    let forgotten = soya_proto::qp::engine::expiry::idle_after(soya_config::DEFAULT_GIVE_UP_AFTER)
         .as_secs_f64()
         * 1.25
         + 10.0;
@@ -776,7 +776,7 @@ impl Forgery {
     /// What gateway `i` counted as bad ICRC or malformed (None: it did
     /// not answer).
     fn counted_by(lab: &Lab, i: usize) -> Option<u64> {
-        soya::gateway::control::query(&lab.socket(i))
+        soya::client::query(&lab.socket(i))
             .ok()
             .map(|s| s.engine.dc_bad_icrc + s.engine.dc_malformed)
     }

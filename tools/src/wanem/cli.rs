@@ -27,7 +27,7 @@ use super::engine::{Emulator, Snapshot};
 use super::profile::{ProfileSpec, Quantity};
 use super::stats::DirStats;
 use super::{selftest, tun, udp};
-use soya::sys;
+use soya_io::sys;
 
 /// (flag without prefix, value name, help).
 const PROFILE_FLAGS: &[(&str, &str, &str)] = &[

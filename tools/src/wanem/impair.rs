@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use rand_chacha::ChaCha8Rng;
-use soya::time::Time;
+use soya_proto::time::Time;
 
 use crate::sim::link::{Link, LinkProfile};
 

@@ -18,7 +18,7 @@
 //! - [`stats`]: live counters.
 //! - [`selftest`]: measures delay accuracy, loss accuracy and capacity.
 //! - [`cli`]: the `soya-wanem` command line.
-//! - The Linux system calls: [`soya::sys`] (shared with the gateway).
+//! - The Linux system calls: [`soya_io::sys`] (shared with the gateway).
 
 pub mod cli;
 pub mod config;

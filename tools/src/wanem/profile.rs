@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use soya::time::Time;
 use soya_config::units::{format_bytes, format_rate, parse_bytes, parse_rate};
+use soya_proto::time::Time;
 
 use crate::sim::link::{GilbertElliott, LinkProfile};
 

@@ -29,8 +29,8 @@ use super::engine::EngineOptions;
 use super::profile::ProfileSpec;
 use super::udp::{self, PathSpec};
 use crate::sim::link::LinkProfile;
-use soya::sys;
-use soya::sys::batch::{RecvBatch, RxMeta, SendBatch};
+use soya_io::sys;
+use soya_io::sys::batch::{RecvBatch, RxMeta, SendBatch};
 
 /// What to measure.
 #[derive(Clone, Debug)]

@@ -31,8 +31,8 @@ use std::sync::Arc;
 use super::engine::{self, DirectionFn, Emulator, EngineOptions, PacketIo};
 use super::vnet::{self, Splitter};
 use crate::sim::link::LinkProfile;
-use soya::sys;
-use soya::sys::batch::{RxMeta, SendOutcome};
+use soya_io::sys;
+use soya_io::sys::batch::{RxMeta, SendOutcome};
 
 /// Largest packet a device with USO hands over: virtio header, IPv6
 /// header, 64 KiB of UDP.

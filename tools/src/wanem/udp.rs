@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use super::engine::{self, DirectionFn, Emulator, EngineOptions, PacketIo};
 use crate::sim::link::LinkProfile;
-use soya::sys::batch::{RecvBatch, RxMeta, SendBatch, SendOutcome};
-use soya::sys::{self, RawAddr};
+use soya_io::sys::batch::{RecvBatch, RxMeta, SendBatch, SendOutcome};
+use soya_io::sys::{self, RawAddr};
 
 /// One listen/forward pair and its two profiles.
 #[derive(Clone, Debug)]
@@ -123,8 +123,8 @@ fn direction(
 ) -> DirectionFn {
     let (batch, gso) = (opts.batch, opts.offload);
     let landing = if opts.offload {
-        soya::sys::batch::MAX_UDP_PAYLOAD
-            .saturating_sub(opts.max_datagram.min(soya::sys::batch::MAX_UDP_PAYLOAD))
+        soya_io::sys::batch::MAX_UDP_PAYLOAD
+            .saturating_sub(opts.max_datagram.min(soya_io::sys::batch::MAX_UDP_PAYLOAD))
     } else {
         0
     };

@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use soya::roce::builders::{self, ReplyTo};
-use soya::roce::{IpHeader, NakCode, OpKind, Opcode, Psn, Reth, RocePacket, Syndrome};
-use soya::time::Time;
+use soya_proto::roce::builders::{self, ReplyTo};
+use soya_proto::roce::{IpHeader, NakCode, OpKind, Opcode, Psn, Reth, RocePacket, Syndrome};
+use soya_proto::time::Time;
 
 use crate::rc::{
     Completion, CompletionStatus, QpAddr, QpConfig, RcQp, RecvCompletion, WorkRequest, WrOpcode,
@@ -218,7 +218,7 @@ impl Harness {
                     reth: p
                         .info
                         .headers
-                        .contains(soya::roce::opcode::Headers::RETH)
+                        .contains(soya_proto::roce::opcode::Headers::RETH)
                         .then_some(p.ext.reth),
                 };
                 self.emitted[side.i()] += 1;
@@ -414,5 +414,5 @@ impl Harness {
 pub fn set_psn(bytes: &mut [u8], psn: Psn) {
     let at = 20 + 8 + 9;
     bytes[at..at + 3].copy_from_slice(&psn.value().to_be_bytes()[1..]);
-    soya::roce::icrc::seal(bytes).expect("sealable");
+    soya_proto::roce::icrc::seal(bytes).expect("sealable");
 }

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use soya::roce::builders::{self, ReplyTo};
-use soya::roce::{IpHeader, OpKind, Syndrome};
-use soya::time::Time;
+use soya_proto::roce::builders::{self, ReplyTo};
+use soya_proto::roce::{IpHeader, OpKind, Syndrome};
+use soya_proto::time::Time;
 
 use super::harness::*;
 use crate::rc::hw::{hw_config, HW_MAX_UNACKED_PSNS};

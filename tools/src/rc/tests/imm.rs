@@ -8,7 +8,7 @@
 //! zero-length WRITE_WITH_IMM (a QP whose share of a step is empty)
 //! consumes a receive too.
 
-use soya::roce::{Opcode, Syndrome};
+use soya_proto::roce::{Opcode, Syndrome};
 
 use super::harness::*;
 use crate::rc::hw::hw_config;
@@ -85,8 +85,9 @@ fn write_with_imm_without_a_receive_is_rnr_naked_then_lands_once_one_is_posted()
         });
         assert!(!rnr.is_empty(), "{model}");
         assert!(
-            rnr.iter().all(|s| s.psn == soya::roce::Psn::new(A_PSN + 1)
-                && s.syndrome == Some(Syndrome::RnrNak { timer: 12 })),
+            rnr.iter()
+                .all(|s| s.psn == soya_proto::roce::Psn::new(A_PSN + 1)
+                    && s.syndrome == Some(Syndrome::RnrNak { timer: 12 })),
             "{model}: RNR at the immediate's packet; without RDMA-CM the responder asks \
              for 0.64 ms: {rnr:?}"
         );

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::Duration;
 
-use soya::roce::{OpKind, Opcode, Psn};
+use soya_proto::roce::{OpKind, Opcode, Psn};
 
 use super::harness::*;
 use crate::rc::*;

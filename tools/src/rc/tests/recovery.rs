@@ -7,11 +7,11 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use soya::roce::opcode::Headers;
-use soya::roce::{
+use soya_proto::roce::opcode::Headers;
+use soya_proto::roce::{
     Bth, ExtHeaders, IpHeader, NakCode, OpKind, Opcode, Psn, Reth, RoceRepr, Syndrome,
 };
-use soya::time::Time;
+use soya_proto::time::Time;
 
 use super::harness::*;
 use crate::rc::*;

@@ -1,5 +1,5 @@
 //! A QP whose far gateway is lost for good is moved to the error state by
-//! its own gateway (`soya::qp::poison`): the packets that gateway sends,
+//! its own gateway (`soya_proto::qp::poison`): the packets that gateway sends,
 //! against this rxe-modelled endpoint. At the responder's expected PSN the
 //! opcode-sequence error is fatal (NAK Invalid Request, QP to error, every
 //! posted receive completes in error, nothing placed); anywhere else it
@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use soya::qp::poison::{self, InProgress, Target};
-use soya::roce::{NakCode, Opcode, Psn, Syndrome};
+use soya_proto::qp::poison::{self, InProgress, Target};
+use soya_proto::roce::{NakCode, Opcode, Psn, Syndrome};
 
 use super::harness::*;
 use crate::rc::*;
@@ -244,11 +244,11 @@ fn a_fatal_nak_on_the_oldest_outstanding_psn_errors_the_requester_and_its_receiv
 fn through_a_gateway_then_twin_lost(
     ops: &[(Opcode, usize)],
     deliver_acks: usize,
-) -> (RcQp, soya::qp::TwinLostSummary) {
-    use soya::qp::twin::Carry;
-    use soya::qp::{EngineConfig, Output, QpEngine, TwinMsg};
-    use soya::roce::{builders, IpHeader, Reth};
-    use soya::time::Time;
+) -> (RcQp, soya_proto::qp::TwinLostSummary) {
+    use soya_proto::qp::twin::Carry;
+    use soya_proto::qp::{EngineConfig, Output, QpEngine, TwinMsg};
+    use soya_proto::roce::{builders, IpHeader, Reth};
+    use soya_proto::time::Time;
 
     let mut b = endpoint_b(cfg_mtu(1024), A_PSN);
     b.post_recv(3);
@@ -357,12 +357,12 @@ fn the_engines_poison_sweep_errors_an_endpoint_whose_acks_it_never_saw() {
 /// phase) but not B's responder's ePSN, `b_epsn`. The twin is lost; the
 /// engine probes, B answers as rxe does, the engine poisons. Returns B,
 /// the engine and the twin messages the engine produced after fail_all.
-fn pseudo_acked_writer_then_twin_lost(b_epsn: u32) -> (RcQp, soya::qp::QpEngine, usize) {
-    use soya::qp::twin::Carry;
-    use soya::qp::{EngineConfig, Output, QpEngine, TwinMsg};
-    use soya::roce::builders::{self, ReplyTo};
-    use soya::roce::{IpHeader, RocePacket};
-    use soya::time::Time;
+fn pseudo_acked_writer_then_twin_lost(b_epsn: u32) -> (RcQp, soya_proto::qp::QpEngine, usize) {
+    use soya_proto::qp::twin::Carry;
+    use soya_proto::qp::{EngineConfig, Output, QpEngine, TwinMsg};
+    use soya_proto::roce::builders::{self, ReplyTo};
+    use soya_proto::roce::{IpHeader, RocePacket};
+    use soya_proto::time::Time;
 
     let mut b = endpoint_b(cfg(), b_epsn);
     b.post_recv(2);
@@ -466,7 +466,7 @@ fn pseudo_acked_writer_then_twin_lost(b_epsn: u32) -> (RcQp, soya::qp::QpEngine,
     (b, e, twin_after)
 }
 
-fn check_probed_and_poisoned(b_epsn: u32) -> (RcQp, soya::qp::QpEngine) {
+fn check_probed_and_poisoned(b_epsn: u32) -> (RcQp, soya_proto::qp::QpEngine) {
     let (mut b, e, twin_after) = pseudo_acked_writer_then_twin_lost(b_epsn);
     assert!(b.is_error(), "ePSN {b_epsn:#x}: B is in the error state");
     assert_eq!(twin_after, 0, "no answer travels to the lost twin");

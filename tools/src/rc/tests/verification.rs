@@ -7,9 +7,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use proptest::prelude::*;
-use soya::roce::icrc;
-use soya::roce::{Bth, ExtHeaders, IpHeader, Opcode, Psn, RoceRepr};
-use soya::time::Time;
+use soya_proto::roce::icrc;
+use soya_proto::roce::{Bth, ExtHeaders, IpHeader, Opcode, Psn, RoceRepr};
+use soya_proto::time::Time;
 
 use super::harness::*;
 use crate::rc::*;
@@ -155,7 +155,7 @@ fn valid_write(h: &Harness, psn: Psn) -> RoceRepr {
         bth: Bth::new(Opcode::RC_WRITE_ONLY, B_QPN, psn),
         ext: ExtHeaders {
             present: Opcode::RC_WRITE_ONLY.info().unwrap().headers,
-            reth: soya::roce::Reth {
+            reth: soya_proto::roce::Reth {
                 va: h.b.memory().base(),
                 rkey: h.b.memory().rkey(),
                 len: 64,
@@ -204,7 +204,7 @@ fn misaddressed_and_malformed_packets_are_counted_and_dropped() {
     ] {
         h.b.handle_packet(Time::ZERO, &bytes);
     }
-    let cnp = soya::roce::builders::cnp(&soya::roce::builders::ReplyTo {
+    let cnp = soya_proto::roce::builders::cnp(&soya_proto::roce::builders::ReplyTo {
         ip: IpHeader::v4(A_IP, B_IP),
         src_port: 0,
         dest_qp: B_QPN,
@@ -252,7 +252,7 @@ proptest! {
             r.bth.dest_qp = qpn;
             r.bth.opcode = opcode;
             r.ext.present = opcode.info().unwrap().headers;
-            let data = matches!(opcode.info().unwrap().payload, soya::roce::opcode::Payload::Data);
+            let data = matches!(opcode.info().unwrap().payload, soya_proto::roce::opcode::Payload::Data);
             let mut bytes = r.to_vec(if data { &[7u8; 64] } else { &[] }).unwrap();
             for (at, v) in &muts {
                 let i = at.index(bytes.len());

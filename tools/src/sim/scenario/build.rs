@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use soya::qp::EngineConfig;
-use soya::roce::cm;
-use soya::roce::Psn;
-use soya::site::{Acl, NonceSource, Site, SiteParams};
-use soya::time::Time;
+use soya_proto::qp::EngineConfig;
+use soya_proto::roce::cm;
+use soya_proto::roce::Psn;
+use soya_proto::site::{Acl, NonceSource, Site, SiteParams};
+use soya_proto::time::Time;
 
 use super::super::link::{Link, LinkProfile};
 use super::super::world::{qp1_packet, Node, World};
@@ -161,7 +161,7 @@ pub(crate) fn build(s: &Scenario) -> Result<World, String> {
         w.host_b.add(qb, qp_b);
         if s.cm_handshake && s.accelerated {
             // Host A is the active side: its REQ gives the PSN B sends
-            // with, B's REP the PSN A sends with (see `soya::roce::cm`).
+            // with, B's REP the PSN A sends with (see `soya_proto::roce::cm`).
             let comm = 0x1000 + i;
             let mtu = s.mtu as u16;
             let req = cm::req_mad(comm, qa, psn_b, mtu);
@@ -179,7 +179,7 @@ pub(crate) fn build(s: &Scenario) -> Result<World, String> {
 /// write them: its hosts, the twin's hosts, one path per WAN path of the
 /// scenario at its rate.
 pub fn site_params(s: &Scenario, local: Ipv4Addr, remote: Ipv4Addr) -> SiteParams {
-    use soya::wan::{CcKind, PathConfig, WanConfig};
+    use soya_proto::wan::{CcKind, PathConfig, WanConfig};
     let paths: Vec<PathConfig> = (0..s.paths.max(1))
         .map(|i| {
             let mut p = PathConfig::new(format!("path{i}"));

@@ -146,7 +146,7 @@ pub struct Scenario {
     /// [`auto_buffer_slots`]; `soya plan` prints it).
     pub buffer_slots: Option<usize>,
     /// The gateways replace their WAN sending keys this often (as soon as
-    /// allowed: `soya::wan` key updates); `None`: the daemon's default
+    /// allowed: `soya_proto::wan` key updates); `None`: the daemon's default
     /// (every 2^22 packets or 2 minutes).
     pub key_update_interval: Option<Duration>,
     /// Check that the QPs share the WAN: when the first QP's transfer is

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use soya::site::Site;
-use soya::time::Time;
-use soya::wan::PathState;
+use soya_proto::site::Site;
+use soya_proto::time::Time;
+use soya_proto::wan::PathState;
 
 use super::super::world::{Node, World};
 use super::build::{build, layout, seeded_nonces, site_params, RKEY};
@@ -349,7 +349,7 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
     let any_failure = progress.iter().flatten().any(|p| p.failed)
         || w.engines().any(|g| g.ingress_totals().errors_injected > 0);
     let settle = if any_failure {
-        soya::qp::egress::RAW_WAIT_LIMIT.max(soya::qp::egress::DEFAULT_RNR_GIVE_UP)
+        soya_proto::qp::egress::RAW_WAIT_LIMIT.max(soya_proto::qp::egress::DEFAULT_RNR_GIVE_UP)
             + Duration::from_secs(2)
     } else {
         Duration::from_secs(1)

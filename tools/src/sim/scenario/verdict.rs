@@ -3,8 +3,8 @@
 //! injected; no head of line behind a stalled QP; buffers back to zero),
 //! and the figures the [`Outcome`] reports.
 
-use soya::site::Site;
-use soya::time::Time;
+use soya_proto::site::Site;
+use soya_proto::time::Time;
 
 use super::super::world::World;
 use super::{Outcome, Scenario};

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use soya::sys;
-use soya::sys::batch::RxMeta;
-use soya::time::Time;
+use soya_io::sys;
+use soya_io::sys::batch::RxMeta;
+use soya_proto::time::Time;
 
 use super::{recycle, Clock, EngineOptions, Held, PacketIo, Pool};
 use crate::sim::link::LinkProfile;

@@ -32,7 +32,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use soya::time::Time;
+use soya_proto::time::Time;
 
 mod direction;
 
@@ -40,8 +40,8 @@ use super::profile::describe;
 use super::stats::{DirCounters, DirStats};
 use crate::sim::link::LinkProfile;
 use direction::Dir;
-use soya::sys;
-use soya::sys::batch::{RxMeta, SendOutcome};
+use soya_io::sys;
+use soya_io::sys::batch::{RxMeta, SendOutcome};
 
 /// Engine settings shared by every direction.
 #[derive(Clone, Debug)]

@@ -27,14 +27,11 @@
 //! `Kernel -> Free | Held` the shard that read the slot off its RX ring,
 //! `Held -> Free` the buffer's drop. Release stores / acquire loads order
 //! the bytes' last use before the kernel writes the slot again.
-#![allow(unsafe_code)]
-
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::xsk::{Area, Ring, CHUNK};
-use crate::buffer::{Lender, LenderRef, PacketBuf};
+use soya_proto::buffer::{Lease, Lender, LenderRef, PacketBuf};
 
 /// What the kernel leaves before a buffer's data in copy mode
 /// (`XDP_PACKET_HEADROOM`; the UMEM is registered with no headroom of
@@ -70,6 +67,12 @@ pub struct Slots {
     held: AtomicUsize,
     /// Most slots held at once (the rest keep the fill and RX rings fed).
     budget: usize,
+    /// Lease boxes given back, naming no memory, to lend again: at most
+    /// one per frame held at once (sized for every slot up front, so that
+    /// keeping one never grows it).
+    // Boxed on purpose: a kept box goes into a `PacketBuf` as it is.
+    #[allow(clippy::vec_box)]
+    leases: Mutex<Vec<Box<Lease>>>,
 }
 
 impl Slots {
@@ -79,6 +82,7 @@ impl Slots {
             span: (0..slots).map(|_| AtomicU8::new(0)).collect(),
             held: AtomicUsize::new(0),
             budget,
+            leases: Mutex::new(Vec::with_capacity(slots)),
         }
     }
 
@@ -189,8 +193,11 @@ struct TapeLender {
 }
 
 impl Lender for TapeLender {
-    fn give_back(&self, run: NonNull<u8>) {
-        let off = run.as_ptr() as usize - self.area.base() as usize;
+    fn give_back(&self, mut lease: Box<Lease>) {
+        let off = lease.addr() - self.area.base() as usize;
+        // The run is forgotten before the box is kept (see `Area::lend_run`).
+        lease.clear();
+        super::lock(&self.slots.leases).push(lease);
         // The run starts ETH + the kernel's headroom (< STRIDE) past its
         // first slot's address.
         self.slots.unhold(off / STRIDE);
@@ -222,16 +229,24 @@ pub fn lend(
     if !slots.hold(first, n) {
         return None;
     }
-    let run = NonNull::new(area.base().wrapping_add(start)).expect("inside the area");
-    let len = (len - skip) as u32;
-    // SAFETY: the bytes are inside the area (checked above), which the
-    // lender keeps mapped; the kernel wrote them and does not again while
+    let len = len - skip;
+    // SAFETY (`Area::lend_run`): the bytes are inside the area (checked
+    // above, and by `lend_run`), which the lender keeps mapped while the
+    // lease is out (it holds an `Arc` of the area) and clears the lease
+    // when it comes back; the kernel wrote them and does not again while
     // their slots are HELD (never given to the fill ring), and nothing else
     // reads or writes them until the buffer gives them back: the slots'
     // other bytes (the Ethernet header, the headroom) are not in the run.
-    // The buffer's capacity is its length, so it never writes past them.
-    let mut b = unsafe { PacketBuf::lent(run, len, lender) };
-    // SAFETY: all `len` bytes were written by the kernel.
-    unsafe { b.set_len(len as usize) };
-    Some(b)
+    // The run is exactly the frame, so the buffer never writes past it.
+    let run = unsafe { area.lend_run(start, len) };
+    let kept = super::lock(&slots.leases).pop();
+    let lease = match kept {
+        Some(mut l) => {
+            l.set_run(run);
+            l
+        }
+        None => Lease::new(run),
+    };
+    // All `len` bytes were written by the kernel: the packet is the run.
+    Some(PacketBuf::lent(lease, len, lender))
 }

@@ -16,9 +16,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::Command;
 
 use super::{open_with_hold, XdpDc, TAPE_HOLD};
-use crate::buffer::PacketBuf;
-use crate::copies;
-use crate::gateway::ports::DcRx;
+use crate::dcrx::DcRx;
+use soya_proto::buffer::PacketBuf;
+use soya_proto::copies;
 
 /// Frames per direction.
 const N: usize = 64;
@@ -273,7 +273,7 @@ fn xdp_backend_copies_per_packet() {
         eprintln!("copies not counted: build with --features count-copies");
     }
     let ns = format!("soya-xdp-copies-{}", std::process::id());
-    in_netns(&ns, "gateway::xdp::tests_copies::copies_in_namespace");
+    in_netns(&ns, "xdp::tests_copies::copies_in_namespace");
 }
 
 /// The body of [`xdp_backend_copies_per_packet`], in its namespace.
@@ -296,12 +296,12 @@ fn copies_in_namespace() {
         let mut got = Vec::new();
         let mut lent_used = 0;
         let mut scratch = vec![0u8; 9000];
-        let mut lent: Vec<crate::buffer::PacketBuf> = Vec::new();
+        let mut lent: Vec<soya_proto::buffer::PacketBuf> = Vec::new();
         let before = copies::so_far();
         while got.len() < N {
             while lent.len() < 64 {
-                lent.push(crate::buffer::PacketBuf::with_capacity(
-                    crate::buffer::pool::PACKET_BUF_BYTES,
+                lent.push(soya_proto::buffer::PacketBuf::with_capacity(
+                    soya_proto::buffer::pool::PACKET_BUF_BYTES,
                 ));
             }
             let (n, _) = dc.recv_batch(&mut scratch, &mut lent, |rx| {

@@ -15,7 +15,7 @@
 //! same request (NTF_USE), as the kernel's own sends would: that also
 //! has the kernel re-confirm an entry gone stale (a unicast probe).
 
-use crate::keyed::KeyedMap;
+use soya_proto::keyed::KeyedMap;
 use std::io;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -58,7 +58,7 @@ pub struct Neighbours {
     ifindex: u32,
     own_mac: [u8; 6],
     routes: Vec<Route>,
-    /// Next hop → its MAC. (Keyed tables, `crate::keyed`: `headers` is looked
+    /// Next hop → its MAC. (Keyed tables, `soya_proto::keyed`: `headers` is looked
     /// up for every packet sent toward a host, by an address from the DC.)
     macs: KeyedMap<IpAddr, [u8; 6]>,
     /// Destination host → Ethernet header (cache of the two lookups).

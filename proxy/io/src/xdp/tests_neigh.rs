@@ -63,7 +63,7 @@ fn unresolved_hosts_are_held_and_used_entries_kept() {
         return;
     }
     let ns = format!("soya-xdp-neigh-{}", std::process::id());
-    in_netns(&ns, "gateway::xdp::tests_neigh::in_namespace");
+    in_netns(&ns, "xdp::tests_neigh::in_namespace");
 }
 
 /// The body of [`unresolved_hosts_are_held_and_used_entries_kept`], in

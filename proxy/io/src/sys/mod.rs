@@ -1,10 +1,10 @@
 //! The Linux system calls std and socket2 do not wrap, for the gateway and
-//! the lab tools alike (`soya::sys`): ppoll, eventfd, the tun device, socket
+//! the lab tools alike (`soya_io::sys`, also `soya::sys`): ppoll, eventfd, the tun device, socket
 //! options beyond socket2, scheduling and timer slack, signals, network
 //! namespaces; batched UDP I/O with GSO / GRO ([`udpio`] for the gateway,
 //! [`batch`] for the WAN emulator and the software RoCE endpoint) and its
-//! io_uring variant. Every `unsafe` of the workspace but AF_XDP's
-//! (`gateway::xdp`) lives under this module.
+//! io_uring variant. Every `unsafe` of the proxy but AF_XDP's
+//! ([`crate::xdp`], beside it in this crate) lives under this module.
 
 pub mod batch;
 pub mod tun_vnet;
@@ -516,15 +516,45 @@ pub fn read_packet(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
 /// waiting.
 pub fn read_packet_into(
     fd: RawFd,
-    v: &mut crate::buffer::PacketBuf,
+    v: &mut soya_proto::buffer::PacketBuf,
     overflow: &mut [u8],
 ) -> io::Result<bool> {
-    let len = v.len();
-    let spare = v.spare_capacity_mut();
-    let room = spare.len();
+    let (n, first) = if let Some(vec) = v.heap_vec_mut() {
+        let len = vec.len();
+        let spare = vec.spare_capacity_mut();
+        let room = spare.len();
+        let Some(n) = readv2(fd, spare.as_mut_ptr().cast(), room, overflow)? else {
+            return Ok(false);
+        };
+        let first = n.min(room);
+        // SAFETY: the kernel initialised the first `first` bytes of the
+        // spare capacity (readv fills the iovecs in order).
+        unsafe { vec.set_len(len + first) };
+        (n, first)
+    } else {
+        // A lent buffer: its room is initialised memory already.
+        let spare = v.lent_spare_mut().expect("a buffer is heap or lent");
+        let room = spare.len();
+        let Some(n) = readv2(fd, spare.as_mut_ptr(), room, overflow)? else {
+            return Ok(false);
+        };
+        let first = n.min(room);
+        v.commit_lent(first);
+        (n, first)
+    };
+    if n > first {
+        soya_proto::copies::note(n - first);
+        v.extend_from_slice(&overflow[..n - first]);
+    }
+    Ok(true)
+}
+
+/// One `readv` into `room` bytes at `at`, then `overflow`; `Ok(None)` when
+/// nothing is waiting.
+fn readv2(fd: RawFd, at: *mut u8, room: usize, overflow: &mut [u8]) -> io::Result<Option<usize>> {
     let iov = [
         libc::iovec {
-            iov_base: spare.as_mut_ptr().cast(),
+            iov_base: at.cast(),
             iov_len: room,
         },
         libc::iovec {
@@ -532,26 +562,18 @@ pub fn read_packet_into(
             iov_len: overflow.len(),
         },
     ];
-    // SAFETY: both iovecs describe memory we own for the call's duration
-    // (`v`'s spare capacity, uninitialised but writable, and `overflow`).
+    // SAFETY: both iovecs describe memory the caller owns for the call's
+    // duration (`room` writable bytes at `at`, possibly uninitialised, and
+    // `overflow`).
     let r = unsafe { libc::readv(fd, iov.as_ptr(), 2) };
     if r < 0 {
         let e = io::Error::last_os_error();
         return match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(false),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
             _ => Err(e),
         };
     }
-    let n = r as usize;
-    let first = n.min(room);
-    // SAFETY: the kernel initialised the first `first` bytes of the spare
-    // capacity (readv fills the iovecs in order).
-    unsafe { v.set_len(len + first) };
-    if n > first {
-        crate::copies::note(n - first);
-        v.extend_from_slice(&overflow[..n - first]);
-    }
-    Ok(true)
+    Ok(Some(r as usize))
 }
 
 fn write_once(fd: RawFd, buf: &[u8]) -> io::Result<()> {

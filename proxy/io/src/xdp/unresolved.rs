@@ -45,7 +45,7 @@ impl Unresolved {
         if self.queue.len() >= MAX_HELD {
             return false;
         }
-        crate::copies::note(packet.len());
+        soya_proto::copies::note(packet.len());
         self.queue.push_back(Held {
             dst,
             since: now,

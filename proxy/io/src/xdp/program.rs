@@ -1,5 +1,5 @@
-//! The steering program (proxy/xdp/steer.bpf.c, built by proxy/build.rs
-//! with clang, or without clang its checked-in build proxy/xdp/steer.bpf.o):
+//! The steering program (proxy/io/xdp/steer.bpf.c, built by proxy/io/build.rs
+//! with clang, or without clang its checked-in build proxy/io/xdp/steer.bpf.o):
 //! loading it with `aya`, filling its prefix and shard maps, attaching it
 //! to the interface, and running it on crafted frames (BPF_PROG_TEST_RUN)
 //! for the tests.
@@ -237,19 +237,19 @@ fn is_permission(e: &aya::EbpfError) -> bool {
 #[cfg(test)]
 mod tests {
     /// The object checked in beside the source.
-    static CHECKED_IN: &[u8] = include_bytes!("../../../xdp/steer.bpf.o");
+    static CHECKED_IN: &[u8] = include_bytes!("../../xdp/steer.bpf.o");
 
     /// A machine without clang builds the gateway with the checked-in
     /// object, so it must be what the source builds to: CI (which has
     /// clang and sets SOYA_REQUIRE_BPF=1, so OBJECT is the source's build)
-    /// fails here when steer.bpf.c changed without proxy/xdp/build.sh.
+    /// fails here when steer.bpf.c changed without proxy/io/xdp/build.sh.
     #[test]
     fn the_checked_in_object_is_the_sources_build() {
         assert!(super::OBJECT.starts_with(b"\x7fELF"), "not an ELF object");
         if super::OBJECT != CHECKED_IN {
             panic!(
-                "proxy/xdp/steer.bpf.o ({} bytes) is not what clang builds from \
-                 proxy/xdp/steer.bpf.c ({} bytes): run proxy/xdp/build.sh and commit both",
+                "proxy/io/xdp/steer.bpf.o ({} bytes) is not what clang builds from \
+                 proxy/io/xdp/steer.bpf.c ({} bytes): run proxy/io/xdp/build.sh and commit both",
                 CHECKED_IN.len(),
                 super::OBJECT.len()
             );

@@ -204,29 +204,24 @@ mod tests {
     /// A lent buffer put back goes to its lender at once: a pool never
     /// hands out another's memory as its own.
     #[test]
-    #[allow(unsafe_code)]
     fn a_lent_buffer_is_given_back_not_kept() {
-        use crate::buffer::{Lender, LenderRef};
-        use std::ptr::NonNull;
+        use crate::buffer::{Lease, Lender, LenderRef};
         use std::sync::atomic::{AtomicUsize, Ordering};
         use std::sync::Arc;
 
         struct Count(AtomicUsize);
         impl Lender for Count {
-            fn give_back(&self, _run: NonNull<u8>) {
+            fn give_back(&self, _lease: Box<Lease>) {
                 self.0.fetch_add(1, Ordering::Relaxed);
             }
         }
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let lender = LenderRef::new(Box::new(count.clone()));
-        let mut run = vec![0u8; PACKET_BUF_BYTES];
-        let ptr = NonNull::new(run.as_mut_ptr()).unwrap();
-        // SAFETY: `run` outlives the buffer and is not touched while lent.
-        let b = unsafe { PacketBuf::lent(ptr, PACKET_BUF_BYTES as u32, &lender) };
+        let run: &'static mut [u8] = Box::leak(vec![0u8; PACKET_BUF_BYTES].into_boxed_slice());
+        let b = PacketBuf::lent(Lease::new(run), 0, &lender);
         let mut p = PacketPool::new(4);
         p.put(b);
         assert_eq!((p.idle(), p.stats.freed), (0, 0));
         assert_eq!(count.0.load(Ordering::Relaxed), 1);
-        drop(run);
     }
 }

@@ -19,11 +19,10 @@
 //! first (`Lender::in_flight`): the kernel never reads bytes being
 //! rewritten.
 
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::buffer::{LendSource, Lender, LenderRef, PacketBuf};
+use soya_proto::buffer::{Lease, LendSource, Lender, LenderRef, PacketBuf};
 
 use super::{lock, Shared, CHUNK, ETH};
 
@@ -80,6 +79,9 @@ struct State {
     tx: Vec<u16>,
     /// Given back by its buffer while descriptors were out.
     returned: Vec<bool>,
+    /// Each region's lease box while the region is not lent (made at its
+    /// first lend, then reused: lending allocates nothing after that).
+    leases: Vec<Option<Box<Lease>>>,
 }
 
 impl Regions {
@@ -92,6 +94,7 @@ impl Regions {
                 free: (0..count as u32).rev().collect(),
                 tx: vec![0; count],
                 returned: vec![false; count],
+                leases: (0..count).map(|_| None).collect(),
             }),
             counters: LendCounters::default(),
         }
@@ -126,12 +129,30 @@ impl Regions {
         (off == self.offset(r) + HEADROOM as u64).then_some(r)
     }
 
+    #[cfg(test)]
     fn take(&self) -> Option<u32> {
-        lock(&self.state).free.pop()
+        self.take_lease().map(|(r, _)| r)
     }
 
-    fn give_back(&self, r: u32) {
+    /// A free region and its lease box, if it was lent before.
+    fn take_lease(&self) -> Option<(u32, Option<Box<Lease>>)> {
         let mut s = lock(&self.state);
+        let r = s.free.pop()?;
+        Some((r, s.leases[r as usize].take()))
+    }
+
+    #[cfg(test)]
+    fn give_back(&self, r: u32) {
+        self.give_back_lease(r, None)
+    }
+
+    /// Region `r`'s buffer is dropped; its lease box (if any) is kept for
+    /// the region's next lend.
+    fn give_back_lease(&self, r: u32, lease: Option<Box<Lease>>) {
+        let mut s = lock(&self.state);
+        if lease.is_some() {
+            s.leases[r as usize] = lease;
+        }
         if s.tx[r as usize] > 0 {
             s.returned[r as usize] = true;
         } else {
@@ -176,8 +197,8 @@ impl Regions {
 struct Back(Arc<Shared>);
 
 impl Back {
-    fn region(&self, run: NonNull<u8>) -> u32 {
-        let off = run.as_ptr() as u64 - self.0.area.base() as u64;
+    fn region(&self, lease: &Lease) -> u32 {
+        let off = (lease.addr() - self.0.area.base() as usize) as u64;
         self.0
             .lend
             .of_run(off)
@@ -186,13 +207,16 @@ impl Back {
 }
 
 impl Lender for Back {
-    fn give_back(&self, run: NonNull<u8>) {
-        let r = self.region(run);
-        self.0.lend.give_back(r);
+    fn give_back(&self, mut lease: Box<Lease>) {
+        let r = self.region(&lease);
+        // The run is forgotten before the box is kept: a kept lease names
+        // no memory (see `Area::lend_run`).
+        lease.clear();
+        self.0.lend.give_back_lease(r, Some(lease));
     }
 
-    fn in_flight(&self, run: NonNull<u8>) -> bool {
-        let busy = self.0.lend.in_flight(self.region(run));
+    fn in_flight(&self, lease: &Lease) -> bool {
+        let busy = self.0.lend.in_flight(self.region(lease));
         if busy {
             self.0
                 .lend
@@ -220,20 +244,27 @@ impl UmemSource {
 impl LendSource for UmemSource {
     fn lend(&self) -> Option<PacketBuf> {
         let lend = &self.shared.lend;
-        let Some(r) = lend.take() else {
+        let Some((r, lease)) = lend.take_lease() else {
             lend.counters.empty.fetch_add(1, Ordering::Relaxed);
             return None;
         };
         lend.counters.lent.fetch_add(1, Ordering::Relaxed);
         let off = lend.offset(r) as usize + HEADROOM;
-        // SAFETY: `off .. off + REGION - HEADROOM` is inside the area (the
-        // regions were sized into it) and region `r` was free: no buffer,
-        // no ring names it until the buffer gives it back (`Back`), and the
-        // area stays mapped while `back` (which holds `Shared`) lives.
-        unsafe {
-            let run = NonNull::new_unchecked(self.shared.area.base().add(off));
-            Some(PacketBuf::lent(run, (REGION - HEADROOM) as u32, &self.back))
-        }
+        // SAFETY (`Area::lend_run`): `off .. off + REGION - HEADROOM` is
+        // inside the area (the regions were sized into it; `lend_run`
+        // checks) and region `r` was free: no buffer, no ring names it
+        // until the buffer gives it back (`Back`, which clears the lease).
+        // The area stays mapped while the lease is out: the buffer holds
+        // `back`, which holds `Shared`, which holds the area.
+        let run = unsafe { self.shared.area.lend_run(off, REGION - HEADROOM) };
+        let lease = match lease {
+            Some(mut l) => {
+                l.set_run(run);
+                l
+            }
+            None => Lease::new(run),
+        };
+        Some(PacketBuf::lent(lease, 0, &self.back))
     }
 }
 

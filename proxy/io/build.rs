@@ -1,9 +1,9 @@
 //! Puts the XDP steering program of the `xdp` DC backend into OUT_DIR as
-//! `steer.bpf.o`, for `gateway::xdp::program` to embed.
+//! `steer.bpf.o`, for `soya_io::xdp::program` to embed.
 //!
-//! Its source is proxy/xdp/steer.bpf.c. The object built from it is
-//! checked in beside it (proxy/xdp/steer.bpf.o, made by
-//! proxy/xdp/build.sh) so that a machine with only the Rust toolchain
+//! Its source is proxy/io/xdp/steer.bpf.c. The object built from it is
+//! checked in beside it (proxy/io/xdp/steer.bpf.o, made by
+//! proxy/io/xdp/build.sh) so that a machine with only the Rust toolchain
 //! (no clang, no libbpf headers: a fresh Debian) still gets the xdp
 //! backend from `cargo build`. The build is reproducible: the same clang
 //! (Debian 12's clang 14) gives the same bytes in any checkout, since the
@@ -13,7 +13,7 @@
 //!   source, so an edit of steer.bpf.c takes effect at once; when the
 //!   result differs from the checked-in object, the build says so
 //!   (warning), and the test `xdp::program::tests` fails under CI until
-//!   proxy/xdp/build.sh has refreshed it.
+//!   proxy/io/xdp/build.sh has refreshed it.
 //! - Without them, the checked-in object is used.
 //! - SOYA_REQUIRE_BPF=1 makes a failed clang build an error instead of a
 //!   fall-back (CI builds from the source).
@@ -35,8 +35,8 @@ fn main() {
             let same = std::fs::read(&out).ok() == std::fs::read(CHECKED_IN).ok();
             if !same {
                 println!(
-                    "cargo:warning=proxy/{CHECKED_IN} differs from what clang builds from proxy/{SRC}; \
-                     refresh it with proxy/xdp/build.sh (or install Debian 12's clang 14)"
+                    "cargo:warning=proxy/io/{CHECKED_IN} differs from what clang builds from proxy/io/{SRC}; \
+                     refresh it with proxy/io/xdp/build.sh (or install Debian 12's clang 14)"
                 );
             }
             return;
@@ -47,11 +47,11 @@ fn main() {
         panic!("{failure} (SOYA_REQUIRE_BPF=1); install clang, llvm and libbpf-dev");
     }
     // No clang (a fresh machine): the object built from the same source
-    // with proxy/xdp/build.sh.
+    // with proxy/io/xdp/build.sh.
     std::fs::copy(CHECKED_IN, &out).unwrap_or_else(|e| panic!("copy {CHECKED_IN}: {e}"));
 }
 
-/// `clang -target bpf` with the flags of proxy/xdp/build.sh, run in the
+/// `clang -target bpf` with the flags of proxy/io/xdp/build.sh, run in the
 /// package directory (cargo's working directory for build scripts).
 fn build(out: &Path) -> Result<(), String> {
     let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());

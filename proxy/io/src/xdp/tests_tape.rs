@@ -12,10 +12,10 @@ use super::tests_copies::{
     INNER,
 };
 use super::XdpDc;
-use crate::buffer::pool::PACKET_BUF_BYTES;
-use crate::buffer::PacketBuf;
-use crate::copies;
-use crate::gateway::ports::DcRx;
+use crate::dcrx::DcRx;
+use soya_proto::buffer::pool::PACKET_BUF_BYTES;
+use soya_proto::buffer::PacketBuf;
+use soya_proto::copies;
 
 fn outer(test: &str) {
     // SAFETY: geteuid has no preconditions.
@@ -24,10 +24,7 @@ fn outer(test: &str) {
         return;
     }
     let ns = format!("soya-xdp-{test}-{}", std::process::id());
-    in_netns(
-        &ns,
-        &format!("gateway::xdp::tests_tape::{test}_in_namespace"),
-    );
+    in_netns(&ns, &format!("xdp::tests_tape::{test}_in_namespace"));
 }
 
 /// Whether this is the child `in_netns` started (else the ignored half

@@ -13,7 +13,7 @@ pub mod pool;
 mod room;
 pub mod slab;
 
-pub use packet::{Lender, LenderRef, PacketBuf};
+pub use packet::{Lease, Lender, LenderRef, PacketBuf};
 pub use pool::{LendSource, PacketPool, PoolStats};
 pub use slab::{PacketSlab, SlabError, SlotHandle, MAX_SLOTS, MAX_SLOT_BYTES};
 

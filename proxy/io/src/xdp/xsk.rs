@@ -92,6 +92,25 @@ impl Area {
         // or writes it until it is put on the TX ring.
         unsafe { std::slice::from_raw_parts_mut(self.base().add(addr), len) }
     }
+
+    /// The bytes `addr..addr + len` as a run to lend to the protocol's
+    /// packet buffers (a `&'static mut [u8]` in a `soya_proto::buffer::Lease`:
+    /// `lend::UmemSource`, `tape::lend`).
+    ///
+    /// # Safety
+    /// `'static` stands for "while the area is mapped": the caller puts the
+    /// run in a lease whose lender holds an `Arc` of this area (so the
+    /// mapping outlives every lease naming it) and clears the lease
+    /// (`Lease::clear`) when it comes back. And the run is exclusive: no
+    /// chunk of it is on a ring the kernel writes, and nothing else reads
+    /// or writes it until the lease comes back (the kernel's TX reads the
+    /// lender tracks: `Lender::in_flight`).
+    pub unsafe fn lend_run(&self, addr: usize, len: usize) -> &'static mut [u8] {
+        assert!(addr.checked_add(len).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds (checked above); lifetime and exclusivity: the
+        // caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.base().add(addr), len) }
+    }
 }
 
 impl Drop for Area {

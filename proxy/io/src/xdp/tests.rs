@@ -6,8 +6,8 @@
 use std::net::IpAddr;
 
 use super::program::{Steering, XDP_PASS};
-use crate::gateway::shard::shard_of_pair;
 use soya_config::Prefix;
+use soya_proto::shard::shard_of_pair;
 
 fn prefixes(v: &[&str]) -> Vec<Prefix> {
     v.iter().map(|p| p.parse().unwrap()).collect()

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!             NIC / veth RX queue 0
-//!                     │ XDP program (proxy/xdp/steer.bpf.c)
+//!                     │ XDP program (proxy/io/xdp/steer.bpf.c)
 //!        ┌────────────┼─────────────────────────┐
 //!  src ∈ local_prefixes and dst ∈ remote_prefixes?   else XDP_PASS → kernel
 //!        │ yes: XSKMAP[shard_of_pair(src, dst) % shards]   (ARP, ND, ssh, ...)
@@ -51,7 +51,10 @@
 //!   refused) fail startup with the cause and the `tun` alternative.
 //!
 //! Every `unsafe` of this backend is in [`xsk`] (rings, UMEM, socket
-//! options) and [`program`] (BPF_PROG_TEST_RUN).
+//! options, `Area::lend_run`: UMEM as the `&'static mut [u8]` runs the
+//! protocol's packet buffers hold) and [`program`] (BPF_PROG_TEST_RUN),
+//! but for the two calls of `lend_run` ([`lend`], [`tape`]), each with
+//! the argument that makes it sound, and `if_nametoindex` here.
 
 pub mod lend;
 pub mod neigh;
@@ -60,7 +63,7 @@ pub mod tape;
 pub mod unresolved;
 pub mod xsk;
 
-use crate::buffer::{LendSource, LenderRef, PacketBuf};
+use soya_proto::buffer::{LendSource, LenderRef, PacketBuf};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -69,7 +72,7 @@ use std::time::Instant;
 
 use soya_config::Prefix;
 
-use super::ports::DcRx;
+use crate::dcrx::DcRx;
 use neigh::Neighbours;
 use program::Steering;
 use xsk::{Area, Ring, CHUNK};
@@ -621,7 +624,7 @@ impl XdpDc {
                 }));
                 continue;
             }
-            crate::copies::note(len);
+            soya_proto::copies::note(len);
             self.stats.rx_packets += 1;
             match into {
                 Some(v) => f(DcRx::Lent(v)),
@@ -735,7 +738,7 @@ impl XdpDc {
             return Err(SendError::Full);
         }
         let area = &self.shared.area;
-        crate::copies::note(packet.len());
+        soya_proto::copies::note(packet.len());
         let mut off = 0;
         for i in 0..chunks {
             let c = self.tx_free.pop().expect("checked above");

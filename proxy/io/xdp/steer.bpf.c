@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // Sōya's XDP steering program (dc.backend = "xdp"; see
-// proxy/src/gateway/xdp/mod.rs for the whole design).
+// proxy/io/src/xdp/mod.rs for the whole design).
 //
 // For every frame received on the DC interface: an untagged IPv4 or IPv6
 // packet whose source is in `local_prefixes` and whose destination is in
