@@ -976,5 +976,6 @@ mod goodput;
 mod keyupdate;
 mod noise;
 mod reconfig;
+mod rekey;
 mod security;
 mod tamper;
