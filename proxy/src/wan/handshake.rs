@@ -126,6 +126,8 @@ fn finish(hs: &mut HandshakeState) -> Secrets {
 pub struct Initiation {
     state: Option<HandshakeState>,
     pub message: Vec<u8>,
+    /// The PSK the state mixes in (restored after a try with another).
+    psk: [u8; KEY_LEN],
 }
 
 impl Initiation {
@@ -172,12 +174,39 @@ impl Initiation {
         Ok(Initiation {
             state: Some(hs),
             message,
+            psk: *psk,
         })
     }
 
     /// Answered already (a RESPONSE was read; the state is gone).
     pub fn is_done(&self) -> bool {
         self.state.is_none()
+    }
+
+    /// [`Self::read_response`], and if the RESPONSE does not authenticate,
+    /// again with `other` as the PSK (a key rotation: the twin may still
+    /// answer under the PSK before).
+    pub fn read_response_or(
+        &mut self,
+        msg: &[u8],
+        other: Option<&[u8; KEY_LEN]>,
+    ) -> Result<([u8; HELLO_BODY_LEN], Secrets), HandshakeError> {
+        let first = self.read_response(msg);
+        let (Err(HandshakeError::Auth), Some(other)) = (&first, other) else {
+            return first;
+        };
+        let psk = self.psk;
+        let set = |s: &mut Option<HandshakeState>, k: &[u8; KEY_LEN]| {
+            s.as_mut().map(|hs| hs.set_psk(2, k).is_ok())
+        };
+        if set(&mut self.state, other) != Some(true) {
+            return first;
+        }
+        let second = self.read_response(msg);
+        if second.is_err() {
+            set(&mut self.state, &psk);
+        }
+        second
     }
 
     /// Reads a RESPONSE: the server's HELLO body and the session secrets.

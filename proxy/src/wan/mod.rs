@@ -77,7 +77,7 @@ use packet::{
 use path::{tx_time, Path};
 use recovery::{FrameLists, SentFrame, SentPacket};
 use session::{HelloVerdict, Session};
-pub use session::{KEY_UPDATE_INTERVAL, KEY_UPDATE_PACKETS, REKEY_INTERVAL};
+pub use session::{KEY_UPDATE_INTERVAL, KEY_UPDATE_PACKETS, REKEY_INTERVAL, ROTATION_WINDOW};
 
 pub use cipher::{aes_hardware, Cipher, CipherOffer, CipherPolicy};
 pub use config::{

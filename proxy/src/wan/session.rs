@@ -30,10 +30,12 @@ use std::collections::VecDeque;
 
 mod noise;
 mod rekey;
+mod rotate;
 use noise::body as noise_body;
 #[cfg(test)]
 pub use noise::{INIT_LEN, REKEY_INIT_LEN, RESP_LEN};
 pub use rekey::REKEY_INTERVAL;
+pub use rotate::ROTATION_WINDOW;
 
 use std::time::Duration;
 

@@ -977,5 +977,6 @@ mod keyupdate;
 mod noise;
 mod reconfig;
 mod rekey;
+mod rotate;
 mod security;
 mod tamper;

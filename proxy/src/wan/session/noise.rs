@@ -76,6 +76,8 @@ pub struct Noise {
     current: Option<Exchange>,
     /// Server: the RESPONSE our HELLOs carry (the last one asked for).
     pub(super) answered: Option<Exchange>,
+    /// The keys before an operator's rotation (`rotate`).
+    pub(super) previous: Option<super::rotate::Previous>,
 }
 
 impl Noise {
@@ -88,7 +90,20 @@ impl Noise {
             pending: VecDeque::new(),
             current: None,
             answered: None,
+            previous: None,
         }
+    }
+
+    /// New keys (`rotate`); returns the ones replaced.
+    pub(super) fn replace_keys(
+        &mut self,
+        identity: Identity,
+        psk: [u8; 32],
+    ) -> (Identity, [u8; 32]) {
+        let old = (self.identity.clone(), self.psk);
+        self.identity = identity;
+        self.psk = psk;
+        old
     }
 
     /// The PSK mixed in (zeros when none is configured).
@@ -348,7 +363,18 @@ impl Session {
             }
             return HelloVerdict::Answered;
         }
-        let responder = match Responder::read(&n.identity, &n.psk, &self.context, msg) {
+        // After a rotation, while the keys before are accepted: answered
+        // under the PSK before (the running session's, which a twin not
+        // reloaded yet still has); read with our keys before if not with
+        // the current ones (`rotate`).
+        let previous = self.previous_keys(now).cloned();
+        let psk = previous.as_ref().map_or(n.psk, |p| p.psk);
+        let read = Responder::read(&n.identity, &psk, &self.context, msg);
+        let read = match (read, previous) {
+            (Err(_), Some(p)) => Responder::read(&p.identity, &p.psk, &self.context, msg),
+            (r, _) => r,
+        };
+        let responder = match read {
             Ok(r) => r,
             Err(HandshakeError::UnknownPeer) => return HelloVerdict::UnknownPeer,
             Err(_) => return HelloVerdict::HandshakeFailed,
@@ -392,7 +418,7 @@ impl Session {
         if !self.initiating() {
             // Not the session's handshake: perhaps a re-handshake's.
             return self
-                .on_rekey_response(hdr, msg)
+                .on_rekey_response(hdr, msg, now)
                 .unwrap_or(HelloVerdict::Stale);
         }
         let confirmed_peer = self
@@ -400,6 +426,7 @@ impl Session {
             .as_ref()
             .filter(|_| self.confirmed)
             .map(|p| p.nonce);
+        let other_psk = self.previous_keys_psk(now);
         let Some(init) = self
             .noise
             .as_mut()
@@ -408,7 +435,7 @@ impl Session {
         else {
             return HelloVerdict::Stale;
         };
-        let Ok((b, secrets)) = init.read_response(msg) else {
+        let Ok((b, secrets)) = init.read_response_or(msg, other_psk.as_ref()) else {
             return HelloVerdict::HandshakeFailed;
         };
         let Ok(h) = Hello::decode(&b) else {

@@ -58,6 +58,9 @@ pub struct Rekey {
     /// Re-handshakes completed (client: both directions moved; server: the
     /// client's first packet under the new key authenticated).
     pub done: u64,
+    /// Client: start the next one as soon as the one in flight is done
+    /// (a key rotation).
+    again: bool,
 }
 
 impl Rekey {
@@ -124,6 +127,17 @@ impl Session {
         }
     }
 
+    /// Client: a re-handshake now, or right after the one in flight (never
+    /// two at once: the server holds the keys of the last one answered
+    /// only, which the client may have armed already).
+    pub fn rekey_soon(&mut self) {
+        if self.rekey.init.is_none() {
+            self.start_rekey();
+        } else {
+            self.rekey.again = true;
+        }
+    }
+
     /// Client: the REKEY INITIATION our HELLOs carry, while unanswered.
     pub fn rekey_message(&self) -> Option<Vec<u8>> {
         self.rekey
@@ -141,9 +155,15 @@ impl Session {
 
     /// Client: a RESPONSE while a re-handshake is in flight. `None`: it is
     /// not one (no re-handshake unanswered).
-    pub fn on_rekey_response(&mut self, hdr: &Header, msg: &[u8]) -> Option<HelloVerdict> {
+    pub fn on_rekey_response(
+        &mut self,
+        hdr: &Header,
+        msg: &[u8],
+        now: Time,
+    ) -> Option<HelloVerdict> {
+        let other_psk = self.previous_keys_psk(now);
         let init = self.rekey.init.as_mut().filter(|i| !i.is_done())?;
-        let Ok((b, secrets)) = init.read_response(msg) else {
+        let Ok((b, secrets)) = init.read_response_or(msg, other_psk.as_ref()) else {
             return Some(HelloVerdict::HandshakeFailed);
         };
         let Ok(h) = Hello::decode(&b) else {
@@ -235,7 +255,9 @@ impl Session {
         if self.is_client {
             self.rekey.init = None;
             self.rekey.answered = false;
-            if !self.rekey.interval.is_zero() {
+            if std::mem::take(&mut self.rekey.again) {
+                self.rekey.next = Some(now);
+            } else if !self.rekey.interval.is_zero() {
                 self.rekey.next = Some(now + self.rekey.interval);
             }
         }
