@@ -121,7 +121,8 @@ impl Session {
                 self.rekey.number = number;
                 self.rekey.init = Some(i);
                 self.rekey.answered = false;
-                self.rekey.next = None;
+                // `next` stays (past): if this one is abandoned unanswered,
+                // the next starts at once.
             }
             Err(e) => tracing::warn!(cause = %e, "cannot start the WAN re-handshake"),
         }
@@ -147,10 +148,16 @@ impl Session {
             .map(|i| i.message.clone())
     }
 
-    /// Client: drops a re-handshake in flight (a new session starts).
+    /// Client: drops a re-handshake in flight and not answered yet (a
+    /// handshake starts: a new session, or a probe's, which may leave the
+    /// session standing); another starts when due, if the session stands.
+    /// One answered goes on to its switch: the server holds its keys, and
+    /// we may have armed ours, so a new one (whose keys would replace them
+    /// at the server) must not start before it is done.
     pub fn abandon_rekey(&mut self) {
-        self.rekey.init = None;
-        self.rekey.answered = false;
+        if !self.rekey.answered {
+            self.rekey.init = None;
+        }
     }
 
     /// Client: a RESPONSE while a re-handshake is in flight. `None`: it is

@@ -242,3 +242,78 @@ fn psk_only_mode_does_not_rekey() {
     assert!(pair.connected());
     assert_eq!(pair.ends[0].stats().rekeys + pair.ends[1].stats().rekeys, 0);
 }
+
+/// A probe of another server generation (forgeable without a PSK: a CRC)
+/// reaching the client while a re-handshake is in flight, before and after
+/// its RESPONSE: the client's handshake for the probe is stale, the
+/// session stands, and the re-handshakes go on (found by the
+/// `wan_handshake` fuzz target: the unanswered one was dropped and none
+/// was ever started again). An answered one is never dropped: the server
+/// holds its keys, and a new one would replace them.
+#[test]
+fn a_forged_probe_during_a_rekey_stops_nothing() {
+    // A probe from another generation of the server.
+    let mut probe = Vec::new();
+    {
+        let mut b = configs(None, 1).1;
+        b.tuning.rekey_interval = ms(40);
+        let mut other = WanConnection::new(b, Time::ZERO, 0xEE);
+        let mut buf = vec![0u8; 2048];
+        other.handle_timeout(Time::ZERO);
+        while let Some(t) = other.poll_transmit(Time::ZERO, &mut buf) {
+            probe = buf[..t.len].to_vec();
+        }
+    }
+    for after_response in [false, true] {
+        let (mut a, mut b) = configs(None, 1);
+        a.tuning.rekey_interval = ms(40);
+        b.tuning.rekey_interval = ms(40);
+        let mut pair = Pair::new(a, b);
+        pair.run(Time::from_millis(30), &mut |_, _| vec![ONE_WAY]);
+        assert!(pair.connected());
+        let (init_seen, resp_seen) = (std::cell::Cell::new(false), std::cell::Cell::new(false));
+        while !(if after_response {
+            resp_seen.get()
+        } else {
+            init_seen.get()
+        }) {
+            let until = pair.now + us(100);
+            pair.run(until, &mut |from, bytes| {
+                if from == 0 && bytes.len() == REKEY_INIT_LEN {
+                    init_seen.set(true);
+                }
+                if from == 1 && bytes.len() == RESP_LEN && init_seen.get() {
+                    resp_seen.set(true);
+                }
+                vec![ONE_WAY]
+            });
+            assert!(pair.now < Time::from_millis(200));
+        }
+        if after_response {
+            // Delivered by now (one way after it left).
+            let until = pair.now + ONE_WAY + us(100);
+            pair.run(until, &mut |_, _| vec![ONE_WAY]);
+        }
+        let now = pair.now;
+        pair.ends[0].handle_datagram(now, 0, &probe);
+        run_for_rekeys(&mut pair, 3);
+        let (sa, sb) = (pair.ends[0].stats(), pair.ends[1].stats());
+        assert!(sa.stale_handshakes > 0, "after response {after_response}");
+        for s in [&sa, &sb] {
+            assert_eq!(s.peer_restarts + s.auth_failures, 0, "{after_response}");
+        }
+        pair.exchange_a_message();
+    }
+}
+
+/// Runs `pair` until the client completed `n` more re-handshakes (at most
+/// a virtual second).
+fn run_for_rekeys(pair: &mut Pair, n: u64) {
+    let want = pair.ends[0].stats().rekeys + n;
+    let limit = pair.now + Duration::from_secs(1);
+    while pair.ends[0].stats().rekeys < want {
+        let until = pair.now + ms(5);
+        pair.run(until, &mut |_, _| vec![ONE_WAY]);
+        assert!(pair.now < limit, "re-handshakes stopped");
+    }
+}
