@@ -1,6 +1,8 @@
 //! Handshake messages (identity keys: Noise IKpsk2, `wan::session_noise`)
 //! into a client or a server: raw datagrams, mutated and replayed copies of
-//! the genuine INITIATION, RESPONSE and probe, and time passing. Never a
+//! the genuine INITIATION, RESPONSE, probe and re-handshake (REKEY
+//! INITIATION and its RESPONSE: both pairs re-handshake every 20 ms), and
+//! time passing. Never a
 //! panic; the victim never commits to a generation other than its genuine
 //! twin's; and once the injections stop, the genuine twins connect to each
 //! other.
@@ -36,6 +38,7 @@ fn config(psk: Option<[u8; 32]>, client: bool) -> WanConfig {
     let (c, s) = ([0x11u8; 32], [0x22u8; 32]);
     let mut w = WanConfig::new(vec![PathConfig::new("p0")], psk, client);
     w.max_datagram = 1452;
+    w.tuning.rekey_interval = Duration::from_millis(20);
     w.identity = Some(if client {
         Identity {
             private: c,
@@ -86,7 +89,8 @@ pub fn run(data: &[u8]) {
     {
         let mut a = WanConnection::new(config(psk, true), now, 0x1111);
         let mut b = WanConnection::new(config(psk, false), now, 0x2222);
-        for _ in 0..5 {
+        // Long enough for a re-handshake (20 ms) and its answer.
+        for _ in 0..30 {
             templates.extend(flush(&mut b, Some(&mut a), now, &mut buf));
             templates.extend(flush(&mut a, Some(&mut b), now, &mut buf));
             now += Duration::from_millis(1);
@@ -162,4 +166,23 @@ pub fn run(data: &[u8]) {
     );
     assert_eq!(a.stats().peer_generation, Some(genuine[0]));
     assert_eq!(b.stats().peer_generation, Some(genuine[1]));
+    // And re-handshake (within 30 s: the switch waits for twice the key
+    // retention, three PTOs, which the time jumps above can stretch to
+    // over a second).
+    let rekeys = a.stats().rekeys;
+    for _ in 0..1500 {
+        if a.stats().rekeys > rekeys {
+            break;
+        }
+        flush(&mut a, Some(&mut b), now, &mut buf);
+        flush(&mut b, Some(&mut a), now, &mut buf);
+        now += Duration::from_millis(20);
+    }
+    assert!(
+        a.stats().rekeys > rekeys,
+        "the twins never re-handshook: A {:?}\nB {:?}",
+        a.stats(),
+        b.stats()
+    );
+    assert_eq!(a.stats().peer_generation, Some(genuine[0]));
 }

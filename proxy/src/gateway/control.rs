@@ -259,6 +259,7 @@ pub fn render_status(s: &Snapshot) -> String {
         tx_key_limit,
         tx_key_updates,
         rx_key_updates,
+        rekeys,
         ..
     } = s.wan;
     let _ = writeln!(
@@ -272,7 +273,7 @@ pub fn render_status(s: &Snapshot) -> String {
     };
     let _ = writeln!(
         o,
-        "  wan keys: {tx_key_packets} pkts under the current sending key ({limit}); updates: ours {tx_key_updates}, twin's {rx_key_updates}"
+        "  wan keys: {tx_key_packets} pkts under the current sending key ({limit}); updates: ours {tx_key_updates}, twin's {rx_key_updates}; re-handshakes {rekeys}"
     );
     if s.shards.len() > 1 {
         let _ = writeln!(

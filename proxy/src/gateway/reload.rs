@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use soya_config::{DcBackend, SiteConfig};
+use soya_config::{DcBackend, SiteConfig, WanSecurity};
 
 use soya_proto::site::{ReconfigureReport, SiteParams};
 
@@ -62,6 +62,17 @@ impl ReloadReport {
     }
 }
 
+/// Identity keys before and after, and a new key pair, twin public key or
+/// PSK (not lab mode): rotated live (`wan::WanConnection::rotate_keys`).
+fn key_rotation(old: &SiteConfig, new: &SiteConfig) -> bool {
+    let insecure = |c: &SiteConfig| matches!(c.wan.security, WanSecurity::Insecure { .. });
+    old.wan.identity.is_some()
+        && new.wan.identity.is_some()
+        && !insecure(old)
+        && !insecure(new)
+        && (old.wan.identity != new.wan.identity || old.wan.security != new.wan.security)
+}
+
 /// Compares `old` (running) with `new` (just read): which changed keys a
 /// reload applies and which need a restart.
 pub fn diff(old: &SiteConfig, new: &SiteConfig) -> ReloadReport {
@@ -82,12 +93,13 @@ pub fn diff(old: &SiteConfig, new: &SiteConfig) -> ReloadReport {
         "dc.local_prefixes / dc.remote_prefixes (the xdp program)",
     );
     restart(old.wan.bind != new.wan.bind, "wan.bind");
+    let rotate = key_rotation(old, new);
     restart(
-        old.wan.security != new.wan.security,
+        !rotate && old.wan.security != new.wan.security,
         "wan.insecure / wan.key_file",
     );
     restart(
-        old.wan.identity != new.wan.identity,
+        !rotate && old.wan.identity != new.wan.identity,
         "wan.private_key_file / wan.twin_public_key",
     );
     restart(old.wan.cipher != new.wan.cipher, "wan.cipher");
@@ -127,6 +139,11 @@ pub fn diff(old: &SiteConfig, new: &SiteConfig) -> ReloadReport {
         "wan.twin_timeout",
     );
     live(old.wan.paths != new.wan.paths, "wan.paths");
+    live(
+        rotate,
+        "wan.private_key_file / wan.twin_public_key / wan.key_file (identity keys: from the \
+         next handshake; the keys before accepted for 10 minutes)",
+    );
     live(old.pseudo_ack != new.pseudo_ack, "pseudo_ack (new QPs)");
     live(
         old.buffer.per_flow_quota != new.buffer.per_flow_quota,
@@ -231,7 +248,10 @@ fn apply_inner(shared: &Shared, new: &SiteConfig) -> ReloadReport {
         run.dc.remote_prefixes = old.dc.remote_prefixes.clone();
     }
     run.wan.bind = old.wan.bind.clone();
-    run.wan.security = old.wan.security.clone();
+    if !key_rotation(&old, new) {
+        run.wan.security = old.wan.security.clone();
+        run.wan.identity = old.wan.identity.clone();
+    }
     run.wan.cipher = old.wan.cipher;
     run.control = old.control.clone();
     run.log.format = old.log.format;
@@ -361,5 +381,52 @@ mod tests {
             .applied
             .contains(&"dc.local_prefixes / dc.remote_prefixes".to_string()));
         assert!(diff(&old, &old).is_empty());
+    }
+
+    /// `wan` section with identity keys (`psk`: a `key_file` too).
+    fn identity(private: &str, twin: &str, psk: Option<&str>) -> SiteConfig {
+        let mut text = cfg(false, "1gbit", "10.1.0.0/16");
+        text.wan.security = match psk {
+            Some(f) => WanSecurity::PreSharedKey { key_file: f.into() },
+            None => WanSecurity::Identity,
+        };
+        text.wan.identity = Some(soya_config::WanIdentity {
+            private_key_file: private.into(),
+            twin_public_key: [twin.as_bytes()[0]; 32],
+        });
+        text
+    }
+
+    /// With identity keys before and after, a new key pair, twin public
+    /// key or PSK is rotated live (the keys before accepted for a
+    /// window); leaving or entering identity mode, or lab mode, needs a
+    /// restart.
+    #[test]
+    fn identity_keys_and_psk_rotate_live() {
+        let old = identity("a.key", "x", Some("psk"));
+        for new in [
+            identity("a2.key", "x", Some("psk")),
+            identity("a.key", "y", Some("psk")),
+            identity("a.key", "x", Some("psk2")),
+            identity("a.key", "x", None),
+        ] {
+            let r = diff(&old, &new);
+            assert!(r.need_restart.is_empty(), "{r:?}");
+            assert_eq!(r.applied.len(), 1, "{r:?}");
+            assert!(r.applied[0].starts_with("wan.private_key_file"), "{r:?}");
+        }
+        let mut psk_only = identity("a.key", "x", Some("psk2"));
+        psk_only.wan.identity = None;
+        for (a, b) in [(&old, &psk_only), (&psk_only, &old)] {
+            let r = diff(a, b);
+            assert!(!r.need_restart.is_empty(), "{r:?}");
+            assert!(r.applied.is_empty(), "{r:?}");
+        }
+        // PSK-only mode, a new PSK: a restart, as before.
+        let mut psk_only_2 = psk_only.clone();
+        psk_only_2.wan.security = WanSecurity::PreSharedKey {
+            key_file: "psk3".into(),
+        };
+        assert!(!diff(&psk_only, &psk_only_2).need_restart.is_empty());
     }
 }

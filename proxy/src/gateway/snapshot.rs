@@ -256,6 +256,9 @@ counters_from! {
             #[serde(default)] unknown_peer_keys,
             #[serde(default)] stale_handshakes,
             #[serde(default)] wrong_version,
+            /// Re-handshakes completed (a fresh DH inside the session:
+            /// `wan::session::rekey`).
+            #[serde(default)] rekeys,
         ],
         pub send_buffered_bytes: u64,
         pub recv_buffered_bytes: u64,

@@ -17,7 +17,11 @@
 //!   now on ([`QpEngine::retune`](crate::qp::QpEngine::retune));
 //! - the per-flow buffer quota, within the slots allocated at start, for
 //!   every flow at once;
-//! - `wan.twin_timeout`.
+//! - `wan.twin_timeout`;
+//! - with identity keys before and after: a new identity key pair, twin
+//!   public key or PSK ([`WanConnection::rotate_keys`](crate::wan::WanConnection::rotate_keys):
+//!   used from the next handshake on, the keys before accepted for
+//!   [`ROTATION_WINDOW`](crate::wan::ROTATION_WINDOW)).
 //!
 //! What needs a restart is listed in [`ReconfigureReport::need_restart`]:
 //! the buffer's size and slot size (allocated at start), the WAN key,
@@ -57,9 +61,13 @@ impl Site {
                 r.need_restart.push(key);
             }
         };
-        restart(ow.key != nw.key, "wan.key_file / wan.insecure");
+        // Identity mode on both sides of the reload: new keys rotate live.
+        let rotate = ow.identity.is_some()
+            && nw.identity.is_some()
+            && (ow.identity != nw.identity || ow.key != nw.key);
+        restart(!rotate && ow.key != nw.key, "wan.key_file / wan.insecure");
         restart(
-            ow.identity != nw.identity,
+            !rotate && ow.identity != nw.identity,
             "wan.private_key_file / wan.twin_public_key",
         );
         restart(ow.cipher != nw.cipher, "wan.cipher");
@@ -106,9 +114,19 @@ impl Site {
             r.applied.push("wan.twin_timeout");
         }
 
-        // The WAN: what the session was built with stays; the paths follow.
+        // The WAN: what the session was built with stays; the paths follow,
+        // and rotated keys.
         let mut wan = old.wan.clone();
         wan.paths = new.wan.paths.clone();
+        if let (true, Some(id)) = (rotate, nw.identity.clone()) {
+            if self.wan.rotate_keys(now, id, nw.key) {
+                r.applied.push(
+                    "wan.private_key_file / wan.twin_public_key / wan.key_file (next handshake)",
+                );
+            }
+            wan.identity = nw.identity.clone();
+            wan.key = nw.key;
+        }
         r.paths = self.wan.reconfigure_paths(now, &wan.paths);
         let stats = self.wan.stats();
         let retired: Vec<usize> = stats

@@ -76,6 +76,10 @@ pub struct Tuning {
     /// Age of a sending key before it is replaced, however few packets it
     /// sealed.
     pub key_update_interval: Duration,
+    /// Identity mode: how often the client runs the handshake again inside
+    /// the session (a fresh ephemeral DH: `session::rekey`);
+    /// `Duration::ZERO`: never. PSK-only mode has no DH to run again.
+    pub rekey_interval: Duration,
 }
 
 /// Default [`Tuning::flow_idle_timeout`]. Closing costs a FIN and its ACK,
@@ -113,6 +117,7 @@ impl Default for Tuning {
             flow_idle_timeout: FLOW_IDLE_DEFAULT,
             key_update_packets: KEY_UPDATE_PACKETS,
             key_update_interval: KEY_UPDATE_INTERVAL,
+            rekey_interval: REKEY_INTERVAL,
         }
     }
 }

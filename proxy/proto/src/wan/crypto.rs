@@ -126,6 +126,9 @@ pub struct SessionKeys {
     pub tx: TxKeys,
     pub rx: RxKeys,
     pub conn_id: u32,
+    /// Server: a re-handshake's sending secret, armed once the client's
+    /// first packet under the new key authenticated ([`Self::on_rekeyed`]).
+    pending_tx: Option<[u8; 32]>,
 }
 
 /// The raw outputs of the key schedule: (c2s secret, s2c secret,
@@ -176,6 +179,7 @@ impl SessionKeys {
                 tx: TxKeys::new(None, [0; 32], policy, now),
                 rx: RxKeys::new(None, [0; 32]),
                 conn_id: h.finalize(),
+                pending_tx: None,
             };
         };
         let (c2s, s2c, conn_id) = expand(psk, &salt, cipher);
@@ -184,6 +188,7 @@ impl SessionKeys {
             tx: TxKeys::new(Some(cipher), tx, policy, now),
             rx: RxKeys::new(Some(cipher), rx),
             conn_id,
+            pending_tx: None,
         }
     }
 
@@ -199,6 +204,52 @@ impl SessionKeys {
         policy: UpdatePolicy,
         now: Time,
     ) -> SessionKeys {
+        let (tx, rx) = Self::handshake_secrets(secrets, i_am_client, cipher);
+        let mut cid = [0u8; 4];
+        Hkdf::<Sha256>::new(Some(NOISE_LABEL), &secrets.hash)
+            .expand(b"conn id", &mut cid)
+            .unwrap_or_default();
+        SessionKeys {
+            tx: TxKeys::new(Some(cipher), tx, policy, now),
+            rx: RxKeys::new(Some(cipher), rx),
+            conn_id: u32::from_be_bytes(cid),
+            pending_tx: None,
+        }
+    }
+
+    /// A re-handshake's secrets (`session::rekey`) for this session: the
+    /// client arms its sending key at once (the server holds the receiving
+    /// one since it answered), the server only once the client's first
+    /// packet under the new key authenticated ([`Self::on_rekeyed`]); each
+    /// side accepts the peer's move to the new key from now on.
+    pub fn rekey(&mut self, secrets: &Secrets, i_am_client: bool) {
+        let Some(cipher) = self.cipher() else {
+            return;
+        };
+        let (tx, rx) = Self::handshake_secrets(secrets, i_am_client, cipher);
+        self.rx.offer(rx);
+        if i_am_client {
+            self.tx.arm(tx);
+        } else {
+            self.pending_tx = Some(tx);
+        }
+    }
+
+    /// The peer moved to the re-handshake's key: so does our sending key
+    /// (server; the client armed its own on the RESPONSE).
+    pub fn on_rekeyed(&mut self) {
+        if let Some(s) = self.pending_tx.take() {
+            self.tx.arm(s);
+        }
+    }
+
+    /// (our first sending secret, our first receiving secret) of a Noise
+    /// split (the same labels, bound to the cipher, as under a PSK).
+    fn handshake_secrets(
+        secrets: &Secrets,
+        i_am_client: bool,
+        cipher: Cipher,
+    ) -> ([u8; 32], [u8; 32]) {
         let secret = |prk: &[u8; 32], label: &[u8]| {
             let mut out = [0u8; 32];
             // A 32-byte PRK and a 32-byte output: neither can fail.
@@ -210,15 +261,10 @@ impl SessionKeys {
         };
         let c2s = secret(&secrets.c2s, b"c2s secret");
         let s2c = secret(&secrets.s2c, b"s2c secret");
-        let mut cid = [0u8; 4];
-        Hkdf::<Sha256>::new(Some(NOISE_LABEL), &secrets.hash)
-            .expand(b"conn id", &mut cid)
-            .unwrap_or_default();
-        let (tx, rx) = if i_am_client { (c2s, s2c) } else { (s2c, c2s) };
-        SessionKeys {
-            tx: TxKeys::new(Some(cipher), tx, policy, now),
-            rx: RxKeys::new(Some(cipher), rx),
-            conn_id: u32::from_be_bytes(cid),
+        if i_am_client {
+            (c2s, s2c)
+        } else {
+            (s2c, c2s)
         }
     }
 
@@ -273,10 +319,19 @@ impl SessionKeys {
             return Opened::Failed;
         }
         let nonce = Self::nonce(path, pn);
+        // A failed open leaves garbage: a packet that may get a second try
+        // (rare: the other phase while a re-handshake's key is offered)
+        // keeps its ciphertext.
+        let backup = self.rx.may_try_twice(phase).then(|| payload.to_vec());
         self.rx
-            .open(usize::from(path), pn, phase, now, retain, |key| match key {
-                Some(key) => key.open(nonce, header, payload, tag),
-                None => tag == crc_tag(header, payload).as_slice(),
+            .open(usize::from(path), pn, phase, now, retain, |key, retry| {
+                if let (true, Some(b)) = (retry, backup.as_ref()) {
+                    payload.copy_from_slice(b);
+                }
+                match key {
+                    Some(key) => key.open(nonce, header, payload, tag),
+                    None => tag == crc_tag(header, payload).as_slice(),
+                }
             })
     }
 }

@@ -39,6 +39,9 @@ const MAC_LEN: usize = 16;
 pub const INIT_MSG_LEN: usize = KEY_LEN + (KEY_LEN + MAC_LEN) + (HELLO_BODY_LEN + MAC_LEN);
 /// The RESPONSE message: e, encrypted HELLO body.
 pub const RESP_MSG_LEN: usize = KEY_LEN + (HELLO_BODY_LEN + MAC_LEN);
+/// A re-handshake's INITIATION (`session::rekey`): the payload is the
+/// HELLO body and the rekey number (u64, rising per client generation).
+pub const REKEY_INIT_MSG_LEN: usize = INIT_MSG_LEN + 8;
 
 /// This gateway's static key pair and its twin's public key.
 #[derive(Clone, PartialEq, Eq)]
@@ -123,6 +126,8 @@ fn finish(hs: &mut HandshakeState) -> Secrets {
 pub struct Initiation {
     state: Option<HandshakeState>,
     pub message: Vec<u8>,
+    /// The PSK the state mixes in (restored after a try with another).
+    psk: [u8; KEY_LEN],
 }
 
 impl Initiation {
@@ -133,25 +138,75 @@ impl Initiation {
         context: &[u8],
         body: &[u8; HELLO_BODY_LEN],
     ) -> Result<Initiation, HandshakeError> {
+        Initiation::with_payload(id, psk, context, body)
+    }
+
+    /// A re-handshake's INITIATION: `body` and rekey number `number`.
+    pub fn rekey(
+        id: &Identity,
+        psk: &[u8; KEY_LEN],
+        context: &[u8],
+        body: &[u8; HELLO_BODY_LEN],
+        number: u64,
+    ) -> Result<Initiation, HandshakeError> {
+        let mut payload = [0u8; HELLO_BODY_LEN + 8];
+        payload[..HELLO_BODY_LEN].copy_from_slice(body);
+        payload[HELLO_BODY_LEN..].copy_from_slice(&number.to_be_bytes());
+        Initiation::with_payload(id, psk, context, &payload)
+    }
+
+    fn with_payload(
+        id: &Identity,
+        psk: &[u8; KEY_LEN],
+        context: &[u8],
+        payload: &[u8],
+    ) -> Result<Initiation, HandshakeError> {
         let prologue = prologue(context);
         let mut hs = builder(id, psk, &prologue)?
             .remote_public_key(&id.peer_public)
             .build_initiator()
             .map_err(|_| HandshakeError::Setup("initiator"))?;
-        let mut message = vec![0u8; INIT_MSG_LEN];
+        let mut message = vec![0u8; REKEY_INIT_MSG_LEN];
         let n = hs
-            .write_message(body, &mut message)
+            .write_message(payload, &mut message)
             .map_err(|_| HandshakeError::Setup("initiation"))?;
         message.truncate(n);
         Ok(Initiation {
             state: Some(hs),
             message,
+            psk: *psk,
         })
     }
 
     /// Answered already (a RESPONSE was read; the state is gone).
     pub fn is_done(&self) -> bool {
         self.state.is_none()
+    }
+
+    /// [`Self::read_response`], and if the RESPONSE does not authenticate,
+    /// again with `other` as the PSK (a key rotation: the twin may still
+    /// answer under the PSK before).
+    pub fn read_response_or(
+        &mut self,
+        msg: &[u8],
+        other: Option<&[u8; KEY_LEN]>,
+    ) -> Result<([u8; HELLO_BODY_LEN], Secrets), HandshakeError> {
+        let first = self.read_response(msg);
+        let (Err(HandshakeError::Auth), Some(other)) = (&first, other) else {
+            return first;
+        };
+        let psk = self.psk;
+        let set = |s: &mut Option<HandshakeState>, k: &[u8; KEY_LEN]| {
+            s.as_mut().map(|hs| hs.set_psk(2, k).is_ok())
+        };
+        if set(&mut self.state, other) != Some(true) {
+            return first;
+        }
+        let second = self.read_response(msg);
+        if second.is_err() {
+            set(&mut self.state, &psk);
+        }
+        second
     }
 
     /// Reads a RESPONSE: the server's HELLO body and the session secrets.
@@ -184,31 +239,41 @@ impl Initiation {
 pub struct Responder {
     state: HandshakeState,
     pub body: [u8; HELLO_BODY_LEN],
+    /// A re-handshake's rekey number (`None`: a session's INITIATION).
+    pub rekey: Option<u64>,
 }
 
 impl Responder {
-    /// Reads an INITIATION. Refuses one that does not authenticate and one
-    /// from a static key other than `id.peer_public`.
+    /// Reads an INITIATION (or a re-handshake's, [`REKEY_INIT_MSG_LEN`]
+    /// bytes). Refuses one that does not authenticate and one from a
+    /// static key other than `id.peer_public`.
     pub fn read(
         id: &Identity,
         psk: &[u8; KEY_LEN],
         context: &[u8],
         msg: &[u8],
     ) -> Result<Responder, HandshakeError> {
-        if msg.len() != INIT_MSG_LEN {
-            return Err(HandshakeError::Length(msg.len()));
-        }
+        let payload_len = match msg.len() {
+            INIT_MSG_LEN => HELLO_BODY_LEN,
+            REKEY_INIT_MSG_LEN => HELLO_BODY_LEN + 8,
+            n => return Err(HandshakeError::Length(n)),
+        };
         let prologue = prologue(context);
         let mut hs = builder(id, psk, &prologue)?
             .build_responder()
             .map_err(|_| HandshakeError::Setup("responder"))?;
-        let mut body = [0u8; INIT_MSG_LEN];
+        let mut body = [0u8; REKEY_INIT_MSG_LEN];
         let n = hs
             .read_message(msg, &mut body)
             .map_err(|_| HandshakeError::Auth)?;
-        if n != HELLO_BODY_LEN {
+        if n != payload_len {
             return Err(HandshakeError::Auth);
         }
+        let rekey = (n > HELLO_BODY_LEN).then(|| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&body[HELLO_BODY_LEN..n]);
+            u64::from_be_bytes(b)
+        });
         // Constant time is not needed: the key is public.
         if hs.get_remote_static() != Some(&id.peer_public[..]) {
             return Err(HandshakeError::UnknownPeer);
@@ -218,6 +283,7 @@ impl Responder {
         Ok(Responder {
             state: hs,
             body: out,
+            rekey,
         })
     }
 

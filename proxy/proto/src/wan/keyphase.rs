@@ -22,6 +22,14 @@
 //!   of the next key. The switch happens only once a packet of the next key
 //!   *authenticated*: a forged phase bit moves nothing.
 //!
+//! A periodic re-handshake (identity mode, `session::rekey`) gives each
+//! direction a fresh secret from a new Diffie–Hellman: the sender *arms*
+//! it ([`TxKeys::arm`]) and its next update moves to it instead of the
+//! ratchet; the receiver holds it beside the ratchet's next key
+//! ([`RxKeys::offer`]) and tries it when a packet of the other phase fails
+//! under the ratchet's (two AEAD passes, only then and only while a
+//! re-handshake is pending). Same phase bit, same rules: no pause.
+//!
 //! Packet numbers are never reset by an update (they are per path for the
 //! session's life), so nonces stay unique under every key and the replay
 //! window works across phases unchanged.
@@ -98,6 +106,10 @@ pub struct TxKeys {
     /// Per path, the first packet number sealed under the current key.
     first_pn: Vec<Option<u64>>,
     policy: UpdatePolicy,
+    /// A re-handshake's secret: the next update moves to it.
+    armed: Option<[u8; 32]>,
+    /// Updates that moved to a re-handshake's secret.
+    pub rekeys: u64,
 }
 
 impl TxKeys {
@@ -121,11 +133,19 @@ impl TxKeys {
             confirmed: Some(now),
             first_pn: Vec::new(),
             policy,
+            armed: None,
+            rekeys: 0,
         }
     }
 
     pub fn phase(&self) -> bool {
         self.phase
+    }
+
+    /// A re-handshake's secret for this direction: the next update (due at
+    /// once) moves to it, not to the ratchet's next secret.
+    pub fn arm(&mut self, secret: [u8; 32]) {
+        self.armed = Some(secret);
     }
 
     pub fn key(&self) -> Option<&PacketKey> {
@@ -143,7 +163,9 @@ impl TxKeys {
     /// The current key is due for replacement (cheap: two comparisons;
     /// whether it *may* be replaced is [`Self::may_update`]).
     pub fn due(&self, now: Time) -> bool {
-        self.sealed >= self.policy.packets || now >= self.started + self.policy.interval
+        self.armed.is_some()
+            || self.sealed >= self.policy.packets
+            || now >= self.started + self.policy.interval
     }
 
     /// The peer has shown it reads the current phase, long enough ago that
@@ -157,9 +179,16 @@ impl TxKeys {
         self.sealed >= self.policy.hard_limit
     }
 
-    /// Replaces the key: the next secret, the other phase.
+    /// Replaces the key: the next secret (a re-handshake's if armed), the
+    /// other phase.
     pub fn update(&mut self, now: Time) {
-        self.secret = next_secret(&self.secret);
+        self.secret = match self.armed.take() {
+            Some(s) => {
+                self.rekeys += 1;
+                s
+            }
+            None => next_secret(&self.secret),
+        };
         self.key = packet_key(self.cipher, &self.secret);
         self.phase = !self.phase;
         self.sealed = 0;
@@ -212,6 +241,9 @@ pub enum Opened {
     Previous,
     /// Authentic under the next key: the peer updated, and so did we.
     Switched,
+    /// Authentic under a re-handshake's key ([`RxKeys::offer`]): the peer
+    /// moved to it, and so did we.
+    Rekeyed,
     /// Did not authenticate under the key its phase bit selects.
     Failed,
 }
@@ -228,6 +260,8 @@ pub struct RxKeys {
     previous: Option<(Option<PacketKey>, Time)>,
     /// Per path, the lowest packet number accepted under the current key.
     first_pn: Vec<Option<u64>>,
+    /// A re-handshake's secret and key, tried after `next`.
+    rekey: Option<([u8; 32], Option<PacketKey>)>,
     /// Keys the peer replaced so far in this session.
     pub updates: u64,
     /// Packets that failed to authenticate since the last switch (the AEAD
@@ -246,9 +280,22 @@ impl RxKeys {
             next_secret,
             previous: None,
             first_pn: Vec::new(),
+            rekey: None,
             updates: 0,
             failures: 0,
         }
+    }
+
+    /// A re-handshake's secret for this direction: the peer's update to it
+    /// is recognised ([`Opened::Rekeyed`]). Replaces one offered before.
+    pub fn offer(&mut self, secret: [u8; 32]) {
+        self.rekey = Some((secret, packet_key(self.cipher, &secret)));
+    }
+
+    /// A packet of phase `phase` may be tried with two keys: the caller
+    /// keeps a copy of the ciphertext for the second try.
+    pub fn may_try_twice(&self, phase: bool) -> bool {
+        phase != self.phase && self.rekey.is_some()
     }
 
     /// The phase of the current key.
@@ -283,8 +330,10 @@ impl RxKeys {
 
     /// Checks and decrypts a packet with the key its phase bit selects;
     /// switches to the next key when that one authenticated it. `open`
-    /// does the AEAD (or, in lab mode with `None`, the checksum). `retain`:
-    /// how long the key before is kept after a switch.
+    /// does the AEAD (or, in lab mode with `None`, the checksum); its flag
+    /// is set on a second try (a re-handshake's key, after the ratchet's
+    /// failed: the caller restores the ciphertext first). `retain`: how
+    /// long the key before is kept after a switch.
     pub fn open(
         &mut self,
         path: usize,
@@ -292,7 +341,7 @@ impl RxKeys {
         phase: bool,
         now: Time,
         retain: Duration,
-        open: impl FnOnce(Option<&PacketKey>) -> bool,
+        mut open: impl FnMut(Option<&PacketKey>, bool) -> bool,
     ) -> Opened {
         let which = self.which(path, pn, phase, now);
         let key = match which {
@@ -300,7 +349,17 @@ impl RxKeys {
             Which::Previous => self.previous.as_ref().and_then(|(k, _)| k.as_ref()),
             Which::Next => self.next.as_ref(),
         };
-        if !open(key) {
+        if !open(key, false) {
+            if which == Which::Next {
+                if let Some((secret, key)) = self.rekey.take() {
+                    if open(key.as_ref(), true) {
+                        self.switch_to(now, retain, secret, key);
+                        self.note_current(path, pn);
+                        return Opened::Rekeyed;
+                    }
+                    self.rekey = Some((secret, key));
+                }
+            }
             self.failures += 1;
             return Opened::Failed;
         }
@@ -328,8 +387,15 @@ impl RxKeys {
 
     fn switch(&mut self, now: Time, retain: Duration) {
         let secret = self.next_secret;
+        let key = self.next.take();
+        self.switch_to(now, retain, secret, key);
+    }
+
+    /// Makes `key` (of `secret`) current; the one before is held for
+    /// `retain`.
+    fn switch_to(&mut self, now: Time, retain: Duration, secret: [u8; 32], key: Option<PacketKey>) {
         self.next_secret = next_secret(&secret);
-        let old = std::mem::replace(&mut self.current, self.next.take());
+        let old = std::mem::replace(&mut self.current, key);
         self.next = packet_key(self.cipher, &self.next_secret);
         self.previous = Some((old, now + retain));
         self.phase = !self.phase;
@@ -393,9 +459,19 @@ mod tests {
     ) -> Opened {
         let (phase, nonce, body, tag) = p;
         let mut b = body.clone();
-        rx.open(path, pn, *phase, now, Duration::from_millis(30), |k| {
-            k.is_some_and(|k| k.open(*nonce, &[*phase as u8], &mut b, tag))
-        })
+        rx.open(
+            path,
+            pn,
+            *phase,
+            now,
+            Duration::from_millis(30),
+            |k, retry| {
+                if retry {
+                    b = body.clone();
+                }
+                k.is_some_and(|k| k.open(*nonce, &[*phase as u8], &mut b, tag))
+            },
+        )
     }
 
     #[test]
@@ -505,9 +581,14 @@ mod tests {
     fn lab_mode_switches_phases() {
         let (mut tx, mut rx) = pair(None);
         tx.update(ms(1));
-        let ok = rx.open(0, 1, tx.phase(), ms(1), Duration::from_millis(30), |k| {
-            k.is_none()
-        });
+        let ok = rx.open(
+            0,
+            1,
+            tx.phase(),
+            ms(1),
+            Duration::from_millis(30),
+            |k, _| k.is_none(),
+        );
         assert_eq!(ok, Opened::Switched);
     }
 }

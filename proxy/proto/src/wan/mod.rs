@@ -77,7 +77,7 @@ use packet::{
 use path::{tx_time, Path};
 use recovery::{FrameLists, SentFrame, SentPacket};
 use session::{HelloVerdict, Session};
-pub use session::{KEY_UPDATE_INTERVAL, KEY_UPDATE_PACKETS};
+pub use session::{KEY_UPDATE_INTERVAL, KEY_UPDATE_PACKETS, REKEY_INTERVAL, ROTATION_WINDOW};
 
 pub use cipher::{aes_hardware, Cipher, CipherOffer, CipherPolicy};
 pub use config::{
@@ -292,6 +292,7 @@ impl WanConnection {
         }
         c.session
             .set_key_updates(c.tuning.key_update_packets, c.tuning.key_update_interval);
+        c.session.set_rekey_interval(c.tuning.rekey_interval);
         c
     }
 
@@ -442,6 +443,7 @@ impl WanConnection {
         if self.session.peer.is_none() {
             return t;
         }
+        at(self.session.rekey_deadline());
         let d = self.tuning.max_ack_delay;
         for p in self.paths.iter().filter(|p| p.state != PathState::Retired) {
             at(p.recovery.loss_time());
@@ -498,6 +500,13 @@ impl WanConnection {
         self.last_now = self.last_now.max(now);
         if self.state == State::Closed {
             return;
+        }
+        if self.session.rekey_deadline().is_some_and(|t| t <= now) {
+            // The periodic re-handshake: its INITIATION goes out now, on
+            // every path, and on the HELLO rounds until answered.
+            self.session.start_rekey();
+            self.hello_interval = self.tuning.hello_interval;
+            self.hello_next = now;
         }
         if self.session.wants_hello() && now >= self.hello_next {
             for p in self

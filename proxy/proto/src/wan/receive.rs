@@ -146,6 +146,9 @@ impl WanConnection {
                 self.reply_hello(now, path);
             }
             HelloVerdict::Stale => self.counters.stale_handshakes += 1,
+            // The client's new keys are armed: its next packet moves to
+            // them (`maybe_update_key`).
+            HelloVerdict::Rekeyed => {}
             HelloVerdict::HandshakeFailed => {
                 self.paths[path].counters.auth_failures += 1;
                 self.counters.handshake_failures += 1;
@@ -227,6 +230,7 @@ impl WanConnection {
         self.hello_interval = self.tuning.hello_interval;
         self.hello_next = now + self.hello_interval;
         self.reply_hello(now, path);
+        self.session.rekey_on_session(now);
     }
 
     pub(super) fn handle_protected(
@@ -303,6 +307,10 @@ impl WanConnection {
         }
         match opened {
             Opened::Switched => self.counters.rx_key_updates += 1,
+            Opened::Rekeyed => {
+                self.counters.rx_key_updates += 1;
+                self.session.on_rekeyed(now);
+            }
             Opened::Previous => self.counters.rx_key_previous += 1,
             Opened::Current | Opened::Failed => {}
         }

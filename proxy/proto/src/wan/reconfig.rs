@@ -209,3 +209,27 @@ impl WanConnection {
             .count()
     }
 }
+
+impl WanConnection {
+    /// Identity mode: new keys from a reload (`session::rotate`): used
+    /// from the next handshake on (the client starts one at once), the
+    /// keys before still accepted for [`ROTATION_WINDOW`](super::ROTATION_WINDOW).
+    /// Returns false in PSK-only or lab mode (a restart is needed) and when
+    /// nothing changed.
+    pub fn rotate_keys(
+        &mut self,
+        now: Time,
+        identity: super::Identity,
+        psk: Option<[u8; 32]>,
+    ) -> bool {
+        self.last_now = self.last_now.max(now);
+        if !self.session.rotate_keys(identity, psk, now) {
+            return false;
+        }
+        if self.session.wants_hello() {
+            self.hello_interval = self.tuning.hello_interval;
+            self.hello_next = now;
+        }
+        true
+    }
+}

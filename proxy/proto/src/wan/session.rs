@@ -29,8 +29,13 @@
 use std::collections::VecDeque;
 
 mod noise;
+mod rekey;
+mod rotate;
+use noise::body as noise_body;
 #[cfg(test)]
-pub use noise::{INIT_LEN, RESP_LEN};
+pub use noise::{INIT_LEN, REKEY_INIT_LEN, RESP_LEN};
+pub use rekey::REKEY_INTERVAL;
+pub use rotate::ROTATION_WINDOW;
 
 use std::time::Duration;
 
@@ -78,6 +83,9 @@ pub enum HelloVerdict {
     Answered,
     /// Identity mode, client: a server probe; send our INITIATION.
     Probe,
+    /// Identity mode, client: the RESPONSE to our re-handshake (`rekey`):
+    /// the new keys are armed (the session goes on).
+    Rekeyed,
     /// Identity mode: a RESPONSE to no initiation in flight (a copy, or
     /// late), or a probe from the current server: nothing to do.
     Stale,
@@ -119,6 +127,8 @@ pub struct Session {
     noise: Option<noise::Noise>,
     /// [`Session::set_hello_context`]'s context (the Noise prologue too).
     context: Vec<u8>,
+    /// Identity mode: the periodic re-handshake (`rekey`).
+    rekey: rekey::Rekey,
 }
 
 /// Default [`Tuning::key_update_packets`](super::Tuning): 2^22 packets, a
@@ -167,6 +177,7 @@ impl Session {
             key_update_interval: KEY_UPDATE_INTERVAL,
             noise: None,
             context: Vec::new(),
+            rekey: rekey::Rekey::new(REKEY_INTERVAL),
         }
     }
 
@@ -214,7 +225,11 @@ impl Session {
 
     /// HELLOs are still needed (periodically, on every path).
     pub fn wants_hello(&self) -> bool {
-        self.peer.is_none() || !self.confirmed || self.candidate.is_some() || self.initiating()
+        self.peer.is_none()
+            || !self.confirmed
+            || self.candidate.is_some()
+            || self.initiating()
+            || self.rekeying()
     }
 
     /// One periodic HELLO round went out.

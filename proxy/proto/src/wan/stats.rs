@@ -95,6 +95,9 @@ pub struct ConnStats {
     /// Packets of the twin opened with its key before the last update
     /// (sent before it, arrived after: reordering across the switch).
     pub rx_key_previous: u64,
+    /// Identity mode: re-handshakes completed (a fresh DH inside the
+    /// session: `session::rekey`).
+    pub rekeys: u64,
     /// Protected packets that failed to authenticate under the twin's
     /// current key since its last update (the integrity limit counts them).
     pub rx_key_failures: u64,
@@ -182,6 +185,7 @@ impl WanConnection {
             tx_key_updates: c.tx_key_updates,
             rx_key_updates: c.rx_key_updates,
             rx_key_previous: c.rx_key_previous,
+            rekeys: self.session.rekeys_done(),
             rx_key_failures: keys.map_or(0, |k| k.rx.failures),
             integrity_limit_closes: c.integrity_limit_closes,
             key_exhausted: c.key_exhausted,

@@ -976,5 +976,7 @@ mod goodput;
 mod keyupdate;
 mod noise;
 mod reconfig;
+mod rekey;
+mod rotate;
 mod security;
 mod tamper;

@@ -601,6 +601,13 @@ pub static METRICS: &[Metric] = &[
         samples: |s| by("dir", &[("send", s.wan.tx_key_updates), ("recv", s.wan.rx_key_updates)]),
     },
     Metric {
+        name: "soya_wan_rehandshakes_total",
+        kind: Counter,
+        help: "WAN re-handshakes completed: a fresh ephemeral Diffie-Hellman inside the running session, every wan rekey interval (identity keys; 0 in PSK-only mode).",
+        labels: &[],
+        samples: |s| one(s.wan.rekeys),
+    },
+    Metric {
         name: "soya_wan_key_limit_events_total",
         kind: Counter,
         help: "Sessions closed at the AEAD integrity limit (integrity), sends held back at the confidentiality limit (confidentiality).",

@@ -46,11 +46,13 @@ use super::*;
 use crate::wan::crypto::SessionKeys;
 use crate::wan::handshake;
 use crate::wan::handshake::{
-    HandshakeError, Identity, Initiation, Responder, INIT_MSG_LEN, RESP_MSG_LEN,
+    HandshakeError, Identity, Initiation, Responder, INIT_MSG_LEN, REKEY_INIT_MSG_LEN, RESP_MSG_LEN,
 };
 
 /// A whole INITIATION datagram.
 pub const INIT_LEN: usize = HEADER_LEN + INIT_MSG_LEN;
+/// A whole REKEY INITIATION datagram (`rekey`).
+pub const REKEY_INIT_LEN: usize = HEADER_LEN + REKEY_INIT_MSG_LEN;
 /// A whole RESPONSE datagram.
 pub const RESP_LEN: usize = HEADER_LEN + RESP_MSG_LEN;
 /// Answered initiations the server holds (distinct client nonces).
@@ -73,7 +75,9 @@ pub struct Noise {
     /// Server: the INITIATION and RESPONSE of the current session.
     current: Option<Exchange>,
     /// Server: the RESPONSE our HELLOs carry (the last one asked for).
-    answered: Option<Exchange>,
+    pub(super) answered: Option<Exchange>,
+    /// The keys before an operator's rotation (`rotate`).
+    pub(super) previous: Option<super::rotate::Previous>,
 }
 
 impl Noise {
@@ -86,7 +90,25 @@ impl Noise {
             pending: VecDeque::new(),
             current: None,
             answered: None,
+            previous: None,
         }
+    }
+
+    /// New keys (`rotate`); returns the ones replaced.
+    pub(super) fn replace_keys(
+        &mut self,
+        identity: Identity,
+        psk: [u8; 32],
+    ) -> (Identity, [u8; 32]) {
+        let old = (self.identity.clone(), self.psk);
+        self.identity = identity;
+        self.psk = psk;
+        old
+    }
+
+    /// The PSK mixed in (zeros when none is configured).
+    pub(super) fn psk(&self) -> &[u8; 32] {
+        &self.psk
     }
 }
 
@@ -95,8 +117,14 @@ impl Noise {
 /// the keys the client may already have committed to stay valid).
 #[derive(Clone)]
 pub struct Exchange {
-    init: Vec<u8>,
+    pub(super) init: Vec<u8>,
     resp: Vec<u8>,
+}
+
+impl Exchange {
+    pub(super) fn new(init: Vec<u8>, resp: Vec<u8>) -> Exchange {
+        Exchange { init, resp }
+    }
 }
 
 /// A session answered but not confirmed yet.
@@ -115,7 +143,7 @@ pub struct Pending {
 /// the rest of the session. A genuine client's first packet opens.
 const PENDING_MISSES: u32 = 64;
 
-fn body(h: &Hello) -> [u8; HELLO_BODY_LEN] {
+pub(super) fn body(h: &Hello) -> [u8; HELLO_BODY_LEN] {
     let mut b = [0u8; HELLO_BODY_LEN];
     h.encode(&mut b);
     b
@@ -131,7 +159,7 @@ impl Session {
     }
 
     /// This side's HELLO body (`echo`: the peer nonce it answers).
-    fn my_body(&self, echo: u64) -> Hello {
+    pub(super) fn my_body(&self, echo: u64) -> Hello {
         Hello {
             nonce: self.my_nonce,
             echo,
@@ -162,6 +190,7 @@ impl Session {
 
     /// A new INITIATION (a fresh ephemeral key), answering `echo`.
     fn initiate(&mut self, echo: u64) {
+        self.abandon_rekey();
         let b = body(&self.my_body(echo));
         let context = self.context.clone();
         let Some(n) = self.noise.as_mut() else {
@@ -181,12 +210,13 @@ impl Session {
                 let echo = self.peer.as_ref().map_or(0, |p| p.nonce);
                 self.initiate(echo);
             }
-            let Some(msg) = self
-                .noise
-                .as_ref()
-                .and_then(|n| n.initiation.as_ref())
-                .map(|i| i.message.clone())
-            else {
+            let rekey = self.rekey_message().filter(|_| !self.initiating());
+            let Some(msg) = rekey.or_else(|| {
+                self.noise
+                    .as_ref()
+                    .and_then(|n| n.initiation.as_ref())
+                    .map(|i| i.message.clone())
+            }) else {
                 return 0;
             };
             if buf.len() < HEADER_LEN + msg.len() {
@@ -248,7 +278,7 @@ impl Session {
             return HelloVerdict::RoleConflict;
         }
         match (self.is_client, bytes.len()) {
-            (false, INIT_LEN) => self.on_initiation(hdr, bytes, now),
+            (false, INIT_LEN | REKEY_INIT_LEN) => self.on_initiation(hdr, bytes, now),
             (true, RESP_LEN) => self.on_response(hdr, &bytes[HEADER_LEN..], now),
             (true, HELLO_LEN) => self.on_probe(hdr, bytes),
             // A client HELLO of the PSK exchange: the twin has no identity
@@ -320,6 +350,12 @@ impl Session {
             }
             return HelloVerdict::Known { needs_hello: true };
         }
+        if msg.len() == REKEY_INIT_MSG_LEN && self.rekey_copy(msg) {
+            return HelloVerdict::Answered;
+        }
+        let Some(n) = self.noise.as_ref() else {
+            return HelloVerdict::Malformed;
+        };
         if let Some(p) = n.pending.iter().find(|p| p.exchange.init == msg) {
             let x = p.exchange.clone();
             if let Some(n) = self.noise.as_mut() {
@@ -327,11 +363,25 @@ impl Session {
             }
             return HelloVerdict::Answered;
         }
-        let responder = match Responder::read(&n.identity, &n.psk, &self.context, msg) {
+        // After a rotation, while the keys before are accepted: answered
+        // under the PSK before (the running session's, which a twin not
+        // reloaded yet still has); read with our keys before if not with
+        // the current ones (`rotate`).
+        let previous = self.previous_keys(now).cloned();
+        let psk = previous.as_ref().map_or(n.psk, |p| p.psk);
+        let read = Responder::read(&n.identity, &psk, &self.context, msg);
+        let read = match (read, previous) {
+            (Err(_), Some(p)) => Responder::read(&p.identity, &p.psk, &self.context, msg),
+            (r, _) => r,
+        };
+        let responder = match read {
             Ok(r) => r,
             Err(HandshakeError::UnknownPeer) => return HelloVerdict::UnknownPeer,
             Err(_) => return HelloVerdict::HandshakeFailed,
         };
+        if let Some(number) = responder.rekey {
+            return self.on_rekey_initiation(hdr, msg, responder, number);
+        }
         let Ok(h) = Hello::decode(&responder.body) else {
             return HelloVerdict::Malformed;
         };
@@ -365,11 +415,18 @@ impl Session {
     }
 
     fn on_response(&mut self, hdr: &Header, msg: &[u8], now: Time) -> HelloVerdict {
+        if !self.initiating() {
+            // Not the session's handshake: perhaps a re-handshake's.
+            return self
+                .on_rekey_response(hdr, msg, now)
+                .unwrap_or(HelloVerdict::Stale);
+        }
         let confirmed_peer = self
             .peer
             .as_ref()
             .filter(|_| self.confirmed)
             .map(|p| p.nonce);
+        let other_psk = self.previous_keys_psk(now);
         let Some(init) = self
             .noise
             .as_mut()
@@ -378,7 +435,7 @@ impl Session {
         else {
             return HelloVerdict::Stale;
         };
-        let Ok((b, secrets)) = init.read_response(msg) else {
+        let Ok((b, secrets)) = init.read_response_or(msg, other_psk.as_ref()) else {
             return HelloVerdict::HandshakeFailed;
         };
         let Ok(h) = Hello::decode(&b) else {

@@ -15,7 +15,7 @@ use super::*;
 const CLIENT_KEY: [u8; 32] = [0x11; 32];
 const SERVER_KEY: [u8; 32] = [0x22; 32];
 
-fn ids() -> (Identity, Identity) {
+pub(super) fn ids() -> (Identity, Identity) {
     (
         Identity {
             private: CLIENT_KEY,
@@ -29,7 +29,7 @@ fn ids() -> (Identity, Identity) {
 }
 
 /// Client and server configs with identity keys (and `psk` mixed in).
-fn configs(psk: Option<[u8; 32]>, paths: usize) -> (WanConfig, WanConfig) {
+pub(super) fn configs(psk: Option<[u8; 32]>, paths: usize) -> (WanConfig, WanConfig) {
     let (ci, si) = ids();
     let mut a = wan_cfg(&vec![(GBPS, ms(3)); paths], CcKind::FixedRate, psk);
     a.identity = Some(ci);
@@ -39,25 +39,25 @@ fn configs(psk: Option<[u8; 32]>, paths: usize) -> (WanConfig, WanConfig) {
     (a, b)
 }
 
-fn is_hello(b: &[u8]) -> bool {
+pub(super) fn is_hello(b: &[u8]) -> bool {
     b[1] & 3 == 1
 }
 
 /// Two ends wired back to back with a 1.5 ms one-way delay; `fate` says
 /// what becomes of each datagram (`from`, bytes): the delays of the copies
 /// delivered (none: lost). Virtual time only.
-struct Pair {
-    ends: [WanConnection; 2],
-    now: Time,
+pub(super) struct Pair {
+    pub(super) ends: [WanConnection; 2],
+    pub(super) now: Time,
     queue: Vec<(Time, u64, usize, usize, Vec<u8>)>,
     seq: u64,
     buf: Vec<u8>,
 }
 
-const ONE_WAY: Duration = Duration::from_micros(1500);
+pub(super) const ONE_WAY: Duration = Duration::from_micros(1500);
 
 impl Pair {
-    fn new(a: WanConfig, b: WanConfig) -> Pair {
+    pub(super) fn new(a: WanConfig, b: WanConfig) -> Pair {
         Pair {
             ends: [
                 WanConnection::new(a, Time::ZERO, 0xA1),
@@ -70,7 +70,11 @@ impl Pair {
         }
     }
 
-    fn run(&mut self, until: Time, fate: &mut impl FnMut(usize, &[u8]) -> Vec<Duration>) {
+    pub(super) fn run(
+        &mut self,
+        until: Time,
+        fate: &mut impl FnMut(usize, &[u8]) -> Vec<Duration>,
+    ) {
         while self.now < until {
             for side in 0..2 {
                 while let Some(t) = self.ends[side].poll_transmit(self.now, &mut self.buf) {
@@ -104,12 +108,12 @@ impl Pair {
         }
     }
 
-    fn connected(&self) -> bool {
+    pub(super) fn connected(&self) -> bool {
         self.ends.iter().all(|e| e.stats().connected)
     }
 
     /// Side 0 sends a message; side 1 must deliver it.
-    fn exchange_a_message(&mut self) {
+    pub(super) fn exchange_a_message(&mut self) {
         self.ends[0].send(self.now, 1, message()).unwrap();
         let until = self.now + ms(100);
         self.run(until, &mut |_, _| vec![ONE_WAY]);
@@ -123,7 +127,7 @@ impl Pair {
     }
 }
 
-fn message() -> TwinMsg {
+pub(super) fn message() -> TwinMsg {
     TwinMsg::Request {
         carry: Carry::Reliable,
         packet: vec![7u8; 100].into(),
