@@ -382,3 +382,58 @@ fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
         held.len()
     );
 }
+
+/// What the twin is asked to replay: the PSNs of requests forwarded raw.
+fn replays(out: &[Output]) -> Vec<u32> {
+    use super::twin::{Carry, TwinMsg};
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Twin(TwinMsg::Request {
+                carry: Carry::Raw,
+                packet,
+            }) => Some(RocePacket::parse(packet).unwrap().psn().value()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Over-subscribed sweep seed 1436 (READs over a 0.5 Gb/s path cut for
+/// 150 ms): the requester's timer resent from the middle of one READ's
+/// answer and then the READ after it. The first resend went to the
+/// responder, whose replay makes the twin drop every answer of the QP
+/// past it still queued there (`site::replays`); the second was dropped
+/// here as "answered on its way". That READ then had no answer at all,
+/// the next READ (sent fresh) did, and the requester took it as an
+/// implied NAK. Once a round of resends replays one READ, the READs
+/// after it in that round are replayed too; a new round starts afresh.
+#[test]
+fn a_round_of_resends_that_replays_a_read_replays_the_reads_after_it() {
+    let mut e = ingress_engine(AckPolicy::Edge);
+    let t = Time::from_micros(1);
+    // READs of 2 x 4096 at 100 (100-101) and 102 (102-103), forwarded.
+    let read = |psn| request(Opcode::RC_READ_REQUEST, psn, true, 0, 8192);
+    e.handle_dc(t, &read(100));
+    e.handle_dc(t, &read(102));
+    assert_eq!(forwarded(&drain(&mut e)), vec![100, 102]);
+    // The first response of READ 100 comes; the rest waits on the WAN.
+    let first = response(
+        Opcode::RC_READ_RESPONSE_FIRST,
+        100,
+        Syndrome::ACK_UNLIMITED,
+        4096,
+    );
+    twin_response(&mut e, t, first);
+    drain(&mut e);
+    // The requester's timer: it re-asks READ 100 from 101, then READ 102.
+    let later = t + Duration::from_millis(67);
+    e.handle_dc(later, &read(101));
+    e.handle_dc(later, &read(102));
+    assert_eq!(
+        replays(&drain(&mut e)),
+        vec![101, 102],
+        "the READ after a replayed one is replayed too: its queued answer dies at the twin"
+    );
+    // A new round that starts at READ 102, its answer on its way: dropped.
+    e.handle_dc(later + Duration::from_millis(67), &read(102));
+    assert_eq!(replays(&drain(&mut e)), Vec::<u32>::new());
+}

@@ -24,10 +24,12 @@
 //!   and the replay comes behind them. They are dropped from the queue
 //!   when they reach its head instead of crossing the WAN (counted in
 //!   `stale`). Safe because READ is idempotent and the replay regenerates
-//!   them (or, for a later READ whose resend the requester's gateway
-//!   drops as "answered on its way", the `Delivered` past it, which is
-//!   never dropped, makes the next resend reach the responder:
-//!   `qp::ingress`).
+//!   them: the requester resends every READ after `psn` too, and its
+//!   gateway forwards each of those once one READ of the round was
+//!   forwarded, though it would otherwise drop them as "answered on its
+//!   way" (`qp::ingress::resend`). Should one still be dropped, the
+//!   `Delivered` past it, which is never dropped, makes the next resend
+//!   reach the responder.
 //!
 //! Only READ responses are tracked; atomic ACKs (not idempotent), ACKs
 //! and control messages are never dropped here.

@@ -24,6 +24,7 @@ use crate::time::Time;
 
 mod acking;
 mod gap;
+mod resend;
 
 pub use acking::{AckTuning, HOLD_ACK_FOR, HOLD_ACK_INTERVAL};
 
@@ -179,6 +180,8 @@ pub struct PseudoAcker {
     window_seen: bool,
     /// Packets past the last pseudo-ACK at the previous hold check.
     past_ack_at_hold: usize,
+    /// The requester's go-back-N round of resends under way (`resend`).
+    resend_round: Option<resend::Round>,
     /// Activity, for forgetting the half once it is quiet (`qp::engine::expiry`).
     pub quiet: Quiet,
     pub stats: IngressStats,
@@ -229,6 +232,7 @@ impl PseudoAcker {
             window: 0,
             window_seen: false,
             past_ack_at_hold: 0,
+            resend_round: None,
             quiet: Quiet::default(),
             stats: IngressStats::default(),
         }
@@ -538,52 +542,6 @@ impl PseudoAcker {
     pub fn set_pmtu(&mut self, pmtu: u32) {
         if pmtu > 0 {
             self.pmtu = Some(pmtu);
-        }
-    }
-
-    /// The requester sent a PSN we already accepted.
-    fn on_duplicate(&mut self, p: &RocePacket<'_>, out: &mut Outbox) {
-        let psn = p.psn();
-        if self.mode != Mode::Accelerated && self.raw_high.is_some_and(|h| !psn.after(h)) {
-            // Resent after a real NAK for the raw phase, before the
-            // responder acknowledged it all: still the tunnel's. (Once it
-            // has, we answer duplicates ourselves: the egress side no
-            // longer forwards the responder's ACKs.)
-            return self.forward_raw(p, out);
-        }
-        if p.info.needs_real_response() {
-            // A `Delivered` past a READ comes behind its responses (one WAN
-            // flow): delivered and not answered here, its answer was lost
-            // on the way (the twin's queue dropped it at its bound), and
-            // only a replay by the responder can bring it (issue 18, seed
-            // 3408: dropping these resends hung the QP for good).
-            let delivered = self.delivered;
-            let pending = self.entries.iter().any(|e| {
-                e.psn == psn
-                    && e.needs_response
-                    && !e.answered
-                    && delivered.is_none_or(|d| e.last().after(d))
-            });
-            if pending {
-                // The answer is on its way; a second request would only
-                // make the responder replay it.
-                self.stats.duplicates_dropped += 1;
-            } else {
-                // Already answered but the requester lost the response in
-                // the DC: let the real responder replay it (rxe keeps the
-                // last max_dest_rd_atomic READs for exactly this).
-                self.forward_raw(p, out);
-            }
-            return;
-        }
-        // SEND/WRITE duplicate: re-acknowledge what we acknowledged last
-        // (a responder re-ACKs its last executed PSN, C9-105).
-        self.stats.duplicates_dropped += 1;
-        if self.mode == Mode::Accelerated {
-            if let Some((apsn, amsn)) = self.acked {
-                self.stats.duplicate_acks += 1;
-                self.send_ack(apsn, amsn, out);
-            }
         }
     }
 
