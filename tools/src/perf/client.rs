@@ -553,7 +553,6 @@ fn report(
     r.packets = packets;
     r.elapsed_s = (last - start).as_secs_f64();
     if r.elapsed_s > 0.0 {
-        r.goodput_gbps = r.bytes as f64 * 8.0 / r.elapsed_s / 1e9;
         r.msg_rate_mpps = r.messages as f64 / r.elapsed_s / 1e6;
     }
     for (n, what) in [
@@ -612,5 +611,6 @@ fn report(
     }
     r.errors = errors;
     r.server = server;
+    r.set_client_goodput();
     r
 }

@@ -447,6 +447,7 @@ pub fn run_client(cfg: &ClientConfig, o: &VerbsOptions) -> Result<PerfReport, Pe
         Err(e) => note_error(&mut rep, format!("waiting for the server's summary: {e}")),
     }
     finish(&mut rep, elapsed);
+    rep.set_client_goodput();
     Ok(rep)
 }
 
