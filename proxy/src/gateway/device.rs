@@ -467,12 +467,15 @@ impl Device {
                     old_generation,
                     new_generation,
                     flows_failed,
+                    flows_resumed,
                 } => {
                     tracing::warn!(
                         old_generation = format_args!("{old_generation:016x}"),
                         new_generation = format_args!("{new_generation:016x}"),
                         flows_failed,
-                        "the twin RESTARTED: failed every flow that was mid-stream"
+                        flows_resumed,
+                        "the twin RESTARTED: resumed the flows it re-injected, failed those \
+                         whose requests it had pseudo-ACKed"
                     );
                 }
                 SiteEvent::TwinShutDown { flows_failed } => {

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::roce::RocePacket;
+use crate::roce::{IpHeader, Psn, RocePacket};
 
 /// One half of an RC connection: the requests a requester sends to one
 /// responder QP, in their own PSN space.
@@ -27,6 +27,24 @@ impl HalfKey {
             responder: p.ip.dst(),
             responder_qpn: p.bth.dest_qp,
         }
+    }
+
+    /// The half and PSN of a request packet this gateway built or checked
+    /// already, read from the IP header and the BTH alone (destination QP,
+    /// PSN), without parsing it whole again. `None` when the bytes are too
+    /// short for that.
+    pub fn of_request_bytes(packet: &[u8]) -> Option<(HalfKey, Psn)> {
+        const UDP_LEN: usize = 8;
+        let s = IpHeader::split(packet).ok()?;
+        // The BTH's bytes 5..8: the destination QP; 9..12: the PSN.
+        let bth = s.header_len + UDP_LEN;
+        let b = packet.get(bth..bth + 12)?;
+        let key = HalfKey {
+            requester: s.header.src(),
+            responder: s.header.dst(),
+            responder_qpn: u32::from_be_bytes([0, b[5], b[6], b[7]]),
+        };
+        Some((key, Psn::new(u32::from_be_bytes([0, b[9], b[10], b[11]]))))
     }
 
     /// A stable 64-bit id for buffer quotas and metrics labels.

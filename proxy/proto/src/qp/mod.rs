@@ -30,11 +30,13 @@ mod orphan;
 pub mod outbox;
 pub mod poison;
 mod quiet;
+mod resume;
 mod timers;
 pub mod twin;
 
 pub use engine::{EngineConfig, EngineStats, HeldRef, Outbox, Output, QpEngine, TwinLostSummary};
 pub use half::HalfKey;
+pub use resume::RestartSummary;
 pub use twin::TwinMsg;
 
 #[cfg(test)]

@@ -72,8 +72,13 @@ pub struct TwinCounters {
     pub blocked: u64,
     pub send_errors: u64,
     pub discarded_on_restart: u64,
-    /// Halves failed toward their requesters because the twin restarted.
+    /// Halves failed toward their requesters because the twin restarted
+    /// (or shut down): those it could not resume (`qp::resume`).
     pub flows_failed_on_restart: u64,
+    /// Halves resumed toward a twin that restarted: what it had not
+    /// delivered was sent to its new incarnation again (`qp::resume`).
+    #[serde(default)]
+    pub flows_resumed_on_restart: u64,
     pub datagrams_out: u64,
     pub datagrams_in: u64,
     /// WAN datagrams whose addresses the ACL refused.

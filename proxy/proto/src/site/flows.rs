@@ -307,6 +307,18 @@ impl Pending {
         moved
     }
 
+    /// Forgets everything (the twin restarted: its session is gone),
+    /// handing each waiting message to `each`, in no particular order (its
+    /// packet may be one to keep: `Site::drop_twin_output`).
+    pub fn drain(&mut self, mut each: impl FnMut(TwinMsg)) {
+        for (_, q) in self.flows.iter_mut() {
+            for w in q.drain(..) {
+                each(w.msg);
+            }
+        }
+        self.clear();
+    }
+
     /// Forgets everything (the twin restarted: its session is gone).
     pub fn clear(&mut self) {
         self.discarded += self.messages as u64;

@@ -44,6 +44,7 @@ use std::time::Duration;
 
 use crate::buffer::PacketPool;
 use crate::keyed::HashKey;
+use crate::qp::twin::Carry;
 use crate::qp::{HalfKey, HeldRef, Output, QpEngine, TwinMsg};
 use crate::roce::{OpKind, RocePacket};
 use crate::time::Time;
@@ -79,12 +80,15 @@ pub enum SiteEvent {
         ours: CipherOffer,
         theirs: CipherOffer,
     },
-    /// The twin came back with a new generation: what it held is gone;
-    /// `flows_failed` halves were failed toward their requesters.
+    /// The twin came back with a new generation: what it held is gone.
+    /// `flows_resumed` halves send it again what it had not delivered
+    /// (`qp::resume`); `flows_failed` halves were failed toward their
+    /// requesters (their QP had requests the twin pseudo-ACKed).
     TwinRestarted {
         old_generation: u64,
         new_generation: u64,
         flows_failed: usize,
+        flows_resumed: usize,
     },
     /// The twin shut down (CLOSE); a new session waits for its return.
     TwinShutDown {
@@ -197,6 +201,7 @@ impl Site {
     pub fn handle_dc(&mut self, now: Time, packet: &[u8]) -> Option<IpAddr> {
         let (accepted, src) = self.screen_dc(now, packet);
         if accepted {
+            self.refill_engine_pool();
             self.engine.handle_dc(now, packet);
         }
         src
@@ -220,7 +225,23 @@ impl Site {
     /// [`Self::return_rx_buffer`]). Its capacity holds any RoCE packet
     /// ([`crate::buffer::pool::PACKET_BUF_BYTES`]).
     pub fn rx_buffer(&mut self) -> PacketBuf {
+        self.refill_engine_pool();
         self.engine.rx_buffer()
+    }
+
+    /// Before the engine takes buffers for a DC packet (the one it is read
+    /// into, the pseudo-ACK it answers): an engine pool running dry takes
+    /// half of the transport's idle buffers. At the requester's site the
+    /// buffers come back to the engine's pool when the twin reports their
+    /// requests delivered, and other buffers (decoded messages) gather in
+    /// the transport's; balanced only once per pass, the engine's pool ran
+    /// dry mid-pass and allocated while the transport's held idle ones
+    /// (tests/steady_state_alloc.rs, 1452-byte datagrams). Cheap: only
+    /// when nearly empty.
+    fn refill_engine_pool(&mut self) {
+        if self.engine.pool_idle() < 2 {
+            PacketPool::balance(self.engine.pool_mut(), self.wan.pool_mut());
+        }
     }
 
     /// Gives back an unused buffer from [`Self::rx_buffer`].
@@ -446,6 +467,11 @@ impl Site {
                     other => self.on_wan_event(now, other),
                 }
             }
+            // Held requests the transport is done with: back to their
+            // ingress halves, which keep them until delivered.
+            while let Some(packet) = self.wan.take_handed_back() {
+                self.engine.take_back(packet);
+            }
             while let Some(out) = self.engine.poll_output() {
                 moved = true;
                 match out {
@@ -569,8 +595,19 @@ impl Site {
                 old_generation,
                 new_generation,
             } => {
-                let flows_failed = self.fail_flows(now);
+                // What was queued for the old incarnation goes nowhere; the
+                // requests among it go back to their halves, which resume
+                // toward the new one (`qp::resume`) with every request not
+                // yet delivered.
+                self.drop_twin_output();
+                let sum = self
+                    .engine
+                    .twin_restarted(now, crate::roce::NakCode::RemoteOperationalError);
+                self.dirty = true;
+                let flows_failed = (sum.failed.halves_failed + sum.failed.qps_poisoned) as usize;
+                let flows_resumed = sum.halves_resumed as usize;
                 self.tw.flows_failed_on_restart += flows_failed as u64;
+                self.tw.flows_resumed_on_restart += flows_resumed as u64;
                 // The new incarnation knows nothing of the QPs at its own
                 // site that it had pseudo-ACKed: tell it (`qp::orphan`).
                 self.engine.tell_orphans();
@@ -578,6 +615,7 @@ impl Site {
                     old_generation,
                     new_generation,
                     flows_failed,
+                    flows_resumed,
                 });
             }
             Event::Closed => {
@@ -641,9 +679,34 @@ impl Site {
     /// failure are discarded too: a new incarnation of the twin must never
     /// receive requests of flows failed here. Returns the halves failed.
     fn fail_flows(&mut self, now: Time) -> usize {
-        self.pending.clear();
-        // What the engine queued before the failure: DC packets still go
-        // (pseudo-ACKs of what it took), twin messages do not.
+        self.drop_twin_output();
+        let summary = self
+            .engine
+            .fail_all(now, crate::roce::NakCode::RemoteOperationalError);
+        self.dirty = true;
+        (summary.halves_failed + summary.qps_poisoned) as usize
+    }
+
+    /// Drops whatever waits for a twin that is gone: the waiting queue,
+    /// and the twin messages the engine had queued (DC packets still go:
+    /// pseudo-ACKs of what it took). The packets of held requests among
+    /// them, and those the transport hands back, go back to their ingress
+    /// halves ([`QpEngine::take_back`]): a half resumed toward the twin's
+    /// next incarnation sends them again.
+    fn drop_twin_output(&mut self) {
+        let engine = &mut self.engine;
+        let mut keep = |msg: TwinMsg| match msg {
+            TwinMsg::Request {
+                carry: Carry::Reliable,
+                packet,
+            } => engine.take_back(packet),
+            TwinMsg::Request { packet, .. }
+            | TwinMsg::Response { packet }
+            | TwinMsg::Datagram { packet } => engine.recycle(packet),
+            TwinMsg::Delivered { .. } | TwinMsg::Error { .. } | TwinMsg::Orphaned { .. } => {}
+        };
+        self.pending.drain(&mut keep);
+        // What the engine queued: DC packets still go, twin messages do not.
         while let Some(out) = self.engine.poll_output() {
             match out {
                 Output::Dc(packet) => self.queue_for_dc(packet),
@@ -652,21 +715,25 @@ impl Site {
                 Output::DcHeld(r) => self.queue_held_for_dc(r),
                 Output::Twin(msg) => {
                     self.pending.discarded += 1;
-                    if let TwinMsg::Request { packet, .. }
-                    | TwinMsg::Response { packet }
-                    | TwinMsg::Datagram { packet } = msg
-                    {
-                        self.engine.recycle(packet);
+                    match msg {
+                        TwinMsg::Request {
+                            carry: Carry::Reliable,
+                            packet,
+                        } => self.engine.take_back(packet),
+                        TwinMsg::Request { packet, .. }
+                        | TwinMsg::Response { packet }
+                        | TwinMsg::Datagram { packet } => self.engine.recycle(packet),
+                        TwinMsg::Delivered { .. }
+                        | TwinMsg::Error { .. }
+                        | TwinMsg::Orphaned { .. } => {}
                     }
                 }
             }
         }
+        while let Some(packet) = self.wan.take_handed_back() {
+            self.engine.take_back(packet);
+        }
         self.tw.discarded_on_restart = self.pending.discarded;
-        let summary = self
-            .engine
-            .fail_all(now, crate::roce::NakCode::RemoteOperationalError);
-        self.dirty = true;
-        (summary.halves_failed + summary.qps_poisoned) as usize
     }
 
     pub fn engine(&self) -> &QpEngine {

@@ -9,6 +9,9 @@ use crate::qp::EngineConfig;
 use crate::roce::{builders, IpHeader, OpKind, Opcode, Psn, Reth, RocePacket, Syndrome};
 use crate::wan::{CcKind, PathConfig, WanConfig};
 
+#[path = "tests_resume.rs"]
+mod resume;
+
 const REQUESTER: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
 const RESPONDER: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 1);
 const RS_QPN: u32 = 0x22;
@@ -91,6 +94,9 @@ struct Pair {
     auto_ack: bool,
     /// Requests of `to_responder` already answered.
     answered: usize,
+    /// Every `drop_every`-th WAN datagram (either way) is lost; 0: none.
+    drop_every: usize,
+    wan_sent: usize,
 }
 
 const ONE_WAY: Duration = Duration::from_micros(1500);
@@ -113,6 +119,8 @@ impl Pair {
             buf: vec![0; 65_536],
             auto_ack: false,
             answered: 0,
+            drop_every: 0,
+            wan_sent: 0,
         };
         p.run_until(|p| p.a.is_connected() && p.b.is_connected(), "connect");
         p
@@ -123,7 +131,9 @@ impl Pair {
         let now = self.now;
         for (site, to_b) in [(&mut self.a, true), (&mut self.b, false)] {
             while let Some(t) = site.poll_wan_transmit(now, &mut self.buf) {
-                if self.wan_up {
+                self.wan_sent += 1;
+                let lost = self.drop_every > 0 && self.wan_sent % self.drop_every == 0;
+                if self.wan_up && !lost {
                     let at = t.release_at.max(now) + ONE_WAY;
                     self.flight
                         .push((at, to_b, t.path, self.buf[..t.len].to_vec()));

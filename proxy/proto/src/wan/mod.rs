@@ -349,6 +349,17 @@ impl WanConnection {
         self.pool.put(packet);
     }
 
+    /// The packet of a held request (a `Request` carried `Reliable`) that
+    /// the transport is done with: acknowledged by the twin, or dropped
+    /// because the twin restarted. Its sender (the engine's ingress half)
+    /// keeps it until the twin reports it delivered, so that a twin that
+    /// restarts can be sent it again (`qp::resume`); the transport's copy
+    /// of the message and the engine's are thus one buffer, handed back,
+    /// never copied.
+    pub fn take_handed_back(&mut self) -> Option<PacketBuf> {
+        self.send.handed_back.pop_front()
+    }
+
     /// The transport's pool of packet buffers: acknowledged messages' go
     /// in, received messages' come out.
     pub fn pool_mut(&mut self) -> &mut PacketPool {

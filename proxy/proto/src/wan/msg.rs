@@ -108,6 +108,15 @@ impl Encoded {
         self.body
     }
 
+    /// Is this a `Request` carried `Reliable`: a packet the sending
+    /// gateway's ingress half keeps until the twin reports it delivered?
+    /// The transport hands its buffer back rather than pooling it once
+    /// acknowledged (`flow::SendFlows::handed_back`; issue 35: one buffer
+    /// per request packet, moved between its owners, never copied).
+    pub fn is_held_request(&self) -> bool {
+        self.head_len == 3 && self.head[..3] == [CODEC_VERSION, K_REQUEST, 1]
+    }
+
     /// Bytes `[start, end)` of `head ‖ body`, as the part in the head and the
     /// part in the body (either may be empty).
     pub fn range(&self, start: usize, end: usize) -> (&[u8], &[u8]) {

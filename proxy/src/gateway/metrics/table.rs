@@ -438,6 +438,21 @@ pub static METRICS: &[Metric] = &[
         samples: |s| one(s.twin.flows_failed_on_restart),
     },
     Metric {
+        name: "soya_twin_resumed_total",
+        kind: Counter,
+        help: "A twin that restarted (a new incarnation within wan.twin_timeout): restarts seen, flows (ingress halves) resumed toward it, request packets sent to it again (not yet delivered when it died), flows that could not be resumed and failed (their QP had requests the other way, which the twin had pseudo-ACKed).",
+        labels: &["what"],
+        samples: |s| {
+            let e = &s.engine;
+            by("what", &[
+                ("restarts", e.twin_restarts),
+                ("halves", e.halves_resumed),
+                ("packets_resent", e.packets_resent_on_resume),
+                ("unresumable", e.halves_unresumable),
+            ])
+        },
+    },
+    Metric {
         name: "soya_twin_failed_total",
         kind: Counter,
         help: "What lost or restarted twins failed: ingress halves, local QPs moved to error through their responder role (poisoned), QPs that could not be (expected PSN unknown), egress halves dropped, RDMA-CM connections disconnected (DREQ in the far host's name).",

@@ -105,7 +105,11 @@ pub struct Scenario {
     pub twin_timeout: Duration,
     /// Gateway B crashes at this time (from the start of the workload) and
     /// a new incarnation starts at once: whatever it held is gone, and
-    /// gateway A must fail the flows mid-stream toward their requesters.
+    /// gateway A resumes the flows toward it (issue 35: it sends again
+    /// what B had not delivered), so every transfer must complete with
+    /// every byte verified. A QP with requests both ways
+    /// (`bidirectional`: B pseudo-ACKed host B's, which died with it) is
+    /// not resumable and fails, never silently.
     pub twin_restart: Option<Duration>,
     /// With `twin_restart`: gateway A crashes and restarts instead, the
     /// *near* gateway of host A's requesters (it pseudo-ACKed them; its

@@ -228,6 +228,17 @@ pub struct EngineStats {
     pub orphan_requester_naks: u64,
     /// ...and the probes of their responder role that this made moot.
     pub orphan_probes_superseded: u64,
+    /// [`QpEngine::twin_restarted`] calls: the twin came back as a new
+    /// incarnation (`qp::resume`)...
+    pub twin_restarts: u64,
+    /// ...ingress halves resumed toward it, and the request packets they
+    /// sent again (everything not yet reported delivered)...
+    pub halves_resumed: u64,
+    pub packets_resent_on_resume: u64,
+    /// ...and ingress halves that could not be resumed (failed as before):
+    /// their QP had requests the other way, pseudo-ACKed by the twin that
+    /// restarted, which died with it (or a request's bytes were lost).
+    pub halves_unresumable: u64,
     /// Halves forgotten after `idle_after` of quiet (`qp::engine::expiry`)...
     pub halves_expired_ingress: u64,
     pub halves_expired_egress: u64,
@@ -388,10 +399,31 @@ impl QpEngine {
         self.out.pool.put(packet);
     }
 
+    /// A request's buffer the WAN transport is done with
+    /// (`WanConnection::take_handed_back`): its ingress half keeps it until
+    /// the twin reports the request delivered, or it goes to the pool.
+    pub fn take_back(&mut self, packet: PacketBuf) {
+        let back = match HalfKey::of_request_bytes(&packet) {
+            Some((key, psn)) => match self.ingress.get_mut(&key) {
+                Some(a) => a.take_back(psn, packet),
+                None => Some(packet),
+            },
+            None => Some(packet),
+        };
+        if let Some(b) = back {
+            self.out.pool.put(b);
+        }
+    }
+
     /// The engine's pool of packet buffers (the device loop balances it
     /// against the transport's).
     pub fn pool_mut(&mut self) -> &mut PacketPool {
         &mut self.out.pool
+    }
+
+    /// Idle buffers in the engine's pool.
+    pub fn pool_idle(&self) -> usize {
+        self.out.pool.idle()
     }
 
     pub fn pool_stats(&self) -> PoolStats {
@@ -529,9 +561,12 @@ impl QpEngine {
             return;
         }
         if !is_roce(packet) {
-            // Other IP traffic between the sites travels as a datagram.
+            // Other IP traffic between the sites travels as a datagram, in
+            // the buffer it was read into (a copy of borrowed bytes).
             self.stats.dc_not_roce += 1;
-            self.out.twin(packet, |packet| TwinMsg::Datagram { packet });
+            let packet = bytes.take(&mut self.out.pool);
+            self.out
+                .push_back(Output::Twin(TwinMsg::Datagram { packet }));
             return;
         }
         let p = match RocePacket::parse_verified(packet) {

@@ -25,6 +25,7 @@ use crate::time::Time;
 mod acking;
 mod gap;
 mod resend;
+mod resume;
 
 pub use acking::{AckTuning, HOLD_ACK_FOR, HOLD_ACK_INTERVAL};
 
@@ -97,7 +98,11 @@ struct Entry {
     /// The packet itself, in a pooled buffer (the one the DC backend read
     /// it into, or a copy made once on arrival), until forwarded: then it
     /// moves, uncopied, into the message for the twin, and the WAN
-    /// transport holds it until the twin has it.
+    /// transport holds it until the twin has it. The transport then hands
+    /// the same buffer back ([`PseudoAcker::take_back`]), and it is kept
+    /// here again until the twin reports it delivered: what a new
+    /// incarnation of the twin is sent again (`resume`; issue 35). One
+    /// buffer per packet, never a second copy.
     bytes: Option<PacketBuf>,
     forwarded: bool,
     accepted_at: Time,
@@ -609,6 +614,14 @@ impl PseudoAcker {
         if self.delivered.is_some_and(|d| !psn.after(d)) {
             return;
         }
+        self.release_delivered(now, psn, buf, out);
+        self.forward(out);
+        self.maybe_ack(now, buf, out);
+    }
+
+    /// Frees every entry up to and including `psn` (the responder has
+    /// it): its slot, and its buffer, back to the pool.
+    fn release_delivered(&mut self, now: Time, psn: Psn, buf: &mut DeepBuffer, out: &mut Outbox) {
         self.delivered = Some(psn);
         self.note_real_progress(psn);
         for e in self.entries.iter_mut() {
@@ -618,6 +631,9 @@ impl PseudoAcker {
             if let Some(slot) = e.slot.take() {
                 buf.release(self.flow_id, slot);
                 self.delivered_state = self.delivered_state.after(e.op);
+            }
+            if let Some(b) = e.bytes.take() {
+                out.pool.put(b);
             }
             if e.forwarded {
                 self.in_flight = self.in_flight.saturating_sub(e.span);
@@ -631,8 +647,23 @@ impl PseudoAcker {
             // than the WAN takes to deliver what it sent).
             self.renew_promise(now, buf);
         }
-        self.forward(out);
-        self.maybe_ack(now, buf, out);
+    }
+
+    /// The buffer of the request at `psn`, handed back by the WAN
+    /// transport once it is done with it (the twin acknowledged the
+    /// message, or restarted): kept until the twin reports the request
+    /// delivered. Given back to the caller when nothing here waits for it
+    /// (delivered already, or never held: a packet forwarded raw).
+    pub fn take_back(&mut self, psn: Psn, bytes: PacketBuf) -> Option<PacketBuf> {
+        // Entries are in PSN order.
+        let i = self.entries.partition_point(|e| e.psn.before(psn));
+        match self.entries.get_mut(i) {
+            Some(e) if e.psn == psn && e.forwarded && e.slot.is_some() && e.bytes.is_none() => {
+                e.bytes = Some(bytes);
+                None
+            }
+            _ => Some(bytes),
+        }
     }
 
     /// Drops entries that are both delivered and acknowledged.

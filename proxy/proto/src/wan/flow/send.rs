@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::super::idhash::IdMap;
 use super::{PushError, MAX_FRAGMENTS, MAX_MESSAGE};
-use crate::buffer::PacketPool;
+use crate::buffer::{PacketBuf, PacketPool};
 use crate::keyed::KeyedMap;
 use crate::time::Time;
 
@@ -172,6 +172,14 @@ pub struct SendFlows {
     pub messages_discarded: u64,
     /// Flows closed and forgotten (their FIN acknowledged).
     pub flows_retired: u64,
+    /// The packets of held requests ([`Encoded::is_held_request`]) this
+    /// side is done with, acknowledged or dropped by [`Self::reset`], for
+    /// the sending gateway's engine to take back
+    /// (`WanConnection::take_handed_back`): it keeps each until the twin
+    /// reports it delivered, and sends it again should the twin restart
+    /// before that. Its capacity is kept: in steady state it allocates
+    /// nothing.
+    pub handed_back: VecDeque<PacketBuf>,
 }
 
 impl SendFlows {
@@ -218,6 +226,7 @@ impl SendFlows {
             messages_acked: 0,
             messages_discarded: 0,
             flows_retired: 0,
+            handed_back: VecDeque::new(),
         }
     }
 
@@ -452,7 +461,11 @@ impl SendFlows {
             self.buffered -= m.bytes.len() as u64;
             self.messages_acked += 1;
             if let Some(m) = f.msgs.pop_front() {
-                pool.put(m.bytes.into_body());
+                if m.bytes.is_held_request() {
+                    self.handed_back.push_back(m.bytes.into_body());
+                } else {
+                    pool.put(m.bytes.into_body());
+                }
             }
             f.cursor = f.cursor.saturating_sub(1);
         }
@@ -507,9 +520,18 @@ impl SendFlows {
 
     /// Drops everything (the peer restarted: its flows are gone, and so is
     /// its memory of closed ids; ids go on counting, which costs nothing).
+    /// The packets of held requests not yet acknowledged are handed back
+    /// ([`Self::handed_back`]): their sender sends them to the new peer.
     pub fn reset(&mut self) {
         let discarded: usize = self.flows.values().map(|f| f.msgs.len()).sum();
         self.messages_discarded += discarded as u64;
+        for f in self.flows.values_mut() {
+            for m in f.msgs.drain(..) {
+                if m.bytes.is_held_request() {
+                    self.handed_back.push_back(m.bytes.into_body());
+                }
+            }
+        }
         self.flows.clear();
         self.keys.clear();
         self.idle.clear();

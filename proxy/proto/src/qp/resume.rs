@@ -1,0 +1,119 @@
+//! The twin restarted: resume what can be resumed, fail the rest (issue
+//! 35).
+//!
+//! A twin that comes back as a new incarnation (a new WAN session
+//! generation) lost two kinds of state, which this gateway treats apart:
+//!
+//! - **What it re-injected toward its responders** (this gateway's
+//!   ingress halves: local requester → responder at the twin's site).
+//!   Everything the responder had not acknowledged is still held here
+//!   until `Delivered` (the WAN transport hands each request's buffer back
+//!   when it is done with it: one buffer per packet, moved, not copied),
+//!   so each such half sends it again, in PSN order
+//!   ([`PseudoAcker::resume`]), and the new incarnation learns the QP from
+//!   those packets as it learns a QP first seen mid-stream. What reaches
+//!   the responder twice is an RC duplicate, executed at most once
+//!   (`qp::ingress::resume`).
+//! - **What it pseudo-ACKed** for requesters at its own site (this
+//!   gateway's egress halves toward its local responders): those requests
+//!   died with it, and only failing the QP keeps that from being silent.
+//!   As before ([`QpEngine::fail_all`]): the egress half is dropped, the
+//!   local QP moved to error, the twin told the QP is an orphan. A QP is
+//!   one connection: an ingress half whose QP has such an egress half
+//!   here (requests seen the other way) is not resumed either, but failed
+//!   with it (`EngineStats::halves_unresumable`).
+//!
+//! Not resumable either, and failed by `fail_all` as before: halves that
+//! had already failed, and halves missing the bytes of a request not yet
+//! delivered ([`PseudoAcker::resumable`]).
+
+use std::collections::BTreeSet;
+
+use crate::roce::NakCode;
+use crate::time::Time;
+
+use super::engine::{QpEngine, TwinLostSummary};
+use super::half::HalfKey;
+use super::ingress::PseudoAcker;
+
+/// What one [`QpEngine::twin_restarted`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RestartSummary {
+    /// Ingress halves resumed toward the new incarnation...
+    pub halves_resumed: u64,
+    /// ...and the request packets they send again.
+    pub packets_resent: u64,
+    /// Ingress halves not resumed (failed, in `failed`): their QP had
+    /// requests the other way, which the twin pseudo-ACKed, or a request's
+    /// bytes were lost.
+    pub halves_unresumable: u64,
+    /// What `fail_all` failed (the halves not resumed).
+    pub failed: TwinLostSummary,
+}
+
+impl QpEngine {
+    /// The twin restarted (a new incarnation, within `wan.twin_timeout`):
+    /// resumes every ingress half that can be ([`PseudoAcker::resume`]),
+    /// fails the rest with `code` as [`Self::fail_all`] does, and keeps the
+    /// resumed QPs out of that failure (no NAK, no poison, no orphan
+    /// message, no DREQ for their RDMA-CM connection).
+    ///
+    /// Call it once every request buffer the transport held for the old
+    /// incarnation is back ([`Self::take_back`]).
+    pub fn twin_restarted(&mut self, now: Time, code: NakCode) -> RestartSummary {
+        let mut sum = RestartSummary::default();
+        // QPs with requests the other way through the twin (the egress
+        // halves toward local responder QPs): (far host, local host, local
+        // QPN), and the host pairs, for halves whose local QPN is unknown.
+        let reverse: BTreeSet<_> = self
+            .egress
+            .keys()
+            .map(|k| (k.requester, k.responder, k.responder_qpn))
+            .collect();
+        let pairs: BTreeSet<_> = reverse.iter().map(|&(f, l, _)| (f, l)).collect();
+        let mut keys: Vec<HalfKey> = self.ingress.keys().copied().collect();
+        keys.sort();
+        let mut kept: Vec<(HalfKey, PseudoAcker)> = Vec::new();
+        for k in keys {
+            let Some(a) = self.ingress.get(&k) else {
+                continue;
+            };
+            if a.is_failed() {
+                continue;
+            }
+            let two_way = match a.requester_qpn() {
+                Some(q) => reverse.contains(&(k.responder, k.requester, q)),
+                None => pairs.contains(&(k.responder, k.requester)),
+            };
+            if two_way || !a.resumable() {
+                sum.halves_unresumable += 1;
+                continue;
+            }
+            if let Some(a) = self.ingress.remove(&k) {
+                kept.push((k, a));
+            }
+        }
+        // Their RDMA-CM connections stay up: no DREQ.
+        let mut conns = Vec::new();
+        for (k, a) in &kept {
+            if let Some(q) = a.requester_qpn() {
+                conns.extend(self.cm_conns.take_local_qp(k.requester, k.responder, q));
+            }
+        }
+        sum.failed = self.fail_all(now, code);
+        for c in conns {
+            self.cm_conns.push(c);
+        }
+        for (k, mut a) in kept {
+            sum.packets_resent += a.resume(now, &mut self.buffer, &mut self.out);
+            sum.halves_resumed += 1;
+            self.ingress.insert(k, a);
+        }
+        let st = &mut self.stats;
+        st.twin_restarts += 1;
+        st.halves_resumed += sum.halves_resumed;
+        st.packets_resent_on_resume += sum.packets_resent;
+        st.halves_unresumable += sum.halves_unresumable;
+        sum
+    }
+}
