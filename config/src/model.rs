@@ -118,6 +118,11 @@ pub struct WanConfig {
     /// through it is failed toward its application, and new requests are
     /// refused until the twin answers again ([`DEFAULT_TWIN_TIMEOUT`]).
     pub twin_timeout: Duration,
+    /// Identity keys: how often the client gateway runs the Noise handshake
+    /// again inside the running session, a fresh ephemeral Diffie-Hellman
+    /// that bounds what a stolen traffic secret exposes
+    /// ([`DEFAULT_REKEY_INTERVAL`]; unused in PSK-only and lab mode).
+    pub rekey_interval: Duration,
     /// The IP MTU every WAN path carries end to end ([`DEFAULT_WAN_MTU`]):
     /// the transport's datagrams are sized to fit it
     /// ([`WanConfig::max_datagram`]), and larger messages (a 4 KiB RoCE
@@ -150,6 +155,16 @@ impl WanConfig {
 /// within seconds, the order of what a direct RC connection takes to fail
 /// (7 retries of a 0.5-2 s ACK timeout), instead of hanging for ever.
 pub const DEFAULT_TWIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Default `wan.rekey_interval`: two minutes, as WireGuard's
+/// `REKEY_AFTER_TIME`. A re-handshake costs a few DH operations and two
+/// datagrams, nothing on the data path.
+pub const DEFAULT_REKEY_INTERVAL: Duration = Duration::from_secs(120);
+/// The range `wan.rekey_interval` accepts: below a second the re-handshakes
+/// would chase each other across a long WAN's round trip; above an hour a
+/// stolen traffic secret would read that long.
+pub const REKEY_INTERVAL_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_secs(1)..=Duration::from_secs(3600);
 
 /// Whether WAN traffic is authenticated/encrypted with a pre-shared key.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -133,3 +133,50 @@ fn identity_example_parses() {
     assert!(cfg.wan.identity.is_some());
     assert!(matches!(cfg.wan.security, WanSecurity::PreSharedKey { .. }));
 }
+
+/// `wan.rekey_interval`: two minutes by default, a humane duration in
+/// 1 s..=1 h, shown by `explain` (check-config); zero, absurd and
+/// malformed values are refused with a message naming the key and the
+/// range, never a panic.
+#[test]
+fn rekey_interval_is_a_validated_duration() {
+    use std::time::Duration;
+    let cfg = parse_str(&with_identity(""), "test.toml").unwrap();
+    assert_eq!(cfg.wan.rekey_interval, Duration::from_secs(120));
+    assert_eq!(
+        soya_config::DEFAULT_REKEY_INTERVAL,
+        Duration::from_secs(120)
+    );
+    assert!(cfg.defaulted.iter().any(|k| k == "wan.rekey_interval"));
+    let e = cfg.explain();
+    assert!(
+        e.contains("rekey_interval   a fresh handshake (ephemeral DH) inside the session every 120 s  (default)"),
+        "{e}"
+    );
+    let cfg = parse_str(&with_identity("rekey_interval = \"2s\"\n"), "test.toml").unwrap();
+    assert_eq!(cfg.wan.rekey_interval, Duration::from_secs(2));
+    assert!(!cfg.defaulted.iter().any(|k| k == "wan.rekey_interval"));
+    assert!(cfg.explain().contains("every 2 s\n"), "{}", cfg.explain());
+    // PSK-only mode: accepted, said to be unused.
+    let psk_only = edit("[wan]\n", "[wan]\nrekey_interval = \"30s\"\n");
+    let cfg = parse_str(&psk_only, "test.toml").unwrap();
+    assert!(
+        cfg.explain().contains("rekey_interval   unused"),
+        "{}",
+        cfg.explain()
+    );
+    for (value, says) in [
+        ("\"0s\"", "rekey_interval must be between 1 s and 3600 s"),
+        ("\"0\"", "unit"),
+        ("\"500ms\"", "rekey_interval must be between 1 s and 3600 s"),
+        ("\"2h\"", "unit"),
+        ("\"7200s\"", "rekey_interval must be between 1 s and 3600 s"),
+        ("\"99999999999999999999s\"", ""),
+        ("\"-5s\"", ""),
+        ("\"soon\"", ""),
+        ("120", "a duration 1s..=1h"),
+    ] {
+        let text = with_identity(&format!("rekey_interval = {value}\n"));
+        expect_error(&text, "rekey_interval", "wan.rekey_interval", &[says]);
+    }
+}

@@ -138,6 +138,10 @@ pub fn diff(old: &SiteConfig, new: &SiteConfig) -> ReloadReport {
         old.wan.twin_timeout != new.wan.twin_timeout,
         "wan.twin_timeout",
     );
+    live(
+        old.wan.rekey_interval != new.wan.rekey_interval,
+        "wan.rekey_interval",
+    );
     live(old.wan.paths != new.wan.paths, "wan.paths");
     live(
         rotate,
@@ -381,6 +385,16 @@ mod tests {
             .applied
             .contains(&"dc.local_prefixes / dc.remote_prefixes".to_string()));
         assert!(diff(&old, &old).is_empty());
+    }
+
+    #[test]
+    fn the_rekey_interval_applies_live() {
+        let old = cfg(false, "1gbit", "10.1.0.0/16");
+        let mut new = old.clone();
+        new.wan.rekey_interval = Duration::from_secs(2);
+        let r = diff(&old, &new);
+        assert_eq!(r.applied, ["wan.rekey_interval"], "{r:?}");
+        assert!(r.need_restart.is_empty(), "{r:?}");
     }
 
     /// `wan` section with identity keys (`psk`: a `key_file` too).
