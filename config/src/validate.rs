@@ -446,6 +446,7 @@ fn resolve_wan(c: &mut Checker, wan: &RawWan) -> Option<WanConfig> {
         rekey_interval: rekey_interval?,
         mtu: mtu?,
         paths: paths?,
+        key_digests: KeyDigests::default(),
     })
 }
 

@@ -180,3 +180,49 @@ fn rekey_interval_is_a_validated_duration() {
         expect_error(&text, "rekey_interval", "wan.rekey_interval", &[says]);
     }
 }
+
+/// `load` keeps a digest of each key it read (never the key): the same
+/// content gives the same digest, a key rewritten in place another, and
+/// `Debug` shows neither key nor digest. `parse_str` reads no file.
+#[cfg(unix)]
+#[test]
+fn load_keeps_digests_of_the_keys_not_the_keys() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("digests");
+    let cfg_path = dir.path().join("t.toml");
+    std::fs::write(&cfg_path, with_identity("key_file = \"psk.key\"\n")).unwrap();
+    let key = dir.path().join("a.key");
+    let psk = dir.path().join("psk.key");
+    let other = "ZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmY=";
+    for (f, text) in [(&key, TWIN.to_string()), (&psk, "ab".repeat(32))] {
+        std::fs::write(f, text + "\n").unwrap();
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let first = load(&cfg_path).unwrap().wan.key_digests;
+    assert!(first.private_key.is_some() && first.psk.is_some());
+    assert_eq!(load(&cfg_path).unwrap().wan.key_digests, first);
+    assert_eq!(
+        parse_str(&with_identity(""), "t.toml")
+            .unwrap()
+            .wan
+            .key_digests,
+        KeyDigests::default()
+    );
+    let shown = format!("{:?}", load(&cfg_path).unwrap());
+    assert!(shown.contains("private_key: \"read\""), "{shown}");
+    assert!(
+        !shown.contains(&"ab".repeat(32)) && !shown.contains(TWIN),
+        "{shown}"
+    );
+    std::fs::write(&key, format!("{other}\n")).unwrap();
+    let second = load(&cfg_path).unwrap().wan.key_digests;
+    assert_ne!(second.private_key, first.private_key);
+    assert_eq!(second.psk, first.psk);
+    std::fs::write(&psk, "cd".repeat(32) + "\n").unwrap();
+    let third = load(&cfg_path).unwrap().wan.key_digests;
+    assert_eq!(third.private_key, second.private_key);
+    assert_ne!(third.psk, second.psk);
+    let hex = KeyDigests::hex(&third.psk).unwrap();
+    assert_eq!(KeyDigests::from_hex(&hex), third.psk);
+    assert_eq!(KeyDigests::from_hex("zz"), None);
+}
