@@ -339,8 +339,9 @@ impl Lab {
     pub fn sighup(&mut self, s: Site) {
         let p = self.gateway[s.i()].expect("gateway running");
         let pid = self.procs.pid(p).expect("gateway running");
-        let ok = Command::new("kill")
-            .args(["-HUP", &pid.to_string()])
+        // The shell's own `kill`: no procps needed.
+        let ok = Command::new("sh")
+            .args(["-c", &format!("kill -HUP {pid}")])
             .status()
             .is_ok_and(|s| s.success());
         assert!(ok, "kill -HUP {pid}");
