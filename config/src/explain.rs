@@ -28,6 +28,7 @@ pub(crate) fn defaulted_keys(raw: &RawConfig) -> Vec<String> {
     note(raw.wan.insecure.is_none(), "wan.insecure");
     note(raw.wan.cipher.is_none(), "wan.cipher");
     note(raw.wan.twin_timeout.is_none(), "wan.twin_timeout");
+    note(raw.wan.rekey_interval.is_none(), "wan.rekey_interval");
     note(raw.wan.mtu.is_none(), "wan.mtu");
     for (i, p) in raw.wan.paths.iter().flatten().enumerate() {
         note(p.bind.is_none(), &format!("wan.paths[{i}].bind"));
@@ -206,6 +207,19 @@ impl SiteConfig {
             "  twin_timeout     {} with every path down and the twin is lost: its flows fail{}",
             format_duration(self.wan.twin_timeout),
             d("wan.twin_timeout")
+        );
+        let rekey = if self.wan.identity.is_some()
+            && !matches!(self.wan.security, WanSecurity::Insecure { .. })
+        {
+            "a fresh handshake (ephemeral DH) inside the session every"
+        } else {
+            "unused (identity keys only; this mode has no re-handshake):"
+        };
+        let _ = writeln!(
+            s,
+            "  rekey_interval   {rekey} {}{}",
+            format_duration(self.wan.rekey_interval),
+            d("wan.rekey_interval")
         );
         let _ = writeln!(
             s,

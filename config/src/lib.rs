@@ -52,7 +52,8 @@ use check::Problem;
 use locate::SpanIndex;
 
 /// Reads, parses and validates a site config file, then checks the WAN key
-/// file (exists, not world-readable, ≥ 32 bytes of key material). A relative
+/// file (exists, not world-readable, ≥ 32 bytes of key material) and keeps
+/// a digest of each key read ([`KeyDigests`]). A relative
 /// `wan.key_file` is resolved against the config file's directory and stored
 /// resolved in the result.
 pub fn load(path: &Path) -> Result<SiteConfig, ConfigError> {
@@ -67,21 +68,24 @@ pub fn load(path: &Path) -> Result<SiteConfig, ConfigError> {
             let dir = path.parent().unwrap_or(Path::new(""));
             id.private_key_file = dir.join(&id.private_key_file);
         }
-        if let Err(e) = read_private_key_file(&id.private_key_file) {
-            let reason = match e {
-                ConfigError::KeyFile { reason, .. } => reason,
-                other => other.to_string(),
-            };
-            let problem = Problem {
-                path: "wan.private_key_file".into(),
-                message: reason,
-            };
-            return Err(located(
-                &text,
-                &origin,
-                SpanIndex::build(&text).as_ref(),
-                vec![problem],
-            ));
+        match read_private_key_file(&id.private_key_file) {
+            Ok(k) => cfg.wan.key_digests.private_key = Some(KeyDigests::of("private key", &k)),
+            Err(e) => {
+                let reason = match e {
+                    ConfigError::KeyFile { reason, .. } => reason,
+                    other => other.to_string(),
+                };
+                let problem = Problem {
+                    path: "wan.private_key_file".into(),
+                    message: reason,
+                };
+                return Err(located(
+                    &text,
+                    &origin,
+                    SpanIndex::build(&text).as_ref(),
+                    vec![problem],
+                ));
+            }
         }
     }
     if let WanSecurity::PreSharedKey { key_file } = &mut cfg.wan.security {
@@ -89,21 +93,25 @@ pub fn load(path: &Path) -> Result<SiteConfig, ConfigError> {
             let dir = path.parent().unwrap_or(Path::new(""));
             *key_file = dir.join(&*key_file);
         }
-        if let Err(e) = read_key_file(key_file) {
-            let reason = match e {
-                ConfigError::KeyFile { reason, .. } => reason,
-                other => other.to_string(),
-            };
-            let problem = Problem {
-                path: "wan.key_file".into(),
-                message: reason,
-            };
-            return Err(located(
-                &text,
-                &origin,
-                SpanIndex::build(&text).as_ref(),
-                vec![problem],
-            ));
+        match read_key_file(key_file) {
+            // The 32 bytes the gateway uses (`gateway::wan_key`).
+            Ok(k) => cfg.wan.key_digests.psk = Some(KeyDigests::of("psk", &k[..32.min(k.len())])),
+            Err(e) => {
+                let reason = match e {
+                    ConfigError::KeyFile { reason, .. } => reason,
+                    other => other.to_string(),
+                };
+                let problem = Problem {
+                    path: "wan.key_file".into(),
+                    message: reason,
+                };
+                return Err(located(
+                    &text,
+                    &origin,
+                    SpanIndex::build(&text).as_ref(),
+                    vec![problem],
+                ));
+            }
         }
     }
     Ok(cfg)

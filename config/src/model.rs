@@ -118,6 +118,11 @@ pub struct WanConfig {
     /// through it is failed toward its application, and new requests are
     /// refused until the twin answers again ([`DEFAULT_TWIN_TIMEOUT`]).
     pub twin_timeout: Duration,
+    /// Identity keys: how often the client gateway runs the Noise handshake
+    /// again inside the running session, a fresh ephemeral Diffie-Hellman
+    /// that bounds what a stolen traffic secret exposes
+    /// ([`DEFAULT_REKEY_INTERVAL`]; unused in PSK-only and lab mode).
+    pub rekey_interval: Duration,
     /// The IP MTU every WAN path carries end to end ([`DEFAULT_WAN_MTU`]):
     /// the transport's datagrams are sized to fit it
     /// ([`WanConfig::max_datagram`]), and larger messages (a 4 KiB RoCE
@@ -125,6 +130,64 @@ pub struct WanConfig {
     pub mtu: u32,
     /// 1..=16 paths with unique names.
     pub paths: Vec<WanPath>,
+    /// What the key files held when [`load`](crate::load) read them
+    /// (empty from `parse_str`, which reads no file).
+    pub key_digests: KeyDigests,
+}
+
+/// Digests of the WAN keys a configuration's key files held when it was
+/// loaded: SHA-256 over a label and the key, never the key itself (nor
+/// anything that helps find it: the keys are 32 random bytes). A reload
+/// and `check-config --diff` compare them, so a key file rewritten in place
+/// (same path, new key) is a change, as a new path is. `Debug` shows only
+/// whether each is set.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeyDigests {
+    /// `wan.key_file`'s key (the 32 bytes used), if read.
+    pub psk: Option<[u8; 32]>,
+    /// `wan.private_key_file`'s key, if read.
+    pub private_key: Option<[u8; 32]>,
+}
+
+impl KeyDigests {
+    /// The digest of one key (`what`: `"psk"` or `"private key"`, so that
+    /// the same bytes in the two roles differ).
+    pub fn of(what: &str, key: &[u8]) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(b"soya key digest v1\0");
+        h.update(what.as_bytes());
+        h.update([0]);
+        h.update(key);
+        h.finalize().into()
+    }
+
+    /// Hex, for the control socket (`None`: not read).
+    pub fn hex(d: &Option<[u8; 32]>) -> Option<String> {
+        d.map(|d| d.iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// From [`KeyDigests::hex`]; `None` for anything else.
+    pub fn from_hex(s: &str) -> Option<[u8; 32]> {
+        if s.len() != 64 || !s.is_ascii() {
+            return None;
+        }
+        let mut d = [0u8; 32];
+        for (i, b) in d.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(d)
+    }
+}
+
+impl std::fmt::Debug for KeyDigests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = |d: &Option<[u8; 32]>| if d.is_some() { "read" } else { "none" };
+        f.debug_struct("KeyDigests")
+            .field("psk", &set(&self.psk))
+            .field("private_key", &set(&self.private_key))
+            .finish()
+    }
 }
 
 /// Default `wan.mtu`: jumbo frames, as a DC interconnect usually carries.
@@ -150,6 +213,16 @@ impl WanConfig {
 /// within seconds, the order of what a direct RC connection takes to fail
 /// (7 retries of a 0.5-2 s ACK timeout), instead of hanging for ever.
 pub const DEFAULT_TWIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Default `wan.rekey_interval`: two minutes, as WireGuard's
+/// `REKEY_AFTER_TIME`. A re-handshake costs a few DH operations and two
+/// datagrams, nothing on the data path.
+pub const DEFAULT_REKEY_INTERVAL: Duration = Duration::from_secs(120);
+/// The range `wan.rekey_interval` accepts: below a second the re-handshakes
+/// would chase each other across a long WAN's round trip; above an hour a
+/// stolen traffic secret would read that long.
+pub const REKEY_INTERVAL_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_secs(1)..=Duration::from_secs(3600);
 
 /// Whether WAN traffic is authenticated/encrypted with a pre-shared key.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -178,6 +178,7 @@ pub(crate) struct RawWan {
     pub twin_public_key: Option<String>,
     pub cipher: Option<WanCipher>,
     pub twin_timeout: Option<String>,
+    pub rekey_interval: Option<String>,
     pub mtu: Option<i64>,
     pub paths: Option<Vec<RawPath>>,
 }
@@ -298,6 +299,10 @@ pub(crate) const ACCEPTED: &[(&str, &str)] = &[
     (
         "wan.twin_timeout",
         "a duration 1s..=1h like \"5s\": every path down this long and the twin is lost",
+    ),
+    (
+        "wan.rekey_interval",
+        "a duration 1s..=1h like \"120s\": identity keys, how often the client runs a fresh handshake inside the session",
     ),
     (
         "wan.mtu",

@@ -425,6 +425,14 @@ fn resolve_wan(c: &mut Checker, wan: &RawWan) -> Option<WanConfig> {
         Duration::from_secs(1)..=Duration::from_secs(3600),
         "twin_timeout",
     );
+    let rekey_interval = duration_in(
+        c,
+        "wan.rekey_interval",
+        wan.rekey_interval.as_deref(),
+        DEFAULT_REKEY_INTERVAL,
+        REKEY_INTERVAL_RANGE,
+        "rekey_interval",
+    );
     let mtu = c.int("wan.mtu", wan.mtu, DEFAULT_WAN_MTU, 1280..=9216, "mtu");
     if c.problems.len() != errors_before {
         return None;
@@ -435,8 +443,10 @@ fn resolve_wan(c: &mut Checker, wan: &RawWan) -> Option<WanConfig> {
         identity,
         cipher: wan.cipher.unwrap_or_default(),
         twin_timeout: twin_timeout?,
+        rekey_interval: rekey_interval?,
         mtu: mtu?,
         paths: paths?,
+        key_digests: KeyDigests::default(),
     })
 }
 

@@ -327,7 +327,7 @@ fn bad_dscp_in_sapporo_is_pinpointed() {
         err.to_string(),
         format!("config/examples/sapporo.toml:{line}:8: wan.paths[1].dscp = 70: DSCP must be an integer 0..=63")
     );
-    assert_eq!(line, 109, "hand-checked position in sapporo.toml");
+    assert_eq!(line, 114, "hand-checked position in sapporo.toml");
 }
 
 #[cfg(unix)]

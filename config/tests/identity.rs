@@ -133,3 +133,96 @@ fn identity_example_parses() {
     assert!(cfg.wan.identity.is_some());
     assert!(matches!(cfg.wan.security, WanSecurity::PreSharedKey { .. }));
 }
+
+/// `wan.rekey_interval`: two minutes by default, a humane duration in
+/// 1 s..=1 h, shown by `explain` (check-config); zero, absurd and
+/// malformed values are refused with a message naming the key and the
+/// range, never a panic.
+#[test]
+fn rekey_interval_is_a_validated_duration() {
+    use std::time::Duration;
+    let cfg = parse_str(&with_identity(""), "test.toml").unwrap();
+    assert_eq!(cfg.wan.rekey_interval, Duration::from_secs(120));
+    assert_eq!(
+        soya_config::DEFAULT_REKEY_INTERVAL,
+        Duration::from_secs(120)
+    );
+    assert!(cfg.defaulted.iter().any(|k| k == "wan.rekey_interval"));
+    let e = cfg.explain();
+    assert!(
+        e.contains("rekey_interval   a fresh handshake (ephemeral DH) inside the session every 120 s  (default)"),
+        "{e}"
+    );
+    let cfg = parse_str(&with_identity("rekey_interval = \"2s\"\n"), "test.toml").unwrap();
+    assert_eq!(cfg.wan.rekey_interval, Duration::from_secs(2));
+    assert!(!cfg.defaulted.iter().any(|k| k == "wan.rekey_interval"));
+    assert!(cfg.explain().contains("every 2 s\n"), "{}", cfg.explain());
+    // PSK-only mode: accepted, said to be unused.
+    let psk_only = edit("[wan]\n", "[wan]\nrekey_interval = \"30s\"\n");
+    let cfg = parse_str(&psk_only, "test.toml").unwrap();
+    assert!(
+        cfg.explain().contains("rekey_interval   unused"),
+        "{}",
+        cfg.explain()
+    );
+    for (value, says) in [
+        ("\"0s\"", "rekey_interval must be between 1 s and 3600 s"),
+        ("\"0\"", "unit"),
+        ("\"500ms\"", "rekey_interval must be between 1 s and 3600 s"),
+        ("\"2h\"", "unit"),
+        ("\"7200s\"", "rekey_interval must be between 1 s and 3600 s"),
+        ("\"99999999999999999999s\"", ""),
+        ("\"-5s\"", ""),
+        ("\"soon\"", ""),
+        ("120", "a duration 1s..=1h"),
+    ] {
+        let text = with_identity(&format!("rekey_interval = {value}\n"));
+        expect_error(&text, "rekey_interval", "wan.rekey_interval", &[says]);
+    }
+}
+
+/// `load` keeps a digest of each key it read (never the key): the same
+/// content gives the same digest, a key rewritten in place another, and
+/// `Debug` shows neither key nor digest. `parse_str` reads no file.
+#[cfg(unix)]
+#[test]
+fn load_keeps_digests_of_the_keys_not_the_keys() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("digests");
+    let cfg_path = dir.path().join("t.toml");
+    std::fs::write(&cfg_path, with_identity("key_file = \"psk.key\"\n")).unwrap();
+    let key = dir.path().join("a.key");
+    let psk = dir.path().join("psk.key");
+    let other = "ZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmY=";
+    for (f, text) in [(&key, TWIN.to_string()), (&psk, "ab".repeat(32))] {
+        std::fs::write(f, text + "\n").unwrap();
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let first = load(&cfg_path).unwrap().wan.key_digests;
+    assert!(first.private_key.is_some() && first.psk.is_some());
+    assert_eq!(load(&cfg_path).unwrap().wan.key_digests, first);
+    assert_eq!(
+        parse_str(&with_identity(""), "t.toml")
+            .unwrap()
+            .wan
+            .key_digests,
+        KeyDigests::default()
+    );
+    let shown = format!("{:?}", load(&cfg_path).unwrap());
+    assert!(shown.contains("private_key: \"read\""), "{shown}");
+    assert!(
+        !shown.contains(&"ab".repeat(32)) && !shown.contains(TWIN),
+        "{shown}"
+    );
+    std::fs::write(&key, format!("{other}\n")).unwrap();
+    let second = load(&cfg_path).unwrap().wan.key_digests;
+    assert_ne!(second.private_key, first.private_key);
+    assert_eq!(second.psk, first.psk);
+    std::fs::write(&psk, "cd".repeat(32) + "\n").unwrap();
+    let third = load(&cfg_path).unwrap().wan.key_digests;
+    assert_eq!(third.private_key, second.private_key);
+    assert_ne!(third.psk, second.psk);
+    let hex = KeyDigests::hex(&third.psk).unwrap();
+    assert_eq!(KeyDigests::from_hex(&hex), third.psk);
+    assert_eq!(KeyDigests::from_hex("zz"), None);
+}

@@ -427,10 +427,18 @@ def run_once(args, bins, shards, key, tmp, tag):
         cfg = os.path.join(log, f"gateway-{side}.toml")
         ips = (("169.254.10.1", "169.254.10.2") if side == "a" else
                ("169.254.10.2", "169.254.10.1")) if netns else (LO, LO)
+        text = gateway_config(f"fwd-{side}", dc, local, remote, wan, twin, shards,
+                              args.rate, rtt_us, key, sock, backend=args.backend,
+                              wan_ip=ips[0], twin_ip=ips[1])
+        if args.identity:
+            private, _ = args.identity_keys[side]
+            _, twin_public = args.identity_keys["b" if side == "a" else "a"]
+            extra = f'private_key_file = "{private}"\ntwin_public_key = "{twin_public}"\n'
+            if args.rekey_interval:
+                extra += f'rekey_interval = "{args.rekey_interval}"\n'
+            text = text.replace("[[wan.paths]]", extra + "[[wan.paths]]", 1)
         with open(cfg, "w") as f:
-            f.write(gateway_config(f"fwd-{side}", dc, local, remote, wan, twin, shards,
-                                   args.rate, rtt_us, key, sock, backend=args.backend,
-                                   wan_ip=ips[0], twin_ip=ips[1]))
+            f.write(text)
         cmd = [bins["soya"], "gateway", "--config", cfg]
         if netns:
             cmd = in_ns(ns["g" + side.upper()], cmd)
@@ -586,6 +594,7 @@ def run_once(args, bins, shards, key, tmp, tag):
             w = snap.get("wan", {})
             wan[k] = dict(packets_sent=w.get("packets_sent"), packets_lost=w.get("packets_lost"),
                           packets_retransmitted=w.get("packets_retransmitted"),
+                          rekeys=w.get("rekeys"),
                           path_down=sum(x.get("times_down", 0) for x in snap.get("paths", [])))
             shard_info[k] = [dict(index=x.get("index"), dc_rx=x.get("dc_rx_accepted"),
                                   handoff_in=x.get("handoff_in"), handoff_out=x.get("handoff_out"),
@@ -738,6 +747,12 @@ def main():
                          "(default 0: the gateways talk directly)")
     ap.add_argument("--insecure", action="store_true",
                     help="plaintext WAN (default: keyed, authenticated and encrypted)")
+    ap.add_argument("--identity", action="store_true",
+                    help="identity keys (soya genkey per gateway, Noise IKpsk2, the PSK mixed "
+                         "in) instead of the PSK alone")
+    ap.add_argument("--rekey-interval", default=None,
+                    help="with --identity: wan.rekey_interval, e.g. 1s (default: the "
+                         "gateway's own, 120 s)")
     ap.add_argument("--bin-dir", default=os.path.join(ROOT, "target", "release"),
                     help="where soya, soya-perf, soya-wanem are (default: target/release)")
     ap.add_argument("--json", action="store_true",
@@ -787,6 +802,17 @@ def main():
         with os.fdopen(fd, "w") as f:
             f.write(os.urandom(32).hex())
 
+    if args.identity:
+        if args.insecure:
+            sys.exit("forward.py: --identity needs a keyed WAN (not --insecure)")
+        args.identity_keys = {}
+        for side in ("a", "b"):
+            f = os.path.join(tmp, f"{side}.key")
+            subprocess.run([bins["soya"], "genkey", f], check=True, stdout=subprocess.DEVNULL)
+            public = subprocess.run([bins["soya"], "pubkey", f], check=True,
+                                    capture_output=True, text=True).stdout.strip()
+            args.identity_keys[side] = (f, public)
+
     cores = os.cpu_count()
     load_before = loadavg()
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else \
@@ -794,7 +820,9 @@ def main():
     log(f"forward.py: {cores} cores, load average before {' '.join(map(str, load_before))}; "
         f"WRITE {args.size} B, MTU 4096, tx-depth {args.tx_depth}, {args.qps} QP(s)/pair, "
         f"{args.pairs} pair(s), {args.duration:g} s, "
-        f"{'insecure' if args.insecure else 'keyed'} WAN, {args.distance_km:g} km, "
+        f"{'insecure' if args.insecure else 'keyed'} WAN"
+        f"{' (identity keys, rekey ' + (args.rekey_interval or 'default') + ')' if args.identity else ''}, "
+        f"{args.distance_km:g} km, "
         f"{args.backend} DC backend")
     runs = []
     try:
@@ -842,7 +870,8 @@ def main():
             backend=args.backend,
             options=dict(shards=args.shards, pairs=args.pairs, duration_s=args.duration,
                          size=args.size, tx_depth=args.tx_depth, qps=args.qps, rate=args.rate,
-                         distance_km=args.distance_km, keyed=not args.insecure),
+                         distance_km=args.distance_km, keyed=not args.insecure,
+                         identity=args.identity, rekey_interval=args.rekey_interval),
             runs=runs, summary={str(k): v for k, v in summary.items()},
             ratio_2_over_1=ratio, ok=ok)))
     else:

@@ -34,7 +34,9 @@ enum Command {
         quiet: bool,
         /// Compare two files (RUNNING NEW): which changes a reload (SIGHUP)
         /// applies live and which need a restart. Exits 0 when everything
-        /// applies live, 2 when something needs a restart.
+        /// applies live, 2 when something needs a restart. Keys are compared
+        /// by content: with the gateway on RUNNING's control socket running,
+        /// with the keys it runs with (a key file rewritten in place shows).
         #[arg(long)]
         diff: bool,
     },
@@ -422,9 +424,28 @@ fn check_config_diff(files: &[PathBuf]) -> ExitCode {
         return ExitCode::FAILURE;
     };
     let load = |f: &PathBuf| soya_config::load(f).map_err(|e| eprintln!("{e}"));
-    let (Ok(old), Ok(new_cfg)) = (load(running), load(new)) else {
+    let (Ok(mut old), Ok(new_cfg)) = (load(running), load(new)) else {
         return ExitCode::FAILURE;
     };
+    // The keys: what the running gateway loaded, when one answers on the
+    // running file's control socket (a key file rewritten in place since
+    // then is a change); else the key files as they are now.
+    let keyed = !matches!(old.wan.security, soya_config::WanSecurity::Insecure { .. });
+    if keyed {
+        let socket = &old.control.socket;
+        match soya::gateway::control::query_key_digests(socket) {
+            Ok(d) => {
+                old.wan.key_digests = d;
+                println!(
+                    "keys: compared with those the gateway on {} runs with",
+                    socket.display()
+                );
+            }
+            Err(e) => println!(
+                "keys: no running gateway answers ({e}); compared as the key files are                  now (a key file rewritten in place is not seen)"
+            ),
+        }
+    }
     let r = soya::gateway::reload::diff(&old, &new_cfg);
     if r.is_empty() {
         println!("no change");

@@ -669,3 +669,89 @@ fn identity_keys_rotate_on_reload_without_a_restart() {
         assert!(recv_ip(to, &ping, Duration::from_secs(5)), "ping {i}");
     }
 }
+
+/// A key rotated by rewriting the key file in place (same path, new key:
+/// what `soya genkey` to a temporary file and a copy over the old one do):
+/// `soya check-config --diff` with the running file on both sides sees it
+/// (it asks the running gateway for the digests of its keys), and a reload
+/// applies it live, as for a new path; a re-handshake under the new keys
+/// completes on both sides and traffic crosses after it.
+#[test]
+fn a_key_file_rewritten_in_place_is_seen_and_rotated() {
+    let p = pair("inplace");
+    let psk = write_key(&p.dir);
+    let (ka, pa) = genkey(&p.dir, "a.key");
+    let (kb, pb) = genkey(&p.dir, "b.key");
+    let (fa, fb) = (p.dir.join("a.toml"), p.dir.join("b.toml"));
+    std::fs::write(&fa, identity_config(&p.a, &p.b, &psk, &ka, &pb)).unwrap();
+    std::fs::write(&fb, identity_config(&p.b, &p.a, &psk, &kb, &pa)).unwrap();
+    let a = start(&fa);
+    let b = start(&fb);
+    wait_for(&a, "connected", |s| s.connected);
+    wait_for(&b, "connected", |s| s.connected);
+    let (ha, hb) = cross_datagrams(&p, &a);
+    let diff = || {
+        let out = soya()
+            .args(["check-config", "--diff"])
+            .arg(&fa)
+            .arg(&fa)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, text) = diff();
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("no change"), "{text}");
+    assert!(
+        text.contains("keys: compared with those the gateway"),
+        "{text}"
+    );
+    // A's new key pair, written over a.key; B told its public key.
+    let (ka2, pa2) = genkey(&p.dir, "a2.key");
+    let new_key = std::fs::read(&ka2).unwrap();
+    std::fs::write(&ka, &new_key).unwrap();
+    std::fs::write(&fb, identity_config(&p.b, &p.a, &psk, &kb, &pa2)).unwrap();
+    let (code, text) = diff();
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("live:    wan.private_key_file / wan.twin_public_key / wan.key_file"),
+        "{text}"
+    );
+    assert!(!text.contains("restart:"), "{text}");
+    assert!(
+        !text.contains(std::str::from_utf8(&new_key).unwrap().trim()),
+        "{text}"
+    );
+    for (gw, f) in [(&b, &fb), (&a, &fa)] {
+        let r = gw.control().reload(&soya_config::load(f).unwrap());
+        assert!(r.need_restart.is_empty() && r.errors.is_empty(), "{r:?}");
+        assert!(
+            r.applied
+                .iter()
+                .any(|k| k.starts_with("wan.private_key_file")),
+            "{r:?}"
+        );
+    }
+    // Applied: the running gateway's keys are the file's again.
+    let (_, text) = diff();
+    assert!(text.contains("no change"), "{text}");
+    for gw in [&a, &b] {
+        let s = wait_for(gw, "a re-handshake under the new keys", |s| {
+            s.wan.rekeys >= 1 && s.connected
+        });
+        assert_eq!(s.wan.peer_restarts, 0);
+    }
+    for (i, (from, to, dc, src, dst)) in [
+        (&ha, &hb, p.a.dc, [10, 1, 0, 1], [10, 2, 0, 1]),
+        (&hb, &ha, p.b.dc, [10, 2, 0, 1], [10, 1, 0, 1]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let ping = icmp(src, dst, 20 + i as u16);
+        from.send_to(&ping, dc).unwrap();
+        assert!(recv_ip(to, &ping, Duration::from_secs(5)), "ping {i}");
+    }
+}

@@ -247,6 +247,11 @@ struct ClientArgs {
     /// Exactly this many messages per QP.
     #[arg(long)]
     iters: Option<u64>,
+    /// Stop posting new work as soon as this file exists (a test ends a
+    /// stream at an event), then finish what is outstanding, as at the end
+    /// of --duration or --iters (whichever bound comes first).
+    #[arg(long)]
+    stop_file: Option<std::path::PathBuf>,
     /// Path MTU: 1024, 2048 or 4096.
     #[arg(long, default_value_t = 4096)]
     mtu: usize,
@@ -365,6 +370,7 @@ fn client(a: ClientArgs) -> i32 {
         gso: c.gso,
         busy_poll: Duration::from_micros(c.busy_poll_us),
         tunnel: c.tunnel(bind_ip),
+        stop_file: a.stop_file.clone(),
     };
     let run = if cfg.transport == Transport::Verbs {
         verbs_client(&cfg, c)

@@ -791,3 +791,123 @@ fn a_lost_twin_fails_a_requester_with_nothing_outstanding() {
     assert!(a.engine.qps_poisoned >= 1, "{:?}", a.engine);
     assert_eq!(r.remote_data_errors.unwrap_or(0), 0);
 }
+
+/// Operator key rotation by real SIGHUPs (`kill -HUP`) during a verified
+/// WRITE stream, with identity keys and `wan.rekey_interval = "2s"`:
+///
+/// 1. Both gateways get a new key pair, written over their key files (same
+///    path), and each configuration names its twin's new public key;
+///    `soya check-config --diff` (running file against itself, keys from
+///    the running gateway) calls it a live change; SIGHUP to both.
+/// 2. The PSK file rewritten in place, the configurations untouched: only
+///    the key digests tell the change (`check-config --diff` sees it);
+///    SIGHUP to both.
+///
+/// After each round both gateways logged the rotation as applied (nothing
+/// needs a restart), `check-config --diff` then finds no change (they run
+/// with the files' keys), and the re-handshake counter rose on both by two
+/// (so one started after both reloads). The stream is ended by a stop file
+/// once all that was seen (events, not a guessed duration) and must end
+/// with every byte verified and no error completion; the session is the
+/// one it was (no restart, no authentication failure).
+#[test]
+fn key_rotation_by_sighup_during_a_verified_stream() {
+    let test = "key_rotation_by_sighup_during_a_verified_stream";
+    let t0 = Instant::now();
+    let wan = Wan {
+        identity: true,
+        rekey_interval: Some("2s"),
+        ..CLEAN
+    };
+    let Some(mut lab) = Lab::new(test, wan) else {
+        return;
+    };
+    let generations = [Site::A, Site::B].map(|s| lab.snapshot(s).generation);
+    let stop = lab.dir.join("stop");
+    let stop_arg = stop.display().to_string();
+    let client = lab.spawn_client(&[
+        "--op",
+        "write",
+        "--qps",
+        "2",
+        "--duration",
+        "600",
+        "--stop-file",
+        &stop_arg,
+    ]);
+    lab.wait_for(Site::A, "the transfer to start", |s| pseudo_acks(s) > 500);
+    // The short interval at work before any rotation.
+    for s in [Site::A, Site::B] {
+        lab.wait_for(s, "a periodic re-handshake", |x| x.wan.rekeys >= 1);
+    }
+    for round in 1..=2 {
+        if round == 1 {
+            for s in [Site::A, Site::B] {
+                lab.new_key_in_place(s);
+            }
+            lab.write_configs();
+        } else {
+            let hex: String = (0..32).map(|i| format!("{:02x}", 0xa5 ^ i)).collect();
+            std::fs::write(lab.psk_file(), hex + "\n").unwrap();
+        }
+        for s in [Site::A, Site::B] {
+            let (code, text) = lab.check_config_diff(s);
+            assert_eq!(code, Some(0), "round {round} {s:?}: {text}");
+            assert!(
+                text.contains("keys: compared with those the gateway")
+                    && text.contains(
+                        "live:    wan.private_key_file / wan.twin_public_key / wan.key_file"
+                    ),
+                "round {round} {s:?}: {text}"
+            );
+        }
+        let before = [Site::A, Site::B].map(|s| lab.snapshot(s).wan.rekeys);
+        lab.sighup(Site::A);
+        lab.sighup(Site::B);
+        for s in [Site::A, Site::B] {
+            let line = lab.wait_for_sighup_line(s, round);
+            assert!(
+                line.contains("applied: wan.private_key_file")
+                    && line.contains("need a restart: nothing"),
+                "round {round} {s:?}: {line}"
+            );
+            let (_, text) = lab.check_config_diff(s);
+            assert!(text.contains("no change"), "round {round} {s:?}: {text}");
+        }
+        for s in [Site::A, Site::B] {
+            let want = before[s.i()] + 2;
+            let snap = lab.wait_for(s, "two re-handshakes after the SIGHUPs", |x| {
+                x.wan.rekeys >= want
+            });
+            println!(
+                "round {round}: gw{s:?} re-handshakes {} -> {}",
+                before[s.i()],
+                snap.wan.rekeys
+            );
+        }
+    }
+    std::fs::write(&stop, b"").unwrap();
+    let (r, status) = lab.finish_client(client, Duration::from_secs(60));
+    assert_clean(&r, status, "write across two key rotations");
+    for s in [Site::A, Site::B] {
+        let snap = lab.status(s);
+        assert_eq!(snap.generation, generations[s.i()], "{s:?}: restarted");
+        assert_eq!(snap.wan.peer_restarts, 0, "{s:?}");
+        assert_eq!(snap.wan.auth_failures, 0, "{s:?}");
+        assert_eq!(snap.twin.pending_overflow, 0, "{s:?}");
+        println!(
+            "gw{s:?}: re-handshakes {}, key updates ours {} twin's {}, unknown peer keys {}",
+            snap.wan.rekeys,
+            snap.wan.tx_key_updates,
+            snap.wan.rx_key_updates,
+            snap.wan.unknown_peer_keys
+        );
+    }
+    println!(
+        "{test}: {} messages, {} bytes verified, {:.3} Gb/s, total {:.1} s",
+        r.messages,
+        r.bytes_verified,
+        r.goodput_gbps,
+        t0.elapsed().as_secs_f64()
+    );
+}

@@ -14,6 +14,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use soya_config::KeyDigests;
+
 use super::snapshot::Snapshot;
 use super::Shared;
 
@@ -107,6 +109,20 @@ async fn handle(stream: tokio::net::UnixStream, shared: Arc<Shared>) -> io::Resu
             Some(r) => r.to_json().to_string(),
             None => r#"{"error":"no reload yet"}"#.to_string(),
         },
+        // Digests of the keys the running configuration was loaded with
+        // (never the keys): `check-config --diff` compares a key file
+        // rewritten in place with them.
+        "key-digests" => match shared.config.lock().ok().and_then(|g| g.clone()) {
+            Some(c) => {
+                let d = c.wan.key_digests;
+                serde_json::json!({
+                    "psk": KeyDigests::hex(&d.psk),
+                    "private_key": KeyDigests::hex(&d.private_key),
+                })
+                .to_string()
+            }
+            None => r#"{"error":"no running configuration"}"#.to_string(),
+        },
         other => serde_json::json!({ "error": format!("unknown request {other:?}") }).to_string(),
     };
     tokio::time::timeout(CLIENT_TIMEOUT, async {
@@ -132,6 +148,33 @@ pub fn query(path: &Path) -> io::Result<Snapshot> {
         }
     }
     serde_json::from_str(&text).map_err(|e| io::Error::other(format!("bad answer: {e}")))
+}
+
+/// Asks the gateway behind `path` for the digests of the keys it runs
+/// with (`key-digests`).
+pub fn query_key_digests(path: &Path) -> io::Result<KeyDigests> {
+    let mut s = UnixStream::connect(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(b"key-digests\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| io::Error::other(format!("bad answer: {e}")))?;
+    if let Some(e) = v.get("error") {
+        return Err(io::Error::other(format!("gateway answered: {e}")));
+    }
+    let digest = |k: &str| match v.get(k) {
+        Some(serde_json::Value::Null) | None => Ok(None),
+        Some(serde_json::Value::String(h)) => KeyDigests::from_hex(h)
+            .map(Some)
+            .ok_or_else(|| io::Error::other(format!("bad answer: {k}"))),
+        Some(_) => Err(io::Error::other(format!("bad answer: {k}"))),
+    };
+    Ok(KeyDigests {
+        psk: digest("psk")?,
+        private_key: digest("private_key")?,
+    })
 }
 
 /// A bit rate as `soya status` and the startup summary show it.

@@ -64,13 +64,17 @@ impl ReloadReport {
 
 /// Identity keys before and after, and a new key pair, twin public key or
 /// PSK (not lab mode): rotated live (`wan::WanConnection::rotate_keys`).
+/// A key file rewritten in place counts as a new key: the digests of what
+/// the files held when each configuration was loaded differ.
 fn key_rotation(old: &SiteConfig, new: &SiteConfig) -> bool {
     let insecure = |c: &SiteConfig| matches!(c.wan.security, WanSecurity::Insecure { .. });
     old.wan.identity.is_some()
         && new.wan.identity.is_some()
         && !insecure(old)
         && !insecure(new)
-        && (old.wan.identity != new.wan.identity || old.wan.security != new.wan.security)
+        && (old.wan.identity != new.wan.identity
+            || old.wan.security != new.wan.security
+            || old.wan.key_digests != new.wan.key_digests)
 }
 
 /// Compares `old` (running) with `new` (just read): which changed keys a
@@ -94,12 +98,13 @@ pub fn diff(old: &SiteConfig, new: &SiteConfig) -> ReloadReport {
     );
     restart(old.wan.bind != new.wan.bind, "wan.bind");
     let rotate = key_rotation(old, new);
+    let (od, nd) = (&old.wan.key_digests, &new.wan.key_digests);
     restart(
-        !rotate && old.wan.security != new.wan.security,
+        !rotate && (old.wan.security != new.wan.security || od.psk != nd.psk),
         "wan.insecure / wan.key_file",
     );
     restart(
-        !rotate && old.wan.identity != new.wan.identity,
+        !rotate && (old.wan.identity != new.wan.identity || od.private_key != nd.private_key),
         "wan.private_key_file / wan.twin_public_key",
     );
     restart(old.wan.cipher != new.wan.cipher, "wan.cipher");
@@ -137,6 +142,10 @@ pub fn diff(old: &SiteConfig, new: &SiteConfig) -> ReloadReport {
     live(
         old.wan.twin_timeout != new.wan.twin_timeout,
         "wan.twin_timeout",
+    );
+    live(
+        old.wan.rekey_interval != new.wan.rekey_interval,
+        "wan.rekey_interval",
     );
     live(old.wan.paths != new.wan.paths, "wan.paths");
     live(
@@ -251,6 +260,7 @@ fn apply_inner(shared: &Shared, new: &SiteConfig) -> ReloadReport {
     if !key_rotation(&old, new) {
         run.wan.security = old.wan.security.clone();
         run.wan.identity = old.wan.identity.clone();
+        run.wan.key_digests = old.wan.key_digests;
     }
     run.wan.cipher = old.wan.cipher;
     run.control = old.control.clone();
@@ -383,6 +393,16 @@ mod tests {
         assert!(diff(&old, &old).is_empty());
     }
 
+    #[test]
+    fn the_rekey_interval_applies_live() {
+        let old = cfg(false, "1gbit", "10.1.0.0/16");
+        let mut new = old.clone();
+        new.wan.rekey_interval = Duration::from_secs(2);
+        let r = diff(&old, &new);
+        assert_eq!(r.applied, ["wan.rekey_interval"], "{r:?}");
+        assert!(r.need_restart.is_empty(), "{r:?}");
+    }
+
     /// `wan` section with identity keys (`psk`: a `key_file` too).
     fn identity(private: &str, twin: &str, psk: Option<&str>) -> SiteConfig {
         let mut text = cfg(false, "1gbit", "10.1.0.0/16");
@@ -422,6 +442,33 @@ mod tests {
             assert!(!r.need_restart.is_empty(), "{r:?}");
             assert!(r.applied.is_empty(), "{r:?}");
         }
+        // A key file rewritten in place (same paths, new content: the
+        // digests of what the files held differ): rotated live too.
+        let mut old_d = old.clone();
+        old_d.wan.key_digests.private_key = Some([1; 32]);
+        old_d.wan.key_digests.psk = Some([2; 32]);
+        assert!(diff(&old_d, &old_d).is_empty());
+        for (private_key, psk) in [([3; 32], [2; 32]), ([1; 32], [4; 32])] {
+            let mut new = old_d.clone();
+            new.wan.key_digests.private_key = Some(private_key);
+            new.wan.key_digests.psk = Some(psk);
+            let r = diff(&old_d, &new);
+            assert!(r.need_restart.is_empty(), "{r:?}");
+            assert_eq!(r.applied.len(), 1, "{r:?}");
+            assert!(r.applied[0].starts_with("wan.private_key_file"), "{r:?}");
+        }
+        // PSK-only mode, the PSK file rewritten in place: a restart, as for
+        // a new path.
+        let mut a = psk_only.clone();
+        a.wan.key_digests.psk = Some([2; 32]);
+        let mut b = a.clone();
+        b.wan.key_digests.psk = Some([4; 32]);
+        assert_eq!(
+            diff(&a, &b).need_restart,
+            ["wan.insecure / wan.key_file"],
+            "{:?}",
+            diff(&a, &b)
+        );
         // PSK-only mode, a new PSK: a restart, as before.
         let mut psk_only_2 = psk_only.clone();
         psk_only_2.wan.security = WanSecurity::PreSharedKey {

@@ -65,6 +65,10 @@ pub struct ClientConfig {
     /// `wait-send`: how long the server waits after its first SEND before
     /// the second one (the one the client then waits for).
     pub send_after: Duration,
+    /// Stop posting new work as soon as this file exists (checked every
+    /// 20 ms), then wait for what is outstanding, as at the end of
+    /// `limit`: a test ends a stream at an event, not after a guessed time.
+    pub stop_file: Option<std::path::PathBuf>,
 }
 
 impl Default for ClientConfig {
@@ -89,6 +93,7 @@ impl Default for ClientConfig {
             busy_poll: Duration::ZERO,
             tunnel: None,
             send_after: Duration::from_secs(1),
+            stop_file: None,
         }
     }
 }
@@ -375,6 +380,9 @@ struct Run {
     failed_at: Option<std::time::SystemTime>,
 }
 
+/// How often [`ClientConfig::stop_file`] is looked for.
+const STOP_FILE_CHECK: Duration = Duration::from_millis(20);
+
 fn drive(cfg: &ClientConfig, ep: &mut Endpoint, layout: Layout, theirs: &[QpInfo]) -> Run {
     let depth = u64::from(cfg.tx_depth);
     let mut drivers: Vec<QpDriver> = (0..cfg.qps).map(|_| QpDriver::new(cfg.latency)).collect();
@@ -391,11 +399,17 @@ fn drive(cfg: &ClientConfig, ep: &mut Endpoint, layout: Layout, theirs: &[QpInfo
     let mut last_done = 0u64;
     let mut last_move = start;
     let mut failed_at = None;
+    let mut stopped = false;
+    let mut stop_check = start;
     loop {
         let now = ep.now();
         let mut moved = ep.receive(now) > 0;
         ep.timers(now);
-        let posting = post_until.is_none_or(|t| now < t);
+        if let Some(f) = cfg.stop_file.as_ref().filter(|_| now >= stop_check) {
+            stopped = f.exists();
+            stop_check = now + STOP_FILE_CHECK;
+        }
+        let posting = !stopped && post_until.is_none_or(|t| now < t);
         for (i, (qp, d)) in ep.qps.iter_mut().zip(&mut drivers).enumerate() {
             let limit = if posting { iters } else { d.posted };
             let rkey = theirs[i].rkey;
@@ -459,6 +473,9 @@ fn drive(cfg: &ClientConfig, ep: &mut Endpoint, layout: Layout, theirs: &[QpInfo
         }
         if let Some(t) = post_until.filter(|_| posting) {
             until = until.min(t);
+        }
+        if cfg.stop_file.is_some() && posting {
+            until = until.min(stop_check);
         }
         ep.idle(now, moved, Some(until), Duration::from_millis(10));
     }

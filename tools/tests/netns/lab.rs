@@ -69,6 +69,11 @@ pub struct Wan {
     pub xdp: bool,
     /// `wan.twin_timeout` of both gateways (default when `None`).
     pub twin_timeout: Option<&'static str>,
+    /// Identity keys (`soya genkey` per gateway, the PSK mixed in) instead
+    /// of the PSK alone.
+    pub identity: bool,
+    /// `wan.rekey_interval` of both gateways (default when `None`).
+    pub rekey_interval: Option<&'static str>,
 }
 
 /// Two paths, 0.5 % loss per direction.
@@ -80,6 +85,8 @@ pub const LOSSY: Wan = Wan {
     shards: 1,
     xdp: false,
     twin_timeout: None,
+    identity: false,
+    rekey_interval: None,
 };
 /// Two paths, no loss.
 pub const CLEAN: Wan = Wan { loss: 0.0, ..LOSSY };
@@ -174,6 +181,9 @@ impl Lab {
         lab.wire_sites();
         for k in 0..wan.paths {
             lab.start_wanem(k);
+        }
+        if wan.identity {
+            lab.make_keys();
         }
         lab.write_configs();
         lab.start_gateway(Site::A);
@@ -288,10 +298,117 @@ impl Lab {
         }
     }
 
-    fn write_configs(&self) {
+    /// Gateway `s`'s identity key file (`Wan::identity`).
+    pub fn key_file(&self, s: Site) -> PathBuf {
+        self.dir.join(format!("{}.key", ["a", "b"][s.i()]))
+    }
+
+    /// `soya pubkey` of gateway `s`'s key file.
+    pub fn public_key(&self, s: Site) -> String {
+        let out = Command::new(&self.soya)
+            .arg("pubkey")
+            .arg(self.key_file(s))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "soya pubkey: {out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    /// A new key pair for gateway `s` written over its key file (same
+    /// path: `soya genkey` to a new file, its content copied over).
+    pub fn new_key_in_place(&self, s: Site) {
+        let fresh = self.dir.join(format!("fresh-{}.key", ["a", "b"][s.i()]));
+        let _ = std::fs::remove_file(&fresh);
+        let ok = Command::new(&self.soya)
+            .arg("genkey")
+            .stdout(Stdio::null())
+            .arg(&fresh)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "soya genkey {}", fresh.display());
+        std::fs::write(self.key_file(s), std::fs::read(&fresh).unwrap()).unwrap();
+        std::fs::remove_file(&fresh).unwrap();
+    }
+
+    /// The PSK file's name ([`Lab::write_configs`]).
+    pub fn psk_file(&self) -> PathBuf {
+        self.dir.join("psk.key")
+    }
+
+    /// Sends SIGHUP to gateway `s` (`kill -HUP <pid>`, as an operator does).
+    pub fn sighup(&mut self, s: Site) {
+        let p = self.gateway[s.i()].expect("gateway running");
+        let pid = self.procs.pid(p).expect("gateway running");
+        // The shell's own `kill`: no procps needed.
+        let ok = Command::new("sh")
+            .args(["-c", &format!("kill -HUP {pid}")])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -HUP {pid}");
+    }
+
+    /// The lines gateway `s` logged about a SIGHUP, in order.
+    pub fn sighup_lines(&self, s: Site) -> Vec<String> {
+        let f = format!("gw{}.log", ["a", "b"][s.i()]);
+        std::fs::read_to_string(self.dir.join(f))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("SIGHUP: "))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Waits (20 s at most) until gateway `s` logged its `n`th SIGHUP
+    /// line; returns it.
+    pub fn wait_for_sighup_line(&self, s: Site, n: usize) -> String {
+        let t0 = Instant::now();
+        loop {
+            if let Some(l) = self.sighup_lines(s).get(n - 1) {
+                return l.clone();
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "gateway {s:?} logged no reload {n}:\n{}",
+                self.gw_log(s)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// `soya check-config --diff CFG CFG` for gateway `s`: the running
+    /// file against itself, keys compared with what the gateway runs with.
+    pub fn check_config_diff(&self, s: Site) -> (Option<i32>, String) {
+        let cfg = &self.cfg[s.i()];
+        let out = Command::new(&self.soya)
+            .args(["check-config", "--diff"])
+            .arg(cfg)
+            .arg(cfg)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    }
+
+    /// Both gateways' identity key files (`Wan::identity`).
+    fn make_keys(&self) {
+        for s in [Site::A, Site::B] {
+            let ok = Command::new(&self.soya)
+                .arg("genkey")
+                .stdout(Stdio::null())
+                .arg(self.key_file(s))
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "soya genkey");
+        }
+    }
+
+    /// Writes both configurations (the PSK file too; identity mode: each
+    /// names its twin's public key as its key file is now).
+    pub fn write_configs(&self) {
         use std::os::unix::fs::PermissionsExt;
         // A throwaway key (the forgeries below do not know it either way).
-        let key = self.dir.join("psk.key");
+        let key = self.psk_file();
         let seed = std::process::id().wrapping_mul(2_654_435_761);
         let hex: String = (0..32u32)
             .map(|i| format!("{:02x}", (seed.rotate_left(i) ^ (i * 37)) as u8))
@@ -311,7 +428,7 @@ impl Lab {
                  [control]\nmetrics = \"\"\nsocket = \"{sock}\"\n\
                  [log]\nlevel = \"info\"\n\
                  [gateway]\nshards = {shards}\n\
-                 [wan]\nbind = [{binds}]\nkey_file = \"{key}\"\n{twin_timeout}",
+                 [wan]\nbind = [{binds}]\nkey_file = \"{key}\"\n{twin_timeout}{rekey}{identity}",
                 site = if s == Site::A { "a" } else { "b" },
                 local = PREFIX[s.i()],
                 remote = PREFIX[s.other().i()],
@@ -322,6 +439,19 @@ impl Lab {
                     .wan
                     .twin_timeout
                     .map_or(String::new(), |t| format!("twin_timeout = \"{t}\"\n")),
+                rekey = self
+                    .wan
+                    .rekey_interval
+                    .map_or(String::new(), |t| format!("rekey_interval = \"{t}\"\n")),
+                identity = if self.wan.identity {
+                    let public = self.public_key(s.other());
+                    format!(
+                        "private_key_file = \"{}\"\ntwin_public_key = \"{public}\"\n",
+                        self.key_file(s).display()
+                    )
+                } else {
+                    String::new()
+                },
                 shards = self.wan.shards,
                 backend = if self.wan.xdp {
                     "backend = \"xdp\"\ninterface = \"host\""

@@ -86,6 +86,7 @@ fn wan_config(cfg: &SiteConfig, key: Option<[u8; 32]>) -> WanConfig {
         .collect();
     let mut w = WanConfig::new(paths, key, false);
     w.max_datagram = cfg.wan.max_datagram();
+    w.tuning.rekey_interval = cfg.wan.rekey_interval;
     w.cipher = match cfg.wan.cipher {
         WanCipher::Auto => CipherPolicy::Auto,
         WanCipher::Aes256Gcm => CipherPolicy::Only(Cipher::Aes256Gcm),

@@ -18,6 +18,8 @@
 //! - the per-flow buffer quota, within the slots allocated at start, for
 //!   every flow at once;
 //! - `wan.twin_timeout`;
+//! - `wan.rekey_interval`: the next re-handshake comes no later than the
+//!   new interval from the reload, and each after it an interval later;
 //! - with identity keys before and after: a new identity key pair, twin
 //!   public key or PSK ([`WanConnection::rotate_keys`](crate::wan::WanConnection::rotate_keys):
 //!   used from the next handshake on, the keys before accepted for
@@ -126,6 +128,11 @@ impl Site {
             }
             wan.identity = nw.identity.clone();
             wan.key = nw.key;
+        }
+        if ow.tuning.rekey_interval != nw.tuning.rekey_interval {
+            self.wan.set_rekey_interval(now, nw.tuning.rekey_interval);
+            wan.tuning.rekey_interval = nw.tuning.rekey_interval;
+            r.applied.push("wan.rekey_interval");
         }
         r.paths = self.wan.reconfigure_paths(now, &wan.paths);
         let stats = self.wan.stats();

@@ -29,6 +29,7 @@
 use super::path::{Path, PathState};
 use super::recovery::SentPacket;
 use super::{new_path, Event, PathConfig, Time, WanConnection, MAX_PATHS};
+use std::time::Duration;
 
 /// What a reconfiguration did to one path slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -231,5 +232,14 @@ impl WanConnection {
             self.hello_next = now;
         }
         true
+    }
+
+    /// `wan.rekey_interval` from a reload: the re-handshake planned next
+    /// comes no later than `interval` from `now`, and each after it
+    /// `interval` after the one before.
+    pub fn set_rekey_interval(&mut self, now: Time, interval: Duration) {
+        self.last_now = self.last_now.max(now);
+        self.tuning.rekey_interval = interval;
+        self.session.retime_rekey(interval, now);
     }
 }

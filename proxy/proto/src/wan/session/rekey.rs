@@ -35,8 +35,8 @@ use super::*;
 use crate::wan::handshake::{Initiation, Responder};
 
 /// Default [`Tuning::rekey_interval`](crate::wan::Tuning): two minutes, as
-/// WireGuard's `REKEY_AFTER_TIME`.
-pub const REKEY_INTERVAL: Duration = Duration::from_secs(120);
+/// WireGuard's `REKEY_AFTER_TIME` (`wan.rekey_interval`'s default).
+pub const REKEY_INTERVAL: Duration = soya_config::DEFAULT_REKEY_INTERVAL;
 
 /// The re-handshake state of a [`Session`].
 #[derive(Default)]
@@ -75,6 +75,18 @@ impl Rekey {
 impl Session {
     pub fn set_rekey_interval(&mut self, interval: Duration) {
         self.rekey.interval = interval;
+    }
+
+    /// A new interval in a running session (a reload): the next
+    /// re-handshake planned comes no later than `interval` from `now`
+    /// (`Duration::ZERO`: none planned from now on).
+    pub fn retime_rekey(&mut self, interval: Duration, now: Time) {
+        self.rekey.interval = interval;
+        if interval.is_zero() {
+            self.rekey.next = None;
+        } else if let Some(next) = self.rekey.next {
+            self.rekey.next = Some(next.min(now + interval));
+        }
     }
 
     /// A session (re)started at `now`: no re-handshake in flight; the

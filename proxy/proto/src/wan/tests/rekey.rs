@@ -317,3 +317,44 @@ fn run_for_rekeys(pair: &mut Pair, n: u64) {
         assert!(pair.now < limit, "re-handshakes stopped");
     }
 }
+
+/// `wan.rekey_interval` from a site's configuration paces the session's
+/// re-handshakes (`SiteParams::from_config` carries it into the tuning),
+/// and a reload's new interval (`WanConnection::set_rekey_interval`)
+/// brings the next one forward. Virtual time: none before the interval,
+/// one just after it, then one each interval.
+#[test]
+fn the_configured_interval_paces_the_rehandshakes() {
+    let text = "site = \"t\"\n[dc]\nbackend = \"udp\"\nlisten = \"127.0.0.1:7000\"\n\
+                local_prefixes = [\"10.1.0.0/16\"]\nremote_prefixes = [\"10.2.0.0/16\"]\n\
+                [wan]\nbind = [\"127.0.0.1:7400\"]\nkey_file = \"psk\"\n\
+                rekey_interval = \"3s\"\n[[wan.paths]]\nname = \"a\"\n\
+                remote = \"127.0.0.1:7401\"\nrate = \"1gbit\"\nrtt = \"3ms\"\n";
+    let site = soya_config::parse_str(text, "t.toml").unwrap();
+    let interval = crate::site::SiteParams::from_config(&site, Some(KEY))
+        .wan
+        .tuning
+        .rekey_interval;
+    assert_eq!(interval, Duration::from_secs(3));
+    let (a, b) = rekeying(1, interval);
+    let mut pair = Pair::new(a, b);
+    pair.run(Time::from_millis(30), &mut |_, _| vec![ONE_WAY]);
+    assert!(pair.connected());
+    let rekeys = |p: &Pair| (p.ends[0].stats().rekeys, p.ends[1].stats().rekeys);
+    // The session started within the first 30 ms: the first re-handshake
+    // is due 3 s later, and takes about a round trip and a key update.
+    pair.run(Time::from_millis(2990), &mut |_, _| vec![ONE_WAY]);
+    assert_eq!(rekeys(&pair), (0, 0));
+    pair.run(Time::from_millis(3200), &mut |_, _| vec![ONE_WAY]);
+    assert_eq!(rekeys(&pair), (1, 1));
+    pair.run(Time::from_millis(5990), &mut |_, _| vec![ONE_WAY]);
+    assert_eq!(rekeys(&pair), (1, 1));
+    pair.run(Time::from_millis(6300), &mut |_, _| vec![ONE_WAY]);
+    assert_eq!(rekeys(&pair), (2, 2));
+    // A reload to 1 s: the next one a second from now, not 3 s.
+    let now = pair.now;
+    pair.ends[0].set_rekey_interval(now, Duration::from_secs(1));
+    pair.run(now + ms(1300), &mut |_, _| vec![ONE_WAY]);
+    assert_eq!(rekeys(&pair), (3, 3));
+    pair.exchange_a_message();
+}
