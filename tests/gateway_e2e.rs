@@ -697,6 +697,11 @@ fn killing_the_far_gateway_resumes_and_loses_nothing() {
         "{:?}",
         after.twin
     );
+    let status = soya::gateway::control::render_status(&after);
+    assert!(
+        status.contains("twin restarts: 1; QPs resumed 1,") && status.contains("failed 0,"),
+        "soya status tells the resume: {status}"
+    );
     assert!(
         ok,
         "not everything landed: {success} B completed, {landed} B landed"

@@ -666,11 +666,12 @@ fn killing_the_near_gateway_fails_the_requester_qp() {
 }
 
 /// A `wait-send` client at hostA: the server SENDs once at once (the
-/// gateways learn the flow from it), then again after 60 s. Returns once gwA
+/// gateways learn the flow from it), then again after `send_after` seconds
+/// (below the server's 30 s idle timeout to be sent at all). Returns once gwA
 /// re-injected the first SEND and absorbed the client's ACK of it: from then
 /// on the client has nothing outstanding, it only waits.
-fn waiting_for_a_send(lab: &mut Lab) -> PerfClient {
-    let client = lab.spawn_client(&["--op", "wait-send", "--send-after", "60"]);
+fn waiting_for_a_send(lab: &mut Lab, send_after: &str) -> PerfClient {
+    let client = lab.spawn_client(&["--op", "wait-send", "--send-after", send_after]);
     lab.wait_for(Site::A, "the server's first SEND re-injected at gwA", |s| {
         s.flows.iter().any(|f| f.role == "egress" && f.packets > 0)
     });
@@ -706,38 +707,45 @@ fn assert_failed_by_an_error_completion(r: &PerfReport, status: ExitStatus) {
     );
 }
 
-/// `kill -9` of the near gateway (gwA) and a restart while the requester
-/// at hostA has nothing outstanding: it only waits for the server's next
-/// SEND (issue 14: rping and ibv_rc_pingpong stalled in RTS in the lab).
-/// gwB tells the new gwA of the client's QP (`TwinMsg::Orphaned`, with its
-/// expected PSN from gwB's ingress half of the server's SENDs), and gwA
-/// poisons it: the client must end with an error completion. The time from
-/// the kill is printed (it includes the restart), not asserted.
+/// `kill -9` of gwA and a restart while the client at hostA has nothing
+/// outstanding: it only waits for the server's next SEND (issue 14: rping
+/// and ibv_rc_pingpong stalled in RTS in the lab). For the server's SENDs
+/// gwA is the far gateway, and the QP has no request the other way at gwB:
+/// gwB resumes it toward the new gwA instead of failing it (issue 35,
+/// `qp::resume`), so nothing is orphaned and the SEND, 20 s after the
+/// first (the kill and restart take well under a second), reaches the
+/// client, which ends clean. (A QP whose other
+/// direction gwA had pseudo-ACKed is still failed, loudly:
+/// `killing_the_near_gateway_fails_the_requester_qp`.)
 #[test]
-fn a_restarted_near_gateway_fails_a_requester_with_nothing_outstanding() {
-    let test = "a_restarted_near_gateway_fails_a_requester_with_nothing_outstanding";
+fn a_restarted_gateway_resumes_a_qp_waiting_for_a_send() {
+    let test = "a_restarted_gateway_resumes_a_qp_waiting_for_a_send";
     let Some(mut lab) = Lab::new(test, CLEAN) else {
         return;
     };
-    let client = waiting_for_a_send(&mut lab);
-    let (killed, killed_at) = (Instant::now(), unix_now());
+    let client = waiting_for_a_send(&mut lab, "20");
+    let killed = Instant::now();
     lab.kill_gateway(Site::A);
     lab.start_gateway(Site::A);
     let restarted = killed.elapsed();
-    let (r, status) = lab.finish_client(client, Duration::from_secs(60));
-    let exited = killed.elapsed();
+    // The second SEND leaves the server 20 s after the first: wait well
+    // past that for the client to end, whatever the machine's speed.
+    let (r, status) = lab.finish_client(client, Duration::from_secs(180));
     let (a, b) = (lab.status(Site::A), lab.status(Site::B));
-    let failed_at = r.failed_at_unix_s.expect("the client saw a failure");
-    let after = Duration::from_secs_f64((failed_at - killed_at).max(0.0));
     println!(
-        "{test}: error completion {after:?} after the kill (the new gwA started after \
-         {restarted:?}; the client exited after {exited:?}); errors {:?}; gwA engine {:?}; \
-         gwB wan {:?}",
-        r.errors, a.engine, b.wan
+        "{test}: the new gwA started {restarted:?} after the kill; client ok {}, errors {:?}; \
+         gwB twin {:?}; gwA engine {:?}",
+        r.ok, r.errors, b.twin, a.engine
     );
-    assert_failed_by_an_error_completion(&r, status);
+    assert!(r.ok && status.success(), "the client ends clean: {r:#?}");
+    assert_eq!(r.failed_completions, 0);
     assert!(b.wan.peer_restarts >= 1, "{:?}", b.wan);
-    assert_eq!(r.remote_data_errors.unwrap_or(0), 0);
+    assert!(
+        b.twin.flows_resumed_on_restart >= 1 && b.twin.flows_failed_on_restart == 0,
+        "gwB resumed the server's QP: {:?}",
+        b.twin
+    );
+    assert_eq!(a.engine.orphans_received, 0, "{:?}", a.engine);
 }
 
 /// `kill -9` of the far gateway, NOT restarted (its host died), while the
@@ -759,7 +767,7 @@ fn a_lost_twin_fails_a_requester_with_nothing_outstanding() {
     let Some(mut lab) = Lab::new(test, wan) else {
         return;
     };
-    let client = waiting_for_a_send(&mut lab);
+    let client = waiting_for_a_send(&mut lab, "60");
     let (killed, killed_at) = (Instant::now(), unix_now());
     lab.kill_gateway(Site::B);
     let lost = lab.wait_for(Site::A, "twin lost", |s| s.twin_status.state == "lost");

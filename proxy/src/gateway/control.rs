@@ -289,6 +289,20 @@ pub fn render_status(s: &Snapshot) -> String {
         o,
         "  twin msgs: out {msgs_out}, in {msgs_in}; waiting {pending_messages} ({pending}), overflow {pending_overflow}; datagrams out {datagrams_out}, in {datagrams_in}, acl drops {datagram_acl_drops}"
     );
+    // Only once the twin restarted: what became of the QPs through it
+    // (`qp::resume`; a far gateway's restart resumes them, issue 35).
+    let restarts = s.wan.peer_restarts;
+    if restarts > 0 {
+        let e = &s.engine;
+        let _ = writeln!(
+            o,
+            "  twin restarts: {restarts}; QPs resumed {}, {} packets resent; failed {}, of which unresumable {}",
+            s.twin.flows_resumed_on_restart,
+            e.packets_resent_on_resume,
+            s.twin.flows_failed_on_restart,
+            e.halves_unresumable,
+        );
+    }
     let super::snapshot::WanCounters {
         packets_sent,
         packets_received,
