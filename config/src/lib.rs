@@ -70,22 +70,7 @@ pub fn load(path: &Path) -> Result<SiteConfig, ConfigError> {
         }
         match read_private_key_file(&id.private_key_file) {
             Ok(k) => cfg.wan.key_digests.private_key = Some(KeyDigests::of("private key", &k)),
-            Err(e) => {
-                let reason = match e {
-                    ConfigError::KeyFile { reason, .. } => reason,
-                    other => other.to_string(),
-                };
-                let problem = Problem {
-                    path: "wan.private_key_file".into(),
-                    message: reason,
-                };
-                return Err(located(
-                    &text,
-                    &origin,
-                    SpanIndex::build(&text).as_ref(),
-                    vec![problem],
-                ));
-            }
+            Err(e) => return Err(key_file_error(&text, &origin, "wan.private_key_file", e)),
         }
     }
     if let WanSecurity::PreSharedKey { key_file } = &mut cfg.wan.security {
@@ -96,22 +81,7 @@ pub fn load(path: &Path) -> Result<SiteConfig, ConfigError> {
         match read_key_file(key_file) {
             // The 32 bytes the gateway uses (`gateway::wan_key`).
             Ok(k) => cfg.wan.key_digests.psk = Some(KeyDigests::of("psk", &k[..32.min(k.len())])),
-            Err(e) => {
-                let reason = match e {
-                    ConfigError::KeyFile { reason, .. } => reason,
-                    other => other.to_string(),
-                };
-                let problem = Problem {
-                    path: "wan.key_file".into(),
-                    message: reason,
-                };
-                return Err(located(
-                    &text,
-                    &origin,
-                    SpanIndex::build(&text).as_ref(),
-                    vec![problem],
-                ));
-            }
+            Err(e) => return Err(key_file_error(&text, &origin, "wan.key_file", e)),
         }
     }
     Ok(cfg)
@@ -257,4 +227,18 @@ fn from_toml_error(
         value,
         message,
     }
+}
+
+/// A key file that cannot be used, reported at the config key naming it
+/// (`key`), with the line of the file where it stands.
+fn key_file_error(text: &str, origin: &str, key: &str, e: ConfigError) -> ConfigError {
+    let reason = match e {
+        ConfigError::KeyFile { reason, .. } => reason,
+        other => other.to_string(),
+    };
+    let problem = Problem {
+        path: key.into(),
+        message: reason,
+    };
+    located(text, origin, SpanIndex::build(text).as_ref(), vec![problem])
 }
