@@ -254,6 +254,11 @@ struct SweepArgs {
     /// half an equal share). 0: none; 1: only those.
     #[arg(long, default_value_t = sweep::OVERSUB_EVERY)]
     oversub_every: u64,
+    /// Scenarios run side by side on this many threads (each is its own
+    /// deterministic world: the totals are the same whatever the number).
+    /// 0: one per core this process may use.
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
 }
 
 fn parse_km(s: &str) -> Result<f64, String> {
@@ -522,6 +527,7 @@ fn sweep_cmd(a: SweepArgs) -> ExitCode {
         endpoint: a.endpoint,
         key_update_interval: key_update_interval(a.key_update_ms),
         oversub_every: a.oversub_every,
+        threads: a.threads,
     };
     let t = sweep::sweep(&cfg);
     if a.json {

@@ -2,6 +2,8 @@
 //! operations, sizes, distances, impairments and policies, every invariant
 //! checked on each.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
@@ -30,6 +32,10 @@ pub struct SweepConfig {
     /// (`sim::oversub`): QPs offering 2–16× the WAN for the whole
     /// transfer, the QPs' shares of the WAN checked. 0: none; 1: all.
     pub oversub_every: u64,
+    /// Worker threads running scenarios side by side; 0: one per core this
+    /// process may use (`available_parallelism`, which honours cpusets and
+    /// cgroup quotas).
+    pub threads: usize,
 }
 
 /// The sweep's default: one scenario in four over-subscribed.
@@ -234,78 +240,223 @@ pub fn sweep_scenario(
     s
 }
 
+/// Runs the sweep on [`SweepConfig::threads`] worker threads. Every
+/// scenario is its own deterministic world (virtual time, its own seed), so
+/// the workers share nothing but the next index to run; their per-scenario
+/// totals are folded in scenario order, so the result (its lists of the
+/// first few failures included) is the same whatever the number of
+/// threads — `sweep_is_the_same_on_one_thread_and_on_several` checks it.
 pub fn sweep(cfg: &SweepConfig) -> SweepTotals {
     let start = Instant::now();
+    let threads = match cfg.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+    .clamp(1, cfg.scenarios.max(1) as usize);
+    let next = AtomicU64::new(0);
+    let progress = Progress {
+        done: AtomicU64::new(0),
+        violations: AtomicU64::new(0),
+        last: Mutex::new(Instant::now()),
+        start,
+    };
+    let mut ran: Vec<(u64, SweepTotals)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= cfg.scenarios {
+                            break mine;
+                        }
+                        let t = run_one(cfg, i);
+                        progress.note(cfg, &t);
+                        mine.push((i, t));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a sweep worker panicked"))
+            .collect()
+    });
+    ran.sort_unstable_by_key(|(i, _)| *i);
     let mut t = SweepTotals::default();
-    let mut last_progress = Instant::now();
-    for i in 0..cfg.scenarios {
-        let seed = cfg.seed.wrapping_add(i);
-        // Every `oversub_every`-th scenario: an over-subscribed one, from
-        // its own stream of the seed (the ordinary scenario of a seed is
-        // the same whatever the sweep's mix).
-        let over = cfg.oversub_every > 0 && i % cfg.oversub_every == cfg.oversub_every - 1;
-        let mut s = if over {
-            t.oversubscribed += 1;
-            oversubscribed_scenario(seed, cfg.endpoint)
-        } else {
-            sweep_scenario(seed, cfg.endpoint, cfg.dc_loss)
-        };
-        s.key_update_interval = cfg.key_update_interval;
-        let kind = if over { "over-subscribed seed" } else { "seed" };
-        if cfg.verbose {
-            eprintln!("seed {seed}: {s:?}");
-        }
-        t.scenarios += 1;
-        match run(&s) {
-            Ok(o) => {
-                t.bytes_verified += o.bytes_verified;
-                t.bytes_lost += o.bytes_lost;
-                t.bytes_duplicated += o.bytes_duplicated;
-                t.bytes_misordered += o.bytes_misordered;
-                t.messages_ok += o.messages_ok;
-                t.messages_failed_as_injected += o.messages_failed;
-                t.events += o.events;
-                t.wan_key_updates += o.wan_key_updates;
-                if let Some(m) = o.min_share {
-                    t.min_share = Some(t.min_share.map_or(m, |x: f64| x.min(m)));
-                }
-                t.fair_span_short += u64::from(o.fair_span_short);
-                if let Some(u) = &o.unfair {
-                    t.unfair += 1;
-                    if t.unfair_runs.len() < 5 {
-                        t.unfair_runs.push(format!("{kind} {seed}: {u}"));
-                    }
-                }
-                if !o.violations.is_empty() {
-                    t.violations += o.violations.len() as u64;
-                    let line = format!("{kind} {seed}: {:?} -> {:?}", s, o.violations);
-                    if cfg.verbose {
-                        eprintln!("{line}");
-                    }
-                    if t.failures.len() < 5 {
-                        t.failures.push(line);
-                    }
-                }
-            }
-            Err(e) => {
-                t.violations += 1;
-                if t.failures.len() < 5 {
-                    t.failures
-                        .push(format!("{kind} {seed}: could not build: {e}"));
-                }
-            }
-        }
-        if cfg.progress && last_progress.elapsed() > Duration::from_secs(2) {
-            last_progress = Instant::now();
-            eprintln!(
-                "  {}/{} scenarios, {} violations, {:.0} s",
-                i + 1,
-                cfg.scenarios,
-                t.violations,
-                start.elapsed().as_secs_f64()
-            );
-        }
+    for (_, one) in &ran {
+        t.absorb(one);
     }
     t.wall_s = start.elapsed().as_secs_f64();
     t
+}
+
+/// The sweep's progress line on stderr (every 2 s, from whichever worker
+/// finishes a scenario then).
+struct Progress {
+    done: AtomicU64,
+    violations: AtomicU64,
+    last: Mutex<Instant>,
+    start: Instant,
+}
+
+impl Progress {
+    fn note(&self, cfg: &SweepConfig, one: &SweepTotals) {
+        let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
+        let violations =
+            self.violations.fetch_add(one.violations, Ordering::Relaxed) + one.violations;
+        if !cfg.progress {
+            return;
+        }
+        let Ok(mut last) = self.last.try_lock() else {
+            return;
+        };
+        if last.elapsed() > Duration::from_secs(2) {
+            *last = Instant::now();
+            eprintln!(
+                "  {done}/{} scenarios, {violations} violations, {:.0} s",
+                cfg.scenarios,
+                self.start.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
+/// How many failing (and unfair) runs a sweep's totals keep for
+/// reproduction.
+const KEEP_RUNS: usize = 5;
+
+impl SweepTotals {
+    /// Adds the totals of scenarios run after these.
+    fn absorb(&mut self, o: &SweepTotals) {
+        self.scenarios += o.scenarios;
+        self.bytes_verified += o.bytes_verified;
+        self.bytes_lost += o.bytes_lost;
+        self.bytes_duplicated += o.bytes_duplicated;
+        self.bytes_misordered += o.bytes_misordered;
+        self.violations += o.violations;
+        self.messages_ok += o.messages_ok;
+        self.messages_failed_as_injected += o.messages_failed_as_injected;
+        self.events += o.events;
+        self.wan_key_updates += o.wan_key_updates;
+        self.oversubscribed += o.oversubscribed;
+        self.min_share = match (self.min_share, o.min_share) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.unfair += o.unfair;
+        self.fair_span_short += o.fair_span_short;
+        for (mine, theirs) in [
+            (&mut self.unfair_runs, &o.unfair_runs),
+            (&mut self.failures, &o.failures),
+        ] {
+            let room = KEEP_RUNS.saturating_sub(mine.len());
+            mine.extend(theirs.iter().take(room).cloned());
+        }
+    }
+}
+
+/// Scenario `i` of the sweep, as totals of one scenario.
+fn run_one(cfg: &SweepConfig, i: u64) -> SweepTotals {
+    let seed = cfg.seed.wrapping_add(i);
+    let mut t = SweepTotals {
+        scenarios: 1,
+        ..SweepTotals::default()
+    };
+    // Every `oversub_every`-th scenario: an over-subscribed one, from
+    // its own stream of the seed (the ordinary scenario of a seed is
+    // the same whatever the sweep's mix).
+    let over = cfg.oversub_every > 0 && i % cfg.oversub_every == cfg.oversub_every - 1;
+    let mut s = if over {
+        t.oversubscribed = 1;
+        oversubscribed_scenario(seed, cfg.endpoint)
+    } else {
+        sweep_scenario(seed, cfg.endpoint, cfg.dc_loss)
+    };
+    s.key_update_interval = cfg.key_update_interval;
+    let kind = if over { "over-subscribed seed" } else { "seed" };
+    if cfg.verbose {
+        eprintln!("seed {seed}: {s:?}");
+    }
+    match run(&s) {
+        Ok(o) => {
+            t.bytes_verified = o.bytes_verified;
+            t.bytes_lost = o.bytes_lost;
+            t.bytes_duplicated = o.bytes_duplicated;
+            t.bytes_misordered = o.bytes_misordered;
+            t.messages_ok = o.messages_ok;
+            t.messages_failed_as_injected = o.messages_failed;
+            t.events = o.events;
+            t.wan_key_updates = o.wan_key_updates;
+            t.min_share = o.min_share;
+            t.fair_span_short = u64::from(o.fair_span_short);
+            if let Some(u) = &o.unfair {
+                t.unfair = 1;
+                t.unfair_runs.push(format!("{kind} {seed}: {u}"));
+            }
+            if !o.violations.is_empty() {
+                t.violations = o.violations.len() as u64;
+                let line = format!("{kind} {seed}: {:?} -> {:?}", s, o.violations);
+                if cfg.verbose {
+                    eprintln!("{line}");
+                }
+                t.failures.push(line);
+            }
+        }
+        Err(e) => {
+            t.violations = 1;
+            t.failures
+                .push(format!("{kind} {seed}: could not build: {e}"));
+        }
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The same scenarios on one worker and on three give the same totals,
+    /// in the same order (the first failing and unfair runs included):
+    /// a sweep's verdict must not depend on the machine's cores.
+    #[test]
+    fn sweep_is_the_same_on_one_thread_and_on_several() {
+        let cfg = |threads| SweepConfig {
+            scenarios: 24,
+            seed: 7,
+            progress: false,
+            verbose: false,
+            dc_loss: true,
+            endpoint: Default::default(),
+            key_update_interval: None,
+            oversub_every: 6,
+            threads,
+        };
+        let mut one = sweep(&cfg(1));
+        let mut three = sweep(&cfg(3));
+        one.wall_s = 0.0;
+        three.wall_s = 0.0;
+        assert_eq!(one.oversubscribed, 4);
+        assert!(one.messages_ok > 0);
+        assert_eq!(format!("{one:?}"), format!("{three:?}"));
+    }
+
+    #[test]
+    fn absorbing_keeps_the_first_few_runs_in_order() {
+        let run = |n: u64| SweepTotals {
+            scenarios: 1,
+            violations: 1,
+            min_share: Some(1.0 / n as f64),
+            failures: vec![format!("seed {n}")],
+            ..SweepTotals::default()
+        };
+        let mut t = SweepTotals::default();
+        for n in 1..=7 {
+            t.absorb(&run(n));
+        }
+        assert_eq!((t.scenarios, t.violations), (7, 7));
+        assert_eq!(t.min_share, Some(1.0 / 7.0));
+        let kept: Vec<_> = (1..=5).map(|n| format!("seed {n}")).collect();
+        assert_eq!(t.failures, kept);
+    }
 }
