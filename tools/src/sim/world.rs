@@ -659,7 +659,15 @@ impl World {
                 let site = self.site_mut(to).expect("gateway exists when addressed");
                 match payload {
                     Payload::Ip(v) => {
-                        site.handle_dc(now, &v);
+                        // As the daemon's default backend (tun) reads a DC
+                        // packet (`Turn::recv_dc`): into a buffer the site
+                        // lent (`Site::rx_buffer`), handed over with
+                        // `handle_dc_owned`, so that a request is held in
+                        // that buffer, uncopied. Copying it in is the
+                        // simulator's part, as the kernel's read is tun's.
+                        let mut buf = site.rx_buffer();
+                        buf.extend_from_slice(&v);
+                        site.handle_dc_owned(now, buf);
                     }
                     Payload::Wan(path, mut d) => site.handle_wan(now, path, &mut d),
                 }
