@@ -493,6 +493,13 @@ impl World {
             dc.push(packet.to_vec());
             DcSent::Sent
         });
+        // The daemon's call too, but not its schedule: the daemon's turn,
+        // at a datagram not yet due, waits for it (due within `turn::SPIN`)
+        // or holds it and polls no more until then, so the datagrams after
+        // it are polled at a later time; the simulator takes all the
+        // transport hands out now and puts each on its link at its release
+        // time. (The differential test runs on fast paths, where every
+        // datagram is due at once.)
         let mut wan = Vec::new();
         while let Some(t) = site.poll_wan_transmit(now, &mut scratch) {
             wan.push((t.path, scratch[..t.len].to_vec(), t.release_at));
