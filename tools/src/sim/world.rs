@@ -20,7 +20,7 @@ use rand_chacha::ChaCha8Rng;
 use soya_proto::qp::QpEngine;
 use soya_proto::roce::cm::{self, CmMessage};
 use soya_proto::roce::{Bth, Deth, ExtHeaders, IpHeader, Opcode, Psn, RocePacket, RoceRepr};
-use soya_proto::site::{Site, SiteEvent};
+use soya_proto::site::{DcSent, Site, SiteEvent};
 use soya_proto::time::Time;
 
 use super::link::Link;
@@ -473,8 +473,8 @@ impl World {
 
     /// Sends what a gateway's site has for its data center and for the
     /// WAN (each datagram no earlier than its release time), and records
-    /// its events: the driver's half of the `Site` API, as the daemon's
-    /// turn does it over sockets.
+    /// its events: the driver's half of the `Site` API, through the calls
+    /// the daemon's turn (`soya::gateway::turn::Turn`) makes over sockets.
     pub fn drain_gateway(&mut self, node: Node) {
         let now = self.now;
         let mut scratch = std::mem::take(&mut self.scratch);
@@ -482,11 +482,24 @@ impl World {
             self.scratch = scratch;
             return;
         };
-        let mut dc = Vec::new();
-        while let Some(t) = site.poll_dc_transmit() {
-            dc.push(t.packet.clone());
-            site.recycle(t.packet);
-        }
+        // `Site::transmit_dc`, as `Turn::send_dc` sends: the site lends
+        // each packet where it lies (a request held by an egress half is
+        // not copied out by the site). The copy that puts it on a simulated
+        // link is the simulator's, as the daemon's is its backend's (into a
+        // UMEM frame, a tun write). The destination is not needed: each
+        // gateway has one host behind it (`hop`).
+        let mut dc: Vec<Vec<u8>> = Vec::new();
+        site.transmit_dc(|packet, _dst| {
+            dc.push(packet.to_vec());
+            DcSent::Sent
+        });
+        // The daemon's call too, but not its schedule: the daemon's turn,
+        // at a datagram not yet due, waits for it (due within `turn::SPIN`)
+        // or holds it and polls no more until then, so the datagrams after
+        // it are polled at a later time; the simulator takes all the
+        // transport hands out now and puts each on its link at its release
+        // time. (The differential test runs on fast paths, where every
+        // datagram is due at once.)
         let mut wan = Vec::new();
         while let Some(t) = site.poll_wan_transmit(now, &mut scratch) {
             wan.push((t.path, scratch[..t.len].to_vec(), t.release_at));
@@ -498,13 +511,13 @@ impl World {
         self.scratch = scratch;
         self.site_events.extend(events);
         if node == Node::GwA && self.trace_a.is_some() {
-            self.emitted_a.dc.extend(dc.iter().map(|p| p.to_vec()));
+            self.emitted_a.dc.extend(dc.iter().cloned());
             self.emitted_a
                 .wan
                 .extend(wan.iter().map(|(p, d, _)| (*p, d.clone())));
         }
         for p in dc {
-            self.send(node, false, Payload::Ip(p.into_vec()));
+            self.send(node, false, Payload::Ip(p));
         }
         for (path, d, at) in wan {
             self.send_at(node, true, Payload::Wan(path, d), at);
@@ -653,7 +666,15 @@ impl World {
                 let site = self.site_mut(to).expect("gateway exists when addressed");
                 match payload {
                     Payload::Ip(v) => {
-                        site.handle_dc(now, &v);
+                        // As the daemon's default backend (tun) reads a DC
+                        // packet (`Turn::recv_dc`): into a buffer the site
+                        // lent (`Site::rx_buffer`), handed over with
+                        // `handle_dc_owned`, so that a request is held in
+                        // that buffer, uncopied. Copying it in is the
+                        // simulator's part, as the kernel's read is tun's.
+                        let mut buf = site.rx_buffer();
+                        buf.extend_from_slice(&v);
+                        site.handle_dc_owned(now, buf);
                     }
                     Payload::Wan(path, mut d) => site.handle_wan(now, path, &mut d),
                 }

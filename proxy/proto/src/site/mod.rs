@@ -5,14 +5,19 @@
 //!
 //! ```text
 //!   DC packets ──handle_dc──▶ ACL ─▶ QpEngine ─▶ flows/Pending ─▶ WanConnection ──poll_wan_transmit──▶ WAN
-//!   DC packets ◀─poll_dc_transmit── ACL ◀─ QpEngine ◀──────────── WanConnection ◀──handle_wan──────── WAN
+//!   DC packets ◀──transmit_dc─── ACL ◀─ QpEngine ◀──────────── WanConnection ◀──handle_wan──────── WAN
 //! ```
 //!
-//! A driver feeds input with `handle_dc`, `handle_wan` and
-//! `handle_timeout`, then drains the DC side (`transmit_dc`, which lends
-//! each packet where it lies, or `poll_dc_transmit`, which hands out owned
-//! copies to return with `recycle`), `poll_wan_transmit` and `poll_event`,
-//! and sleeps until `poll_timeout`. The site moves traffic between engine and transport
+//! A driver feeds input with `handle_dc` (or `handle_dc_owned`, into a
+//! buffer from `rx_buffer`), `handle_wan` and `handle_timeout`, then drains
+//! the DC side with `transmit_dc` (which lends each packet where it lies:
+//! a driver that must keep one, such as the simulator putting it on a
+//! simulated link, copies it inside its closure), then `poll_wan_transmit`
+//! and `poll_event`, and sleeps until `poll_timeout`. There is one way out
+//! to the data center, not two: the daemon (`gateway::turn`), the
+//! simulator (`soya-sim`'s `World::drain_gateway`) and the tests all send
+//! through `transmit_dc`, so what the simulator checks is the path the
+//! daemon runs. The site moves traffic between engine and transport
 //! lazily, on the first poll after an input, so a driver that feeds a batch
 //! of packets pays for one pass.
 //!
@@ -65,7 +70,7 @@ use twin::{TwinChange, TwinWatch};
 pub type NonceSource = Box<dyn FnMut() -> Option<u64> + Send>;
 
 /// Something the driver should know (log, count, alert). Traffic is not
-/// reported here: it comes out of the poll_*_transmit calls.
+/// reported here: it comes out of `transmit_dc` and `poll_wan_transmit`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SiteEvent {
     PathUp(usize),
@@ -109,14 +114,6 @@ pub enum SiteEvent {
     NoNonce,
 }
 
-/// A packet for the local data center: `packet` toward the local host
-/// `dst`. Give the buffer back with [`Site::recycle`] once sent.
-#[derive(Debug)]
-pub struct DcTransmit {
-    pub packet: PacketBuf,
-    pub dst: IpAddr,
-}
-
 /// What became of a packet [`Site::transmit_dc`] lent to the driver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DcSent {
@@ -132,7 +129,8 @@ pub enum DcSent {
 /// copies nothing between the WAN's decode and the DC backend).
 #[derive(Debug)]
 enum DcOut {
-    Owned(DcTransmit),
+    /// A packet the engine handed over, toward the local host `dst`.
+    Owned(PacketBuf, IpAddr),
     Held(HeldRef, IpAddr),
 }
 
@@ -328,34 +326,17 @@ impl Site {
         .min()
     }
 
-    /// The next packet for the local data center.
-    ///
-    /// The packet is the caller's: a held request is copied out for it
-    /// (a driver that can send from a borrowed slice should use
-    /// [`Self::transmit_dc`], which copies nothing).
-    pub fn poll_dc_transmit(&mut self) -> Option<DcTransmit> {
-        self.settle();
-        loop {
-            match self.dc_out.pop_front()? {
-                DcOut::Owned(t) => return Some(t),
-                DcOut::Held(r, dst) => match self.engine.held_copy(&r) {
-                    Some(packet) => return Some(DcTransmit { packet, dst }),
-                    None => self.dcc.tx_released += 1,
-                },
-            }
-        }
-    }
-
     /// Sends everything waiting for the data center through `send`, which
     /// gets each packet where it lies (no copy, nothing to recycle) and its
     /// local destination, and says what became of it (counted in
-    /// [`DcCounters`]). The same packets in the same order as
-    /// [`Self::poll_dc_transmit`].
+    /// [`DcCounters`]). The only way out to the data center: a driver
+    /// that needs a packet of its own copies it inside `send` (that copy
+    /// is the driver's, not the site's).
     pub fn transmit_dc(&mut self, mut send: impl FnMut(&[u8], IpAddr) -> DcSent) {
         self.settle();
         while let Some(out) = self.dc_out.pop_front() {
             let (bytes, dst) = match &out {
-                DcOut::Owned(t) => (&t.packet[..], t.dst),
+                DcOut::Owned(packet, dst) => (&packet[..], *dst),
                 DcOut::Held(r, dst) => match self.engine.held_packet(r) {
                     Some(b) => (b, *dst),
                     None => {
@@ -374,8 +355,8 @@ impl Site {
                 DcSent::NoPeer => c.tx_no_peer += 1,
                 DcSent::Error => c.tx_errors += 1,
             }
-            if let DcOut::Owned(t) = out {
-                self.engine.recycle(t.packet);
+            if let DcOut::Owned(packet, _) = out {
+                self.engine.recycle(packet);
             }
         }
     }
@@ -387,11 +368,6 @@ impl Site {
     /// `PoolStats::lend_empty`).
     pub fn set_lender(&mut self, source: std::sync::Arc<dyn crate::buffer::LendSource>) {
         self.wan.pool_mut().set_source(source);
-    }
-
-    /// Gives a sent packet's buffer back.
-    pub fn recycle(&mut self, packet: PacketBuf) {
-        self.engine.recycle(packet);
     }
 
     /// The next WAN datagram, written into `buf` (see
@@ -546,8 +522,7 @@ impl Site {
     fn queue_for_dc(&mut self, packet: PacketBuf) {
         match acl::addresses(&packet) {
             Some((_, dst)) if self.params.acl.is_local(dst) => {
-                self.dc_out
-                    .push_back(DcOut::Owned(DcTransmit { packet, dst }));
+                self.dc_out.push_back(DcOut::Owned(packet, dst));
             }
             Some(_) => {
                 self.dcc.tx_acl += 1;

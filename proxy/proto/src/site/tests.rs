@@ -139,15 +139,17 @@ impl Pair {
                         .push((at, to_b, t.path, self.buf[..t.len].to_vec()));
                 }
             }
-            while let Some(t) = site.poll_dc_transmit() {
-                let out = if to_b {
-                    &mut self.to_requester
-                } else {
-                    &mut self.to_responder
-                };
-                out.push(t.packet.to_vec());
-                site.recycle(t.packet);
-            }
+            // As the daemon's turn sends them (`Site::transmit_dc`): the
+            // copy into the test's lists is the test's own.
+            let out = if to_b {
+                &mut self.to_requester
+            } else {
+                &mut self.to_responder
+            };
+            site.transmit_dc(|packet, _| {
+                out.push(packet.to_vec());
+                DcSent::Sent
+            });
         }
         while let Some(ev) = self.a.poll_event() {
             self.events_a.push((now, ev));

@@ -371,7 +371,8 @@ impl QpEngine {
     }
 
     /// A pooled copy of what `r` names, for a caller that must own the
-    /// packet (`Site::poll_dc_transmit`).
+    /// packet ([`Self::poll_output_owned`]; `Site` sends a held request
+    /// from where it lies, with [`Self::held_packet`]).
     pub fn held_copy(&mut self, r: &HeldRef) -> Option<PacketBuf> {
         let bytes = self.egress.get(&r.key)?.held_request(r.psn)?;
         Some(self.out.pool.copy_of(bytes))
