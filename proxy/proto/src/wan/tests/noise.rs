@@ -434,11 +434,7 @@ fn key_updates_after_the_handshake() {
         let mut b = a.clone();
         b.is_client = false;
         b.identity = Some(ids().1);
-        let mut l = LinkCfg::new(us(1500), GBPS);
-        l.loss = 0.01;
-        l.reorder = 0.03;
-        l.reorder_delay = us(700);
-        l.duplicate = 0.01;
+        let l = LinkCfg::rough();
         let mut sim = Sim::new(a, b, vec![l.clone(), l.clone()], vec![l.clone(), l], 361);
         transfer(&format!("identity keys, updates, {cipher}"), &mut sim);
         let (sa, sb) = (sim.ends[0].stats(), sim.ends[1].stats());

@@ -40,11 +40,7 @@ fn transfer_across_many_rekeys_with_loss_reordering_duplication() {
                 c.tuning.key_update_packets = 300;
                 c.tuning.key_update_interval = ms(15);
             }
-            let mut l = LinkCfg::new(us(1500), GBPS);
-            l.loss = 0.01;
-            l.reorder = 0.03;
-            l.reorder_delay = us(700);
-            l.duplicate = 0.01;
+            let l = LinkCfg::rough();
             let mut sim = Sim::new(a, b, vec![l.clone(), l.clone()], vec![l.clone(), l], 362);
             let name = format!("rekey every {interval:?}, {cipher}");
             // Three times the standard transfer: ~400 ms of virtual time.
