@@ -7,7 +7,9 @@
 #   4. the Prometheus and Grafana examples use only metric names the gateway
 #      exports (packaging/metrics-spec.json, from proxy/src/gateway/metrics/table.rs);
 #   4b. the routing examples (packaging/routing): scripts parse, BIRD 2
-#      parses every bird-*.conf (`bird -p`; skipped without bird), and
+#      parses every bird-*.conf (`bird -p`; skipped without bird), FRR
+#      checks every frr-*.conf and the commands frr-slices sends
+#      (`vtysh --dryrun`, `bgpd -C`; skipped without frr), and
 #      `soya health` of a gateway that is not there exits 1 with a reason;
 #   5. installs it into a throwaway root (dpkg -x: no maintainer scripts, no
 #      dpkg database) and runs soya --version and soya check-config on the
@@ -144,6 +146,79 @@ if command -v bird >/dev/null; then
   ok "BIRD 2 parses $(ls "$routing"/bird-*.conf | wc -l) example configs"
 else
   echo "test-deb: bird not found: the BIRD examples were not parsed"
+fi
+# FRR (Debian's frr package) checks a config offline two ways, and each
+# catches what the other lets through, so both are run:
+#  - `vtysh --dryrun --inputfile F` parses every line against the grammar of
+#    all FRR daemons and exits 2 on an unknown command or a malformed
+#    argument (a misspelt keyword, a /33 prefix);
+#  - `bgpd -C -f F` makes bgpd read and apply the file and exit; it catches
+#    what the grammar allows but bgpd refuses (`set local-preference banana`,
+#    a second `router bgp` with another ASN). It exits 0 even then, only
+#    logging the failed lines, so any output at all is the failure.
+# frr-slices is checked as it is used: its vtysh commands (taken from a
+# stand-in vtysh that prints them) for `up` and then `down`, appended to the
+# gateway config they are for, must pass both checks too (right ASN, a
+# `network` statement bgpd accepts in that address family).
+# Last, a copy with one keyword misspelt must fail both checks: if a later
+# FRR stopped checking offline, this test says so instead of passing.
+# bgpd started as root reads its config only after dropping to the user frr,
+# so what it checks is copied where that user can read it ($tmp is 0700).
+frr_check() { # frr_check FILE NAME: fails unless both FRR checks accept FILE
+  local c="$tmp/frr/check.conf" name=$2
+  install -m 644 "$1" "$c"
+  vtysh --dryrun --inputfile "$c" > "$tmp/out" 2>&1 || { cat "$tmp/out" >&2; fail "vtysh --dryrun: $name"; return; }
+  if ! "$bgpd" -C -f "$c" > "$tmp/out" 2>&1 || grep -q . "$tmp/out"; then
+    cat "$tmp/out" >&2
+    fail "bgpd -C: $name"
+  fi
+}
+bgpd=/usr/lib/frr/bgpd
+if [ "$(id -u)" != 0 ]; then
+  echo "test-deb: not root: the FRR examples were not checked (bgpd -C must switch to the user frr)"
+elif command -v vtysh >/dev/null && [ -x "$bgpd" ]; then
+  chmod 711 "$tmp"
+  install -d -m 755 "$tmp/frr"
+  n_frr=0
+  for c in "$routing"/frr-*.conf; do
+    frr_check "$c" "$(basename "$c")"
+    n_frr=$((n_frr + 1))
+  done
+  mkdir -p "$tmp/fakebin"
+  cat > "$tmp/fakebin/vtysh" <<'FAKE'
+#!/bin/sh
+# Prints the -c commands it is given, one a line.
+while [ $# -gt 0 ]; do
+  if [ "$1" = -c ]; then printf '%s\n' "$2"; shift; fi
+  shift
+done
+FAKE
+  chmod +x "$tmp/fakebin/vtysh"
+  # The gateway configs and the frr-slices arguments their comments give.
+  while read -r conf asn prefixes; do
+    {
+      cat "$routing/$conf"
+      # shellcheck disable=SC2086 # the prefixes are separate arguments
+      for what in up down; do
+        PATH="$tmp/fakebin:$PATH" "$routing/frr-slices" "$what" "$asn" $prefixes | grep -vx 'configure terminal'
+      done
+    } > "$tmp/slices.conf"
+    grep -q "^network " "$tmp/slices.conf" || fail "frr-slices printed no network statement"
+    frr_check "$tmp/slices.conf" "frr-slices up/down $asn on $conf"
+  done <<'SLICES'
+frr-sapporo-1.conf 65001 10.2.0.0/17 10.2.128.0/17
+frr-wakkanai-1.conf 65002 10.1.0.0/16
+SLICES
+  sed 's/ remote-as / remote-az /' "$routing/frr-sapporo-1.conf" > "$tmp/frr/broken.conf"
+  chmod 644 "$tmp/frr/broken.conf"
+  if vtysh --dryrun --inputfile "$tmp/frr/broken.conf" > "$tmp/out" 2>&1; then
+    fail "vtysh --dryrun accepted a misspelt keyword (remote-az)"
+  fi
+  "$bgpd" -C -f "$tmp/frr/broken.conf" > "$tmp/out" 2>&1 || true
+  grep -q . "$tmp/out" || fail "bgpd -C said nothing of a misspelt keyword (remote-az)"
+  [ "$errors" = 0 ] && ok "FRR (vtysh --dryrun, bgpd -C) accepts $n_frr example configs and frr-slices' commands, refuses a broken copy"
+else
+  echo "test-deb: FRR (vtysh, $bgpd) not found: the FRR examples were not checked"
 fi
 if "$soya" health --socket "$tmp/no-gateway.sock" > "$tmp/out" 2>&1; then
   fail "soya health passed without a gateway"

@@ -100,10 +100,6 @@ fn write_op(n: u32, op: Opcode, ack_req: bool, len: usize, buf: &mut [u8]) -> us
         .unwrap()
 }
 
-fn ack(psn: u32, msn: u32, buf: &mut [u8]) -> usize {
-    hosts::ack(REQUESTER, psn, msn).emit(&[], buf).unwrap()
-}
-
 // ----- the two gateways -----
 
 fn site_config(client: bool) -> soya_config::SiteConfig {
@@ -283,7 +279,7 @@ impl World {
             if asked {
                 let mut v = self.b.dc.bufs.take();
                 v.resize(128, 0);
-                let len = ack(r.psn().value(), self.msn, &mut v);
+                let len = hosts::emit_ack(r.psn().value(), self.msn, &mut v);
                 v.truncate(len);
                 let due = self.clock.now() + self.responder_delay;
                 self.owed.push_back((due, v));
@@ -428,7 +424,7 @@ fn packet(n: u32, ack_req: bool) -> Vec<u8> {
 
 fn ack_vec(n: u32, msn: u32) -> Vec<u8> {
     let mut v = vec![0; 128];
-    let len = ack(psn(n), msn, &mut v);
+    let len = hosts::emit_ack(psn(n), msn, &mut v);
     v.truncate(len);
     v
 }

@@ -617,14 +617,21 @@ fn identity_config(
     )
 }
 
-/// Identity keys rotated by reload (what SIGHUP does): a new key pair for
-/// A, B told its new public key first, then A reloaded. Both reloads apply
-/// live (nothing needs a restart), the session stays (no restart, same
-/// generations), a re-handshake under the new keys completes, and traffic
-/// crosses before and after.
-#[test]
-fn identity_keys_rotate_on_reload_without_a_restart() {
-    let p = pair("rotate");
+/// The two gateways of a pair started with identity keys beside the PSK,
+/// each config naming the other's public key: the files and the gateways.
+struct Keyed {
+    psk: PathBuf,
+    /// A's and B's private key files and public keys, and their configs.
+    ka: PathBuf,
+    kb: PathBuf,
+    pb: String,
+    fa: PathBuf,
+    fb: PathBuf,
+    a: Gateway,
+    b: Gateway,
+}
+
+fn start_keyed(p: &Pair) -> Keyed {
     let psk = write_key(&p.dir);
     let (ka, pa) = genkey(&p.dir, "a.key");
     let (kb, pb) = genkey(&p.dir, "b.key");
@@ -633,13 +640,22 @@ fn identity_keys_rotate_on_reload_without_a_restart() {
     std::fs::write(&fb, identity_config(&p.b, &p.a, &psk, &kb, &pa)).unwrap();
     let a = start(&fa);
     let b = start(&fb);
-    let ga = wait_for(&b, "connected", |s| s.connected).peer_generation;
-    let gb = wait_for(&a, "connected", |s| s.connected).peer_generation;
-    let (ha, hb) = cross_datagrams(&p, &a);
-    let (ka2, pa2) = genkey(&p.dir, "a2.key");
-    std::fs::write(&fb, identity_config(&p.b, &p.a, &psk, &kb, &pa2)).unwrap();
-    std::fs::write(&fa, identity_config(&p.a, &p.b, &psk, &ka2, &pb)).unwrap();
-    for (gw, f) in [(&b, &fb), (&a, &fa)] {
+    Keyed {
+        psk,
+        ka,
+        kb,
+        pb,
+        fa,
+        fb,
+        a,
+        b,
+    }
+}
+
+/// Reloads each gateway from its config file, in this order, and checks
+/// that the key change applied live (nothing needs a restart, no error).
+fn reload_keys_live(order: [(&Gateway, &PathBuf); 2]) {
+    for (gw, f) in order {
         let r = gw.control().reload(&soya_config::load(f).unwrap());
         assert!(r.need_restart.is_empty() && r.errors.is_empty(), "{r:?}");
         assert!(
@@ -649,6 +665,49 @@ fn identity_keys_rotate_on_reload_without_a_restart() {
             "{r:?}"
         );
     }
+}
+
+/// The hosts `cross_datagrams` made (A's, B's) ping each other through the
+/// pair, one ping each way (ICMP ids `id` and `id + 1`).
+fn ping_both_ways(p: &Pair, (ha, hb): (&UdpSocket, &UdpSocket), id: u16) {
+    for (i, (from, to, dc, src, dst)) in [
+        (ha, hb, p.a.dc, [10, 1, 0, 1], [10, 2, 0, 1]),
+        (hb, ha, p.b.dc, [10, 2, 0, 1], [10, 1, 0, 1]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let ping = icmp(src, dst, id + i as u16);
+        from.send_to(&ping, dc).unwrap();
+        assert!(recv_ip(to, &ping, Duration::from_secs(5)), "ping {i}");
+    }
+}
+
+/// Identity keys rotated by reload (what SIGHUP does): a new key pair for
+/// A, B told its new public key first, then A reloaded. Both reloads apply
+/// live (nothing needs a restart), the session stays (no restart, same
+/// generations), a re-handshake under the new keys completes, and traffic
+/// crosses before and after.
+#[test]
+fn identity_keys_rotate_on_reload_without_a_restart() {
+    let p = pair("rotate");
+    let Keyed {
+        psk,
+        kb,
+        pb,
+        fa,
+        fb,
+        a,
+        b,
+        ..
+    } = start_keyed(&p);
+    let ga = wait_for(&b, "connected", |s| s.connected).peer_generation;
+    let gb = wait_for(&a, "connected", |s| s.connected).peer_generation;
+    let (ha, hb) = cross_datagrams(&p, &a);
+    let (ka2, pa2) = genkey(&p.dir, "a2.key");
+    std::fs::write(&fb, identity_config(&p.b, &p.a, &psk, &kb, &pa2)).unwrap();
+    std::fs::write(&fa, identity_config(&p.a, &p.b, &psk, &ka2, &pb)).unwrap();
+    reload_keys_live([(&b, &fb), (&a, &fa)]);
     for (gw, peer) in [(&a, gb), (&b, ga)] {
         let s = wait_for(gw, "a re-handshake under the new keys", |s| {
             s.wan.rekeys >= 1 && s.connected
@@ -657,17 +716,7 @@ fn identity_keys_rotate_on_reload_without_a_restart() {
         assert_eq!(s.peer_generation, peer);
     }
     // The same hosts again (their gateways know where they are).
-    for (i, (from, to, dc, src, dst)) in [
-        (&ha, &hb, p.a.dc, [10, 1, 0, 1], [10, 2, 0, 1]),
-        (&hb, &ha, p.b.dc, [10, 2, 0, 1], [10, 1, 0, 1]),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let ping = icmp(src, dst, 10 + i as u16);
-        from.send_to(&ping, dc).unwrap();
-        assert!(recv_ip(to, &ping, Duration::from_secs(5)), "ping {i}");
-    }
+    ping_both_ways(&p, (&ha, &hb), 10);
 }
 
 /// A key rotated by rewriting the key file in place (same path, new key:
@@ -679,14 +728,16 @@ fn identity_keys_rotate_on_reload_without_a_restart() {
 #[test]
 fn a_key_file_rewritten_in_place_is_seen_and_rotated() {
     let p = pair("inplace");
-    let psk = write_key(&p.dir);
-    let (ka, pa) = genkey(&p.dir, "a.key");
-    let (kb, pb) = genkey(&p.dir, "b.key");
-    let (fa, fb) = (p.dir.join("a.toml"), p.dir.join("b.toml"));
-    std::fs::write(&fa, identity_config(&p.a, &p.b, &psk, &ka, &pb)).unwrap();
-    std::fs::write(&fb, identity_config(&p.b, &p.a, &psk, &kb, &pa)).unwrap();
-    let a = start(&fa);
-    let b = start(&fb);
+    let Keyed {
+        psk,
+        ka,
+        kb,
+        fa,
+        fb,
+        a,
+        b,
+        ..
+    } = start_keyed(&p);
     wait_for(&a, "connected", |s| s.connected);
     wait_for(&b, "connected", |s| s.connected);
     let (ha, hb) = cross_datagrams(&p, &a);
@@ -724,16 +775,7 @@ fn a_key_file_rewritten_in_place_is_seen_and_rotated() {
         !text.contains(std::str::from_utf8(&new_key).unwrap().trim()),
         "{text}"
     );
-    for (gw, f) in [(&b, &fb), (&a, &fa)] {
-        let r = gw.control().reload(&soya_config::load(f).unwrap());
-        assert!(r.need_restart.is_empty() && r.errors.is_empty(), "{r:?}");
-        assert!(
-            r.applied
-                .iter()
-                .any(|k| k.starts_with("wan.private_key_file")),
-            "{r:?}"
-        );
-    }
+    reload_keys_live([(&b, &fb), (&a, &fa)]);
     // Applied: the running gateway's keys are the file's again.
     let (_, text) = diff();
     assert!(text.contains("no change"), "{text}");
@@ -743,15 +785,5 @@ fn a_key_file_rewritten_in_place_is_seen_and_rotated() {
         });
         assert_eq!(s.wan.peer_restarts, 0);
     }
-    for (i, (from, to, dc, src, dst)) in [
-        (&ha, &hb, p.a.dc, [10, 1, 0, 1], [10, 2, 0, 1]),
-        (&hb, &ha, p.b.dc, [10, 2, 0, 1], [10, 1, 0, 1]),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let ping = icmp(src, dst, 20 + i as u16);
-        from.send_to(&ping, dc).unwrap();
-        assert!(recv_ip(to, &ping, Duration::from_secs(5)), "ping {i}");
-    }
+    ping_both_ways(&p, (&ha, &hb), 20);
 }

@@ -230,10 +230,6 @@ impl DcHost for Responder {
     }
 }
 
-fn ack(psn: u32, msn: u32, buf: &mut [u8]) -> usize {
-    hosts::ack(REQUESTER, psn, msn).emit(&[], buf).unwrap()
-}
-
 // ----- the two gateways -----
 
 struct Gateway {
@@ -436,7 +432,7 @@ impl World {
             let mut moved = !self.rsp.owed.is_empty();
             for i in 0..self.rsp.owed.len() {
                 let (psn, msn) = self.rsp.owed[i];
-                let n = ack(psn, msn, &mut self.pkt);
+                let n = hosts::emit_ack(psn, msn, &mut self.pkt);
                 self.b.handle_dc(now, &self.pkt[..n]);
             }
             self.rsp.owed.clear();

@@ -102,11 +102,13 @@ impl BuildHasher for Keyed {
 pub type KeyedMap<K, V> = HashMap<K, V, Keyed>;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::qp::HalfKey;
 
-    fn half(i: u32) -> HalfKey {
+    /// The half of 10.1.0.1's QP to 10.2.0.1's QP `i`: keys that differ
+    /// only in the QPN (also `qp::timers`' tests).
+    pub(crate) fn half(i: u32) -> HalfKey {
         HalfKey {
             requester: [10, 1, 0, 1].into(),
             responder: [10, 2, 0, 1].into(),

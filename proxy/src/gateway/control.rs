@@ -134,29 +134,14 @@ async fn handle(stream: tokio::net::UnixStream, shared: Arc<Shared>) -> io::Resu
     .map_err(timed_out)?
 }
 
-/// Asks the gateway behind `path` for its snapshot.
-pub fn query(path: &Path) -> io::Result<Snapshot> {
+/// Sends `request` (one line) to the gateway behind `path` and returns its
+/// JSON answer; an answer naming an error is that error. (`status` and
+/// `key-digests` are asked the same way.)
+fn ask(path: &Path, request: &str) -> io::Result<serde_json::Value> {
     let mut s = UnixStream::connect(path)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(b"status\n")?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)?;
-    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
-        if let Some(e) = v.get("error") {
-            return Err(io::Error::other(format!("gateway answered: {e}")));
-        }
-    }
-    serde_json::from_str(&text).map_err(|e| io::Error::other(format!("bad answer: {e}")))
-}
-
-/// Asks the gateway behind `path` for the digests of the keys it runs
-/// with (`key-digests`).
-pub fn query_key_digests(path: &Path) -> io::Result<KeyDigests> {
-    let mut s = UnixStream::connect(path)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(b"key-digests\n")?;
+    s.write_all(format!("{request}\n").as_bytes())?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;
     let v: serde_json::Value =
@@ -164,6 +149,19 @@ pub fn query_key_digests(path: &Path) -> io::Result<KeyDigests> {
     if let Some(e) = v.get("error") {
         return Err(io::Error::other(format!("gateway answered: {e}")));
     }
+    Ok(v)
+}
+
+/// Asks the gateway behind `path` for its snapshot.
+pub fn query(path: &Path) -> io::Result<Snapshot> {
+    serde_json::from_value(ask(path, "status")?)
+        .map_err(|e| io::Error::other(format!("bad answer: {e}")))
+}
+
+/// Asks the gateway behind `path` for the digests of the keys it runs
+/// with (`key-digests`).
+pub fn query_key_digests(path: &Path) -> io::Result<KeyDigests> {
+    let v = ask(path, "key-digests")?;
     let digest = |k: &str| match v.get(k) {
         Some(serde_json::Value::Null) | None => Ok(None),
         Some(serde_json::Value::String(h)) => KeyDigests::from_hex(h)

@@ -52,3 +52,10 @@ pub fn ack(requester: Ipv4Addr, psn: u32, msn: u32) -> RoceRepr {
     };
     builders::ack(&to, Psn::new(psn), msn)
 }
+
+/// [`ack`] to [`REQUESTER`]'s QP, written into `buf`; returns its length.
+/// The pair benchmark and the allocation test answer in place, without a
+/// `Vec` per ACK.
+pub fn emit_ack(psn: u32, msn: u32, buf: &mut [u8]) -> usize {
+    ack(REQUESTER, psn, msn).emit(&[], buf).unwrap()
+}

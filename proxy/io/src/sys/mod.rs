@@ -499,6 +499,14 @@ pub fn set_tx_checksum(name: &str, on: bool) -> io::Result<()> {
 pub fn read_packet(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
     // SAFETY: a valid buffer of the given length.
     let r = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    read_result(r)
+}
+
+/// What a non-blocking `read`/`readv` that returned `r` means: the bytes
+/// read, `None` when nothing was waiting (or a signal interrupted it: the
+/// loop polls again), or the error. Call it right after the syscall, before
+/// anything can change `errno`.
+pub(crate) fn read_result(r: isize) -> io::Result<Option<usize>> {
     if r >= 0 {
         return Ok(Some(r as usize));
     }
@@ -566,14 +574,7 @@ fn readv2(fd: RawFd, at: *mut u8, room: usize, overflow: &mut [u8]) -> io::Resul
     // duration (`room` writable bytes at `at`, possibly uninitialised, and
     // `overflow`).
     let r = unsafe { libc::readv(fd, iov.as_ptr(), 2) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
-            _ => Err(e),
-        };
-    }
-    Ok(Some(r as usize))
+    read_result(r)
 }
 
 fn write_once(fd: RawFd, buf: &[u8]) -> io::Result<()> {

@@ -71,12 +71,5 @@ pub fn read_split(fd: RawFd, head: &mut [u8], tail: &mut [u8]) -> io::Result<Opt
     ];
     // SAFETY: both iovecs describe memory borrowed mutably for the call.
     let r = unsafe { libc::readv(fd, iov.as_ptr(), 2) };
-    if r >= 0 {
-        return Ok(Some(r as usize));
-    }
-    let e = io::Error::last_os_error();
-    match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
-        _ => Err(e),
-    }
+    super::read_result(r)
 }

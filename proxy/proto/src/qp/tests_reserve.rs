@@ -159,7 +159,7 @@ pub(super) fn drops(e: &QpEngine) -> u64 {
 fn fill_shared_buffer(assumed_window: usize, coalesce_packets: u32) -> (u64, u64) {
     // 72 slots, not a multiple of the windows: a fixed reserve lets the
     // third round of messages overrun it.
-    let (mut e, t, mut reqs) = two_requesters(72, assumed_window, coalesce_packets);
+    let (mut e, t, mut reqs) = requesters::<2>(72, assumed_window, coalesce_packets);
     send_while_allowed(&mut e, t, &mut reqs);
     let drops = drops(&e);
     let withheld: u64 = e.ingress_halves().map(|h| h.stats.withheld_acks).sum();
@@ -287,12 +287,13 @@ fn no_cnp_while_withheld_windows_fit_the_reserve_one_once_they_eat_into_it() {
 
 /// An engine with a buffer of `slots` (all of it one flow's quota), a
 /// 4-slot reserve floor, the assumed window of `assumed_window` packets and
-/// an ACK every `coalesce_packets`, which has learned two requesters.
-pub(super) fn two_requesters(
+/// an ACK every `coalesce_packets`, which has learned `N` requesters
+/// (responder QPNs 0x22, 0x23, …; also `tests_room`'s set-up).
+pub(super) fn requesters<const N: usize>(
     slots: usize,
     assumed_window: usize,
     coalesce_packets: u32,
-) -> (QpEngine, Time, [Requester; 2]) {
+) -> (QpEngine, Time, [Requester; N]) {
     let mut c = cfg(AckPolicy::Edge);
     c.buffer_slots = slots;
     c.per_flow_slots = slots;
@@ -302,11 +303,14 @@ pub(super) fn two_requesters(
     c.ack.coalesce = Duration::from_secs(1);
     let mut e = QpEngine::new(c);
     let t = Time::from_micros(1);
-    let mut reqs = [0x22, 0x23].map(|rs_qpn| Requester {
-        rq_qpn: rs_qpn - 0x10,
-        rs_qpn,
-        next: 0,
-        acked: 0,
+    let mut reqs = std::array::from_fn(|i| {
+        let rs_qpn = 0x22 + i as u32;
+        Requester {
+            rq_qpn: rs_qpn - 0x10,
+            rs_qpn,
+            next: 0,
+            acked: 0,
+        }
     });
     learn(&mut e, t, &mut reqs);
     (e, t, reqs)
@@ -325,7 +329,7 @@ pub(super) fn two_requesters(
 /// timer, docs/benchmarks.md §8).
 #[test]
 fn after_a_hold_a_requester_is_acked_once_its_own_window_fits_beside_the_others_promises() {
-    let (mut e, t, mut reqs) = two_requesters(64, WINDOW as usize, 1);
+    let (mut e, t, mut reqs) = requesters::<2>(64, WINDOW as usize, 1);
     send_while_allowed(&mut e, t, &mut reqs);
     for r in &reqs {
         assert_eq!(r.next - r.acked, WINDOW, "held at its window");
@@ -364,7 +368,7 @@ fn after_a_hold_a_requester_is_acked_once_its_own_window_fits_beside_the_others_
 /// timed out and resent 800 packets, docs/benchmarks.md §8).
 #[test]
 fn a_held_requester_without_events_of_its_own_is_acked_within_the_hardware_timer() {
-    let (mut e, t, mut reqs) = two_requesters(64, WINDOW as usize, 1);
+    let (mut e, t, mut reqs) = requesters::<2>(64, WINDOW as usize, 1);
     let [a, b] = &mut reqs;
     // B: one message, acknowledged.
     for _ in 0..WINDOW {

@@ -6,12 +6,10 @@
 
 use std::time::Duration;
 
-use soya_config::AckPolicy;
-
-use super::engine::QpEngine;
+use super::engine::{Output, QpEngine};
 use super::ingress::HOLD_ACK_FOR;
-use super::tests::{cfg, drain, run_timers};
-use super::tests_reserve::{drops, learn, Requester, WINDOW};
+use super::tests::{drain, run_timers};
+use super::tests_reserve::{drops, requesters, Requester, WINDOW};
 use super::tests_twin::twin_delivered;
 use crate::roce::Opcode;
 use crate::time::Time;
@@ -20,23 +18,7 @@ use crate::time::Time;
 /// 4-slot reserve floor, 16-packet windows assumed, an ACK per packet, and
 /// requesters A, B and C learned.
 fn three_requesters(slots: usize) -> (QpEngine, Time, [Requester; 3]) {
-    let mut c = cfg(AckPolicy::Edge);
-    c.buffer_slots = slots;
-    c.per_flow_slots = slots;
-    c.ack.ack_reserve_slots = 4;
-    c.ack.assumed_window_slots = WINDOW as usize;
-    c.ack.coalesce_packets = 1;
-    c.ack.coalesce = Duration::from_secs(1);
-    let mut e = QpEngine::new(c);
-    let t = Time::from_micros(1);
-    let mut reqs = [0x22, 0x23, 0x24].map(|rs_qpn| Requester {
-        rq_qpn: rs_qpn - 0x10,
-        rs_qpn,
-        next: 0,
-        acked: 0,
-    });
-    learn(&mut e, t, &mut reqs);
-    (e, t, reqs)
+    requesters(slots, WINDOW as usize, 1)
 }
 
 /// `r` sends `n` packets (or until its window stops it).
@@ -51,10 +33,32 @@ fn send(e: &mut QpEngine, t: Time, r: &mut Requester, n: usize) {
     }
 }
 
+/// `r` (named `name` in the message) sends `n` packets, all acknowledged.
+fn send_acknowledged(e: &mut QpEngine, t: Time, r: &mut Requester, n: usize, name: &str) {
+    send(e, t, r, n);
+    assert_eq!(r.acked, r.next, "{name} acknowledged");
+}
+
+/// `r` (named `name` in the message) sends up to `n` packets and must be
+/// stopped by its window, its pseudo-ACKs withheld; returns how far it was
+/// acknowledged.
+fn send_withheld(e: &mut QpEngine, t: Time, r: &mut Requester, n: usize, name: &str) -> u32 {
+    send(e, t, r, n);
+    assert_eq!(r.next - r.acked, WINDOW, "{name} withheld at its window");
+    r.acked
+}
+
 /// The twin reports everything `r` sent delivered.
-fn deliver_all(e: &mut QpEngine, t: Time, r: &Requester) -> Vec<super::engine::Output> {
+fn deliver_all(e: &mut QpEngine, t: Time, r: &Requester) -> Vec<Output> {
     twin_delivered(e, t, r.key(), r.next - 1);
     drain(e)
+}
+
+/// A and B both take the ACKs in `out`: room freed by one flow's delivery
+/// may go to the other.
+fn take_acks_both(out: &[Output], a: &mut Requester, b: &mut Requester) {
+    a.take_acks(out);
+    b.take_acks(out);
 }
 
 /// Issue 33 at the scale of a test. C holds most of the buffer, its
@@ -72,12 +76,9 @@ fn deliver_all(e: &mut QpEngine, t: Time, r: &Requester) -> Vec<super::engine::O
 fn a_withheld_requester_resumes_when_other_flows_free_the_room_after_its_hold_timer_stopped() {
     let (mut e, t, [mut a, _, mut c]) = three_requesters(64);
     // C: 48 packets, all acknowledged (room for its window beside them).
-    send(&mut e, t, &mut c, 48);
-    assert_eq!(c.acked, c.next, "C acknowledged");
+    send_acknowledged(&mut e, t, &mut c, 48, "C");
     // A: held at its window: 16 free slots do not cover C's window and its own.
-    send(&mut e, t, &mut a, WINDOW as usize);
-    let held_at = a.acked;
-    assert_eq!(a.next - held_at, WINDOW, "A withheld at its window");
+    let held_at = send_withheld(&mut e, t, &mut a, WINDOW as usize, "A");
     // A's packets are delivered: 16 slots free, still not enough.
     a.take_acks(&deliver_all(&mut e, t, &a));
     assert_eq!(
@@ -113,24 +114,17 @@ fn a_withheld_requester_resumes_when_other_flows_free_the_room_after_its_hold_ti
 #[test]
 fn freed_room_goes_to_the_requester_waiting_longest() {
     let (mut e, t, [mut a, mut b, mut c]) = three_requesters(80);
-    send(&mut e, t, &mut c, 40);
-    assert_eq!(c.acked, c.next, "C acknowledged");
-    send(&mut e, t, &mut a, 64);
-    let a_held = a.acked;
-    assert_eq!(a.next - a_held, WINDOW, "A withheld at its window");
-    send(&mut e, t, &mut b, 64);
-    let b_held = b.acked;
-    assert_eq!(b.next - b_held, WINDOW, "B withheld at its window");
+    send_acknowledged(&mut e, t, &mut c, 40, "C");
+    let a_held = send_withheld(&mut e, t, &mut a, 64, "A");
+    let b_held = send_withheld(&mut e, t, &mut b, 64, "B");
     assert_eq!(b_held, b.acked0() - 1 + 1, "B got no pseudo-ACK at all");
     // C's oldest 16, then B's 16: room for one window beside C's promise.
     twin_delivered(&mut e, t, c.key(), c.acked0() - 1 + 16);
     let out = drain(&mut e);
-    a.take_acks(&out);
-    b.take_acks(&out);
+    take_acks_both(&out, &mut a, &mut b);
     assert_eq!((a.acked, b.acked), (a_held, b_held), "16 free: no room yet");
     let out = deliver_all(&mut e, t, &b);
-    a.take_acks(&out);
-    b.take_acks(&out);
+    take_acks_both(&out, &mut a, &mut b);
     assert!(a.acked > a_held, "A, waiting longest, acknowledged");
     assert_eq!(b.acked, b_held, "B waits for its turn");
     // A uses its window; C's remaining packets are delivered: B's turn.
@@ -153,22 +147,15 @@ fn freed_room_goes_to_the_requester_waiting_longest() {
 #[test]
 fn a_window_granted_to_a_flow_holding_nothing_counts_until_it_is_used() {
     let (mut e, t, [mut a, mut b, mut c]) = three_requesters(80);
-    send(&mut e, t, &mut c, 40);
-    assert_eq!(c.acked, c.next, "C acknowledged");
-    send(&mut e, t, &mut a, 64);
-    let a_held = a.acked;
-    assert_eq!(a.next - a_held, WINDOW, "A withheld at its window");
-    send(&mut e, t, &mut b, 64);
-    let b_held = b.acked;
-    assert_eq!(b.next - b_held, WINDOW, "B withheld at its window");
+    send_acknowledged(&mut e, t, &mut c, 40, "C");
+    let a_held = send_withheld(&mut e, t, &mut a, 64, "A");
+    let b_held = send_withheld(&mut e, t, &mut b, 64, "B");
     // A's and B's packets delivered: both hold nothing, 40 slots free,
     // room for C's window and one more.
     let out = deliver_all(&mut e, t, &a);
-    a.take_acks(&out);
-    b.take_acks(&out);
+    take_acks_both(&out, &mut a, &mut b);
     let out = deliver_all(&mut e, t, &b);
-    a.take_acks(&out);
-    b.take_acks(&out);
+    take_acks_both(&out, &mut a, &mut b);
     assert!(a.acked > a_held, "A, waiting longest, acknowledged");
     assert_eq!(b.acked, b_held, "A's window counts: B waits");
     // A's requester never sends again: its promise lapses, and B is
@@ -193,10 +180,8 @@ fn a_window_granted_to_a_flow_holding_nothing_counts_until_it_is_used() {
 #[test]
 fn a_request_dropped_by_a_flow_holding_nothing_is_naked_when_room_frees() {
     let (mut e, t, [mut a, mut b, mut c]) = three_requesters(48);
-    send(&mut e, t, &mut c, 32);
-    assert_eq!(c.acked, c.next, "C acknowledged");
-    send(&mut e, t, &mut a, 64);
-    assert_eq!(a.next - a.acked, WINDOW, "A withheld at its window");
+    send_acknowledged(&mut e, t, &mut c, 32, "C");
+    send_withheld(&mut e, t, &mut a, 64, "A");
     assert_eq!(e.occupancy().slots_used, 48, "the buffer is full");
     // B's request: dropped at the hard limit.
     let dropped_at = b.next;
@@ -208,7 +193,7 @@ fn a_request_dropped_by_a_flow_holding_nothing_is_naked_when_room_frees() {
     for r in [&c, &a] {
         let at = t + Duration::from_micros(10);
         for o in deliver_all(&mut e, at, r) {
-            if let super::engine::Output::Dc(v) = &o {
+            if let Output::Dc(v) = &o {
                 let p = crate::roce::RocePacket::parse(v).unwrap();
                 let nak = p
                     .ext
@@ -233,8 +218,7 @@ fn a_request_dropped_by_a_flow_holding_nothing_is_naked_when_room_frees() {
 #[test]
 fn a_flow_whose_packets_were_all_delivered_keeps_its_promise_a_while() {
     let (mut e, t, [mut a, mut b, mut c]) = three_requesters(80);
-    send(&mut e, t, &mut c, 24);
-    assert_eq!(c.acked, c.next, "C acknowledged");
+    send_acknowledged(&mut e, t, &mut c, 24, "C");
     send(&mut e, t, &mut a, 1);
     assert_eq!(a.acked, a.next, "A acknowledged: its window is ahead of it");
     let out = deliver_all(&mut e, t, &a);
@@ -242,9 +226,7 @@ fn a_flow_whose_packets_were_all_delivered_keeps_its_promise_a_while() {
     assert_eq!(e.occupancy().slots_used, 24, "A holds nothing");
     // B sends while it is acknowledged: the room it may take stops short
     // of C's window and A's, which their requesters may still send.
-    send(&mut e, t, &mut b, 64);
-    let b_held = b.acked;
-    assert_eq!(b.next - b_held, WINDOW, "B withheld at its window");
+    let b_held = send_withheld(&mut e, t, &mut b, 64, "B");
     let free = 80 - e.occupancy().slots_used;
     assert!(
         free >= 2 * WINDOW as usize,

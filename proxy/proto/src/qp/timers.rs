@@ -342,6 +342,7 @@ impl<V: Timed> Halves<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keyed::tests::half;
     use rand::{Rng, SeedableRng};
 
     /// A half that is only a deadline.
@@ -350,14 +351,6 @@ mod tests {
     impl Timed for Fake {
         fn timer(&self) -> Option<Time> {
             self.0
-        }
-    }
-
-    fn key(i: u32) -> HalfKey {
-        HalfKey {
-            requester: [10, 1, 0, 1].into(),
-            responder: [10, 2, 0, 1].into(),
-            responder_qpn: i,
         }
     }
 
@@ -371,7 +364,7 @@ mod tests {
         let mut rnd = |n: u64| rng.random_range(0..n);
         let mut now = Time::ZERO;
         for round in 0..20_000 {
-            let k = key(rnd(64) as u32);
+            let k = half(rnd(64) as u32);
             let at = now + std::time::Duration::from_micros(rnd(1_000));
             match rnd(6) {
                 0 => {

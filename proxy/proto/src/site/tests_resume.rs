@@ -569,7 +569,15 @@ fn check(o: &Outcome) {
     assert!(rq.answers == answers, "answers in order, with their bytes");
 }
 
-fn print(what: &str, o: &Outcome) {
+/// `run`, then says what happened (`what` names the case) and `check`s it.
+fn run_and_check(
+    what: &str,
+    op: Op,
+    messages: u32,
+    crash_after: usize,
+    drop_every: usize,
+) -> Outcome {
+    let o = run(op, messages, crash_after, drop_every);
     println!(
         "{what}: {} requests executed once; responder saw {} duplicates, replayed {}; \
          A resent {} packets; requester retried {} times, dropped {} duplicate answers",
@@ -580,51 +588,41 @@ fn print(what: &str, o: &Outcome) {
         o.requester.retries,
         o.requester.duplicate_answers
     );
+    check(&o);
+    o
 }
 
 #[test]
 fn a_far_gateway_restarted_mid_write_stream_resumes_and_loses_nothing() {
-    let o = run(Op::Write, 120, 90, 0);
-    print("write", &o);
-    check(&o);
+    let o = run_and_check("write", Op::Write, 120, 90, 0);
     assert!(o.resent > 0, "something was in flight when B crashed");
 }
 
 #[test]
 fn a_far_gateway_restarted_mid_send_stream_with_wan_loss_resumes() {
-    let o = run(Op::Send, 120, 100, 7);
-    print("send, WAN loss 1/7", &o);
-    check(&o);
+    let o = run_and_check("send, WAN loss 1/7", Op::Send, 120, 100, 7);
     assert!(o.resent > 0);
 }
 
 #[test]
 fn a_far_gateway_restarted_mid_write_stream_with_wan_loss_resumes() {
-    let o = run(Op::Write, 150, 60, 5);
-    print("write, WAN loss 1/5", &o);
-    check(&o);
+    run_and_check("write, WAN loss 1/5", Op::Write, 150, 60, 5);
 }
 
 #[test]
 fn a_far_gateway_restarted_mid_read_stream_resumes_and_loses_nothing() {
-    let o = run(Op::Read, 60, 20, 0);
-    print("read", &o);
-    check(&o);
+    let o = run_and_check("read", Op::Read, 60, 20, 0);
     assert!(o.resent > 0);
 }
 
 #[test]
 fn a_far_gateway_restarted_mid_read_stream_with_wan_loss_resumes() {
-    let o = run(Op::Read, 60, 35, 6);
-    print("read, WAN loss 1/6", &o);
-    check(&o);
+    run_and_check("read, WAN loss 1/6", Op::Read, 60, 35, 6);
 }
 
 #[test]
 fn a_far_gateway_restarted_mid_atomic_stream_answers_each_atomic_once() {
-    let o = run(Op::FetchAdd, 60, 10, 0);
-    print("fetch-add", &o);
-    check(&o);
+    run_and_check("fetch-add", Op::FetchAdd, 60, 10, 0);
 }
 
 /// A QP with requests both ways: those the twin pseudo-ACKed for the far

@@ -40,7 +40,7 @@ use crate::time::Time;
 use super::cipher::Cipher;
 use super::handshake::Secrets;
 use super::keyphase::{Opened, RxKeys, TxKeys, UpdatePolicy};
-use super::packet::TAG_LEN;
+use super::packet::{Header, HEADER_LEN, TAG_LEN};
 
 const HELLO_SALT: &[u8] = b"soya-wan/1 hello";
 const SESSION_SALT: &[u8] = b"soya-wan/1 session";
@@ -297,6 +297,35 @@ impl SessionKeys {
         };
         self.tx.on_sealed(usize::from(path), pn);
         tag
+    }
+
+    /// [`open`](Self::open) of a whole protected packet in place: `packet`
+    /// is the header (`HEADER_LEN` bytes, decoded as `hdr`), the payload
+    /// and the tag, at least `HEADER_LEN + TAG_LEN` bytes. Returns the
+    /// verdict and the payload, plaintext unless it failed. (The receive
+    /// path, a re-handshake's pending keys and the tests all split a
+    /// packet the same way.)
+    pub fn open_packet<'a>(
+        &mut self,
+        hdr: &Header,
+        packet: &'a mut [u8],
+        now: Time,
+        retain: Duration,
+    ) -> (Opened, &'a [u8]) {
+        let len = packet.len();
+        let (head, rest) = packet.split_at_mut(HEADER_LEN);
+        let (plain, tag) = rest.split_at_mut(len - HEADER_LEN - TAG_LEN);
+        let opened = self.open(
+            hdr.path,
+            hdr.pn,
+            hdr.key_phase,
+            head,
+            plain,
+            tag,
+            now,
+            retain,
+        );
+        (opened, plain)
     }
 
     /// Checks and decrypts `payload` in place with the receive key that

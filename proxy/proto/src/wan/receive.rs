@@ -276,19 +276,8 @@ impl WanConnection {
             return;
         }
         let len = bytes.len();
-        let (head, rest) = bytes.split_at_mut(HEADER_LEN);
-        let (plain, tag) = rest.split_at_mut(len - HEADER_LEN - TAG_LEN);
         // Decrypted in place: the payload is never copied before parsing.
-        let opened = peer.keys.open(
-            hdr.path,
-            hdr.pn,
-            hdr.key_phase,
-            head,
-            plain,
-            tag,
-            now,
-            retain,
-        );
+        let (opened, plain) = peer.keys.open_packet(hdr, bytes, now, retain);
         if opened == Opened::Failed {
             p.counters.auth_failures += 1;
             self.counters.auth_failures += 1;
@@ -314,7 +303,6 @@ impl WanConnection {
             Opened::Previous => self.counters.rx_key_previous += 1,
             Opened::Current | Opened::Failed => {}
         }
-        let plain: &[u8] = plain;
         // Authentic from here on: only now may the packet move any state.
         p.replay.accept(hdr.pn);
         match check_frames(plain) {
@@ -365,19 +353,9 @@ impl WanConnection {
             return;
         }
         let mut copy = bytes.to_vec();
-        let len = copy.len();
-        let (head, rest) = copy.split_at_mut(HEADER_LEN);
-        let (plain, tag) = rest.split_at_mut(len - HEADER_LEN - TAG_LEN);
-        let opened = pending.keys.open(
-            hdr.path,
-            hdr.pn,
-            hdr.key_phase,
-            head,
-            plain,
-            tag,
-            now,
-            Duration::ZERO,
-        );
+        let (opened, _) = pending
+            .keys
+            .open_packet(hdr, &mut copy, now, Duration::ZERO);
         if opened == Opened::Failed {
             self.session.pending_missed(hdr.generation);
             return;

@@ -67,6 +67,18 @@ impl LinkCfg {
             stall: Vec::new(),
         }
     }
+
+    /// A 1.5 ms, 1 Gbit/s path that loses 1 % of packets, reorders 3 %
+    /// (by 0.7 ms) and duplicates 1 %: the rough path the key-update and
+    /// re-handshake tests run over.
+    fn rough() -> LinkCfg {
+        let mut l = LinkCfg::new(us(1500), GBPS);
+        l.loss = 0.01;
+        l.reorder = 0.03;
+        l.reorder_delay = us(700);
+        l.duplicate = 0.01;
+        l
+    }
 }
 
 struct Link {

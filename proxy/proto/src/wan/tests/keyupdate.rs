@@ -107,11 +107,7 @@ fn keep_all(_: &mut Captured) -> Captured {
 fn transfer_across_many_updates_with_loss_reordering_duplication() {
     for cipher in Cipher::ALL {
         let cfg = updating(2, cipher, 200, ms(15));
-        let mut l = LinkCfg::new(us(1500), GBPS);
-        l.loss = 0.01;
-        l.reorder = 0.03;
-        l.reorder_delay = us(700);
-        l.duplicate = 0.01;
+        let mut l = LinkCfg::rough();
         l.jitter = us(100);
         let mut sim = Sim::symmetric(cfg, vec![l.clone(), l], 300);
         let per_flow = if cfg!(debug_assertions) { 500 } else { 5000 };

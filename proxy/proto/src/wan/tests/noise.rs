@@ -127,6 +127,40 @@ impl Pair {
     }
 }
 
+/// The network script of the lossy-handshake tests (here and `rekey`'s):
+/// counts the INITIATIONs (from A) and RESPONSEs (from B) it sees.
+#[derive(Default)]
+pub(super) struct Fates {
+    pub(super) inits: u32,
+    pub(super) resps: u32,
+}
+
+impl Fates {
+    /// The delays after which copies of `bytes`, sent by end `from`, arrive
+    /// (none: lost). INITIATIONs (`init_len` bytes): the first two lost,
+    /// the third delayed behind the fourth, then each one arrives three
+    /// times; RESPONSEs: the first lost, then each arrives three times, out
+    /// of order; anything else arrives once.
+    pub(super) fn delays(&mut self, from: usize, bytes: &[u8], init_len: usize) -> Vec<Duration> {
+        if from == 0 && bytes.len() == init_len {
+            self.inits += 1;
+            match self.inits {
+                1 | 2 => vec![],
+                3 => vec![ONE_WAY * 20],
+                _ => vec![ONE_WAY, ONE_WAY * 2, ONE_WAY * 3],
+            }
+        } else if from == 1 && bytes.len() == RESP_LEN {
+            self.resps += 1;
+            match self.resps {
+                1 => vec![],
+                _ => vec![ONE_WAY * 4, ONE_WAY, ONE_WAY * 2],
+            }
+        } else {
+            vec![ONE_WAY]
+        }
+    }
+}
+
 pub(super) fn message() -> TwinMsg {
     TwinMsg::Request {
         carry: Carry::Reliable,
@@ -142,33 +176,15 @@ fn handshake_survives_loss_duplication_and_reordering() {
     for psk in [None, Some(KEY)] {
         let (a, b) = configs(psk, 1);
         let mut pair = Pair::new(a, b);
-        let (mut inits, mut resps) = (0, 0);
+        let mut f = Fates::default();
         pair.run(Time::from_millis(2000), &mut |from, bytes| {
-            if !is_hello(bytes) {
-                return vec![ONE_WAY];
-            }
-            if from == 0 && bytes.len() == INIT_LEN {
-                inits += 1;
-                match inits {
-                    // The first two INITIATIONs lost, the third delayed
-                    // behind the fourth, then everything duplicated.
-                    1 | 2 => vec![],
-                    3 => vec![ONE_WAY * 20],
-                    _ => vec![ONE_WAY, ONE_WAY * 2, ONE_WAY * 3],
-                }
-            } else if from == 1 && bytes.len() == RESP_LEN {
-                resps += 1;
-                match resps {
-                    // The first RESPONSE lost, the next three arrive
-                    // three times each, out of order.
-                    1 => vec![],
-                    _ => vec![ONE_WAY * 4, ONE_WAY, ONE_WAY * 2],
-                }
+            if is_hello(bytes) {
+                f.delays(from, bytes, INIT_LEN)
             } else {
                 vec![ONE_WAY]
             }
         });
-        assert!(inits >= 4 && resps >= 2, "{inits} / {resps}");
+        assert!(f.inits >= 4 && f.resps >= 2, "{} / {}", f.inits, f.resps);
         assert!(pair.connected(), "psk {psk:?}: not connected");
         for (side, e) in pair.ends.iter().enumerate() {
             let s = e.stats();
@@ -265,19 +281,7 @@ const POLICY: UpdatePolicy = UpdatePolicy {
 fn opens(keys: &mut SessionKeys, p: &[u8]) -> bool {
     let hdr = Header::decode(p).unwrap();
     let mut b = p.to_vec();
-    let len = b.len();
-    let (head, rest) = b.split_at_mut(HEADER_LEN);
-    let (plain, tag) = rest.split_at_mut(len - HEADER_LEN - TAG_LEN);
-    let o = keys.open(
-        hdr.path,
-        hdr.pn,
-        hdr.key_phase,
-        head,
-        plain,
-        tag,
-        Time::ZERO,
-        Duration::ZERO,
-    );
+    let (o, _) = keys.open_packet(&hdr, &mut b, Time::ZERO, Duration::ZERO);
     o != Opened::Failed
 }
 
@@ -430,11 +434,7 @@ fn key_updates_after_the_handshake() {
         let mut b = a.clone();
         b.is_client = false;
         b.identity = Some(ids().1);
-        let mut l = LinkCfg::new(us(1500), GBPS);
-        l.loss = 0.01;
-        l.reorder = 0.03;
-        l.reorder_delay = us(700);
-        l.duplicate = 0.01;
+        let l = LinkCfg::rough();
         let mut sim = Sim::new(a, b, vec![l.clone(), l.clone()], vec![l.clone(), l], 361);
         transfer(&format!("identity keys, updates, {cipher}"), &mut sim);
         let (sa, sb) = (sim.ends[0].stats(), sim.ends[1].stats());

@@ -5,7 +5,7 @@
 //! replays of an earlier re-handshake and of old datagrams refused and
 //! counted.
 
-use super::noise::{configs, is_hello, message, Pair, ONE_WAY};
+use super::noise::{configs, is_hello, message, Fates, Pair, ONE_WAY};
 use super::*;
 use crate::wan::session::{REKEY_INIT_LEN, RESP_LEN};
 
@@ -40,11 +40,7 @@ fn transfer_across_many_rekeys_with_loss_reordering_duplication() {
                 c.tuning.key_update_packets = 300;
                 c.tuning.key_update_interval = ms(15);
             }
-            let mut l = LinkCfg::new(us(1500), GBPS);
-            l.loss = 0.01;
-            l.reorder = 0.03;
-            l.reorder_delay = us(700);
-            l.duplicate = 0.01;
+            let l = LinkCfg::rough();
             let mut sim = Sim::new(a, b, vec![l.clone(), l.clone()], vec![l.clone(), l], 362);
             let name = format!("rekey every {interval:?}, {cipher}");
             // Three times the standard transfer: ~400 ms of virtual time.
@@ -100,29 +96,16 @@ fn rekey_messages_lost_duplicated_and_reordered() {
     let mut pair = Pair::new(a, b);
     pair.run(Time::from_millis(30), &mut |_, _| vec![ONE_WAY]);
     assert!(pair.connected());
-    let (mut inits, mut resps) = (0, 0);
+    let mut f = Fates::default();
     let mut recorded: Vec<Vec<u8>> = Vec::new();
     pair.run(Time::from_millis(400), &mut |from, bytes| {
         if from == 0 && bytes.len() == REKEY_INIT_LEN {
-            inits += 1;
             recorded.push(bytes.to_vec());
-            match inits {
-                1 | 2 => vec![],
-                3 => vec![ONE_WAY * 20],
-                _ => vec![ONE_WAY, ONE_WAY * 2, ONE_WAY * 3],
-            }
-        } else if from == 1 && bytes.len() == RESP_LEN {
-            resps += 1;
-            match resps {
-                1 => vec![],
-                _ => vec![ONE_WAY * 4, ONE_WAY, ONE_WAY * 2],
-            }
-        } else {
-            vec![ONE_WAY]
         }
+        f.delays(from, bytes, REKEY_INIT_LEN)
     });
     let (sa, sb) = (pair.ends[0].stats(), pair.ends[1].stats());
-    assert!(inits >= 5 && resps >= 2, "{inits} / {resps}");
+    assert!(f.inits >= 5 && f.resps >= 2, "{} / {}", f.inits, f.resps);
     assert!(sa.rekeys >= 3, "{} re-handshakes", sa.rekeys);
     assert!(sb.rekeys >= sa.rekeys);
     assert!(sa.stale_handshakes > 0, "copies of RESPONSEs seen");
