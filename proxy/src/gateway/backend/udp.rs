@@ -246,3 +246,34 @@ impl DcControl for UdpLab {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the device loop used to read from the variant's fields (hosts
+    /// learned, conflicting senders, refused sends) now comes through
+    /// `DcControl::stats`, the same whichever backend runs.
+    #[test]
+    fn the_lab_backend_reports_its_hosts_and_conflicts_through_stats() {
+        let mut lab = UdpLab::open("127.0.0.1:0".parse().unwrap(), IoMode::Mmsg).unwrap();
+        assert!(lab.describe().starts_with("udp 127.0.0.1:"));
+        let host: IpAddr = "10.1.0.5".parse().unwrap();
+        let first: SocketAddr = "127.0.0.1:4000".parse().unwrap();
+        let other: SocketAddr = "127.0.0.1:4001".parse().unwrap();
+        assert_eq!(DcPort::send(&mut lab, &[0x45; 40], host), TxOutcome::NoPeer);
+        DcPort::learn(&mut lab, host, first);
+        // Another UDP address for the same inner source while the first is
+        // active: not learned, counted.
+        DcPort::learn(&mut lab, host, other);
+        DcPort::learn(&mut lab, host, other);
+        DcPort::learn(&mut lab, "10.1.0.6".parse().unwrap(), other);
+        let s = lab.stats();
+        assert_eq!((s.lab_hosts, s.lab_host_conflicts), (2, 2));
+        assert!(s.socket_io.is_some());
+        assert_eq!((s.mode, s.xdp.tx_packets), ("", 0));
+        // The learned address is where packets for the host go.
+        assert_eq!(DcPort::send(&mut lab, &[0x45; 40], host), TxOutcome::Sent);
+        assert_eq!(lab.staged.last().map(|d| d.dest), Some(first));
+    }
+}
