@@ -24,7 +24,7 @@ use soya_proto::time::Time;
 use soya_proto::wan::PathState;
 
 use super::backend::DcIo;
-use super::ports::{Clock, MonotonicClock};
+use super::ports::{Clock, DcControl, MonotonicClock};
 use super::shard::{self, HandoffRx, HandoffTx};
 use super::snapshot::{
     BufferSnap, DcCounters, EngineCounters, FlowSnap, PathSnap, ShardSnap, Snapshot, TwinStatus,
@@ -106,6 +106,9 @@ pub struct DeviceInfo {
 pub struct Device {
     info: DeviceInfo,
     site: Site,
+    /// Whichever backend runs, seen through [`DcControl`] and
+    /// [`super::ports::DcPort`] only ([`super::backend`] says why this is
+    /// an enum rather than a trait object).
     dc: DcIo,
     socks: WanSockets,
     turn: Turn,
@@ -557,7 +560,7 @@ impl Device {
                 &self.socks.io_stats(s),
             );
         }
-        if let Some(st) = self.dc.io_stats() {
+        if let Some(st) = self.dc.stats().socket_io {
             log_io_stats("dc", "lab", "udp", &st);
         }
         let (ep, wp) = (
@@ -632,11 +635,8 @@ impl Device {
         let flows_total = flows.len();
         flows.sort_by_key(|f| std::cmp::Reverse((f.bytes, f.packets)));
         flows.truncate(MAX_FLOWS);
-        let dc_refused = self.dc.io_stats().map_or(0, |s| s.send_errors);
-        let (lab_hosts, lab_host_conflicts) = match &self.dc {
-            DcIo::Udp(u) => (self.dc.peers() as u64, u.peer_conflicts),
-            DcIo::Tun(_) | DcIo::Xdp(_) => (0, 0),
-        };
+        let dcs = self.dc.stats();
+        let dc_refused = dcs.send_refused;
         let state = if state == "running" && site.is_draining() {
             "draining"
         } else {
@@ -655,9 +655,9 @@ impl Device {
             insecure: self.info.insecure,
             policy: self.info.policy.clone(),
             dc: DcCounters {
-                lab_hosts,
-                lab_host_conflicts,
-                rx_kernel_drops: self.dc.kernel_drops(),
+                lab_hosts: dcs.lab_hosts,
+                lab_host_conflicts: dcs.lab_host_conflicts,
+                rx_kernel_drops: dcs.kernel_drops,
                 tx_packets: dcc.tx_packets.saturating_sub(dc_refused),
                 tx_errors: dcc.tx_errors + dc_refused,
                 ..dcc.clone()
@@ -734,16 +734,16 @@ impl Device {
                 handoff_dropped: dcc.handoff_dropped,
                 slots_used: occ.slots_used as u64,
                 alarm: self.alarm.clone(),
-                dc_mode: self.dc.xdp_mode().unwrap_or_default().into(),
+                dc_mode: dcs.mode.into(),
                 turns: self.turns,
-                xdp_tx_in_place: self.dc.xdp_stats().map_or(0, |x| x.tx_in_place),
-                xdp_tx_busy_copied: self.dc.xdp_stats().map_or(0, |x| x.tx_busy_copied),
+                xdp_tx_in_place: dcs.xdp.tx_in_place,
+                xdp_tx_busy_copied: dcs.xdp.tx_busy_copied,
                 xdp_lend_empty: site.wan().pool_stats().lend_empty,
-                xdp_rx_in_place: self.dc.xdp_stats().map_or(0, |x| x.rx_in_place),
-                xdp_rx_gathered_break: self.dc.xdp_stats().map_or(0, |x| x.rx_gathered_break),
-                xdp_rx_gathered_full: self.dc.xdp_stats().map_or(0, |x| x.rx_gathered_full),
-                xdp_tx_held: self.dc.xdp_stats().map_or(0, |x| x.tx_held),
-                xdp_tx_unresolved_dropped: self.dc.xdp_stats().map_or(0, |x| x.tx_no_neighbour),
+                xdp_rx_in_place: dcs.xdp.rx_in_place,
+                xdp_rx_gathered_break: dcs.xdp.rx_gathered_break,
+                xdp_rx_gathered_full: dcs.xdp.rx_gathered_full,
+                xdp_tx_held: dcs.xdp.tx_held,
+                xdp_tx_unresolved_dropped: dcs.xdp.tx_no_neighbour,
             }],
         }
     }

@@ -28,7 +28,8 @@
 //! # Modules
 //!
 //! [`ports`] (the I/O traits a shard's turn is written against),
-//! [`backend`] (DC side: udp lab, tun), [`wanio`] (WAN sockets),
+//! [`backend`] (DC side: udp lab, tun, xdp; one file each behind the
+//! [`ports`] traits), [`wanio`] (WAN sockets),
 //! [`turn`] (one turn of a device loop), [`device`], [`snapshot`],
 //! [`metrics`], [`control`], [`control_plane`], [`reload`] (SIGHUP diff), [`logging`],
 //! [`signals`], [`soya_io::sys`] (the system calls).
@@ -624,7 +625,7 @@ impl Gateway {
                 )));
             }
             let mut site = Site::new(params, Time::ZERO, Box::new(device::session_nonce));
-            if let Some(source) = dc.lend_source() {
+            if let Some(source) = ports::DcControl::lend_source(&dc) {
                 // Packets from the WAN are decoded into the UMEM they are
                 // sent toward the DC from (issue 16: one copy per packet).
                 site.set_lender(source);
