@@ -35,6 +35,12 @@
 #   --out DIR       output directory (default target/interop/<matrix>)
 #   --rtts L --losses L --modes L --tests L --dur S   override the matrix
 #   --policy P      pseudo_ack.policy of the gateways (edge, strict, off)
+#   --restart       RTT 30, loss 0, through Sōya only: ib_write_bw (3,000 x 64 KiB WRITEs) and
+#                   rping -V (400 pings) from site A; once traffic flows, kill -9 the far gateway
+#                   (gwB) and restart it at once with the same config (issue 35). Tests
+#                   restart_write, restart_rping. Writes OUT/restart.tsv and OUT/restart/.
+#                   Exit 0 when every client and server ended with status 0 (rping: all pings
+#                   verified, no disconnect).
 #   --twin-timeout D  wan.twin_timeout of the gateways (default with --twin-lost: 3s; else the config default)
 #   --qp-timeout N  perftest -u N (QP ACK timeout 4.096 us x 2^N; perftest's default 14 = 67 ms
 #                   is shorter than RTTs above ~60 ms: use 18 = 1.07 s there)
@@ -60,6 +66,7 @@ while [ $# -gt 0 ]; do
     --quick) MATRIX=quick ;;
     --reduced) MATRIX=reduced ;;
     --twin-lost) MATRIX=twin ;;
+    --restart) MATRIX=restart ;;
     --twin-timeout) TWIN_TIMEOUT=$2; shift ;;
     --full) MATRIX=full ;;
     --out) OUT=$2; shift ;;
@@ -99,6 +106,9 @@ case $MATRIX in
   twin)    d_rtts=30; d_losses=0; d_modes=soya
            d_tests=twin_rping_far,twin_pingpong_far,twin_rping_near,twin_pingpong_near
            TWIN_TIMEOUT=${TWIN_TIMEOUT:-3s} ;;
+  restart) d_rtts=30; d_losses=0; d_modes=soya; d_tests=restart_write,restart_rping
+           RPING_SIZE=${RPING_SIZE:-8192}
+           [ "$QPT" = 0 ] && QPT=16 ;;
 esac
 RTTS=${RTTS:-$d_rtts}; LOSSES=${LOSSES:-$d_losses}; MODES=${MODES:-$d_modes}
 TESTS=${TESTS:-$d_tests}; DUR=${DUR:-5}; RPING_SIZE=${RPING_SIZE:-1024}
@@ -176,6 +186,15 @@ if [ $MATRIX = twin ]; then
   vrc=0
   awk -F'\t' 'NR>1 && $3=="far" && $2!="rpingdreq" && $7!="ERROR-EXIT" && !($2=="rping" && $7=="EXIT-OK" && $8 ~ /DISCONNECT/) {bad=1} END{exit bad}' "$OUT/twin.tsv" || vrc=1
   stamp "done: $OUT (twin-lost verdict rc=$vrc)"
+  exit $vrc
+fi
+if [ $MATRIX = restart ]; then
+  [ -s "$OUT/restart.tsv" ] || { echo "interop.sh: no restart.tsv" >&2; exit 1; }
+  column -t -s "$(printf '\t')" "$OUT/restart.tsv" 2>/dev/null || cat "$OUT/restart.tsv"
+  vrc=0
+  awk -F'\t' 'NR>1 && $7!="OK" {bad=1} END{exit bad || NR<2}' "$OUT/restart.tsv" || vrc=1
+  [ $VM_OK = 1 ] || vrc=1
+  stamp "done: $OUT (restart verdict rc=$vrc)"
   exit $vrc
 fi
 [ -s "$OUT/results.tsv" ] || { echo "interop.sh: no results" >&2; exit 1; }

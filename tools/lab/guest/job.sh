@@ -8,7 +8,7 @@
 #   soya.tests=LIST  (see run_test)  soya.dur=5
 # Results: $OUT/results.tsv, $OUT/perf/*.log, $OUT/gw/*, $OUT/dmesg.txt
 arg() { sed -n "s/.*soya\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
-LAB=$(arg lab); . "$LAB/guest/lib.sh"; . "$LAB/guest/twin.sh"; . "$LAB/guest/nvme.sh"
+LAB=$(arg lab); . "$LAB/guest/lib.sh"; . "$LAB/guest/twin.sh"; . "$LAB/guest/restart.sh"; . "$LAB/guest/nvme.sh"
 BIN=$(arg bin); SOYA=$BIN/soya
 RTTS=$(arg rtts); RTTS=${RTTS:-0,3,30}
 LOSSES=$(arg losses); LOSSES=${LOSSES:-0,0.1}
@@ -201,6 +201,11 @@ case $TESTS in
     MODE=soya RTT=${RTTS%%,*} LOSS=${LOSSES%%,*}
     wan "$RTT" "$LOSS"
     twin_run "$TESTS"
+    MODES= ;;
+  restart_*)  # interop.sh --restart: the far gateway killed and restarted (restart.sh)
+    MODE=soya RTT=${RTTS%%,*} LOSS=${LOSSES%%,*}
+    wan "$RTT" "$LOSS"
+    restart_run "$TESTS"
     MODES= ;;
 esac
 for MODE in ${MODES//,/ }; do
