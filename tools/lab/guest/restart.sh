@@ -81,9 +81,9 @@ restart_case() {  # tool[_control]
     # files are <case>.dcB.pcap0..3, oldest first by time stamps)
     local cap=""
     if [ "${RS_CAPTURE:-1}" != 0 ]; then
-      ip netns exec gwB tcpdump -U -ni dcB -s 128 -C 1 -W 4 -w "$OUT/restart/$c.dcB.pcap" udp port 4791 > /dev/null 2>&1 &
+      ip netns exec gwB tcpdump -Z root -U -ni dcB -s 128 -C 1 -W 4 -w "$OUT/restart/$c.dcB.pcap" udp port 4791 > /dev/null 2>&1 &
       cap="$!"
-      ip netns exec gwA tcpdump -U -ni dcA -s 128 -C 1 -W 4 -w "$OUT/restart/$c.dcA.pcap" udp port 4791 > /dev/null 2>&1 &
+      ip netns exec gwA tcpdump -Z root -U -ni dcA -s 128 -C 1 -W 4 -w "$OUT/restart/$c.dcA.pcap" udp port 4791 > /dev/null 2>&1 &
       cap="$cap $!"
       sleep 1
     fi
