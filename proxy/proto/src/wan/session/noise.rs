@@ -32,8 +32,9 @@
 //! starts over with a new ephemeral key.
 //!
 //! A server without a session sends *probes* (a PSK-style HELLO: the body
-//! under the PSK MAC, or a CRC without a PSK): a client whose confirmed
-//! session has another server nonce (the server restarted) initiates anew.
+//! under the PSK MAC, or a CRC without a PSK): a client whose session has
+//! another server nonce (the server restarted) initiates anew; a probe
+//! with the nonce of the client's session, confirmed or not, is stale.
 //! A probe moves no keys; a forged one costs the client one INITIATION,
 //! and the genuine server's answer to it, for the confirmed server nonce,
 //! is stale: the session stands.
@@ -477,7 +478,16 @@ impl Session {
             .as_ref()
             .and_then(|n| n.initiation.as_ref())
             .is_some_and(|i| !i.is_done());
-        let current = self.confirmed && self.peer.as_ref().is_some_and(|p| p.nonce == h.nonce);
+        // A probe from the server nonce of our session is stale even before
+        // the session is confirmed: the server probed before our
+        // INITIATION reached it, and the probe arrived after its RESPONSE
+        // (a race of a few milliseconds at start-up). Initiating again
+        // would replace a session both sides just made with a second one
+        // of the same generation, which the twin reports as a restart and
+        // which resets every flow. A server that really lost our pending
+        // keys keeps probing, and `on_noise_round` starts over after
+        // `UNCONFIRMED_ROUNDS` rounds.
+        let current = self.peer.as_ref().is_some_and(|p| p.nonce == h.nonce);
         if current {
             return HelloVerdict::Stale;
         }
