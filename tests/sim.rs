@@ -5,6 +5,7 @@
 #![deny(unsafe_code)]
 
 use soya_tools::rc::hw::EndpointModel;
+use soya_tools::sim::oversub::oversubscribed_scenario;
 use soya_tools::sim::scenario::{run, Op, Scenario};
 use soya_tools::sim::sweep::{sweep, SweepConfig, SweepTotals};
 
@@ -94,6 +95,25 @@ fn randomized_scenarios_keep_every_invariant_with_frequent_key_updates() {
 #[test]
 fn oversubscribed_scenarios_keep_every_invariant() {
     oversubscribed_sweeps((1, 1_500), (100_001, 500));
+}
+
+/// The two least fair over-subscribed runs of rxe seeds 1–1,500 before
+/// the ingress counted a requester's dropped packets in its window
+/// (`PseudoAcker::note_dropped`): strict policy, one window per 256 KiB
+/// message, a QP at 0.05 (seed 240) and 0.03 (seed 334) of an equal share.
+/// Each QP that hit the hard limit looked stopped at the packets admitted
+/// before the drop, half its window; promised that half after its NAK,
+/// its resend overran the room promised to the others' resends, which were
+/// dropped again, and one QP lost round after round. Now 0.91 each.
+#[test]
+fn a_requester_whose_window_was_dropped_gets_its_share() {
+    for seed in [240, 334] {
+        let s = oversubscribed_scenario(seed, EndpointModel::Rxe);
+        let o = run(&s).unwrap();
+        assert!(o.violations.is_empty(), "seed {seed}: {:?}", o.violations);
+        let share = o.min_share.expect("judged");
+        assert!(share >= 0.5, "seed {seed}: {:?}", o.unfair);
+    }
 }
 
 /// 1,000 more of each, other seeds than the test above:

@@ -410,6 +410,11 @@ impl PseudoAcker {
             self.on_duplicate(p, out);
             return None;
         }
+        if psn.after(expected) {
+            // Dropped below (a gap before it), but sent: the requester's
+            // window reaches at least this far.
+            self.note_dropped(psn, expected, now, buf);
+        }
         if psn.after(expected) && self.read_slack.is_some() {
             // Beyond our guess of a READ's span: the READ was longer, or a
             // packet after it was lost; until its span is known we cannot
@@ -445,6 +450,7 @@ impl PseudoAcker {
                 // at the debt again, and its requester would hear nothing
                 // until its ACK timeout (sweep seed 334).
                 self.stats.backpressure_drops += 1;
+                self.note_dropped(psn, expected, now, buf);
                 self.nak_sent = true;
                 self.nak_owed = true;
                 self.maybe_cnp(now, out);
