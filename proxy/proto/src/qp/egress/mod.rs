@@ -890,8 +890,13 @@ impl Reinjector {
                         // in the raw phase is the requester's to fill, and
                         // is waited for longer).
                         if self.stalled_out(now) {
-                            self.stats.gave_up += 1;
-                            return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
+                            return self.give_up(
+                                now,
+                                psn,
+                                "sequence NAKs without progress",
+                                buf,
+                                out,
+                            );
                         }
                         self.cwnd = (self.cwnd / 2).max(MIN_CWND);
                         self.go_back(psn);
@@ -903,8 +908,7 @@ impl Reinjector {
                         self.progress_at = now;
                         let since = *self.rnr_since.get_or_insert(now);
                         if now.since(since) >= self.tuning.rnr_give_up {
-                            self.stats.gave_up += 1;
-                            return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
+                            return self.give_up(now, psn, "RNR NAKs for dc.rnr_give_up", buf, out);
                         }
                         self.go_back(psn);
                         self.last_rnr = Some(psn);
@@ -932,6 +936,33 @@ impl Reinjector {
     }
 
     /// Gives up on this half and tells the twin.
+    /// Fails the half because the local responder made no progress for
+    /// as long as we wait (`dc.give_up_after`, `dc.rnr_give_up`): the
+    /// requester gets an error completion through the twin. Logged, with
+    /// what the responder last showed: the one event of a flow's life an
+    /// operator must be able to find without counters.
+    pub(super) fn give_up(
+        &mut self,
+        now: Time,
+        psn: Psn,
+        why: &'static str,
+        buf: &mut DeepBuffer,
+        out: &mut Outbox,
+    ) {
+        self.stats.gave_up += 1;
+        tracing::warn!(
+            half = %self.key,
+            psn = psn.value(),
+            why,
+            since_progress_ms = now.since(self.progress_at).as_millis() as u64,
+            timeouts = self.stats.timeouts,
+            srtt_us = self.srtt.map_or(0, |d| d.as_micros() as u64),
+            queued = self.queue.len(),
+            "the local responder made no progress: failing the flow toward its requester"
+        );
+        self.fail(psn, NakCode::RemoteOperationalError, buf, out);
+    }
+
     fn fail(&mut self, psn: Psn, code: NakCode, buf: &mut DeepBuffer, out: &mut Outbox) {
         if !self.failed {
             self.plan_at_failure = self.poison_plan();

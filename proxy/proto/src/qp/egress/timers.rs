@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::{Reinjector, RtoRecovery, QUEUE_MIN_CWND, RAW_WAIT_LIMIT, RTO_CWND};
 use crate::buffer::DeepBuffer;
 use crate::qp::outbox::{HeldRef, Outbox, Output};
-use crate::roce::{set_ack_req, NakCode, Psn};
+use crate::roce::{set_ack_req, Psn};
 use crate::time::Time;
 
 impl Reinjector {
@@ -110,9 +110,8 @@ impl Reinjector {
                 return;
             }
             if self.stalled_out(now) {
-                self.stats.gave_up += 1;
                 let psn = self.queue.front().map_or(Psn::new(0), |p| p.psn);
-                return self.fail(psn, NakCode::RemoteOperationalError, buf, out);
+                return self.give_up(now, psn, "retransmission timeouts", buf, out);
             }
             if !self.asking() {
                 // The twin's next packet never came to ask for the ACK of
