@@ -24,6 +24,7 @@ use soya_proto::time::Time;
 use soya_proto::wan::PathState;
 
 use super::backend::DcIo;
+use super::connect_alarm::{ConnectWatch, WanSeen};
 use super::ports::{Clock, DcControl, MonotonicClock};
 use super::shard::{self, HandoffRx, HandoffTx};
 use super::snapshot::{
@@ -41,9 +42,6 @@ const IDLE_WAIT: Duration = Duration::from_millis(250);
 pub const NORMAL_PRIORITY_ENV: &str = "SOYA_NORMAL_PRIORITY";
 /// Handed-over packets taken from each other shard per turn.
 const HANDOFF_BUDGET: usize = 256;
-/// A shard without a session this long after its start says why it thinks
-/// so (the twin runs another shard count, another key, or is down).
-const CONNECT_ALARM: Duration = Duration::from_secs(5);
 /// How long a drain may take.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -119,8 +117,8 @@ pub struct Device {
     shard: ShardCtx,
     /// Per shard: packets were handed to it this turn (wake it).
     woke: Vec<bool>,
-    /// Why this shard has no session, once it has looked long enough.
-    alarm: String,
+    /// Why this shard has no session, once it has had none long enough.
+    connect: ConnectWatch,
     next_check: Instant,
     /// Wake-ups of the loop ([`ShardSnap::turns`]).
     turns: u64,
@@ -182,9 +180,9 @@ impl Device {
             draining: None,
             backend,
             woke: vec![false; shard.count],
+            connect: ConnectWatch::new(shard.index, shard.count, Instant::now()),
             shard,
-            alarm: String::new(),
-            next_check: Instant::now() + CONNECT_ALARM,
+            next_check: Instant::now() + Duration::from_secs(1),
             turns: 0,
         }
     }
@@ -375,43 +373,23 @@ impl Device {
         }
     }
 
-    /// Once a second while there is no session: after [`CONNECT_ALARM`],
-    /// says (once) what the counters suggest.
+    /// Once a second: a shard without a session for [`connect_alarm::CONNECT_ALARM`](super::connect_alarm::CONNECT_ALARM)
+    /// says (once) what the counters suggest (`connect_alarm`).
     fn check_connected(&mut self) {
         let now = Instant::now();
         if now < self.next_check {
             return;
         }
         self.next_check = now + Duration::from_secs(1);
-        if self.site.is_connected() {
-            self.alarm.clear();
-            return;
-        }
-        if !self.alarm.is_empty() {
-            return;
-        }
-        let (i, n) = (self.shard.index, self.shard.count);
         let st = self.site.wan().stats();
-        let heard = st.paths.iter().any(|p| p.counters.packets_received > 0);
-        let alarm = if st.auth_failures > 0 {
-            format!(
-                "shard {i}/{n}: no session with the twin after {} s, and the twin's HELLOs fail \
-                 authentication: the twin runs a different gateway.shards (this side: {n}) or \
-                 another wan key",
-                CONNECT_ALARM.as_secs()
-            )
-        } else if !heard && n > 1 {
-            format!(
-                "shard {i}/{n}: no session with the twin after {} s, and nothing ever came from \
-                 its ports + {i}: the twin runs fewer shards than gateway.shards = {n} here, is \
-                 down, or a firewall blocks those ports",
-                CONNECT_ALARM.as_secs()
-            )
-        } else {
-            return;
+        let seen = WanSeen {
+            connected: self.site.is_connected(),
+            auth_failures: st.auth_failures,
+            heard: st.paths.iter().any(|p| p.counters.packets_received > 0),
         };
-        tracing::error!("{alarm}");
-        self.alarm = alarm;
+        if let Some(alarm) = self.connect.check(now, seen) {
+            tracing::error!("{alarm}");
+        }
     }
 
     fn path_name(&self, i: usize) -> &str {
@@ -733,7 +711,7 @@ impl Device {
                 handoff_in: dcc.handoff_in,
                 handoff_dropped: dcc.handoff_dropped,
                 slots_used: occ.slots_used as u64,
-                alarm: self.alarm.clone(),
+                alarm: self.connect.alarm().to_owned(),
                 dc_mode: dcs.mode.into(),
                 turns: self.turns,
                 xdp_tx_in_place: dcs.xdp.tx_in_place,

@@ -52,6 +52,7 @@
 //! ([`soya_proto::site`], docs/semantics.md).
 
 pub mod backend;
+pub mod connect_alarm;
 pub mod control;
 pub mod control_plane;
 pub mod device;
