@@ -113,7 +113,11 @@ impl PseudoAcker {
     /// other flows' resends, which were dropped in turn: the over-subscribed
     /// sweep's least fair runs (seed 240: one QP at 0.05 of an equal
     /// share). PSNs, not slots, beyond `expected`: a dropped READ's span
-    /// is not known, and rxe's window is counted in PSNs too.
+    /// is not known, and rxe's window is counted in PSNs too. At most the
+    /// flow's quota, as the admitted packets alone could ever show: a
+    /// packet with a bogus PSN far ahead would otherwise make the flow
+    /// promise itself millions of slots, and every other flow's pseudo-ACK
+    /// wait for room that is never coming.
     pub(super) fn note_dropped(
         &mut self,
         psn: Psn,
@@ -123,7 +127,8 @@ impl PseudoAcker {
     ) {
         let beyond = psn.diff(expected);
         if beyond >= 0 {
-            self.note_window(self.past_ack() + beyond as usize + 1, now, buf);
+            let used = (self.past_ack() + beyond as usize + 1).min(buf.per_flow_slots());
+            self.note_window(used, now, buf);
         }
     }
 
