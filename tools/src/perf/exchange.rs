@@ -189,15 +189,11 @@ impl Control {
                 ));
             }
             self.stream.set_read_timeout(Some(left))?;
-            match self.fill() {
+            // A read timeout (the deadline check above decides) or an
+            // interrupted read: loop.
+            match soya_io::sys::nonblocking(|| self.fill()) {
                 Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) => {}
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => {}
                 Err(e) => return Err(e),
             }
         }
@@ -210,13 +206,10 @@ impl Control {
         }
         if !self.eof {
             self.stream.set_nonblocking(true)?;
-            loop {
-                match self.fill() {
-                    Ok(0) => break,
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
+            // Until the socket is drained (or closed).
+            while let Some(n) = soya_io::sys::nonblocking(|| self.fill())? {
+                if n == 0 {
+                    break;
                 }
             }
         }

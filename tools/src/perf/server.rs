@@ -2,7 +2,6 @@
 //! the QPs asked for, answers the traffic until the client says done, and
 //! reports what its memory verification found.
 
-use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
@@ -110,18 +109,17 @@ impl Server {
             .set_nonblocking(deadline.is_some())
             .map_err(|e| PerfError::Failed(format!("listener: {e}")))?;
         loop {
-            match self.listener.accept() {
-                Ok((s, _)) => {
+            match soya_io::sys::nonblocking(|| self.listener.accept()) {
+                Ok(Some((s, _))) => {
                     let _ = s.set_nonblocking(false);
                     return Ok(Control::new(s));
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                Ok(None) => {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         return Err(PerfError::Failed("no client came".into()));
                     }
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(PerfError::Failed(format!("accept: {e}"))),
             }
         }

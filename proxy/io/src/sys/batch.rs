@@ -131,21 +131,22 @@ impl RecvBatch {
             h.msg_flags = 0;
             self.hdrs[i].msg_len = 0;
         }
-        let r = libc::recvmmsg(
-            fd,
-            self.hdrs.as_mut_ptr(),
-            n as libc::c_uint,
-            libc::MSG_DONTWAIT,
-            std::ptr::null_mut(),
-        );
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-                _ => Err(e),
-            };
-        }
-        let got = r as usize;
+        let hdrs = self.hdrs.as_mut_ptr();
+        let got = super::nonblocking(|| {
+            let r = libc::recvmmsg(
+                fd,
+                hdrs,
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            );
+            if r < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(r as usize)
+            }
+        })?
+        .unwrap_or(0);
         for (i, m) in meta.iter_mut().enumerate().take(got) {
             let len = self.hdrs[i].msg_len as usize;
             let h = &mut self.hdrs[i].msg_hdr;

@@ -7,10 +7,13 @@
 //! ([`crate::xdp`], beside it in this crate) lives under this module.
 
 pub mod batch;
+mod retry;
 pub mod tun_vnet;
 pub mod udpio;
 #[cfg(feature = "io-uring")]
 pub mod uring;
+
+pub use retry::{nonblocking, not_now};
 
 use std::fs::File;
 use std::io;
@@ -497,24 +500,15 @@ pub fn set_tx_checksum(name: &str, on: bool) -> io::Result<()> {
 
 /// Reads one packet; `Ok(None)` when none is waiting.
 pub fn read_packet(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
-    // SAFETY: a valid buffer of the given length.
-    let r = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-    read_result(r)
-}
-
-/// What a non-blocking `read`/`readv` that returned `r` means: the bytes
-/// read, `None` when nothing was waiting (or a signal interrupted it: the
-/// loop polls again), or the error. Call it right after the syscall, before
-/// anything can change `errno`.
-pub(crate) fn read_result(r: isize) -> io::Result<Option<usize>> {
-    if r >= 0 {
-        return Ok(Some(r as usize));
-    }
-    let e = io::Error::last_os_error();
-    match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
-        _ => Err(e),
-    }
+    nonblocking(|| {
+        // SAFETY: a valid buffer of the given length.
+        let r = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if r >= 0 {
+            Ok(r as usize)
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    })
 }
 
 /// Reads one packet into the spare capacity of `v` (after its contents),
@@ -570,11 +564,17 @@ fn readv2(fd: RawFd, at: *mut u8, room: usize, overflow: &mut [u8]) -> io::Resul
             iov_len: overflow.len(),
         },
     ];
-    // SAFETY: both iovecs describe memory the caller owns for the call's
-    // duration (`room` writable bytes at `at`, possibly uninitialised, and
-    // `overflow`).
-    let r = unsafe { libc::readv(fd, iov.as_ptr(), 2) };
-    read_result(r)
+    nonblocking(|| {
+        // SAFETY: both iovecs describe memory the caller owns for the
+        // call's duration (`room` writable bytes at `at`, possibly
+        // uninitialised, and `overflow`).
+        let r = unsafe { libc::readv(fd, iov.as_ptr(), 2) };
+        if r >= 0 {
+            Ok(r as usize)
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    })
 }
 
 fn write_once(fd: RawFd, buf: &[u8]) -> io::Result<()> {
@@ -597,14 +597,11 @@ pub fn write_packet(fd: RawFd, buf: &[u8]) -> io::Result<()> {
 /// then gives up on the packet (a tun device full for that long is
 /// congested: the packet counts as dropped, the loop must not stall).
 pub fn write_retrying(fd: RawFd, mut write: impl FnMut() -> io::Result<()>) -> io::Result<()> {
-    loop {
-        match write() {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                wait_writable(fd, Duration::from_millis(1));
-                return write();
-            }
-            r => return r,
+    match nonblocking(&mut write)? {
+        Some(()) => Ok(()),
+        None => {
+            wait_writable(fd, Duration::from_millis(1));
+            write()
         }
     }
 }

@@ -69,7 +69,13 @@ pub fn read_split(fd: RawFd, head: &mut [u8], tail: &mut [u8]) -> io::Result<Opt
             iov_len: tail.len(),
         },
     ];
-    // SAFETY: both iovecs describe memory borrowed mutably for the call.
-    let r = unsafe { libc::readv(fd, iov.as_ptr(), 2) };
-    super::read_result(r)
+    super::nonblocking(|| {
+        // SAFETY: both iovecs describe memory borrowed mutably for the call.
+        let r = unsafe { libc::readv(fd, iov.as_ptr(), 2) };
+        if r >= 0 {
+            Ok(r as usize)
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    })
 }

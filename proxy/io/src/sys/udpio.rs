@@ -574,11 +574,7 @@ impl UdpIo {
         self.stats.recv_calls += 1;
         let r = self.submit_rx(nmsg);
         if r < 0 {
-            let e = io::Error::from_raw_os_error(-r as i32);
-            if !matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-            ) {
+            if !super::not_now(&io::Error::from_raw_os_error(-r as i32)) {
                 // ICMP errors for earlier sends (twin down) land here.
                 self.stats.recv_errors += 1;
             }

@@ -52,14 +52,6 @@ impl Tun {
     }
 }
 
-/// No packet waiting (or a signal): try again at the next readiness.
-fn would_block(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-    )
-}
-
 impl DcPort for Tun {
     /// Up to [`TUN_BATCH`] reads, each into a buffer the site lent when
     /// there is one.
@@ -82,7 +74,7 @@ impl DcPort for Tun {
                         f(DcRx::Borrowed(&buf[..len]), None);
                         continue;
                     }
-                    Err(e) if would_block(&e) => return Ok((n, true)),
+                    Err(e) if sys::not_now(&e) => return Ok((n, true)),
                     Err(e) => return Err(e),
                 }
             };

@@ -462,15 +462,14 @@ pub fn serve(
         .map_err(|e| failed(format!("listener: {e}")))?;
     let deadline = cfg.accept_timeout.map(|t| Instant::now() + t);
     let stream = loop {
-        match listener.accept() {
-            Ok((s, _)) => break s,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+        match soya_io::sys::nonblocking(|| listener.accept()) {
+            Ok(Some((s, _))) => break s,
+            Ok(None) => {
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(failed("no client came"));
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(failed(format!("accept: {e}"))),
         }
     };
