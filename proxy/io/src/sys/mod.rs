@@ -5,9 +5,16 @@
 //! [`batch`] for the WAN emulator and the software RoCE endpoint) and its
 //! io_uring variant. Every `unsafe` of the proxy but AF_XDP's
 //! ([`crate::xdp`], beside it in this crate) lives under this module.
+//!
+//! System calls go through `rustix`'s safe wrappers where it has one; raw
+//! `libc` remains only where rustix has no safe call (the `ifreq` ioctls,
+//! `sigaction`, `sched_setattr`, `unshare`, generic int socket options,
+//! `recvmmsg`/`sendmmsg`, `readv` into uninitialised memory) or where the
+//! public signature hands us `libc` types (`ppoll` over `libc::pollfd`).
+//! Non-blocking "not now" errors are classified in one place, [`retry`].
 
 pub mod batch;
-mod retry;
+pub mod retry;
 pub mod tun_vnet;
 pub mod udpio;
 #[cfg(feature = "io-uring")]
@@ -19,16 +26,12 @@ use std::fs::File;
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::num::NonZeroU64;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// `SO_SNDBUFFORCE` / `SO_RCVBUFFORCE` (asm-generic/socket.h; the same on
-/// x86, arm and riscv): set the buffer beyond `net.core.*mem_max` with
-/// CAP_NET_ADMIN.
-const SO_SNDBUFFORCE: libc::c_int = 32;
-const SO_RCVBUFFORCE: libc::c_int = 33;
 /// `SO_TIMESTAMPNS` / its control message (asm-generic/socket.h).
 const SO_TIMESTAMPNS: libc::c_int = 35;
 /// `SO_RXQ_OVFL` (asm-generic/socket.h): the socket's drop counter as a
@@ -60,6 +63,19 @@ fn zeroed_vec<T: PlainC>(n: usize) -> Vec<T> {
     vec![unsafe { zeroed() }; n]
 }
 
+/// Lends the descriptor `*fd` to a rustix call. The public functions here
+/// take a `RawFd` (what their callers hold: `sock.as_raw_fd()`, the fds of
+/// a poll set), and rustix wants a `BorrowedFd`; the borrow lives no longer
+/// than the reference to the caller's number, i.e. the call.
+fn borrow(fd: &RawFd) -> BorrowedFd<'_> {
+    // SAFETY: every function of this module that takes a `RawFd` is called
+    // with a descriptor its caller holds open for the call, as the libc
+    // calls these replace required too. Were it closed, the system call
+    // would fail with EBADF (or act on whatever file got the number), as
+    // the libc call did; no memory is at stake either way.
+    unsafe { BorrowedFd::borrow_raw(*fd) }
+}
+
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
         Err(io::Error::last_os_error())
@@ -75,35 +91,21 @@ pub struct EventFd(OwnedFd);
 
 impl EventFd {
     pub fn new() -> io::Result<EventFd> {
-        // SAFETY: plain syscall; the returned fd is owned by us from here on.
-        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
-        // SAFETY: fd is a fresh, valid descriptor nobody else owns.
-        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+        use rustix::event::{eventfd, EventfdFlags};
+        Ok(EventFd(eventfd(
+            0,
+            EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC,
+        )?))
     }
 
     pub fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64. Errors (counter overflow:
-        // already woken) need no handling.
-        unsafe {
-            libc::write(
-                self.0.as_raw_fd(),
-                (&one as *const u64).cast(),
-                std::mem::size_of::<u64>(),
-            )
-        };
+        // Errors (counter overflow: already woken) need no handling.
+        let _ = rustix::io::write(&self.0, &1u64.to_ne_bytes());
     }
 
     pub fn clear(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads at most 8 bytes into a valid u64.
-        unsafe {
-            libc::read(
-                self.0.as_raw_fd(),
-                (&mut v as *mut u64).cast(),
-                std::mem::size_of::<u64>(),
-            )
-        };
+        // Nothing to read (not woken) is fine too.
+        let _ = rustix::io::read(&self.0, &mut [0u8; 8]);
     }
 
     pub fn fd(&self) -> RawFd {
@@ -167,44 +169,36 @@ pub fn sleep_precise(d: Duration) {
 
 /// CLOCK_MONOTONIC in nanoseconds (the same clock as `std::time::Instant`).
 pub fn mono_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
+    clock_ns(rustix::time::ClockId::Monotonic)
 }
 
 /// CLOCK_REALTIME in nanoseconds (the clock of kernel socket timestamps).
 pub fn real_ns() -> u64 {
-    clock_ns(libc::CLOCK_REALTIME)
+    clock_ns(rustix::time::ClockId::Realtime)
 }
 
 /// CPU time of the calling thread in nanoseconds (CLOCK_THREAD_CPUTIME_ID).
 pub fn thread_cpu_ns() -> u64 {
-    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+    clock_ns(rustix::time::ClockId::ThreadCPUTime)
 }
 
-/// CPU time of the whole process, user + system, in seconds (getrusage).
+/// CPU time of the whole process, user + system of all its threads, in
+/// seconds (CLOCK_PROCESS_CPUTIME_ID: the sum getrusage reports, at
+/// nanosecond rather than tick resolution).
 pub fn process_cpu_secs() -> f64 {
-    // SAFETY: an all-zero rusage is valid; getrusage fills the one we pass.
-    let mut u: libc::rusage = unsafe { zeroed() };
-    // SAFETY: RUSAGE_SELF and a live rusage.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(u.ru_utime) + tv(u.ru_stime)
+    clock_ns(rustix::time::ClockId::ProcessCPUTime) as f64 / 1e9
 }
 
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid clock id and a valid out pointer.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
+fn clock_ns(clock: rustix::time::ClockId) -> u64 {
+    let ts = rustix::time::clock_gettime(clock);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Lets this thread's timed waits end within `ns` of their deadline (the
-/// default slack is 50 µs, longer than the WAN's pacing granularity).
+/// default slack is 50 µs, longer than the WAN's pacing granularity); 0
+/// restores the default.
 pub fn set_timer_slack(ns: u64) {
-    // SAFETY: prctl with an integer argument; affects only this thread.
-    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
+    let _ = rustix::thread::set_current_timer_slack(NonZeroU64::new(ns));
 }
 
 /// Keeps freed heap memory in the process instead of handing it back to the
@@ -235,11 +229,8 @@ pub fn raise_thread_priority() -> bool {
 /// Raises the calling thread's CFS priority to `nice` (e.g. -20) if
 /// permitted; it still shares the CPU, but wakes up ahead of ordinary work.
 pub fn set_thread_nice(nice: i32) -> bool {
-    // SAFETY: plain system calls on the calling thread.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0
-    }
+    // On Linux PRIO_PROCESS with a thread id sets that thread's nice only.
+    rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice).is_ok()
 }
 
 #[repr(C)]
@@ -337,21 +328,25 @@ pub fn getsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int) -> io::Re
 
 /// SO_RCVBUFFORCE / SO_SNDBUFFORCE (needs CAP_NET_ADMIN).
 pub fn force_buffers(fd: RawFd, bytes: usize) -> io::Result<()> {
-    let v = bytes.min(i32::MAX as usize) as libc::c_int;
-    setsockopt_int(fd, libc::SOL_SOCKET, SO_RCVBUFFORCE, v)?;
-    setsockopt_int(fd, libc::SOL_SOCKET, SO_SNDBUFFORCE, v)
+    use rustix::net::sockopt;
+    let v = bytes.min(i32::MAX as usize);
+    sockopt::set_socket_recv_buffer_size_force(borrow(&fd), v)?;
+    Ok(sockopt::set_socket_send_buffer_size_force(borrow(&fd), v)?)
 }
 
 /// Large socket buffers (forced beyond `rmem_max` when we are root),
 /// kernel receive timestamps and the kernel's drop counter.
 pub fn tune_udp_socket(fd: RawFd, buf_bytes: usize) {
-    let b = buf_bytes.min(i32::MAX as usize) as libc::c_int;
-    if setsockopt_int(fd, libc::SOL_SOCKET, SO_RCVBUFFORCE, b).is_err() {
-        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, b);
+    use rustix::net::sockopt;
+    let b = buf_bytes.min(i32::MAX as usize);
+    let s = borrow(&fd);
+    if sockopt::set_socket_recv_buffer_size_force(s, b).is_err() {
+        let _ = sockopt::set_socket_recv_buffer_size(s, b);
     }
-    if setsockopt_int(fd, libc::SOL_SOCKET, SO_SNDBUFFORCE, b).is_err() {
-        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, b);
+    if sockopt::set_socket_send_buffer_size_force(s, b).is_err() {
+        let _ = sockopt::set_socket_send_buffer_size(s, b);
     }
+    // rustix has no setter for these two (nor for UDP_SEGMENT / UDP_GRO).
     let _ = setsockopt_int(fd, libc::SOL_SOCKET, SO_TIMESTAMPNS, 1);
     let _ = enable_rxq_ovfl(fd);
 }
@@ -377,12 +372,10 @@ pub fn enable_rxq_ovfl(fd: RawFd) -> bool {
 
 /// IPv6 traffic class (socket2 covers IPv4 TOS only).
 pub fn set_tclass_v6(fd: RawFd, tclass: u8) -> io::Result<()> {
-    setsockopt_int(
-        fd,
-        libc::IPPROTO_IPV6,
-        libc::IPV6_TCLASS,
-        libc::c_int::from(tclass),
-    )
+    Ok(rustix::net::sockopt::set_ipv6_tclass(
+        borrow(&fd),
+        u32::from(tclass),
+    )?)
 }
 
 fn ifreq_named(name: &str) -> io::Result<libc::ifreq> {
@@ -414,20 +407,17 @@ pub fn open_tun_fd(name: &str, tap: bool) -> io::Result<OwnedFd> {
 /// (created if missing) with `flags` (`IFF_TUN`/`IFF_TAP`, `IFF_NO_PI`,
 /// `IFF_VNET_HDR`, ...).
 pub(crate) fn open_tun_with(name: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
     let mut ifr = ifreq_named(name)?;
-    // SAFETY: a C string path and flags.
-    let fd = unsafe {
-        libc::open(
-            c"/dev/net/tun".as_ptr(),
-            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(e.kind(), format!("/dev/net/tun: {e}")));
-    }
-    // SAFETY: a freshly opened descriptor we own (closed on error paths).
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let owned = rustix::fs::open(
+        "/dev/net/tun",
+        OFlags::RDWR | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        let e = io::Error::from(e);
+        io::Error::new(e.kind(), format!("/dev/net/tun: {e}"))
+    })?;
     ifr.ifr_ifru.ifru_flags = flags as libc::c_short;
     // SAFETY: TUNSETIFF reads and writes an ifreq we own.
     if unsafe { libc::ioctl(owned.as_raw_fd(), libc::TUNSETIFF as _, &mut ifr) } < 0 {
@@ -437,6 +427,17 @@ pub(crate) fn open_tun_with(name: &str, flags: libc::c_int) -> io::Result<OwnedF
     Ok(owned)
 }
 
+/// A UDP socket to address interface ioctls to (any socket will do).
+fn ioctl_socket() -> io::Result<OwnedFd> {
+    use rustix::net::{socket_with, AddressFamily, SocketFlags, SocketType};
+    Ok(socket_with(
+        AddressFamily::INET,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?)
+}
+
 /// Opens (or creates) tun device `name` in IFF_TUN | IFF_NO_PI mode,
 /// non-blocking, sets its MTU and queue length (packets the kernel holds
 /// for us to read) and brings it up. Routes are the operator's.
@@ -444,10 +445,7 @@ pub fn open_tun(name: &str, mtu: u32, txqueuelen: u32) -> io::Result<File> {
     let file = File::from(open_tun_fd(name, false)?);
 
     // Interface configuration goes through any socket.
-    // SAFETY: plain syscall; the fd is owned right below.
-    let s = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
-    // SAFETY: fresh descriptor.
-    let sock = unsafe { OwnedFd::from_raw_fd(s) };
+    let sock = ioctl_socket()?;
     let mut req = ifreq_named(name)?;
     req.ifr_ifru.ifru_mtu = mtu.min(65_535) as libc::c_int;
     // SAFETY: SIOCSIFMTU reads an ifreq we own.
@@ -482,10 +480,7 @@ pub fn set_tx_checksum(name: &str, on: bool) -> io::Result<()> {
         data: u32,
     }
     const ETHTOOL_STXCSUM: u32 = 0x17;
-    // SAFETY: plain syscall; the fd is owned right below.
-    let s = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
-    // SAFETY: fresh descriptor.
-    let sock = unsafe { OwnedFd::from_raw_fd(s) };
+    let sock = ioctl_socket()?;
     let mut value = EthtoolValue {
         cmd: ETHTOOL_STXCSUM,
         data: u32::from(on),
@@ -500,15 +495,7 @@ pub fn set_tx_checksum(name: &str, on: bool) -> io::Result<()> {
 
 /// Reads one packet; `Ok(None)` when none is waiting.
 pub fn read_packet(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
-    nonblocking(|| {
-        // SAFETY: a valid buffer of the given length.
-        let r = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        if r >= 0 {
-            Ok(r as usize)
-        } else {
-            Err(io::Error::last_os_error())
-        }
-    })
+    nonblocking(|| Ok(rustix::io::read(borrow(&fd), &mut *buf)?))
 }
 
 /// Reads one packet into the spare capacity of `v` (after its contents),
@@ -578,13 +565,8 @@ fn readv2(fd: RawFd, at: *mut u8, room: usize, overflow: &mut [u8]) -> io::Resul
 }
 
 fn write_once(fd: RawFd, buf: &[u8]) -> io::Result<()> {
-    // SAFETY: a valid buffer of the given length.
-    let r = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
-    if r >= 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    rustix::io::write(borrow(&fd), buf)?;
+    Ok(())
 }
 
 /// Writes one packet (one retry after 1 ms when the device is full).
@@ -726,46 +708,44 @@ pub fn stop_requested() -> bool {
 
 /// Whether this process runs as root (effective uid 0).
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    rustix::process::geteuid().is_root()
 }
 
 /// Clock ticks per second, the unit of the CPU times in `/proc/PID/stat`
 /// (`sysconf(_SC_CLK_TCK)`).
 pub fn clock_ticks_per_sec() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     // Linux reports USER_HZ, 100, everywhere; never below 1.
-    hz.max(1) as u64
+    rustix::param::clock_ticks_per_second().max(1)
 }
 
 /// kill(2): sends `sig` to process `pid`.
 pub fn kill(pid: u32, sig: libc::c_int) -> io::Result<()> {
-    // SAFETY: kill(2) has no memory preconditions.
-    cvt(unsafe { libc::kill(pid as libc::pid_t, sig) }).map(|_| ())
+    use rustix::process::{kill_process, Pid, Signal};
+    // Pid 0 or a negative one would address a process group, not a process.
+    let pid = i32::try_from(pid).ok().and_then(Pid::from_raw);
+    let (Some(pid), Some(sig)) = (pid, Signal::from_named_raw(sig)) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("kill: no process {pid:?} or no signal {sig}"),
+        ));
+    };
+    Ok(kill_process(pid, sig)?)
 }
 
 /// A packet socket (AF_PACKET, SOCK_DGRAM: IP packets without their link
 /// header) bound to device `dev` of the caller's network namespace, seeing
 /// every packet the device sends or receives: a tap on a link (blocking).
 pub fn open_link_tap(dev: &str) -> io::Result<OwnedFd> {
-    let name = std::ffi::CString::new(dev)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a device name"))?;
-    // SAFETY: a NUL-terminated name.
-    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    if ifindex == 0 {
-        return Err(io::Error::last_os_error());
-    }
+    use rustix::net::{socket_with, AddressFamily, Protocol, SocketFlags, SocketType};
     // ETH_P_ALL: only "all protocols" taps see outgoing packets.
     let proto = (libc::ETH_P_ALL as u16).to_be();
-    // SAFETY: socket(2); the fd is owned by the OwnedFd at once.
-    let fd = unsafe {
-        OwnedFd::from_raw_fd(cvt(libc::socket(
-            libc::AF_PACKET,
-            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-            i32::from(proto),
-        ))?)
-    };
+    let fd = socket_with(
+        AddressFamily::PACKET,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC,
+        std::num::NonZeroU32::new(u32::from(proto)).map(Protocol::from_raw),
+    )?;
+    let ifindex = rustix::net::netdevice::name_to_index(&fd, dev)?;
     // SAFETY: an all-zero sockaddr_ll is valid; its fields are set below.
     let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
     sll.sll_family = libc::AF_PACKET as u16;
@@ -785,12 +765,16 @@ pub fn open_link_tap(dev: &str) -> io::Result<OwnedFd> {
 /// Moves the calling thread into the network namespace `ns` (an open
 /// `/var/run/netns/NAME` or `/proc/PID/ns/net`).
 pub fn enter_netns(ns: &File) -> io::Result<()> {
-    // SAFETY: setns on the calling thread with a namespace descriptor.
-    cvt(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) }).map(|_| ())
+    use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
+    Ok(move_into_link_name_space(
+        ns.as_fd(),
+        Some(LinkNameSpaceType::Network),
+    )?)
 }
 
 /// Moves the calling thread into a new network namespace of its own.
 pub fn unshare_netns() -> io::Result<()> {
+    // (rustix's unshare is `unshare_unsafe`: no gain over libc here.)
     // SAFETY: unshare affects only this thread's network namespace.
     cvt(unsafe { libc::unshare(libc::CLONE_NEWNET) }).map(|_| ())
 }
@@ -799,11 +783,13 @@ pub fn unshare_netns() -> io::Result<()> {
 /// reaches the whole process group anyway; this covers `kill PID`).
 pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
     use std::os::unix::process::CommandExt;
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork
-    // and exec.
+    // SAFETY: prctl is async-signal-safe and the closure allocates
+    // nothing; nothing else runs between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            let _ = rustix::process::set_parent_process_death_signal(Some(
+                rustix::process::Signal::TERM,
+            ));
             Ok(())
         })
     }

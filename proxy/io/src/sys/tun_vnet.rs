@@ -3,7 +3,7 @@
 //! packet over whole (one `read`), and one is written back with one
 //! `writev` (headers, then the datagrams' payloads where they lie).
 
-use std::io::{self, IoSlice};
+use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use super::write_retrying;
@@ -40,14 +40,8 @@ pub fn open(name: &str) -> io::Result<OwnedFd> {
 }
 
 fn writev_once(fd: RawFd, iov: &[IoSlice<'_>]) -> io::Result<()> {
-    // SAFETY: IoSlice is ABI-compatible with iovec, and every slice is
-    // borrowed for the call.
-    let r = unsafe { libc::writev(fd, iov.as_ptr().cast(), iov.len() as libc::c_int) };
-    if r >= 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    rustix::io::writev(super::borrow(&fd), iov)?;
+    Ok(())
 }
 
 /// Writes one packet gathered from `iov` (one retry after 1 ms when the
@@ -59,23 +53,6 @@ pub fn writev_packet(fd: RawFd, iov: &[IoSlice<'_>]) -> io::Result<()> {
 /// Reads one packet into `head`, continuing into `tail` (one `readv`): its
 /// length, or `Ok(None)` when none is waiting.
 pub fn read_split(fd: RawFd, head: &mut [u8], tail: &mut [u8]) -> io::Result<Option<usize>> {
-    let iov = [
-        libc::iovec {
-            iov_base: head.as_mut_ptr().cast(),
-            iov_len: head.len(),
-        },
-        libc::iovec {
-            iov_base: tail.as_mut_ptr().cast(),
-            iov_len: tail.len(),
-        },
-    ];
-    super::nonblocking(|| {
-        // SAFETY: both iovecs describe memory borrowed mutably for the call.
-        let r = unsafe { libc::readv(fd, iov.as_ptr(), 2) };
-        if r >= 0 {
-            Ok(r as usize)
-        } else {
-            Err(io::Error::last_os_error())
-        }
-    })
+    let mut iov = [IoSliceMut::new(head), IoSliceMut::new(tail)];
+    super::nonblocking(|| Ok(rustix::io::readv(super::borrow(&fd), &mut iov)?))
 }
