@@ -1,21 +1,22 @@
 //! Batched UDP I/O of the lab tools (the WAN emulator, the software RoCE
 //! endpoint): `recvmmsg` / `sendmmsg` into caller-owned slots, with kernel
 //! receive timestamps, GRO and GSO.
+//!
+//! The GSO grouping and the control messages are [`super::mmsg`]'s, the
+//! same code as the gateway's [`super::udpio`]. What stays here is the
+//! front end the tools need and udpio does not offer: receiving into
+//! buffers the caller lends (the WAN emulator's packet pool, no copy) with
+//! a landing area per message for GRO overflow and the kernel's receive
+//! time, and sending a run to one destination (or a connected peer),
+//! waiting up to 100 ms for room instead of dropping.
 
 use std::io;
 use std::mem::size_of;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use super::{
-    wait_writable, zeroed_vec, RawAddr, SO_RXQ_OVFL, SO_TIMESTAMPNS, UDP_GRO, UDP_SEGMENT,
-};
-
-const SCM_TIMESTAMPNS: libc::c_int = SO_TIMESTAMPNS;
-
-/// Room for `SCM_TIMESTAMPNS` (timespec), `SO_RXQ_OVFL` (u32) and
-/// `UDP_GRO` (int) control messages.
-const CTRL_LEN: usize = 128;
+use super::mmsg::{self, Group, CTRL_LEN};
+use super::{wait_writable, zeroed_vec, RawAddr};
 
 /// What the kernel said about one received datagram.
 #[derive(Clone, Copy, Default, Debug)]
@@ -156,23 +157,12 @@ impl RecvBatch {
                 rx_real_ns: None,
                 segment: None,
             };
-            let mut c = libc::CMSG_FIRSTHDR(h);
-            while !c.is_null() {
-                let data = libc::CMSG_DATA(c);
-                let (level, kind) = ((*c).cmsg_level, (*c).cmsg_type);
-                if level == libc::SOL_SOCKET && kind == SCM_TIMESTAMPNS {
-                    let ts = std::ptr::read_unaligned(data as *const libc::timespec);
-                    m.rx_real_ns = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
-                } else if level == libc::SOL_SOCKET && kind == SO_RXQ_OVFL {
-                    let d = std::ptr::read_unaligned(data as *const u32);
-                    self.kernel_drops = self.kernel_drops.max(u64::from(d));
-                } else if level == libc::SOL_UDP && kind == UDP_GRO {
-                    let g = std::ptr::read_unaligned(data as *const libc::c_int);
-                    if g > 0 && (g as usize) < len {
-                        m.segment = Some(g as usize);
-                    }
-                }
-                c = libc::CMSG_NXTHDR(h, c);
+            // The kernel filled msg_controllen bytes of ctrl[i].
+            let cm = mmsg::rx_cmsgs(h);
+            m.rx_real_ns = cm.rx_real_ns;
+            m.segment = cm.gro_segment.filter(|&g| g < len);
+            if let Some(d) = cm.drops {
+                self.kernel_drops = self.kernel_drops.max(u64::from(d));
             }
         }
         Ok(got)
@@ -187,11 +177,6 @@ impl RecvBatch {
     }
 }
 
-/// Most datagrams per GSO send (the kernel's UDP_MAX_SEGMENTS).
-const GSO_MAX_SEGMENTS: usize = 64;
-/// Most bytes per GSO send (a UDP/IPv6 datagram's payload, with margin).
-const GSO_MAX_BYTES: usize = 65_000;
-
 /// Reusable `sendmmsg` state; with `gso`, runs of equal-size datagrams to
 /// the same place go out as one message each (`UDP_SEGMENT`), which the
 /// kernel splits back into the original datagrams.
@@ -199,8 +184,8 @@ pub struct SendBatch {
     hdrs: Vec<libc::mmsghdr>,
     iovs: Vec<libc::iovec>,
     ctrl: Vec<[u64; CTRL_LEN / 8]>,
-    /// (first packet, packets, segment size) of each message.
-    groups: Vec<(usize, usize, usize)>,
+    /// The GSO messages of the run being sent.
+    groups: Vec<Group>,
     pub gso: bool,
     /// Scratch for [`send_slices`](Self::send_slices).
     pkts: Vec<(*const u8, usize)>,
@@ -227,31 +212,15 @@ impl SendBatch {
         }
     }
 
+    /// One destination for the whole run: only sizes split it.
     fn group(&mut self, pkts: &[(*const u8, usize)]) {
-        self.groups.clear();
-        let mut i = 0;
-        while i < pkts.len() {
-            let seg = pkts[i].1;
-            let mut n = 1;
-            let mut bytes = seg;
-            if self.gso && seg > 0 {
-                // Equal sizes; only the last of a run may be shorter.
-                while i + n < pkts.len()
-                    && n < GSO_MAX_SEGMENTS
-                    && pkts[i + n].1 <= seg
-                    && pkts[i + n].1 > 0
-                    && bytes + pkts[i + n].1 <= GSO_MAX_BYTES
-                {
-                    bytes += pkts[i + n].1;
-                    n += 1;
-                    if pkts[i + n - 1].1 < seg {
-                        break;
-                    }
-                }
-            }
-            self.groups.push((i, n, seg));
-            i += n;
-        }
+        mmsg::group(
+            pkts.len(),
+            |i| pkts[i].1,
+            |_, _| true,
+            self.gso,
+            &mut self.groups,
+        );
     }
 
     /// [`send`](Self::send) of `pkts`.
@@ -297,7 +266,7 @@ impl SendBatch {
         while g0 < self.groups.len() {
             let n = self.groups.len() - g0;
             for j in 0..n {
-                let (first, count, seg) = self.groups[g0 + j];
+                let Group { first, count, seg } = self.groups[g0 + j];
                 let h = &mut self.hdrs[j].msg_hdr;
                 match dest {
                     Some(d) => {
@@ -312,23 +281,11 @@ impl SendBatch {
                 h.msg_iov = self.iovs[first..].as_mut_ptr();
                 h.msg_iovlen = count as _;
                 h.msg_flags = 0;
-                if count > 1 {
-                    let c = self.ctrl[j].as_mut_ptr() as *mut u8;
-                    h.msg_control = c as *mut libc::c_void;
-                    h.msg_controllen = libc::CMSG_SPACE(size_of::<u16>() as u32) as _;
-                    let cm = libc::CMSG_FIRSTHDR(h);
-                    (*cm).cmsg_level = libc::SOL_UDP;
-                    (*cm).cmsg_type = UDP_SEGMENT;
-                    (*cm).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
-                    std::ptr::write_unaligned(libc::CMSG_DATA(cm) as *mut u16, seg as u16);
-                } else {
-                    h.msg_control = std::ptr::null_mut();
-                    h.msg_controllen = 0;
-                }
+                mmsg::set_segment(h, &mut self.ctrl[j], count, seg);
             }
             let r = libc::sendmmsg(fd, self.hdrs.as_mut_ptr(), n as libc::c_uint, 0);
             if r > 0 {
-                for &(first, count, _) in &self.groups[g0..g0 + r as usize] {
+                for &Group { first, count, .. } in &self.groups[g0..g0 + r as usize] {
                     out.sent += count;
                     out.sent_bytes += pkts[first..first + count]
                         .iter()
@@ -340,7 +297,7 @@ impl SendBatch {
                 continue;
             }
             let e = io::Error::last_os_error();
-            let (first, count, _) = self.groups[g0];
+            let Group { first, count, .. } = self.groups[g0];
             match e.raw_os_error() {
                 Some(libc::EINTR) => {}
                 Some(libc::EAGAIN) if stalls < 100 => {

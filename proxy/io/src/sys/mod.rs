@@ -14,6 +14,7 @@
 //! Non-blocking "not now" errors are classified in one place, [`retry`].
 
 pub mod batch;
+mod mmsg;
 pub mod retry;
 pub mod tun_vnet;
 pub mod udpio;
