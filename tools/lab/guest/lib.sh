@@ -213,6 +213,19 @@ gw_stop() {
 
 # ---- rxe hardware counters ----
 CTRS="rcvd_seq_err out_of_seq_request duplicate_request completer_retry_err retry_exceeded_err rcvd_rnr_err rnr_nak_retry_err send_err retry_rnr_exceeded_err ack_deferred link_downed rdma_sends rdma_recvs"
+# Waits until the counter the function COUNTER prints has grown by GOAL
+# from BASE, the client has ended (DONE exists) or TRIES polls STEP seconds
+# apart have passed; prints how much it grew. (restart.sh and twin.sh: the
+# traffic that must flow before a gateway is killed.)
+await_traffic() {  # counter base goal done step tries
+  local i=0
+  while [ $(( $($1) - $2 )) -lt "$3" ]; do
+    sleep "$5"; i=$((i+1))
+    [ -f "$4" ] && break
+    [ $i -gt "$6" ] && break
+  done
+  echo $(( $($1) - $2 ))
+}
 ctr() { cat /sys/class/infiniband/$1/ports/1/hw_counters/$2 2>/dev/null || echo 0; }
 snap_ctrs() { local c; for c in $CTRS; do echo "$c $(ctr rxe0 $c) $(ctr rxe1 $c)"; done; }
 # "name=a/b,..." (rxe0 = hostA / rxe1 = hostB deltas; only nonzero, rdma_sends/recvs left out)

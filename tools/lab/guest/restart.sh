@@ -63,13 +63,7 @@ restart_case() {  # tool[_control]
       ;;
   esac
   # traffic must flow before the kill
-  n=0
-  while [ $(( $(rs_sent) - s0 )) -lt "$RS_TRAFFIC" ]; do
-    sleep 0.2; n=$((n+1))
-    [ -f /tmp/rs.done ] && break
-    [ $n -gt 300 ] && break
-  done
-  n=$(( $(rs_sent) - s0 ))
+  n=$(await_traffic rs_sent "$s0" "$RS_TRAFFIC" /tmp/rs.done 0.2 300)
   if [ -f /tmp/rs.done ] || [ "$n" -lt "$RS_TRAFFIC" ]; then
     note="no traffic before the kill, or the run ended first (sent_pkts +$n)"
     log "$c: $note"

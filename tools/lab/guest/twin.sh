@@ -80,13 +80,8 @@ twin_case() {  # tool victim
       ;;
   esac
   # traffic must flow before the kill
-  t0=$(now); n=0
-  while [ $(( $(tw_sends) - s0 )) -lt "$TW_TRAFFIC" ]; do
-    sleep 0.5; n=$((n+1))
-    [ -f /tmp/tw.done ] && break
-    [ $n -gt 120 ] && break
-  done
-  n=$(( $(tw_sends) - s0 ))
+  t0=$(now)
+  n=$(await_traffic tw_sends "$s0" "$TW_TRAFFIC" /tmp/tw.done 0.5 120)
   if [ -f /tmp/tw.done ] || [ "$n" -lt "$TW_TRAFFIC" ]; then
     note="no traffic before the kill (rdma_sends +$n, client $(cat /tmp/tw.done 2>/dev/null || echo running))"
     log "$c: $note"
