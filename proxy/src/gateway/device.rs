@@ -279,7 +279,7 @@ impl Device {
             self.serve_snapshot();
             self.check_connected();
             if let Some(deadline) = self.draining {
-                if self.is_drained() {
+                if self.is_restartable() {
                     return self.stop(RunOutcome::Drained, started);
                 }
                 if Instant::now() >= deadline {
@@ -459,6 +459,14 @@ impl Device {
                          whose requests it had pseudo-ACKed"
                     );
                 }
+                SiteEvent::TwinRestarting { flows_resumed } => {
+                    tracing::warn!(
+                        flows_resumed,
+                        twin_timeout_secs = self.site.params().twin_timeout.as_secs_f64(),
+                        "the twin drained and closed to RESTART: keeping every flow for its next \
+                         start, which has wan.twin_timeout to answer"
+                    );
+                }
                 SiteEvent::TwinShutDown { flows_failed } => {
                     tracing::warn!(
                         flows_failed,
@@ -493,8 +501,12 @@ impl Device {
         }
     }
 
-    fn is_drained(&self) -> bool {
-        self.site.is_drained() && !self.turn.holds()
+    /// The drain is done: nothing this gateway pseudo-ACKed is
+    /// undelivered and nothing waits for the DC (`Site::is_restartable`).
+    /// What it re-injects for the twin's requesters need not be: the twin
+    /// holds those and resumes them toward the next start.
+    fn is_restartable(&self) -> bool {
+        self.site.is_restartable() && !self.turn.holds()
     }
 
     fn serve_snapshot(&mut self) {
@@ -518,8 +530,14 @@ impl Device {
             );
             self.shared.set_command(Command::Drain);
         }
-        if !matches!(outcome, RunOutcome::Aborted) {
+        if matches!(outcome, RunOutcome::Drained) {
+            // Nothing pseudo-ACKed is undelivered: the twin keeps every
+            // flow for this gateway's next start (`Site::close_for_restart`).
+            self.site.close_for_restart(self.clock.now());
+        } else if !matches!(outcome, RunOutcome::Aborted) {
             self.site.close(self.clock.now());
+        }
+        if !matches!(outcome, RunOutcome::Aborted) {
             for _ in 0..8 {
                 self.turn.release_held(&mut self.socks);
                 self.turn

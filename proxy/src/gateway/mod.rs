@@ -230,7 +230,8 @@ impl Shared {
 /// How the device loop ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RunOutcome {
-    /// Drain finished with nothing left.
+    /// Drain finished: nothing pseudo-ACKed left undelivered; the twin was
+    /// told to keep its flows for the next start (CLOSE "restart").
     Drained,
     /// Drain gave up after [`device::DRAIN_TIMEOUT`] with data left.
     DrainTimeout,
@@ -253,7 +254,9 @@ impl fmt::Display for RunSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &self.snapshot;
         let how = match &self.outcome {
-            RunOutcome::Drained => "drained cleanly".to_string(),
+            RunOutcome::Drained => "drained cleanly (the twin keeps its flows for the next start, \
+                                     up to wan.twin_timeout)"
+                .to_string(),
             RunOutcome::DrainTimeout => format!(
                 "drain TIMED OUT: {} buffered packets, {} waiting messages, {} WAN bytes abandoned",
                 self.buffered_slots_left, self.waiting_left, self.wan_bytes_left

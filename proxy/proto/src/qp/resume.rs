@@ -116,4 +116,52 @@ impl QpEngine {
         st.halves_unresumable += sum.halves_unresumable;
         sum
     }
+
+    /// The twin drained and said CLOSE to restart
+    /// ([`crate::wan::CloseWhy::Restart`]): nothing it pseudo-ACKed was
+    /// still undelivered, so nothing of any QP died with it. Every live
+    /// ingress half resumes toward the next incarnation (a QP with
+    /// requests both ways too), every egress half stays as it is (the next
+    /// incarnation learns its side of the QP again from the requester's
+    /// next packets, as a QP forgotten at one gateway is learned again:
+    /// `qp::engine::expiry`), and nothing is failed, poisoned or told
+    /// orphaned; RDMA-CM connections stay.
+    ///
+    /// `None`, changing nothing, when a live ingress half cannot be resumed
+    /// (the bytes of a request not yet delivered are missing): the caller
+    /// then treats the twin as one that crashed ([`Self::twin_restarted`]).
+    pub fn twin_restarting(&mut self, now: Time) -> Option<RestartSummary> {
+        if self
+            .ingress
+            .values()
+            .any(|a| !a.is_failed() && !a.resumable())
+        {
+            return None;
+        }
+        let mut sum = RestartSummary::default();
+        let mut keys: Vec<HalfKey> = self.ingress.keys().copied().collect();
+        keys.sort();
+        for k in keys {
+            let Some(a) = self.ingress.get_mut(&k) else {
+                continue;
+            };
+            if a.is_failed() {
+                continue;
+            }
+            sum.packets_resent += a.resume(now, &mut self.buffer, &mut self.out);
+            sum.halves_resumed += 1;
+        }
+        let st = &mut self.stats;
+        st.twin_restarts += 1;
+        st.halves_resumed += sum.halves_resumed;
+        st.packets_resent_on_resume += sum.packets_resent;
+        Some(sum)
+    }
+
+    /// Request packets this gateway pseudo-ACKed (or holds for an answer,
+    /// a READ's or an atomic's) that the twin has not yet reported
+    /// delivered: a gateway may say CLOSE to restart only at 0.
+    pub fn held_for_requesters(&self) -> usize {
+        self.ingress.values().map(PseudoAcker::buffered).sum()
+    }
 }

@@ -79,6 +79,10 @@ pub struct TwinCounters {
     /// delivered was sent to its new incarnation again (`qp::resume`).
     #[serde(default)]
     pub flows_resumed_on_restart: u64,
+    /// CLOSEs "restart" from the twin: it drained and restarted, and every
+    /// flow was kept for its next incarnation (issue 35).
+    #[serde(default)]
+    pub twin_restarts_clean: u64,
     pub datagrams_out: u64,
     pub datagrams_in: u64,
     /// WAN datagrams whose addresses the ACL refused.

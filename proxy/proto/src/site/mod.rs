@@ -99,6 +99,13 @@ pub enum SiteEvent {
     TwinShutDown {
         flows_failed: usize,
     },
+    /// The twin drained and closed to restart (CLOSE "restart"): every
+    /// flow is kept, `flows_resumed` ingress halves resume toward its next
+    /// incarnation, which has `wan.twin_timeout` to answer before the twin
+    /// is declared lost.
+    TwinRestarting {
+        flows_resumed: usize,
+    },
     /// No path answered for `wan.twin_timeout` (every path down since
     /// `since`): the twin is lost, its flows were failed, new requests are
     /// refused until it answers again.
@@ -409,6 +416,32 @@ impl Site {
         self.wan.close(now);
     }
 
+    /// Nothing this gateway pseudo-ACKed (or holds for an answer) is still
+    /// undelivered, and nothing waits to go to the data center: what a
+    /// gateway must reach, draining, before it may close to restart
+    /// ([`Self::close_for_restart`]). What it re-injects for the twin's
+    /// requesters need not be done: the twin holds those until they are
+    /// delivered and sends them again to the next incarnation.
+    pub fn is_restartable(&self) -> bool {
+        self.engine.held_for_requesters() == 0 && self.dc_out.is_empty()
+    }
+
+    /// Says CLOSE "restart" to the twin: it keeps every flow and resumes
+    /// them toward this gateway's next incarnation (`qp::resume`), or
+    /// fails them if none answers within `wan.twin_timeout`. Only once
+    /// [`Self::is_restartable`]; otherwise (the drain timed out) a final
+    /// [`Self::close`], and false.
+    pub fn close_for_restart(&mut self, now: Time) -> bool {
+        self.input(now);
+        if !self.is_restartable() {
+            self.close(now);
+            return false;
+        }
+        self.closing = true;
+        self.wan.close_with(now, crate::wan::CloseWhy::Restart);
+        true
+    }
+
     fn settle(&mut self) {
         if self.dirty {
             self.pump();
@@ -593,8 +626,11 @@ impl Site {
                     flows_resumed,
                 });
             }
-            Event::Closed => {
+            Event::Closed { restart } => {
                 if self.closing {
+                    return;
+                }
+                if restart && self.twin_restarting(now) {
                     return;
                 }
                 // The twin shut down. Whatever it had not delivered is gone
@@ -606,6 +642,35 @@ impl Site {
                 self.new_session(now);
             }
         }
+    }
+
+    /// The twin said CLOSE to restart after a clean drain: keep every flow
+    /// for its next incarnation (`QpEngine::twin_restarting`). False,
+    /// changing nothing, when a flow cannot be resumed: the caller then
+    /// fails them all as for a final CLOSE.
+    fn twin_restarting(&mut self, now: Time) -> bool {
+        // The requests the old session still held go back to their halves
+        // (they send them to the next incarnation), with those waiting in
+        // `pending`.
+        self.wan.hand_back_all();
+        while let Some(packet) = self.wan.take_handed_back() {
+            self.engine.take_back(packet);
+        }
+        self.drop_twin_output();
+        let Some(sum) = self.engine.twin_restarting(now) else {
+            return false;
+        };
+        let flows_resumed = sum.halves_resumed as usize;
+        self.tw.flows_resumed_on_restart += flows_resumed as u64;
+        self.tw.twin_restarts_clean += 1;
+        self.events
+            .push_back(SiteEvent::TwinRestarting { flows_resumed });
+        self.new_session(now);
+        // Its next incarnation has `twin_timeout` to answer; if none does,
+        // the twin is lost and its flows fail then.
+        self.twin.await_return(now);
+        self.dirty = true;
+        true
     }
 
     /// Every path has been down for `twin_timeout`.

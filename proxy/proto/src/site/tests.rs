@@ -89,6 +89,7 @@ struct Pair {
     to_requester: Vec<Vec<u8>>,
     to_responder: Vec<Vec<u8>>,
     events_a: Vec<(Time, SiteEvent)>,
+    events_b: Vec<(Time, SiteEvent)>,
     buf: Vec<u8>,
     /// The responder acknowledges every AckReq (else it stays silent).
     auto_ack: bool,
@@ -116,6 +117,7 @@ impl Pair {
             to_requester: Vec::new(),
             to_responder: Vec::new(),
             events_a: Vec::new(),
+            events_b: Vec::new(),
             buf: vec![0; 65_536],
             auto_ack: false,
             answered: 0,
@@ -162,7 +164,9 @@ impl Pair {
                 self.respond(psn, self.answered as u32);
             }
         }
-        while self.b.poll_event().is_some() {}
+        while let Some(ev) = self.b.poll_event() {
+            self.events_b.push((now, ev));
+        }
     }
 
     /// One step to the next arrival or timer.

@@ -427,8 +427,27 @@ struct Outcome {
     requester: Requester,
     stream: Vec<Req>,
     events: Vec<(Time, SiteEvent)>,
+    events_b: Vec<(Time, SiteEvent)>,
     resumed: u64,
     resent: u64,
+}
+
+/// How a gateway restarts mid-stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Restart {
+    /// B (the far gateway) crashes and restarts at once, with no state.
+    FarCrash,
+    /// A planned restart (`systemctl restart`: SIGTERM, drain, CLOSE
+    /// "restart", a new process) of A (`near`) or of B.
+    Planned { near: bool },
+}
+
+/// Where a planned restart is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Before,
+    Draining,
+    Done,
 }
 
 /// Sends `messages` messages of `op` through A and B; once the responder
@@ -436,6 +455,12 @@ struct Outcome {
 /// state), while the rest is on its way. Every `drop_every`-th WAN
 /// datagram is lost (0: none).
 fn run(op: Op, messages: u32, crash_after: usize, drop_every: usize) -> Outcome {
+    run_with(op, messages, Restart::FarCrash, crash_after, drop_every)
+}
+
+/// [`run`] with the restart `restart` once the responder executed `at`
+/// requests.
+fn run_with(op: Op, messages: u32, restart: Restart, at: usize, drop_every: usize) -> Outcome {
     let stream = stream(op, messages);
     let last = stream.last().map(|r| r.psn + r.span - 1).unwrap();
     let mut p = Pair::new();
@@ -443,7 +468,7 @@ fn run(op: Op, messages: u32, crash_after: usize, drop_every: usize) -> Outcome 
     let mut rs = Responder::new();
     let mut rq = Requester::default();
     let mut at_responder = 0;
-    let mut crashed = false;
+    let mut phase = Phase::Before;
     let limit = p.now + Duration::from_secs(30);
     loop {
         // The requester sends what its window allows.
@@ -452,6 +477,21 @@ fn run(op: Op, messages: u32, crash_after: usize, drop_every: usize) -> Outcome 
             rq.next += 1;
         }
         p.drain();
+        if let (Phase::Draining, Restart::Planned { near }) = (phase, restart) {
+            let victim = if near { &mut p.a } else { &mut p.b };
+            if victim.is_restartable() {
+                // The drain is done: CLOSE "restart" goes out, the process
+                // exits, and the new one starts with no state.
+                assert!(victim.close_for_restart(p.now));
+                p.drain();
+                if near {
+                    p.a = site_from(true, 0x7000);
+                } else {
+                    p.b = site_from(false, 0x9000);
+                }
+                phase = Phase::Done;
+            }
+        }
         // The responder answers what B re-injected.
         while at_responder < p.to_responder.len() {
             let pkt = p.to_responder[at_responder].clone();
@@ -464,12 +504,26 @@ fn run(op: Op, messages: u32, crash_after: usize, drop_every: usize) -> Outcome 
             for answer in rs.on_request(&pkt) {
                 p.b.handle_dc(p.now, &answer);
             }
-            if !crashed && rs.executed.len() >= crash_after {
-                // kill -9 and an immediate restart, a new generation: the
-                // answers B just took die with it, what it sent before is
-                // on the wire.
-                crashed = true;
-                p.b = site_from(false, 0x9000);
+            if phase == Phase::Before && rs.executed.len() >= at {
+                match restart {
+                    // kill -9 and an immediate restart, a new generation:
+                    // the answers B just took die with it, what it sent
+                    // before is on the wire.
+                    Restart::FarCrash => {
+                        p.b = site_from(false, 0x9000);
+                        phase = Phase::Done;
+                    }
+                    // SIGTERM: new requests from its DC are refused (the
+                    // requester sends them again), what it holds goes on.
+                    Restart::Planned { near } => {
+                        if near {
+                            p.a.start_drain();
+                        } else {
+                            p.b.start_drain();
+                        }
+                        phase = Phase::Draining;
+                    }
+                }
             }
             p.drain();
         }
@@ -477,7 +531,7 @@ fn run(op: Op, messages: u32, crash_after: usize, drop_every: usize) -> Outcome 
         rq.on_time(p.now, &stream);
         assert_eq!(rq.error_naks, 0, "{op:?}: an error reached the requester");
         let done = rq.acked == Some(last) && rq.next == stream.len();
-        if done && crashed {
+        if done && phase == Phase::Done {
             break;
         }
         assert!(
@@ -510,15 +564,13 @@ fn run(op: Op, messages: u32, crash_after: usize, drop_every: usize) -> Outcome 
         requester: rq,
         stream,
         events: p.events_a.clone(),
+        events_b: p.events_b.clone(),
     }
 }
 
 /// The invariant: nothing lost, duplicated or misordered at either
 /// application, no error, no QP failed, the flow resumed.
 fn check(o: &Outcome) {
-    let rq = &o.requester;
-    let rs = &o.responder;
-    assert_eq!(rq.error_naks, 0, "no error reached the requester");
     let restarted: Vec<_> = o
         .events
         .iter()
@@ -537,6 +589,15 @@ fn check(o: &Outcome) {
         "one restart: nothing failed, one flow resumed"
     );
     assert_eq!(o.resumed, 1);
+    check_applications(o);
+}
+
+/// What the applications saw: every request executed once, in order, with
+/// its bytes; every answer, in order, with its bytes; no error.
+fn check_applications(o: &Outcome) {
+    let rq = &o.requester;
+    let rs = &o.responder;
+    assert_eq!(rq.error_naks, 0, "no error reached the requester");
     // The responder's application: every request once, in order, intact.
     let want: Vec<(u32, Opcode, Vec<u8>)> = o
         .stream
@@ -713,4 +774,75 @@ fn a_qp_with_requests_both_ways_is_not_resumed_and_fails_alone() {
         sent.iter().any(|&(qp, ..)| qp == RS_QPN),
         "the far QP is poisoned"
     );
+}
+
+/// A planned restart of A (`near`) or B mid-stream of `op`: the twin that
+/// stays heard CLOSE "restart" and kept its flows; nothing failed, lost,
+/// duplicated or misordered at either application.
+fn planned(op: Op, messages: u32, near: bool, at: usize, drop_every: usize) -> Outcome {
+    let o = run_with(op, messages, Restart::Planned { near }, at, drop_every);
+    let (victim, survivor_events) = if near {
+        ("A", &o.events_b)
+    } else {
+        ("B", &o.events)
+    };
+    println!(
+        "{op:?}, planned restart of {victim}: {} requests executed once; responder saw {} \
+         duplicates; requester retried {} times",
+        o.responder.executed.len(),
+        o.responder.duplicates,
+        o.requester.retries,
+    );
+    let kept: Vec<usize> = survivor_events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            SiteEvent::TwinRestarting { flows_resumed } => Some(*flows_resumed),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        kept.len(),
+        1,
+        "one CLOSE \"restart\" heard: {survivor_events:?}"
+    );
+    for (_, e) in o.events.iter().chain(&o.events_b) {
+        assert!(
+            !matches!(
+                e,
+                SiteEvent::TwinShutDown { .. }
+                    | SiteEvent::TwinLost { .. }
+                    | SiteEvent::TwinRestarted { .. }
+            ),
+            "nothing failed: {e:?}"
+        );
+    }
+    check_applications(&o);
+    o
+}
+
+#[test]
+fn a_planned_restart_of_the_near_gateway_mid_write_stream_fails_nothing() {
+    let o = planned(Op::Write, 120, true, 40, 0);
+    assert!(o.requester.retries > 0, "the drain refused requests");
+}
+
+#[test]
+fn a_planned_restart_of_the_near_gateway_mid_read_stream_with_wan_loss_fails_nothing() {
+    planned(Op::Read, 60, true, 20, 6);
+}
+
+#[test]
+fn a_planned_restart_of_the_near_gateway_mid_atomic_stream_answers_each_once() {
+    planned(Op::FetchAdd, 60, true, 10, 0);
+}
+
+#[test]
+fn a_planned_restart_of_the_far_gateway_mid_send_stream_with_wan_loss_fails_nothing() {
+    let o = planned(Op::Send, 120, false, 50, 7);
+    assert_eq!(o.resumed, 1, "A resumed its flow toward the new B");
+}
+
+#[test]
+fn a_planned_restart_of_the_far_gateway_mid_read_stream_fails_nothing() {
+    planned(Op::Read, 60, false, 20, 0);
 }

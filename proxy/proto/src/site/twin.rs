@@ -152,6 +152,16 @@ impl TwinWatch {
         Some(TwinChange::Lost { since })
     }
 
+    /// The twin closed to restart: its next incarnation has `twin_timeout`
+    /// to answer, from now, before it is declared lost (a lost twin stays
+    /// lost).
+    pub fn await_return(&mut self, now: Time) {
+        self.up.iter_mut().for_each(|u| *u = false);
+        if !self.state.is_lost() {
+            self.state = TwinState::Unreachable { since: now };
+        }
+    }
+
     /// The WAN session was rebuilt (after a loss or a CLOSE): every path
     /// starts again unproven. A lost twin stays lost until a path is up.
     pub fn restart_paths(&mut self, now: Time) {

@@ -20,6 +20,45 @@ pub enum SendError {
     Closed,
 }
 
+/// Why a gateway says CLOSE: the code of the CLOSE frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CloseWhy {
+    /// It stops (or gave up draining): whatever its twin had in flight
+    /// through it is failed (code 0, "closed").
+    #[default]
+    Final,
+    /// It drained cleanly (nothing it pseudo-ACKed is still undelivered)
+    /// and restarts: its twin keeps every flow and resumes them toward the
+    /// next incarnation, or fails them if none comes within
+    /// `wan.twin_timeout` (code 1, "restart"; issue 35).
+    Restart,
+}
+
+impl CloseWhy {
+    pub const fn code(self) -> u64 {
+        match self {
+            CloseWhy::Final => 0,
+            CloseWhy::Restart => 1,
+        }
+    }
+
+    pub const fn reason(self) -> &'static [u8] {
+        match self {
+            CloseWhy::Final => b"closed",
+            CloseWhy::Restart => b"restart",
+        }
+    }
+
+    /// An unknown code is a final CLOSE: nothing is kept for a twin whose
+    /// intent is not understood.
+    pub const fn from_code(code: u64) -> CloseWhy {
+        match code {
+            1 => CloseWhy::Restart,
+            _ => CloseWhy::Final,
+        }
+    }
+}
+
 /// A datagram to send: `buf[..len]` on path `path`, not before `release_at`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Transmit {
@@ -53,5 +92,10 @@ pub enum Event {
         ours: CipherOffer,
         theirs: CipherOffer,
     },
-    Closed,
+    /// The session ended: the twin said CLOSE (or ours went out).
+    /// `restart`: the CLOSE said the gateway drained cleanly and will be
+    /// back as a new incarnation ([`CloseWhy::Restart`]).
+    Closed {
+        restart: bool,
+    },
 }

@@ -83,7 +83,7 @@ pub use cipher::{aes_hardware, Cipher, CipherOffer, CipherPolicy};
 pub use config::{
     CcKind, PathConfig, Tuning, WanConfig, FLOW_IDLE_MAX, FLOW_IDLE_MIN, PACING_BURST_CAP_PACKETS,
 };
-pub use events::{Event, SendError, Transmit};
+pub use events::{CloseWhy, Event, SendError, Transmit};
 pub use handshake::{public_key, Identity, PATTERN as HANDSHAKE_PATTERN};
 pub use packet::VERSION as PROTOCOL_VERSION;
 pub use path::{PathCounters, PathState};
@@ -173,6 +173,8 @@ pub struct WanConnection {
     other_events: usize,
     state: State,
     close_pending: Vec<bool>,
+    /// What our CLOSE says, once [`Self::close_with`] was called.
+    close_why: CloseWhy,
     hello_next: Time,
     hello_interval: Duration,
     rr: usize,
@@ -271,6 +273,7 @@ impl WanConnection {
             other_events: 0,
             state: State::Open,
             close_pending: vec![false; n],
+            close_why: CloseWhy::Final,
             hello_next: now,
             hello_interval: tuning.hello_interval,
             rr: 0,
@@ -356,6 +359,15 @@ impl WanConnection {
     /// restarts can be sent it again (`qp::resume`); the transport's copy
     /// of the message and the engine's are thus one buffer, handed back,
     /// never copied.
+    /// Gives back every held request's packet this connection still keeps
+    /// for the twin (sent and not acknowledged, or not yet sent), through
+    /// [`Self::take_handed_back`], and forgets the rest of what it had to
+    /// send: the twin closed to restart, and its next incarnation gets
+    /// those requests again from their halves.
+    pub fn hand_back_all(&mut self) {
+        self.send.reset();
+    }
+
     pub fn take_handed_back(&mut self) -> Option<PacketBuf> {
         self.send.handed_back.pop_front()
     }
@@ -415,13 +427,21 @@ impl WanConnection {
 
     /// Starts closing: a CLOSE goes out on every path, then `Event::Closed`.
     /// Unsent and unacknowledged data is abandoned (see [`Self::is_drained`]).
-    pub fn close(&mut self, _now: Time) {
+    pub fn close(&mut self, now: Time) {
+        self.close_with(now, CloseWhy::Final);
+    }
+
+    /// [`Self::close`], saying why: a [`CloseWhy::Restart`] lets the twin
+    /// keep its flows for our next incarnation.
+    pub fn close_with(&mut self, _now: Time, why: CloseWhy) {
         if self.state != State::Open {
             return;
         }
+        self.close_why = why;
+        let restart = why == CloseWhy::Restart;
         if self.session.peer.is_none() || self.paths.is_empty() {
             self.state = State::Closed;
-            self.push_event(Event::Closed);
+            self.push_event(Event::Closed { restart });
             return;
         }
         self.state = State::Closing;

@@ -418,9 +418,10 @@ impl WanConnection {
                     self.push_event(Event::Datagram(dg));
                 }
             }
-            Frame::Close { .. } => {
+            Frame::Close { code, .. } => {
                 self.state = State::Closed;
-                self.push_event(Event::Closed);
+                let restart = CloseWhy::from_code(code) == CloseWhy::Restart;
+                self.push_event(Event::Closed { restart });
             }
         }
     }

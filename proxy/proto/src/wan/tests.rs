@@ -954,8 +954,12 @@ fn close_reaches_the_peer() {
     sim.ends[0].close(sim.now);
     let until = sim.now + ms(50);
     run_until(&mut sim, &mut w, until);
-    assert!(sim.events(0).any(|e| *e == Event::Closed));
-    assert!(sim.events(1).any(|e| *e == Event::Closed));
+    assert!(sim
+        .events(0)
+        .any(|e| *e == Event::Closed { restart: false }));
+    assert!(sim
+        .events(1)
+        .any(|e| *e == Event::Closed { restart: false }));
     assert_eq!(
         sim.ends[0].send(
             sim.now,

@@ -118,11 +118,13 @@ impl WanConnection {
     }
 
     pub(super) fn transmit_close(&mut self, now: Time, buf: &mut [u8]) -> Option<Transmit> {
+        let restart = self.close_why == CloseWhy::Restart;
         let Some(i) = self.close_pending.iter().position(|&c| c) else {
             self.state = State::Closed;
-            self.push_event(Event::Closed);
+            self.push_event(Event::Closed { restart });
             return None;
         };
+        let why = self.close_why;
         self.close_pending[i] = false;
         let max = self.max_datagram;
         let t = Self::seal_packet_on(
@@ -135,15 +137,15 @@ impl WanConnection {
             &mut self.frame_lists,
             |w, _, _| {
                 Frame::Close {
-                    code: 0,
-                    reason: b"closed",
+                    code: why.code(),
+                    reason: why.reason(),
                 }
                 .encode(w)
             },
         );
         if !self.close_pending.iter().any(|&c| c) {
             self.state = State::Closed;
-            self.push_event(Event::Closed);
+            self.push_event(Event::Closed { restart });
         }
         t
     }

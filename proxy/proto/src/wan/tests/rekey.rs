@@ -74,7 +74,7 @@ fn transfer_across_many_rekeys_with_loss_reordering_duplication() {
             }
             assert!(sim.log.iter().flatten().all(|(_, e)| !matches!(
                 e,
-                Event::PeerRestarted { .. } | Event::Closed | Event::PathDown(_)
+                Event::PeerRestarted { .. } | Event::Closed { .. } | Event::PathDown(_)
             )));
         }
         // Virtual time: the same workload, seed and links.
