@@ -748,6 +748,63 @@ fn a_restarted_gateway_resumes_a_qp_waiting_for_a_send() {
     assert_eq!(a.engine.orphans_received, 0, "{:?}", a.engine);
 }
 
+/// A planned restart of each gateway in turn (`systemctl restart`:
+/// SIGTERM, a drain, CLOSE "restart", a new process with the same config)
+/// during a verified WRITE stream over a slow WAN, with gwA holding
+/// pseudo-ACKed data each time: the twin keeps every flow for the next
+/// start, and the stream ends as if nothing happened: every byte verified
+/// at the server, no error completion (docs/semantics.md, "A planned
+/// restart"). Before, the CLOSE made the twin fail the QP.
+#[test]
+fn a_planned_restart_of_either_gateway_fails_nothing() {
+    let test = "a_planned_restart_of_either_gateway_fails_nothing";
+    let Some(mut lab) = Lab::new(test, SLOW) else {
+        return;
+    };
+    let client = lab.spawn_client(&["--op", "write", "--duration", "20", "--stall-timeout", "20"]);
+    let mut survivors = Vec::new();
+    for victim in [Site::A, Site::B] {
+        // Traffic through this incarnation of gwA, held pseudo-ACKed.
+        let acks = pseudo_acks(&lab.status(Site::A));
+        lab.wait_for(Site::A, "gwA holding pseudo-ACKed data", |s| {
+            s.buffer.slots_used >= 256 && pseudo_acks(s) > acks
+        });
+        let t0 = Instant::now();
+        let summary = lab.stop_gateway(victim);
+        let stopped = t0.elapsed();
+        assert!(summary.contains("drained cleanly"), "{summary}");
+        let survivor = victim.other();
+        let s = lab.wait_for(survivor, "the CLOSE \"restart\" heard", |s| {
+            s.twin.twin_restarts_clean >= 1
+        });
+        lab.start_gateway(victim);
+        println!(
+            "{test}: gw{victim:?} drained and exited {stopped:?} after SIGTERM, running again \
+             {:?} after it; gw{survivor:?} kept {} flows (failed {})",
+            t0.elapsed(),
+            s.twin.flows_resumed_on_restart,
+            s.twin.flows_failed_on_restart
+        );
+        survivors.push(s);
+    }
+    let (r, status) = lab.finish_client(client, Duration::from_secs(120));
+    println!(
+        "{test}: {} B verified, errors {:?}",
+        r.bytes_verified, r.errors
+    );
+    assert_clean(&r, status, "write across planned restarts of gwA and gwB");
+    for s in &survivors {
+        assert_eq!(s.twin.flows_failed_on_restart, 0, "{:?}", s.twin);
+        assert_eq!(s.twin.twin_lost, 0, "{:?}", s.twin);
+    }
+    let a = lab.status(Site::A);
+    assert!(
+        a.twin.twin_restarts_clean >= 1 && a.twin.flows_resumed_on_restart >= 1,
+        "the new gwA kept and resumed its flow when gwB restarted: {:?}",
+        a.twin
+    );
+}
+
 /// `kill -9` of the far gateway, NOT restarted (its host died), while the
 /// requester at hostA has nothing outstanding: it only waits for the
 /// server's next SEND (issue 14: an `rping` hung until killed). gwA sees

@@ -207,6 +207,11 @@ struct RunArgs {
     /// twin which of its requesters it had pseudo-ACKed.
     #[arg(long, requires = "twin_restart_at")]
     restart_near: bool,
+    /// With --twin-restart-at: a planned restart (`systemctl restart`:
+    /// SIGTERM, a drain, CLOSE "restart", a new process at once) instead of
+    /// a crash; nothing may fail. Reports the drain's outcome and the pause.
+    #[arg(long, requires = "twin_restart_at")]
+    planned: bool,
     /// Pseudo-ACK policy of the gateways.
     #[arg(long, default_value = "edge", value_parser = parse_policy)]
     policy: AckPolicy,
@@ -362,6 +367,7 @@ fn run(a: RunArgs) -> ExitCode {
             .twin_restart_at
             .map(|t| std::time::Duration::from_secs_f64(t.max(0.0))),
         restart_near: a.restart_near,
+        planned_restart: a.planned,
         key_update_interval: key_update_interval(a.key_update_ms),
         cut_path: a.cut_path_at.map(|at| {
             (

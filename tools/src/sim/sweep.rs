@@ -56,6 +56,13 @@ pub struct SweepTotals {
     /// WAN sending-key updates of all gateways.
     #[serde(default)]
     pub wan_key_updates: u64,
+    /// Planned restarts that happened (`Scenario::planned_restart`; a
+    /// workload may end before its time), and those whose drain ended
+    /// clean (CLOSE "restart", every flow kept) rather than timing out.
+    #[serde(default)]
+    pub planned_restarts: u64,
+    #[serde(default)]
+    pub planned_restarts_clean: u64,
     pub wall_s: f64,
     /// Over-subscribed scenarios run, and the least share of an equal share
     /// of the WAN any QP of them got (`Outcome::min_share`).
@@ -81,7 +88,8 @@ impl SweepTotals {
             "{} scenarios ({} over-subscribed, least share of an equal share {}, {} below {}, \
              {} too short to judge) in {:.1} s: \
              {} messages ok, {} failed as injected, {} bytes verified; \
-             lost {} B, duplicated {} B, misordered {} B; {} WAN key updates; {} violations{}",
+             lost {} B, duplicated {} B, misordered {} B; {} WAN key updates; \
+             {} planned restarts ({} drained clean, the rest timed out); {} violations{}",
             self.scenarios,
             self.oversubscribed,
             self.min_share.map_or("-".into(), |m| format!("{m:.2}")),
@@ -96,6 +104,8 @@ impl SweepTotals {
             self.bytes_duplicated,
             self.bytes_misordered,
             self.wan_key_updates,
+            self.planned_restarts,
+            self.planned_restarts_clean,
             self.violations,
             self.failures
                 .iter()
@@ -210,6 +220,14 @@ pub fn random_scenario(seed: u64) -> Scenario {
     // which of its QPs were orphaned.
     if s.twin_restart.is_some() {
         s.restart_near = r.random_bool(0.5);
+    }
+    // Drawn last, for the same reason: a planned restart (`systemctl
+    // restart`: a drain, CLOSE "restart", a new incarnation) of either
+    // gateway in a scenario with no crash; nothing may fail (issue 35).
+    if accelerated && s.twin_restart.is_none() && !s.stall_qp0 && r.random_bool(0.05) {
+        s.twin_restart = Some(Duration::from_micros(r.random_range(100..20_000)));
+        s.restart_near = r.random_bool(0.5);
+        s.planned_restart = true;
     }
     s
 }
@@ -339,6 +357,8 @@ impl SweepTotals {
         self.messages_failed_as_injected += o.messages_failed_as_injected;
         self.events += o.events;
         self.wan_key_updates += o.wan_key_updates;
+        self.planned_restarts += o.planned_restarts;
+        self.planned_restarts_clean += o.planned_restarts_clean;
         self.oversubscribed += o.oversubscribed;
         self.min_share = match (self.min_share, o.min_share) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -388,6 +408,8 @@ fn run_one(cfg: &SweepConfig, i: u64) -> SweepTotals {
             t.messages_failed_as_injected = o.messages_failed;
             t.events = o.events;
             t.wan_key_updates = o.wan_key_updates;
+            t.planned_restarts = u64::from(o.restart_clean.is_some());
+            t.planned_restarts_clean = u64::from(o.restart_clean == Some(true));
             t.min_share = o.min_share;
             t.fair_span_short = u64::from(o.fair_span_short);
             if let Some(u) = &o.unfair {

@@ -523,6 +523,21 @@ impl Lab {
         ip_in(&self.gw[s.i()], &route);
     }
 
+    /// `systemctl stop`: SIGTERM, then waits for the gateway to drain and
+    /// exit (its drain is bounded at 5 s; 20 s here, whatever the
+    /// machine's speed). Returns its last log lines (the summary).
+    pub fn stop_gateway(&mut self, s: Site) -> String {
+        let p = self.gateway[s.i()].take().expect("gateway running");
+        self.procs.signal(p, 15); // SIGTERM
+        let status = self.procs.wait(p, Duration::from_secs(20));
+        let log = self.gw_log(s);
+        assert!(
+            status.is_some_and(|st| st.success()),
+            "gateway {s:?} did not exit cleanly on SIGTERM ({status:?}):\n{log}"
+        );
+        log
+    }
+
     /// `kill -9` of a gateway.
     pub fn kill_gateway(&mut self, s: Site) {
         let p = self.gateway[s.i()].take().expect("gateway running");
@@ -700,7 +715,7 @@ impl Lab {
     pub fn stop_wanem(&mut self) -> Vec<serde_json::Value> {
         let mut out = Vec::new();
         for (k, p) in std::mem::take(&mut self.wanem).into_iter().enumerate() {
-            self.procs.signal(p, libc::SIGTERM);
+            self.procs.signal(p, 15); // SIGTERM
             self.procs.wait(p, Duration::from_secs(5));
             let text = std::fs::read_to_string(self.dir.join(format!("wanem{k}.json")))
                 .unwrap_or_default();

@@ -158,10 +158,13 @@ impl QpEngine {
         Some(sum)
     }
 
-    /// Request packets this gateway pseudo-ACKed (or holds for an answer,
-    /// a READ's or an atomic's) that the twin has not yet reported
-    /// delivered: a gateway may say CLOSE to restart only at 0.
-    pub fn held_for_requesters(&self) -> usize {
-        self.ingress.values().map(PseudoAcker::buffered).sum()
+    /// Ingress halves that still owe their requester something: a request
+    /// not yet reported delivered by the twin, or one whose answer or
+    /// acknowledgement the requester has not yet been sent (a READ in
+    /// flight back, a `strict` ACK). A gateway may say CLOSE to restart
+    /// only at 0: its next incarnation then starts each QP as one that was
+    /// quiet (`qp::engine::expiry`), with nothing in between.
+    pub fn halves_owing_requesters(&self) -> usize {
+        self.ingress.values().filter(|a| !a.is_idle()).count()
     }
 }

@@ -416,14 +416,21 @@ impl Site {
         self.wan.close(now);
     }
 
-    /// Nothing this gateway pseudo-ACKed (or holds for an answer) is still
-    /// undelivered, and nothing waits to go to the data center: what a
+    /// Nothing this gateway pseudo-ACKed is still undelivered, every
+    /// request it took was answered or acknowledged toward its requester,
+    /// and nothing waits to go to the data center: what a
     /// gateway must reach, draining, before it may close to restart
     /// ([`Self::close_for_restart`]). What it re-injects for the twin's
     /// requesters need not be done: the twin holds those until they are
     /// delivered and sends them again to the next incarnation.
     pub fn is_restartable(&self) -> bool {
-        self.engine.held_for_requesters() == 0 && self.dc_out.is_empty()
+        self.engine.halves_owing_requesters() == 0 && self.dc_out.is_empty()
+    }
+
+    /// This gateway said CLOSE ([`Self::close`], [`Self::close_for_restart`])
+    /// and it went out: the process may exit.
+    pub fn is_closed(&self) -> bool {
+        self.closing && self.wan.is_closed()
     }
 
     /// Says CLOSE "restart" to the twin: it keeps every flow and resumes

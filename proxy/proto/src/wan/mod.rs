@@ -304,6 +304,11 @@ impl WanConnection {
         self.session.generation()
     }
 
+    /// Our CLOSE went out on every path (or there was nobody to tell).
+    pub fn is_closed(&self) -> bool {
+        self.state == State::Closed
+    }
+
     /// A session with the twin exists.
     pub fn is_connected(&self) -> bool {
         self.session.peer.is_some() && self.state == State::Open

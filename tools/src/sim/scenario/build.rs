@@ -61,7 +61,10 @@ fn rxe_qp_config(s: &Scenario, mem_size: usize) -> QpConfig {
     // gateway's restart is resumed (issue 35): nothing to recover from,
     // the requesters keep rxe's default (and a requester left waiting
     // shows as a run that does not finish).
-    let unreachable_requester = s.twin_restart.is_some() && (s.restart_near || s.bidirectional);
+    // A planned restart keeps every flow (the twin resumes them): nothing
+    // to recover from either.
+    let unreachable_requester =
+        s.twin_restart.is_some() && !s.planned_restart && (s.restart_near || s.bidirectional);
     QpConfig {
         mtu: s.mtu,
         mem_base: MEM_BASE,

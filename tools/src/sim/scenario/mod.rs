@@ -116,6 +116,12 @@ pub struct Scenario {
     /// new incarnation knows nothing of them, and gateway B must tell it:
     /// `TwinMsg::Orphaned`).
     pub restart_near: bool,
+    /// With `twin_restart`: a planned restart instead of a crash
+    /// (`systemctl restart`: the gateway drains, says CLOSE "restart" and
+    /// a new incarnation starts at once; issue 35). The twin keeps every
+    /// flow for it: nothing may fail. A drain that does not end within the
+    /// daemon's 5 s says a final CLOSE instead, and the flows fail loudly.
+    pub planned_restart: bool,
     /// QP 0's responder at B posts no receive (an RNR stall that never
     /// clears) while the other QPs between the same two hosts run: they
     /// must not wait behind it (head of line).
@@ -207,6 +213,7 @@ impl Default for Scenario {
             twin_timeout: soya_config::DEFAULT_TWIN_TIMEOUT,
             twin_restart: None,
             restart_near: false,
+            planned_restart: false,
             stall_qp0: false,
             paths: 1,
             cut_path: None,
@@ -296,5 +303,10 @@ pub struct Outcome {
     /// failed authentication (late packets of a key already dropped).
     pub wan_key_updates: u64,
     pub wan_auth_failures: u64,
+    /// A planned restart (`Scenario::planned_restart`): whether the drain
+    /// ended clean (CLOSE "restart") or timed out (a final CLOSE), and the
+    /// seconds from the stop to the new incarnation.
+    pub restart_clean: Option<bool>,
+    pub restart_pause_s: Option<f64>,
     pub violations: Vec<String>,
 }

@@ -127,6 +127,9 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
     let deadline = start + s.time_limit;
     let mut next_refill = s.recv_refill.map(|d| start + d);
     let mut restart_at = s.twin_restart.filter(|_| s.accelerated).map(|d| start + d);
+    // A planned restart: draining since, then closed (the CLOSE went out
+    // in a step, and the new incarnation starts).
+    let mut planned: Option<Planned> = None;
     let mut others_landed_at = None;
     let mut stall_failed_at = None;
     // QPs whose workload is over (finished or failed), any failed, and
@@ -136,7 +139,37 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
     let mut tally = Tally::new(s.qps as usize);
     const MAX_EVENTS: u64 = 200_000_000;
     loop {
-        if restart_at.is_some_and(|t| w.now >= t) {
+        if restart_at.is_some_and(|t| w.now >= t) && s.planned_restart {
+            // SIGTERM: new requests from its DC are refused, what it holds
+            // is delivered.
+            restart_at = None;
+            if let Some(g) = victim(&mut w, s.restart_near) {
+                g.start_drain();
+            }
+            planned = Some(Planned::Draining { since: w.now });
+        }
+        if let Some(p) = planned {
+            let now = w.now;
+            if let Some(g) = victim(&mut w, s.restart_near) {
+                match p {
+                    Planned::Draining { since } => {
+                        if g.is_restartable() || now >= since + DRAIN_TIMEOUT {
+                            out.restart_clean = Some(g.close_for_restart(now));
+                            planned = Some(Planned::Closing { since });
+                        }
+                    }
+                    Planned::Closing { since } => {
+                        if g.is_closed() {
+                            out.restart_pause_s = Some(now.since(since).as_secs_f64());
+                            planned = None;
+                            // The process exits; the new one starts below.
+                            restart_at = Some(now);
+                        }
+                    }
+                }
+            }
+        }
+        if restart_at.is_some_and(|t| w.now >= t) && planned.is_none() {
             // Gateway B (or A, the near one) dies and comes back with
             // nothing: a new site, a new generation.
             restart_at = None;
@@ -480,4 +513,23 @@ fn others_landed(s: &Scenario, w: &World, progress: &[Progress]) -> bool {
             let m = b.memory().stats();
             m.bytes_placed + m.send_bytes_received >= a.stats().bytes_completed_writes_sends()
         })
+}
+
+/// The daemon's bound on a drain (`soya::gateway::device::DRAIN_TIMEOUT`).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where a planned restart is (`Scenario::planned_restart`).
+#[derive(Clone, Copy, Debug)]
+enum Planned {
+    Draining { since: Time },
+    Closing { since: Time },
+}
+
+/// The gateway a restart is about: A (`near`) or B.
+fn victim(w: &mut World, near: bool) -> Option<&mut Site> {
+    if near {
+        w.gw_a.as_mut()
+    } else {
+        w.gw_b.as_mut()
+    }
 }

@@ -131,8 +131,13 @@ pub(super) fn finish(
     // unless a QP had requests both ways (documented unresumable: the far
     // gateway had pseudo-ACKed the other way's). A near one's fails its
     // flows, never silently.
-    let near_restart = s.twin_restart.is_some() && s.restart_near;
-    let far_restart = s.twin_restart.is_some() && !s.restart_near;
+    // A planned restart that drained clean fails nothing, on either side
+    // (issue 35); one whose drain timed out said a final CLOSE and counts
+    // as a crash of that gateway.
+    let crash = s.twin_restart.is_some() && (!s.planned_restart || out.restart_clean != Some(true));
+    let near_restart = crash && s.restart_near;
+    let far_restart = crash && !s.restart_near;
+    let planned_clean = s.twin_restart.is_some() && !crash;
     let expect_failures = s.responder_error
         || (s.recv_refill.is_none() && s.recv_credits.is_some_and(|r| r < s.iters))
         || near_restart
@@ -142,14 +147,14 @@ pub(super) fn finish(
     // pattern (atomics carry none to check, nor do messages too short for
     // its sequence number).
     let verifiable = matches!(s.op, Op::Write | Op::Send | Op::Read);
-    if far_restart
+    if (far_restart || planned_clean)
         && !expect_failures
         && verifiable
         && out.finished
         && out.bytes_verified + too_short < out.bytes_completed
     {
         out.violations.push(format!(
-            "far gateway restarted: {} bytes completed, only {} verified ({} too short to check)",
+            "a gateway restarted: {} bytes completed, only {} verified ({} too short to check)",
             out.bytes_completed, out.bytes_verified, too_short
         ));
     }
@@ -210,7 +215,13 @@ pub(super) fn finish(
     // response takes a longer RTT: no pseudo-ACK may answer it) resends the
     // READ and what follows; the responder's answers to the first copies
     // then arrive past the re-issued READ: implied NAKs of its own making.
-    let own_retries = s.endpoint == EndpointModel::Hw && out.requester_timeouts > 0;
+    // The same after a planned restart of the near gateway while a QP was
+    // still a tunnel (first seen mid-stream, not yet learned): a tunnel
+    // keeps no record of what it forwarded, so its drain does not wait for
+    // the answers, which are lost with the old session; the requester's
+    // timer resends.
+    let own_retries = (s.endpoint == EndpointModel::Hw || (s.planned_restart && s.restart_near))
+        && out.requester_timeouts > 0;
     if s.accelerated && s.dc_loss == 0.0 && !own_retries && out.implied_naks > 0 {
         out.violations.push(format!(
             "{} implied NAKs at the requester: a pseudo-ACK went past a READ or atomic",
