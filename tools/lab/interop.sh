@@ -38,7 +38,10 @@
 #   --restart       RTT 30, loss 0, through Sōya only: ib_write_bw (3,000 x 64 KiB WRITEs) and
 #                   rping -V (400 pings) from site A; once traffic flows, kill -9 the far gateway
 #                   (gwB) and restart it at once with the same config (issue 35). Tests
-#                   restart_write, restart_rping. Writes OUT/restart.tsv and OUT/restart/.
+#                   restart_write, restart_rping; restart_write_planned and restart_rping_planned
+#                   (not in the default list) restart gwA then gwB the planned way instead (SIGTERM:
+#                   a drain and CLOSE "restart", then a new process), as `systemctl restart` does.
+#                   Writes OUT/restart.tsv and OUT/restart/.
 #                   Exit 0 when every client and server ended with status 0 (rping: all pings
 #                   verified, no disconnect).
 #   --twin-timeout D  wan.twin_timeout of the gateways (default with --twin-lost: 3s; else the config default)

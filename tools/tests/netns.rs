@@ -761,7 +761,20 @@ fn a_planned_restart_of_either_gateway_fails_nothing() {
     let Some(mut lab) = Lab::new(test, SLOW) else {
         return;
     };
-    let client = lab.spawn_client(&["--op", "write", "--duration", "20", "--stall-timeout", "20"]);
+    // Posts until told to stop (once both restarts are done), whatever the
+    // machine's speed.
+    let stop = lab.dir.join("stop");
+    let stop_arg = stop.display().to_string();
+    let client = lab.spawn_client(&[
+        "--op",
+        "write",
+        "--duration",
+        "600",
+        "--stop-file",
+        &stop_arg,
+        "--stall-timeout",
+        "20",
+    ]);
     let mut survivors = Vec::new();
     for victim in [Site::A, Site::B] {
         // Traffic through this incarnation of gwA, held pseudo-ACKed.
@@ -787,6 +800,12 @@ fn a_planned_restart_of_either_gateway_fails_nothing() {
         );
         survivors.push(s);
     }
+    // Traffic through both new incarnations, then stop.
+    let acks = pseudo_acks(&lab.status(Site::A));
+    lab.wait_for(Site::A, "traffic through the new gateways", |s| {
+        pseudo_acks(s) > acks
+    });
+    std::fs::write(&stop, b"").unwrap();
     let (r, status) = lab.finish_client(client, Duration::from_secs(120));
     println!(
         "{test}: {} B verified, errors {:?}",

@@ -290,11 +290,13 @@ pub fn render_status(s: &Snapshot) -> String {
     // Only once the twin restarted: what became of the QPs through it
     // (`qp::resume`; a far gateway's restart resumes them, issue 35).
     let restarts = s.wan.peer_restarts;
-    if restarts > 0 {
+    let planned = s.twin.twin_restarts_clean;
+    if restarts + planned > 0 {
         let e = &s.engine;
         let _ = writeln!(
             o,
-            "  twin restarts: {restarts}; QPs resumed {}, {} packets resent; failed {}, of which unresumable {}",
+            "  twin restarts: {restarts} unplanned, {planned} planned (CLOSE \"restart\"); QPs resumed {}, \
+             {} packets resent; failed {}, of which unresumable {}",
             s.twin.flows_resumed_on_restart,
             e.packets_resent_on_resume,
             s.twin.flows_failed_on_restart,

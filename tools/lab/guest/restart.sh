@@ -10,7 +10,11 @@
 #                         64 KiB WRITEs) | rping (rping -V: every ping's
 #                         data verified by rping itself); TOOL_control
 #                         (restart_write_control…): the same run with no
-#                         kill, to tell the restart's effect from the lab's
+#                         kill, to tell the restart's effect from the lab's;
+#                         TOOL_planned (restart_write_planned…): no kill but
+#                         a planned restart of gwA, then of gwB (SIGTERM: a
+#                         drain and CLOSE "restart", then a new process with
+#                         the same config, as `systemctl restart` does)
 #
 # Client at hostA, server at hostB, through both gateways, netem RTT $RTT.
 # Every step is bounded: a hang ends as "HANG" in $OUT/restart.tsv. Per
@@ -22,23 +26,39 @@ RS_WAIT=${RS_WAIT:-120}         # s after the kill for the client to end
 
 rs_sent() { ctr rxe0 sent_pkts; }
 
-# gwB again, as gw_start starts it; its tun device (and so the route into
-# it) died with the old process
-rs_restart_gwB() {  # tag
-  rm -f $GW_DIR/site-b.sock
-  ip netns exec gwB ${GW_RT:+chrt -f $GW_RT} $SOYA gateway -c $GW_DIR/site-b.toml > "$OUT/restart/$1.site-b.restarted.log" 2>&1 &
-  GWPID_gwB=$!
+# A gateway (A or B) again, as gw_start starts it; its tun device (and so
+# the route into it) died with the old process
+rs_restart_gw() {  # A|B tag
+  local x=$1 site=site-b net=$A_NET
+  [ "$x" = A ] && { site=site-a; net=$B_NET; }
+  rm -f $GW_DIR/$site.sock
+  ip netns exec gw$x ${GW_RT:+chrt -f $GW_RT} $SOYA gateway -c $GW_DIR/$site.toml > "$OUT/restart/$2.$site.restarted.log" 2>&1 &
+  eval "GWPID_gw$x=$!"
   local t=0
-  while [ ! -S $GW_DIR/site-b.sock ]; do
+  while [ ! -S $GW_DIR/$site.sock ]; do
     sleep 0.1; t=$((t+1))
-    [ $t -gt 300 ] && { log "restarted gateway site-b did not start"; return 1; }
+    [ $t -gt 300 ] && { log "restarted gateway $site did not start"; return 1; }
   done
-  ip -n gwB route replace $A_NET dev soya0
+  ip -n gw$x route replace $net dev soya0
+}
+
+# SIGTERM to a gateway (A or B) and waits for it to drain and exit, at most
+# 20 s (its drain is bounded at 5 s); 1 if it did not (then kill -9).
+rs_stop_gw() {  # A|B
+  local p t=0
+  eval "p=\$GWPID_gw$1"
+  kill -TERM "$p" 2>/dev/null
+  while kill -0 "$p" 2>/dev/null; do
+    sleep 0.1; t=$((t+1))
+    [ $t -gt 200 ] && { kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; return 1; }
+  done
+  wait "$p" 2>/dev/null
 }
 
 restart_case() {  # tool[_control]
-  local tool=${1%_control} c="restart.$1" kill=1 s0 n t0 tk tr rc src dt verdict note cl
+  local tool=${1%_control} c="restart.$1" kill=1 s0 n t0 tk tr rc src dt verdict note cl x
   [ "$tool" != "$1" ] && kill=0
+  if [ "${1%_planned}" != "$1" ]; then tool=${1%_planned}; kill=planned; fi
   mkdir -p "$OUT/restart"
   log "== $c (RTT $RTT ms)"
   gw_start "$RTT" "$c" || { printf '%s\t%s\t-\t-\t-\t-\tFAIL\tgateways did not start\t-\n' "$c" "$tool" >> "$OUT/restart.tsv"; return; }
@@ -85,9 +105,22 @@ restart_case() {  # tool[_control]
     if [ $kill = 1 ]; then
       kill -9 "$GWPID_gwB"
       wait "$GWPID_gwB" 2>/dev/null
-      rs_restart_gwB "$c" || note="restart failed"
+      rs_restart_gw B "$c" || note="restart failed"
       tr=$(awk -v a="$tk" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}')
       log "$c: kill -9 of gwB after sent_pkts +$n; restarted and routed ${tr} s later"
+    elif [ $kill = planned ]; then
+      # gwA, then gwB once traffic flows through the new gwA again; tr:
+      # each one's SIGTERM -> routed again, in seconds
+      tr=""
+      for x in A B; do
+        tk=$(date +%s.%N)
+        rs_stop_gw $x || note="gw$x did not drain and exit within 20 s"
+        rs_restart_gw $x "$c" || note="gw$x restart failed"
+        tr="$tr${tr:+/}$(awk -v a="$tk" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}')"
+        log "$c: planned restart of gw$x: SIGTERM -> routed again ${tr##*/} s"
+        s0=$(rs_sent)
+        [ $x = A ] && await_traffic rs_sent "$s0" "$RS_TRAFFIC" /tmp/rs.done 0.2 300 > /dev/null
+      done
     else
       tr=-
       log "$c: control run, no kill (sent_pkts +$n)"
@@ -111,7 +144,10 @@ restart_case() {  # tool[_control]
       if [ "$tool" = rping ]; then
         cl=$(grep -c 'ping data' "$OUT/restart/$c.client.log")
         [ "$cl" = 400 ] || verdict=ERROR
-        grep -qiE 'mismatch|error|DISCONNECT' "$OUT/restart/$c.client.log" "$OUT/restart/$c.server.log" && verdict=ERROR
+        # The server prints "server DISCONNECT EVENT" when the client
+        # leaves at the end too: a disconnect counts on the client's side.
+        grep -qiE 'mismatch|error|DISCONNECT' "$OUT/restart/$c.client.log" && verdict=ERROR
+        grep -qiE 'mismatch|error' "$OUT/restart/$c.server.log" && verdict=ERROR
         note="$cl/400 pings verified"
       else
         note=$(awk '$1 ~ /^[0-9]+$/ && NF>=5 && $4 ~ /^[0-9.]+$/ {v=$4" Gb/s average"} END{print v}' "$OUT/restart/$c.client.log")

@@ -440,12 +440,13 @@ pub static METRICS: &[Metric] = &[
     Metric {
         name: "soya_twin_resumed_total",
         kind: Counter,
-        help: "A twin that restarted (a new incarnation within wan.twin_timeout): restarts seen, flows (ingress halves) resumed toward it, request packets sent to it again (not yet delivered when it died), flows that could not be resumed and failed (their QP had requests the other way, which the twin had pseudo-ACKed).",
+        help: "A twin that restarted (a new incarnation within wan.twin_timeout): restarts seen (crashes and planned ones), of which planned (it drained and said CLOSE \"restart\": nothing failed), flows (ingress halves) resumed toward it, request packets sent to it again (not yet delivered when it died), flows that could not be resumed and failed (their QP had requests the other way, which the twin had pseudo-ACKed).",
         labels: &["what"],
         samples: |s| {
             let e = &s.engine;
             by("what", &[
                 ("restarts", e.twin_restarts),
+                ("planned", s.twin.twin_restarts_clean),
                 ("halves", e.halves_resumed),
                 ("packets_resent", e.packets_resent_on_resume),
                 ("unresumable", e.halves_unresumable),
