@@ -761,20 +761,9 @@ fn a_planned_restart_of_either_gateway_fails_nothing() {
     let Some(mut lab) = Lab::new(test, SLOW) else {
         return;
     };
-    // Posts until told to stop (once both restarts are done), whatever the
-    // machine's speed.
-    let stop = lab.dir.join("stop");
-    let stop_arg = stop.display().to_string();
-    let client = lab.spawn_client(&[
-        "--op",
-        "write",
-        "--duration",
-        "600",
-        "--stop-file",
-        &stop_arg,
-        "--stall-timeout",
-        "20",
-    ]);
+    // Posts until told to stop (once both restarts are done).
+    let (client, stop) =
+        lab.spawn_client_until_stopped(&["--op", "write", "--stall-timeout", "20"]);
     let mut survivors = Vec::new();
     for victim in [Site::A, Site::B] {
         // Traffic through this incarnation of gwA, held pseudo-ACKed.
@@ -805,7 +794,7 @@ fn a_planned_restart_of_either_gateway_fails_nothing() {
     lab.wait_for(Site::A, "traffic through the new gateways", |s| {
         pseudo_acks(s) > acks
     });
-    std::fs::write(&stop, b"").unwrap();
+    stop.stop();
     let (r, status) = lab.finish_client(client, Duration::from_secs(120));
     println!(
         "{test}: {} B verified, errors {:?}",
@@ -907,18 +896,7 @@ fn key_rotation_by_sighup_during_a_verified_stream() {
         return;
     };
     let generations = [Site::A, Site::B].map(|s| lab.snapshot(s).generation);
-    let stop = lab.dir.join("stop");
-    let stop_arg = stop.display().to_string();
-    let client = lab.spawn_client(&[
-        "--op",
-        "write",
-        "--qps",
-        "2",
-        "--duration",
-        "600",
-        "--stop-file",
-        &stop_arg,
-    ]);
+    let (client, stop) = lab.spawn_client_until_stopped(&["--op", "write", "--qps", "2"]);
     lab.wait_for(Site::A, "the transfer to start", |s| pseudo_acks(s) > 500);
     // The short interval at work before any rotation.
     for s in [Site::A, Site::B] {
@@ -970,7 +948,7 @@ fn key_rotation_by_sighup_during_a_verified_stream() {
             );
         }
     }
-    std::fs::write(&stop, b"").unwrap();
+    stop.stop();
     let (r, status) = lab.finish_client(client, Duration::from_secs(60));
     assert_clean(&r, status, "write across two key rotations");
     for s in [Site::A, Site::B] {

@@ -569,6 +569,17 @@ impl Lab {
     }
 
     /// Starts `soya-perf client` at hostA toward hostB's server.
+    /// [`Self::spawn_client`] with `args`, posting until
+    /// [`StopFile::stop`] (at most 600 s): a test ends the stream once
+    /// what it waits for happened, whatever the machine's speed.
+    pub fn spawn_client_until_stopped(&mut self, args: &[&str]) -> (PerfClient, StopFile) {
+        let stop = StopFile(self.dir.join(format!("stop-{}", self.clients)));
+        let path = stop.0.display().to_string();
+        let mut all = args.to_vec();
+        all.extend(["--duration", "600", "--stop-file", &path]);
+        (self.spawn_client(&all), stop)
+    }
+
     pub fn spawn_client(&mut self, args: &[&str]) -> PerfClient {
         self.clients += 1;
         let (a, b) = (HOST[0].to_string(), HOST[1].to_string());
@@ -786,5 +797,14 @@ pub fn assert_clean(r: &PerfReport, status: ExitStatus, what: &str) {
         assert_eq!(rep.io.bad_datagrams, 0, "{what}: {side} {:?}", rep.io);
         assert_eq!(rep.packets.malformed_dropped, 0, "{what}: {side}");
         assert_eq!(rep.packets.misaddressed_dropped, 0, "{what}: {side}");
+    }
+}
+
+/// The file that tells a `soya-perf client --stop-file` to stop posting.
+pub struct StopFile(PathBuf);
+
+impl StopFile {
+    pub fn stop(&self) {
+        std::fs::write(&self.0, b"").unwrap();
     }
 }
