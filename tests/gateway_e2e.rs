@@ -699,7 +699,9 @@ fn killing_the_far_gateway_resumes_and_loses_nothing() {
     );
     let status = soya::gateway::control::render_status(&after);
     assert!(
-        status.contains("twin restarts: 1; QPs resumed 1,") && status.contains("failed 0,"),
+        status.contains("twin restarts: 1 unplanned, 0 planned")
+            && status.contains("QPs resumed 1,")
+            && status.contains("failed 0,"),
         "soya status tells the resume: {status}"
     );
     assert!(
