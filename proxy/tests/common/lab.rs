@@ -214,22 +214,29 @@ pub fn start(path: &Path) -> Gateway {
 }
 
 /// [`start`] for a gateway that takes over the addresses of one just
-/// stopped in this process (a twin restart): waits until its DC address
+/// stopped in this process (a twin restart): waits until its addresses
 /// can be bound again. With the other tests of the binary running beside
 /// it, the stopped gateway's DC port was still in use for a moment in
 /// about 1 run of 10 (`AddrInUse`; never with the test alone, 0 of 60);
 /// why is not established (the device threads are joined and the socket
-/// dropped before `abort` returns). The restart waits for the address,
-/// an event, with a 10 s bound that fails with the error.
+/// dropped before `abort` returns). Under `stress-ng --cpu 2` the metrics
+/// listener's port was (2026-11-30, 1 suite run of 2): the control plane's
+/// runtime drops its listener on its own thread, after `abort` returns.
+/// The restart waits for the addresses, an event, with a 10 s bound that
+/// fails with the error.
 pub fn restart(path: &Path) -> Gateway {
+    use soya::gateway::GatewayError;
     let cfg = soya_config::load(path).unwrap();
     let t0 = Instant::now();
     loop {
         match Gateway::start(&cfg) {
             Ok(g) => return g,
-            Err(soya::gateway::GatewayError::Backend(e))
-                if e.kind() == std::io::ErrorKind::AddrInUse
-                    && t0.elapsed() < Duration::from_secs(10) =>
+            Err(
+                GatewayError::Backend(e)
+                | GatewayError::Wan(e)
+                | GatewayError::Metrics { err: e, .. },
+            ) if e.kind() == std::io::ErrorKind::AddrInUse
+                && t0.elapsed() < Duration::from_secs(10) =>
             {
                 std::thread::sleep(Duration::from_millis(10));
             }
