@@ -1,7 +1,9 @@
 //! Debug one sweep scenario: `cargo run --example sim_debug -- SEED [LIMIT_MS]`.
 //!
 //! SOYA_SIM_TRACE_PACKETS=1 prints every delivery; SOYA_SIM_DEBUG_STATE=1
-//! prints each gateway's per-half ingress and egress state at the end;
+//! prints each gateway's per-half ingress and egress state at the end
+//! (and the draining gateway's ingress halves when a planned restart's
+//! drain times out);
 //! SOYA_SIM_ENDPOINT=hw runs the scenario `sweep --endpoint hw` runs.
 
 #![deny(unsafe_code)]

@@ -63,6 +63,9 @@ pub struct SweepTotals {
     pub planned_restarts: u64,
     #[serde(default)]
     pub planned_restarts_clean: u64,
+    /// The first few scenarios whose drain timed out.
+    #[serde(default)]
+    pub drain_timeouts: Vec<String>,
     pub wall_s: f64,
     /// Over-subscribed scenarios run, and the least share of an equal share
     /// of the WAN any QP of them got (`Outcome::min_share`).
@@ -89,7 +92,7 @@ impl SweepTotals {
              {} too short to judge) in {:.1} s: \
              {} messages ok, {} failed as injected, {} bytes verified; \
              lost {} B, duplicated {} B, misordered {} B; {} WAN key updates; \
-             {} planned restarts ({} drained clean, the rest timed out); {} violations{}",
+             {} planned restarts ({} drained clean, the rest timed out{}); {} violations{}",
             self.scenarios,
             self.oversubscribed,
             self.min_share.map_or("-".into(), |m| format!("{m:.2}")),
@@ -106,6 +109,11 @@ impl SweepTotals {
             self.wan_key_updates,
             self.planned_restarts,
             self.planned_restarts_clean,
+            if self.drain_timeouts.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", self.drain_timeouts.join(", "))
+            },
             self.violations,
             self.failures
                 .iter()
@@ -369,6 +377,7 @@ impl SweepTotals {
         for (mine, theirs) in [
             (&mut self.unfair_runs, &o.unfair_runs),
             (&mut self.failures, &o.failures),
+            (&mut self.drain_timeouts, &o.drain_timeouts),
         ] {
             let room = KEEP_RUNS.saturating_sub(mine.len());
             mine.extend(theirs.iter().take(room).cloned());
@@ -410,6 +419,9 @@ fn run_one(cfg: &SweepConfig, i: u64) -> SweepTotals {
             t.wan_key_updates = o.wan_key_updates;
             t.planned_restarts = u64::from(o.restart_clean.is_some());
             t.planned_restarts_clean = u64::from(o.restart_clean == Some(true));
+            if o.restart_clean == Some(false) {
+                t.drain_timeouts.push(format!("{kind} {seed}"));
+            }
             t.min_share = o.min_share;
             t.fair_span_short = u64::from(o.fair_span_short);
             if let Some(u) = &o.unfair {

@@ -158,13 +158,34 @@ impl QpEngine {
         Some(sum)
     }
 
+    /// Does `packet` finish what its half already took: the requester's
+    /// resend of a request (lost, or unanswered), or the rest of a message
+    /// whose first packet it took? A draining gateway takes those
+    /// ([`crate::site::Site::start_drain`]) and refuses only requests that
+    /// start a new message: the drain waits until its halves owe their
+    /// requesters nothing, and a half owes the answer to a lost request
+    /// until its resend gets through, and a message cut in two until its
+    /// last packet does.
+    pub fn finishes_what_was_taken(&self, packet: &[u8]) -> bool {
+        let Ok(p) = crate::roce::RocePacket::parse(packet) else {
+            return false;
+        };
+        p.info.is_request()
+            && self
+                .ingress
+                .get(&super::half::HalfKey::of_request(&p))
+                .is_some_and(|a| a.has_seen(p.psn()) || !p.info.position.starts())
+    }
+
     /// Ingress halves that still owe their requester something: a request
     /// not yet reported delivered by the twin, or one whose answer or
     /// acknowledgement the requester has not yet been sent (a READ in
-    /// flight back, a `strict` ACK). A gateway may say CLOSE to restart
-    /// only at 0: its next incarnation then starts each QP as one that was
-    /// quiet (`qp::engine::expiry`), with nothing in between.
+    /// flight back, a `strict` ACK), or, for a tunnel, a request whose
+    /// answer has not come back ([`PseudoAcker::owes_requester`]). A
+    /// gateway may say CLOSE to restart only at 0: its next incarnation
+    /// then starts each QP as one that was quiet (`qp::engine::expiry`),
+    /// with nothing in between.
     pub fn halves_owing_requesters(&self) -> usize {
-        self.ingress.values().filter(|a| !a.is_idle()).count()
+        self.ingress.values().filter(|a| a.owes_requester()).count()
     }
 }

@@ -277,7 +277,11 @@ impl Site {
     /// loss).
     fn accept(&mut self, packet: &[u8]) -> bool {
         let refuse = self.draining || self.pending.bytes > PENDING_HIGH_WATER;
-        if refuse && is_request(packet) {
+        // While draining, a resend and the rest of a message already begun
+        // go in: the drain waits until every half owes its requester
+        // nothing (`QpEngine::finishes_what_was_taken`).
+        let finishes = || self.draining && self.engine.finishes_what_was_taken(packet);
+        if refuse && is_request(packet) && !finishes() {
             if self.draining {
                 self.dcc.rx_draining += 1;
             } else {
@@ -391,7 +395,9 @@ impl Site {
     }
 
     /// Stops taking new requests from the data center; what is held is
-    /// still delivered ([`Self::is_drained`] says when).
+    /// still delivered ([`Self::is_drained`] says when), and a requester's
+    /// resend of a request already taken, or the rest of a message begun,
+    /// still goes in (what the drain waits for needs them).
     pub fn start_drain(&mut self) {
         self.draining = true;
         self.dirty = true;

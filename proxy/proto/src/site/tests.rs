@@ -542,6 +542,79 @@ fn a_forged_request_is_counted_as_forged_even_while_requests_are_refused() {
     assert_eq!(p.a.engine().stats.dc_bad_icrc, 1);
 }
 
+#[test]
+fn a_draining_gateway_takes_resends_and_refuses_new_requests() {
+    // The drain before a planned restart waits until every request its
+    // halves forwarded is answered; one lost on the way is answered only
+    // once the requester's resend of it gets through, so a resend goes in
+    // while a new request is refused.
+    let mut p = Pair::new();
+    let ip = IpHeader::v4(REQUESTER, RESPONDER);
+    let write = |psn| request(ip, Opcode::RC_WRITE_ONLY, psn, true, EMPTY_RETH, &[]);
+    for psn in [10, 11] {
+        p.a.handle_dc(p.now, &write(psn));
+    }
+    p.run_until(|p| p.to_responder.len() == 2, "both at the responder");
+    p.a.start_drain();
+    assert!(!p.a.is_restartable(), "two requests unanswered");
+    let accepted = p.a.dc_counters().rx_accepted;
+    p.a.handle_dc(p.now, &write(11));
+    assert_eq!(
+        p.a.dc_counters().rx_accepted,
+        accepted + 1,
+        "a resend goes in"
+    );
+    assert_eq!(p.a.dc_counters().rx_draining, 0);
+    p.a.handle_dc(p.now, &write(12));
+    assert_eq!(p.a.dc_counters().rx_draining, 1, "a new request is refused");
+    // The responder's ACK of both: nothing is owed, the drain is done.
+    p.auto_ack = true;
+    p.a.handle_dc(p.now, &write(11));
+    p.run_until(|p| p.a.is_restartable(), "the drain done");
+}
+
+#[test]
+fn a_draining_gateway_takes_the_rest_of_a_message_begun() {
+    // A WRITE of three packets cut by the drain after its first: refusing
+    // the rest would leave the half owing its requester the message's end
+    // for ever (the drain would time out and fail the QP).
+    let mut p = Pair::new();
+    p.auto_ack = true;
+    let ip = IpHeader::v4(REQUESTER, RESPONDER);
+    let reth = Reth {
+        va: 0x1000,
+        rkey: 7,
+        len: 3 * 256,
+    };
+    let part = |op, psn: u32| {
+        request(
+            ip,
+            op,
+            psn,
+            op == Opcode::RC_WRITE_LAST,
+            reth,
+            &[psn as u8; 256],
+        )
+    };
+    p.a.handle_dc(p.now, &part(Opcode::RC_WRITE_FIRST, 20));
+    p.run_until(
+        |p| p.to_responder.len() == 1,
+        "the first packet at the responder",
+    );
+    p.a.start_drain();
+    p.a.handle_dc(p.now, &part(Opcode::RC_WRITE_MIDDLE, 21));
+    p.a.handle_dc(p.now, &part(Opcode::RC_WRITE_LAST, 22));
+    assert_eq!(
+        p.a.dc_counters().rx_draining,
+        0,
+        "the rest of the message goes in"
+    );
+    p.a.handle_dc(p.now, &part(Opcode::RC_WRITE_FIRST, 23));
+    assert_eq!(p.a.dc_counters().rx_draining, 1, "a new message is refused");
+    p.run_until(|p| p.a.is_restartable(), "the drain done");
+    assert_eq!(p.to_responder.len(), 3, "the whole message, nothing more");
+}
+
 /// Two QPs between the requester and the responder hosts: (responder
 /// QPN, requester QPN). Their answers share one response flow.
 const QP_X: (u32, u32) = (RS_QPN, 0x11);

@@ -153,6 +153,15 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
             if let Some(g) = victim(&mut w, s.restart_near) {
                 match p {
                     Planned::Draining { since } => {
+                        // What a drain that times out still waits for.
+                        if !g.is_restartable()
+                            && now >= since + DRAIN_TIMEOUT
+                            && std::env::var_os("SOYA_SIM_DEBUG_STATE").is_some()
+                        {
+                            g.engine()
+                                .ingress_halves()
+                                .for_each(|h| eprintln!("DRAIN TIMEOUT ingress {h:#?}"));
+                        }
                         if g.is_restartable() || now >= since + DRAIN_TIMEOUT {
                             out.restart_clean = Some(g.close_for_restart(now));
                             planned = Some(Planned::Closing { since });

@@ -215,13 +215,7 @@ pub(super) fn finish(
     // response takes a longer RTT: no pseudo-ACK may answer it) resends the
     // READ and what follows; the responder's answers to the first copies
     // then arrive past the re-issued READ: implied NAKs of its own making.
-    // The same after a planned restart of the near gateway while a QP was
-    // still a tunnel (first seen mid-stream, not yet learned): a tunnel
-    // keeps no record of what it forwarded, so its drain does not wait for
-    // the answers, which are lost with the old session; the requester's
-    // timer resends.
-    let own_retries = (s.endpoint == EndpointModel::Hw || (s.planned_restart && s.restart_near))
-        && out.requester_timeouts > 0;
+    let own_retries = s.endpoint == EndpointModel::Hw && out.requester_timeouts > 0;
     if s.accelerated && s.dc_loss == 0.0 && !own_retries && out.implied_naks > 0 {
         out.violations.push(format!(
             "{} implied NAKs at the requester: a pseudo-ACK went past a READ or atomic",

@@ -421,6 +421,11 @@ impl PseudoAcker {
             }
             self.first_unacked += 1;
         }
+        // Delivered and now acknowledged (`strict` acknowledges only after
+        // delivery): done. Left in place, the last message of a stream
+        // would count as owed until the next delivery, and a drain with no
+        // next delivery would never end.
+        self.pop_done();
     }
 
     pub(super) fn maybe_cnp(&mut self, now: Time, out: &mut Outbox) {

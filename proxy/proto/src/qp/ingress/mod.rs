@@ -149,6 +149,15 @@ pub struct PseudoAcker {
     /// First PSN forwarded raw.
     raw_low: Option<Psn>,
     raw_acked: bool,
+    /// Highest PSN the responder has answered (an ACK, the last packet
+    /// of a READ response, an atomic ACK) since the tunnel phase began,
+    /// or `raw_high` once a fatal NAK ended the QP. Unlike `raw_acked` it
+    /// keeps up with `raw_high` for a half that stays a tunnel (policy
+    /// `off`, or a QP not yet learned): a drain before a planned restart
+    /// waits until it covers `raw_high` ([`Self::owes_requester`]), since
+    /// a tunnel keeps no copy of what it forwarded and the answers on
+    /// their way would die with the old session.
+    raw_answered: Option<Psn>,
     ack_deadline: Option<Time>,
     /// While pseudo-ACKs are withheld: when to repeat the last one, and
     /// since when they are withheld.
@@ -223,6 +232,7 @@ impl PseudoAcker {
             raw_high: None,
             raw_low: None,
             raw_acked: false,
+            raw_answered: None,
             ack_deadline: None,
             hold_deadline: None,
             hold_since: None,
@@ -291,6 +301,29 @@ impl PseudoAcker {
     /// Nothing held, nothing owed: the half can be forgotten.
     pub fn is_idle(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Did this half already take `psn` from its requester (forwarded or
+    /// held)? Then a request packet at `psn` is the requester's resend,
+    /// not a new request.
+    pub fn has_seen(&self, psn: Psn) -> bool {
+        let next = self.expected.or(self.raw_high.map(Psn::next));
+        next.is_some_and(|n| psn.before(n))
+    }
+
+    /// The requester still waits for something through this gateway: a
+    /// request held here (not yet delivered, or its answer or `strict`
+    /// ACK not yet sent), or one forwarded as a tunnel whose answer has
+    /// not come back. A gateway drains to none of these before it closes
+    /// to restart (`QpEngine::halves_owing_requesters`).
+    pub fn owes_requester(&self) -> bool {
+        if self.failed.is_some() {
+            return false;
+        }
+        let tunnel_unanswered = self
+            .raw_high
+            .is_some_and(|h| self.raw_answered.is_none_or(|a| a.before(h)));
+        !self.entries.is_empty() || tunnel_unanswered
     }
 
     /// Earliest timer.
@@ -703,6 +736,7 @@ impl PseudoAcker {
 
     /// The responder really got everything up to `psn`.
     fn note_real_progress(&mut self, psn: Psn) {
+        self.note_raw_answered(psn);
         if self.raw_high.is_none_or(|h| !psn.before(h)) {
             if !self.raw_acked {
                 // Entries start after the tunnel phase.
@@ -786,8 +820,22 @@ impl PseudoAcker {
             _ if was_accelerated => false,
             _ => {
                 if let Some(aeth) = p.ext.aeth {
-                    if matches!(aeth.syndrome, crate::roce::Syndrome::Ack { .. }) {
-                        self.on_raw_ack(psn, aeth.msn);
+                    match aeth.syndrome {
+                        crate::roce::Syndrome::Ack { .. } => self.on_raw_ack(psn, aeth.msn),
+                        // The responder got everything before `psn`; the
+                        // requester resends from there.
+                        crate::roce::Syndrome::Nak(NakCode::PsnSequenceError) => {
+                            self.note_raw_answered(psn.sub(1))
+                        }
+                        // A fatal NAK: the requester's QP goes to error and
+                        // sends nothing more; nothing is owed.
+                        crate::roce::Syndrome::Nak(_) => {
+                            if let Some(h) = self.raw_high {
+                                self.note_raw_answered(h);
+                            }
+                        }
+                        // RNR: the requester resends after its timer.
+                        _ => {}
                     }
                 }
                 out.dc(p.as_bytes());
@@ -796,12 +844,18 @@ impl PseudoAcker {
         }
     }
 
+    fn note_raw_answered(&mut self, psn: Psn) {
+        if self.raw_answered.is_none_or(|a| psn.after(a)) {
+            self.raw_answered = Some(psn);
+        }
+    }
+
     /// A real ACK during the raw phase, delivered to the requester.
     fn on_raw_ack(&mut self, psn: Psn, msn: u32) {
         self.note_msn(psn, msn);
-        if self.acked.is_none_or(|(a, _)| psn.after(a)) {
-            self.acked = Some((psn, msn));
-        }
+        // The requester has it: what it covers is acknowledged (entries
+        // taken while switching, too), and done once delivered.
+        self.set_acked(psn, msn);
         self.note_real_progress(psn);
     }
 
