@@ -63,8 +63,10 @@ for i in $(seq 1 "$runs"); do
 import json, sys
 d = json.load(sys.stdin)
 r = d['soya_over_0km']
+c = d.get('calibration') or {}
 print(f\"$t load $l cpus $cpus run $i: circuit {d['rate_gbps']} Gb/s \"
-      f\"(calibration {d['calibration_gbps'] or 0:.3f}) window {d['window_packets']} \"
+      f\"(calibration {d['calibration_gbps'] or 0:.3f}, throttled periods \"
+      f\"{c.get('cpu_throttled_periods', '-')}) window {d['window_packets']} \"
       f\"bound {d['bound']} soya/0km {'-' if r is None else f'{r:.3f}'} \"
       f\"x direct {d['speedup'] or 0:.2f} 0km {d['direct_0km_gbps']:.3f} \"
       f\"direct {d['direct_gbps']:.3f} soya {d['accelerated_gbps']:.3f} \"

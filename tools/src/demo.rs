@@ -296,6 +296,9 @@ fn calibrate(o: &DemoOptions, ctx: &Ctx) -> Result<Calibration, String> {
             )
         })
     };
+    // The CPU quota's throttling over the whole calibration
+    // (`demo_circuit::THROTTLED_RUN_MARGIN`).
+    let throttled_before = crate::cgroup::throttled_periods();
     let title = "direct, 0 km, no bottleneck";
     let zero = if o.netns {
         calibrate_netns(&cal, &ctx, Step::Calibration(1), title)?.0
@@ -308,6 +311,7 @@ fn calibrate(o: &DemoOptions, ctx: &Ctx) -> Result<Calibration, String> {
     let mut c = Calibration {
         direct_0km_gbps: zero.gbps,
         trials: Vec::new(),
+        throttled_periods: None,
     };
     let mut rate = demo_circuit::auto_rate(zero.gbps * 1e9);
     for k in 1..=MAX_TRIALS {
@@ -336,6 +340,9 @@ fn calibrate(o: &DemoOptions, ctx: &Ctx) -> Result<Calibration, String> {
             _ => break,
         }
     }
+    c.throttled_periods = throttled_before
+        .zip(crate::cgroup::throttled_periods())
+        .map(|(a, b)| b.saturating_sub(a));
     Ok(c)
 }
 

@@ -35,6 +35,9 @@ pub(crate) struct Calibration {
     pub direct_0km_gbps: f64,
     /// Each circuit tried (bits per second) and what Sōya carried on it.
     pub trials: Vec<(u64, f64)>,
+    /// Periods in which the kernel throttled the demo's cgroup for its CPU
+    /// quota during the calibration (`None`: not readable).
+    pub throttled_periods: Option<u64>,
 }
 
 impl Calibration {
@@ -45,7 +48,13 @@ impl Calibration {
             self.trials
                 .last()
                 .map_or(demo_circuit::MIN_AUTO_BPS, |&(r, _)| r),
+            self.throttled(),
         )
+    }
+
+    /// The kernel throttled the calibration for a CPU quota.
+    pub fn throttled(&self) -> bool {
+        self.throttled_periods.is_some_and(|n| n > 0)
     }
 }
 
@@ -74,12 +83,24 @@ pub(crate) fn circuit_text(o: &DemoOptions, calibration: Option<&Calibration>) -
             t,
             " (--rate auto: direct at 0 km this machine carried {:.3} Gb/s with no bottleneck, \
              through Sōya at {} km {}; the circuit is {:.0} % of the first that Sōya carried at \
-             {:.0} % or more, trying {:.0} % of the direct figure first, at most {})",
+             {:.0} % or more{}, trying {:.0} % of the direct figure first, at most {})",
             c.direct_0km_gbps,
             o.distance_km,
             tried.join(", then "),
-            100.0 * demo_circuit::RUN_MARGIN,
+            100.0
+                * if c.throttled() {
+                    demo_circuit::THROTTLED_RUN_MARGIN
+                } else {
+                    demo_circuit::RUN_MARGIN
+                },
             100.0 * demo_circuit::TRIAL_SHARE,
+            match c.throttled_periods {
+                Some(n) if n > 0 => format!(
+                    " (the kernel throttled this cgroup for its CPU quota in {n} periods: a \
+                     quota freezes the gateways' pacers, whole cores do not)"
+                ),
+                _ => String::new(),
+            },
             100.0 * demo_circuit::HEADROOM,
             rate_text(Some(demo_circuit::MAX_AUTO_BPS))
         );
@@ -230,6 +251,7 @@ impl Report<'_> {
                     "rate_gbps": r as f64 / 1e9,
                     "accelerated_gbps": g,
                 })).collect::<Vec<_>>(),
+                "cpu_throttled_periods": c.throttled_periods,
             })),
             "window_packets": o.window_packets(),
             "bound": self.bound.name(),
@@ -315,11 +337,34 @@ mod tests {
             calibration: Some(Calibration {
                 direct_0km_gbps: 1.8,
                 trials: vec![(1_250_000_000, 1.0), (1_000_000_000, 0.95)],
+                throttled_periods: Some(0),
             }),
             bound: demo_circuit::bound(o.rate_bps, zero),
             runs: [run(zero), run(direct), run(soya)],
             gateways: Ok(()),
         }
+    }
+
+    #[test]
+    fn a_calibration_throttled_for_a_cpu_quota_says_so_and_leaves_more_headroom() {
+        let mut c = Calibration {
+            direct_0km_gbps: 0.8,
+            trials: vec![(300_000_000, 0.29)],
+            throttled_periods: Some(0),
+        };
+        assert_eq!(c.rate_bps(), 250_000_000);
+        c.throttled_periods = Some(12);
+        assert_eq!(c.rate_bps(), 150_000_000);
+        let o = DemoOptions {
+            rate_bps: Some(c.rate_bps()),
+            ..DemoOptions::default()
+        };
+        let t = circuit_text(&o, Some(&c));
+        assert!(t.contains("60 % of the first"), "{t}");
+        assert!(
+            t.contains("throttled this cgroup for its CPU quota in 12 periods"),
+            "{t}"
+        );
     }
 
     #[test]

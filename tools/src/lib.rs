@@ -6,6 +6,7 @@
 #![deny(unsafe_code)]
 
 pub mod capture;
+mod cgroup;
 pub mod demo;
 pub mod demo_circuit;
 mod demo_common;
