@@ -780,13 +780,20 @@ fn a_planned_restart_of_either_gateway_fails_nothing() {
             s.twin.twin_restarts_clean >= 1
         });
         lab.start_gateway(victim);
+        let started = t0.elapsed();
+        // The survivor measures the pause: its CLOSE "restart" to the next
+        // incarnation's session.
+        let back = lab.wait_for(survivor, "the next incarnation's session", |s| {
+            s.twin.twin_returns >= 1
+        });
         println!(
             "{test}: gw{victim:?} drained and exited {stopped:?} after SIGTERM, running again \
-             {:?} after it; gw{survivor:?} kept {} flows (failed {})",
-            t0.elapsed(),
+             {started:?} after it; gw{survivor:?} kept {} flows (failed {}), paused {:.1} ms",
             s.twin.flows_resumed_on_restart,
-            s.twin.flows_failed_on_restart
+            s.twin.flows_failed_on_restart,
+            back.twin.restart_pause_last_us as f64 / 1e3
         );
+        assert!(back.twin.restart_pause_last_us > 0, "{:?}", back.twin);
         survivors.push(s);
     }
     // Traffic through both new incarnations, then stop.

@@ -302,6 +302,18 @@ pub fn render_status(s: &Snapshot) -> String {
             s.twin.flows_failed_on_restart,
             e.halves_unresumable,
         );
+        let t = &s.twin;
+        if t.twin_returns > 0 {
+            let _ = writeln!(
+                o,
+                "  planned restarts' pause (CLOSE to the next session): last {:.1} ms, longest {:.1} ms, \
+                 mean {:.1} ms over {}",
+                t.restart_pause_last_us as f64 / 1e3,
+                t.restart_pause_max_us as f64 / 1e3,
+                t.restart_pause_sum_us as f64 / 1e3 / t.twin_returns as f64,
+                t.twin_returns,
+            );
+        }
     }
     let super::snapshot::WanCounters {
         packets_sent,

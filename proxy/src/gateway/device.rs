@@ -467,6 +467,12 @@ impl Device {
                          start, which has wan.twin_timeout to answer"
                     );
                 }
+                SiteEvent::TwinReturned { pause } => {
+                    tracing::info!(
+                        pause_ms = pause.as_secs_f64() * 1e3,
+                        "the twin is back from its planned restart: every flow kept"
+                    );
+                }
                 SiteEvent::TwinShutDown { flows_failed } => {
                     tracing::warn!(
                         flows_failed,

@@ -83,6 +83,17 @@ pub struct TwinCounters {
     /// flow was kept for its next incarnation (issue 35).
     #[serde(default)]
     pub twin_restarts_clean: u64,
+    /// The pause of those planned restarts, seen from here: from the
+    /// CLOSE "restart" to the next incarnation's session (microseconds;
+    /// the last, the longest and the sum, over `twin_returns` returns).
+    #[serde(default)]
+    pub twin_returns: u64,
+    #[serde(default)]
+    pub restart_pause_last_us: u64,
+    #[serde(default)]
+    pub restart_pause_max_us: u64,
+    #[serde(default)]
+    pub restart_pause_sum_us: u64,
     pub datagrams_out: u64,
     pub datagrams_in: u64,
     /// WAN datagrams whose addresses the ACL refused.

@@ -106,6 +106,11 @@ pub enum SiteEvent {
     TwinRestarting {
         flows_resumed: usize,
     },
+    /// The twin's next incarnation answered after its planned restart
+    /// ([`Self::TwinRestarting`]): traffic through it paused `pause`.
+    TwinReturned {
+        pause: Duration,
+    },
     /// No path answered for `wan.twin_timeout` (every path down since
     /// `since`): the twin is lost, its flows were failed, new requests are
     /// refused until it answers again.
@@ -153,6 +158,9 @@ pub struct Site {
     dcc: DcCounters,
     tw: TwinCounters,
     draining: bool,
+    /// When the twin said CLOSE "restart", until its next incarnation's
+    /// session (the pause `SiteEvent::TwinReturned` reports).
+    twin_away_since: Option<Time>,
     closing: bool,
     /// Input arrived since the last pass between engine and transport.
     dirty: bool,
@@ -190,6 +198,7 @@ impl Site {
             dcc: DcCounters::default(),
             tw: TwinCounters::default(),
             draining: false,
+            twin_away_since: None,
             closing: false,
             dirty: true,
             now,
@@ -599,6 +608,16 @@ impl Site {
             Event::Connected { peer_generation } => {
                 self.events
                     .push_back(SiteEvent::Connected { peer_generation });
+                if let Some(since) = self.twin_away_since.take() {
+                    let pause = now.since(since);
+                    let us = pause.as_micros() as u64;
+                    let tw = &mut self.tw;
+                    tw.twin_returns += 1;
+                    tw.restart_pause_last_us = us;
+                    tw.restart_pause_max_us = tw.restart_pause_max_us.max(us);
+                    tw.restart_pause_sum_us += us;
+                    self.events.push_back(SiteEvent::TwinReturned { pause });
+                }
                 // A twin back after it was lost or shut down: the QPs at
                 // its site whose flows were failed meanwhile (`qp::orphan`).
                 self.engine.tell_orphans();
@@ -676,6 +695,7 @@ impl Site {
         let flows_resumed = sum.halves_resumed as usize;
         self.tw.flows_resumed_on_restart += flows_resumed as u64;
         self.tw.twin_restarts_clean += 1;
+        self.twin_away_since = Some(now);
         self.events
             .push_back(SiteEvent::TwinRestarting { flows_resumed });
         self.new_session(now);
@@ -689,6 +709,9 @@ impl Site {
     /// Every path has been down for `twin_timeout`.
     fn declare_lost(&mut self, since: Time) {
         let now = self.now;
+        // A planned restart whose next incarnation never came: no pause
+        // to report, the twin is lost.
+        self.twin_away_since = None;
         let flows_failed = self.fail_flows(now);
         self.engine.set_twin_reachable(false);
         self.tw.twin_lost += 1;

@@ -853,6 +853,17 @@ fn planned_policy(
         1,
         "one CLOSE \"restart\" heard: {survivor_events:?}"
     );
+    // The survivor saw the next incarnation answer, and says after what
+    // pause (`soya status`, `soya_twin_restart_pause_seconds`).
+    let pauses: Vec<Duration> = survivor_events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            SiteEvent::TwinReturned { pause } => Some(*pause),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pauses.len(), 1, "one return: {survivor_events:?}");
+    assert!(pauses[0] > Duration::ZERO, "{pauses:?}");
     for (_, e) in o.events.iter().chain(&o.events_b) {
         assert!(
             !matches!(

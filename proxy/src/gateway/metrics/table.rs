@@ -454,6 +454,24 @@ pub static METRICS: &[Metric] = &[
         },
     },
     Metric {
+        name: "soya_twin_restart_pause_seconds",
+        kind: Gauge,
+        help: "The pause of the twin's planned restarts, seen here: from its CLOSE \"restart\" to its next incarnation's session; the last, the longest and the mean (0 before the first return).",
+        labels: &["what"],
+        samples: |s| {
+            let t = &s.twin;
+            let secs = |us: u64| Value::Float(us as f64 / 1e6);
+            let mean = t.restart_pause_sum_us.checked_div(t.twin_returns).unwrap_or(0);
+            [("last", t.restart_pause_last_us), ("max", t.restart_pause_max_us), ("mean", mean)]
+                .into_iter()
+                .map(|(what, us)| Sample {
+                    labels: vec![("what", what.to_string())],
+                    value: secs(us),
+                })
+                .collect()
+        },
+    },
+    Metric {
         name: "soya_twin_failed_total",
         kind: Counter,
         help: "What lost or restarted twins failed: ingress halves, local QPs moved to error through their responder role (poisoned), QPs that could not be (expected PSN unknown), egress halves dropped, RDMA-CM connections disconnected (DREQ in the far host's name).",
