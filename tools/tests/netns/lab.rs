@@ -808,3 +808,11 @@ impl StopFile {
         std::fs::write(&self.0, b"").unwrap();
     }
 }
+
+/// Seconds since the Unix epoch, as soya-perf's `failed_at_unix_s`.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
