@@ -13,6 +13,12 @@ script shows them), so a SipHash round inlined into `Halves::settle` counts
 as hash tables, not as `settle`. A sample whose innermost frames name no
 group is charged to its innermost `soya::` function ("rest"). For the hash
 tables it also prints which `soya::` function did the lookup.
+
+Then the same samples by **stage** of a packet's way through the gateway
+(issue 39): each sample goes to the innermost frame that names a stage.
+Copies and hash lookups have no stage of their own: they count where they
+are made (a memmove inside `SendFlows::write_frag` is WAN encoding, one
+inside `MemDc::recv_batch` is the kernel's copy the memory port models).
 """
 import collections
 import re
@@ -32,6 +38,31 @@ GROUPS = [
     ("B-trees", re.compile(r"btree|BTree")),
 ]
 HASHING = re.compile(r"Hash|hash_one|HalfKey as")
+
+# A packet's way through a gateway: DC side in -> pseudo-ACK -> deep buffer
+# -> WAN encode + seal | WAN open + decode -> re-injection. Innermost match
+# wins, so the order only matters for a frame two patterns name.
+STAGES = [
+    ("ICRC (verify in, seal of own packets)", re.compile(r"crc32fast|icrc::")),
+    ("WAN seal (AEAD)", re.compile(
+        r"aes_gcm_enc|aes_gcm::seal|PacketKey::seal|SessionKeys::seal|seal_in_place|chacha20_poly1305_seal")),
+    ("WAN open (AEAD)", re.compile(
+        r"aes_gcm_dec|aes_gcm::open|PacketKey::open|SessionKeys::open|RxKeys::open|open_in_place|open_within"
+        r"|chacha20_poly1305_open")),
+    ("WAN encode (flows, frames, paths)", re.compile(
+        r"wan::transmit|wan::flow::send|SendFlows|DataFrame::encode|wire::Writer|WanConnection::send"
+        r"|choose_data_path|site::flows|wan::path|wan::cc")),
+    ("WAN decode (frames, flows, ACKs)", re.compile(
+        r"wan::receive|RecvFlows|wan::msg|frames::|Frames as|wan::recovery|wan::replay|wan::ack")),
+    ("re-injection (egress)", re.compile(r"qp::egress|Reinjector|Site::transmit_dc|Turn::send_dc")),
+    ("pseudo-ACK (ingress)", re.compile(r"qp::ingress|PseudoAcker|RoceRepr::emit|roce::builders")),
+    ("deep buffer", re.compile(r"DeepBuffer|buffer::slab|buffer::room|buffer::pool::PacketPool::(put|get|take|balance)")),
+    ("DC parse and ACL", re.compile(
+        r"RocePacket::parse|IpHeader|ExtHeaders|Bth::parse|site::acl|Site::screen_dc|Site::handle_dc|Turn::recv_dc::")),
+    ("QP engine (tables, twin messages, timers)", re.compile(
+        r"qp::engine|qp::timers|qp::twin|QpEngine|Halves<|Site::pump|Site::handle_timeout|Site::poll|Turn::timers")),
+    ("ports (the kernel's copies, modelled)", re.compile(r"gateway::memory|MemDc|MemWan|Turn::flush_wan")),
+]
 
 
 def samples(lines):
@@ -57,11 +88,14 @@ def main():
     groups = collections.Counter()
     rest = collections.Counter()
     hashing = collections.Counter()
+    stages = collections.Counter()
     with open(sys.argv[1], errors="replace") as f:
         for frames in samples(f):
             if not any("Turn::run_all" in fr for fr in frames):
                 continue
             total += 1
+            stage = next((name for fr in frames for name, rx in STAGES if rx.search(fr)), "other (the turn itself)")
+            stages[stage] += 1
             group = None
             for i, fr in enumerate(frames):
                 group = next((name for name, rx in GROUPS if rx.search(fr)), None)
@@ -86,6 +120,9 @@ def main():
     print("rest, by innermost soya:: function:")
     for name, n in rest.most_common(10):
         print(f"  {100 * n / total:5.1f} %  {name}")
+    print("by stage (copies and lookups where they are made):")
+    for name, n in stages.most_common():
+        print(f"  {name:44s} {100 * n / total:5.1f} %")
 
 
 if __name__ == "__main__":

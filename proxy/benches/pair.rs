@@ -656,6 +656,7 @@ fn main() {
     );
     for &keyed in &o.modes {
         let mode = if keyed { "keyed" } else { "insecure" };
+        let mut runs = Vec::new();
         for r in 1..=o.rounds {
             let parts = (!o.only_pair).then(|| {
                 (
@@ -678,6 +679,7 @@ fn main() {
                 run.messages_b,
                 run.clock_call_ns
             );
+            runs.push((run.a, run.b));
             let Some((ing, eg, wan)) = parts else {
                 continue;
             };
@@ -697,5 +699,32 @@ fn main() {
                 run.b / parts_b,
             );
         }
+        if runs.len() > 1 {
+            let a: Vec<f64> = runs.iter().map(|r| r.0).collect();
+            let b: Vec<f64> = runs.iter().map(|r| r.1).collect();
+            let mean: Vec<f64> = runs.iter().map(|r| (r.0 + r.1) / 2.0).collect();
+            println!(
+                "{mode}, {} rounds at {} per turn, Gb/s per gateway core, min-max (median): \
+                 A {}, B {}, mean of A and B {}",
+                runs.len(),
+                o.burst,
+                spread(&a),
+                spread(&b),
+                spread(&mean)
+            );
+        }
     }
+}
+
+/// `min–max (median m)` of several rounds: the spread, never the best one.
+fn spread(xs: &[f64]) -> String {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let median = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    format!("{:.2}-{:.2} (median {median:.2})", v[0], v[n - 1])
 }
