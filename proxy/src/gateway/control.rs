@@ -296,11 +296,14 @@ pub fn render_status(s: &Snapshot) -> String {
         let _ = writeln!(
             o,
             "  twin restarts: {restarts} unplanned, {planned} planned (CLOSE \"restart\"); QPs resumed {}, \
-             {} packets resent; failed {}, of which unresumable {}",
+             {} packets resent; failed {}, of which unresumable {} ({} with requests the other way, \
+             pseudo-ACKed by the twin; {} missing a request's bytes)",
             s.twin.flows_resumed_on_restart,
             e.packets_resent_on_resume,
             s.twin.flows_failed_on_restart,
             e.halves_unresumable,
+            e.halves_unresumable_two_way,
+            e.halves_unresumable_bytes_lost,
         );
         let t = &s.twin;
         if t.twin_returns > 0 {

@@ -196,12 +196,15 @@ counters_from! {
             #[serde(default)] orphan_requester_naks,
             /// A twin that restarted (`qp::resume`): restarts seen, ingress halves
             /// resumed toward its new incarnation and the packets they sent
-            /// again, halves that could not be (their QP had requests the other
-            /// way, pseudo-ACKed by the twin that died).
+            /// again, halves that could not be, and why: their QP had requests
+            /// the other way, pseudo-ACKed by the twin that died; or the bytes
+            /// of a request not yet delivered were lost before the transport.
             #[serde(default)] twin_restarts,
             #[serde(default)] halves_resumed,
             #[serde(default)] packets_resent_on_resume,
             #[serde(default)] halves_unresumable,
+            #[serde(default)] halves_unresumable_two_way,
+            #[serde(default)] halves_unresumable_bytes_lost,
             /// Halves forgotten after `idle_after` of quiet (`qp::engine::expiry`), of
             /// which failed ones.
             #[serde(default)] halves_expired_ingress,

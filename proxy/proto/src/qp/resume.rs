@@ -43,10 +43,16 @@ pub struct RestartSummary {
     pub halves_resumed: u64,
     /// ...and the request packets they send again.
     pub packets_resent: u64,
-    /// Ingress halves not resumed (failed, in `failed`): their QP had
-    /// requests the other way, which the twin pseudo-ACKed, or a request's
-    /// bytes were lost.
+    /// Ingress halves not resumed (failed, in `failed`), for one of two
+    /// reasons below.
     pub halves_unresumable: u64,
+    /// ...their QP had requests the other way, which the twin pseudo-ACKed
+    /// and which died with it (only a standby keeps those: issue 38)...
+    pub unresumable_two_way: u64,
+    /// ...or the bytes of a request not yet delivered were lost between
+    /// the engine and the transport (an overflow or a send error, counted
+    /// there): sending the rest would leave a hole.
+    pub unresumable_bytes_lost: u64,
     /// What `fail_all` failed (the halves not resumed).
     pub failed: TwinLostSummary,
 }
@@ -85,13 +91,17 @@ impl QpEngine {
                 Some(q) => reverse.contains(&(k.responder, k.requester, q)),
                 None => pairs.contains(&(k.responder, k.requester)),
             };
-            if two_way || !a.resumable() {
-                sum.halves_unresumable += 1;
+            if two_way {
+                sum.unresumable_two_way += 1;
+            } else if !a.resumable() {
+                sum.unresumable_bytes_lost += 1;
+            } else {
+                if let Some(a) = self.ingress.remove(&k) {
+                    kept.push((k, a));
+                }
                 continue;
             }
-            if let Some(a) = self.ingress.remove(&k) {
-                kept.push((k, a));
-            }
+            sum.halves_unresumable += 1;
         }
         // Their RDMA-CM connections stay up: no DREQ.
         let mut conns = Vec::new();
@@ -114,6 +124,8 @@ impl QpEngine {
         st.halves_resumed += sum.halves_resumed;
         st.packets_resent_on_resume += sum.packets_resent;
         st.halves_unresumable += sum.halves_unresumable;
+        st.halves_unresumable_two_way += sum.unresumable_two_way;
+        st.halves_unresumable_bytes_lost += sum.unresumable_bytes_lost;
         sum
     }
 

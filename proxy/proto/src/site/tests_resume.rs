@@ -778,6 +778,14 @@ fn a_qp_with_requests_both_ways_is_not_resumed_and_fails_alone() {
     assert_eq!(restarted[0].1, 1, "{restarted:?}");
     let e = &p.a.engine().stats;
     assert_eq!((e.halves_resumed, e.halves_unresumable), (1, 1));
+    // Why: requests the other way, which B had pseudo-ACKed.
+    assert_eq!(
+        (
+            e.halves_unresumable_two_way,
+            e.halves_unresumable_bytes_lost
+        ),
+        (1, 0)
+    );
     assert!(p.a.engine().egress_halves().next().is_none(), "dropped");
     // The outstanding READ goes to the new incarnation again; the failed
     // QP's WRITEs do not: the new B only moves RESPONDER's QP to error

@@ -440,7 +440,7 @@ pub static METRICS: &[Metric] = &[
     Metric {
         name: "soya_twin_resumed_total",
         kind: Counter,
-        help: "A twin that restarted (a new incarnation within wan.twin_timeout): restarts seen (crashes and planned ones), of which planned (it drained and said CLOSE \"restart\": nothing failed), flows (ingress halves) resumed toward it, request packets sent to it again (not yet delivered when it died), flows that could not be resumed and failed (their QP had requests the other way, which the twin had pseudo-ACKed).",
+        help: "A twin that restarted (a new incarnation within wan.twin_timeout): restarts seen (crashes and planned ones), of which planned (it drained and said CLOSE \"restart\": nothing failed), flows (ingress halves) resumed toward it, request packets sent to it again (not yet delivered when it died), flows that could not be resumed and failed, and why: unresumable_two_way (their QP had requests the other way, which the twin had pseudo-ACKed and which died with it), unresumable_bytes_lost (the bytes of a request not yet delivered were lost before the WAN transport).",
         labels: &["what"],
         samples: |s| {
             let e = &s.engine;
@@ -450,6 +450,8 @@ pub static METRICS: &[Metric] = &[
                 ("halves", e.halves_resumed),
                 ("packets_resent", e.packets_resent_on_resume),
                 ("unresumable", e.halves_unresumable),
+                ("unresumable_two_way", e.halves_unresumable_two_way),
+                ("unresumable_bytes_lost", e.halves_unresumable_bytes_lost),
             ])
         },
     },

@@ -235,10 +235,13 @@ pub struct EngineStats {
     /// sent again (everything not yet reported delivered)...
     pub halves_resumed: u64,
     pub packets_resent_on_resume: u64,
-    /// ...and ingress halves that could not be resumed (failed as before):
-    /// their QP had requests the other way, pseudo-ACKed by the twin that
-    /// restarted, which died with it (or a request's bytes were lost).
+    /// ...and ingress halves that could not be resumed (failed as before),
+    /// of which: their QP had requests the other way, pseudo-ACKed by the
+    /// twin that restarted, which died with it; or the bytes of a request
+    /// not yet delivered were lost on the way to the transport.
     pub halves_unresumable: u64,
+    pub halves_unresumable_two_way: u64,
+    pub halves_unresumable_bytes_lost: u64,
     /// Halves forgotten after `idle_after` of quiet (`qp::engine::expiry`)...
     pub halves_expired_ingress: u64,
     pub halves_expired_egress: u64,
