@@ -348,10 +348,21 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
         if let Some(r) = next_refill.filter(|_| !finished) {
             t = t.min(r);
         }
-        if t > deadline || w.events > MAX_EVENTS {
+        if t > deadline {
             out.violations.push(format!(
                 "did not finish within {:?} of virtual time ({} events)",
                 s.time_limit, w.events
+            ));
+            break;
+        }
+        if w.events > MAX_EVENTS {
+            // Say which limit stopped it: the time limit it did not reach
+            // told a user nothing about why a 48 s run stopped.
+            out.violations.push(format!(
+                "did not finish: stopped at the simulator's cap of {MAX_EVENTS} events after \
+                 {:?} of virtual time (its time limit: {:?})",
+                w.now - start,
+                s.time_limit
             ));
             break;
         }
