@@ -6,7 +6,9 @@ The simulator rows run the real engines and transport in virtual time, so
 they are the same on any machine. The demo rows (`--demo N`, root) run
 `soya demo` N times in each setting (the whole machine, a 1-CPU cgroup, a
 0.5-CPU cgroup, through docs/bench/demo_cgroup.sh) and print the spread.
-`--allreduce` adds the two-site ring AllReduce (a few minutes).
+`--allreduce` adds the two-site ring AllReduce (a few minutes), `--pair`
+the pair bench's Gb/s per gateway core (cargo bench, a few minutes; a
+machine-dependent figure, like the demo's).
 
     python3 docs/bench/headline.py
     sudo python3 docs/bench/headline.py --demo 5 --allreduce
@@ -95,6 +97,26 @@ def allreduce_row():
         "soya-sim " + " ".join(a))
 
 
+def pair_row():
+    """The pair bench (cargo bench, a few minutes): its summary lines give
+    the spread of 5 rounds per mode, Gb/s per gateway core."""
+    cmd = ["cargo", "bench", "-p", "soya", "--bench", "pair", "--", "--only-pair", "--rounds", "5"]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    spread = {}
+    for l in out.stdout.splitlines():
+        m = re.match(r"(keyed|insecure), \d+ rounds .*?: A ([0-9.]+)-([0-9.]+) .*?B ([0-9.]+)-([0-9.]+)", l)
+        if m:
+            spread[m.group(1)] = m.groups()[1:]
+    if "keyed" not in spread or "insecure" not in spread:
+        sys.exit(f"the pair bench gave no summary ({out.returncode}): {out.stderr[-500:]}")
+    k, i = spread["keyed"], spread["insecure"]
+    row("per-shard code without the kernel, keyed AES-256-GCM, 16 packets per turn: "
+        "Gb/s per gateway core, 5 rounds (pair bench)",
+        f"{k[0]}-{k[1]} at A (DC to WAN), {k[2]}-{k[3]} at B (WAN to DC); "
+        f"insecure {i[0]}-{i[1]} and {i[2]}-{i[3]}",
+        " ".join(cmd))
+
+
 def demo_rows(n):
     script = os.path.join(ROOT, "docs", "bench", "demo_cgroup.sh")
     for cpus, what in (("all", "whole machine (2 cores)"), ("1", "1-CPU cgroup"),
@@ -121,12 +143,15 @@ def main():
     p.add_argument("--demo", type=int, default=0, metavar="N", help="demo runs per setting (root)")
     p.add_argument("--allreduce", action="store_true", help="the AllReduce row (minutes)")
     p.add_argument("--no-sim", action="store_true", help="skip the simulator rows")
+    p.add_argument("--pair", action="store_true", help="the pair bench's row (cargo bench, minutes)")
     a = p.parse_args()
     print("| figure | value | command | measured |\n| --- | --- | --- | --- |")
     if not a.no_sim:
         sim_rows()
     if a.allreduce:
         allreduce_row()
+    if a.pair:
+        pair_row()
     if a.demo:
         demo_rows(a.demo)
 
