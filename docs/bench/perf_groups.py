@@ -4,7 +4,7 @@
     perf record -F 3999 --call-graph dwarf,16384 -o pair.data \\
         target/release/deps/pair-HASH --keyed --only-pair --burst 1 --rounds 1 --packets 300000
     perf script -i pair.data -F comm,tid,ip,sym > pair.txt
-    python3 docs/bench/perf_groups.py pair.txt
+    python3 docs/bench/perf_groups.py pair.txt [--by-gateway]
 
 Counts the samples with `Turn::run_all` on their stack (a gateway's turn;
 the hosts' work and the bench's own loop are left out) and groups each by
@@ -19,6 +19,8 @@ Then the same samples by **stage** of a packet's way through the gateway
 Copies and hash lookups have no stage of their own: they count where they
 are made (a memmove inside `SendFlows::write_frag` is WAN encoding, one
 inside `MemDc::recv_batch` is the kernel's copy the memory port models).
+With `--by-gateway`, the stages of each gateway apart (the pair bench runs
+A's and B's turns under names of their own).
 """
 import collections
 import re
@@ -83,7 +85,20 @@ def samples(lines):
         yield frames
 
 
+def gateway_of(frames):
+    """A or B, from the pair bench's per-gateway turn functions."""
+    for fr in frames:
+        if "turn_of_gateway_a" in fr:
+            return "A"
+        if "turn_of_gateway_b" in fr:
+            return "B"
+    return None
+
+
 def main():
+    by_gateway = "--by-gateway" in sys.argv[2:]
+    gw_stages = collections.defaultdict(collections.Counter)
+    gw_total = collections.Counter()
     total = 0
     groups = collections.Counter()
     rest = collections.Counter()
@@ -96,6 +111,10 @@ def main():
             total += 1
             stage = next((name for fr in frames for name, rx in STAGES if rx.search(fr)), "other (the turn itself)")
             stages[stage] += 1
+            gw = gateway_of(frames)
+            if gw:
+                gw_total[gw] += 1
+                gw_stages[gw][stage] += 1
             group = None
             for i, fr in enumerate(frames):
                 group = next((name for name, rx in GROUPS if rx.search(fr)), None)
@@ -123,6 +142,12 @@ def main():
     print("by stage (copies and lookups where they are made):")
     for name, n in stages.most_common():
         print(f"  {name:44s} {100 * n / total:5.1f} %")
+    if by_gateway:
+        for gw in sorted(gw_total):
+            n_gw = gw_total[gw]
+            print(f"gateway {gw} by stage ({100 * n_gw / total:.1f} % of the samples; share of its own):")
+            for name, n in gw_stages[gw].most_common():
+                print(f"  {name:44s} {100 * n / n_gw:5.1f} %")
 
 
 if __name__ == "__main__":
