@@ -4,7 +4,8 @@
 //! prints each gateway's per-half ingress and egress state at the end
 //! (and the draining gateway's ingress halves when a planned restart's
 //! drain times out);
-//! SOYA_SIM_ENDPOINT=hw runs the scenario `sweep --endpoint hw` runs.
+//! SOYA_SIM_ENDPOINT=hw runs the scenario `sweep --endpoint hw` runs;
+//! SOYA_SIM_OVERSUB=1 the over-subscribed one (`sweep --oversub-every 1`).
 
 #![deny(unsafe_code)]
 use std::time::Duration;
@@ -17,7 +18,11 @@ fn main() {
         .ok()
         .map(|e| e.parse().expect("SOYA_SIM_ENDPOINT: rxe or hw"))
         .unwrap_or_default();
-    let mut s = soya_tools::sim::sweep::sweep_scenario(seed, endpoint, true);
+    let mut s = if std::env::var_os("SOYA_SIM_OVERSUB").is_some() {
+        soya_tools::sim::oversub::oversubscribed_scenario(seed, endpoint)
+    } else {
+        soya_tools::sim::sweep::sweep_scenario(seed, endpoint, true)
+    };
     s.time_limit = Duration::from_millis(limit);
     eprintln!("{s:?}");
     let o = soya_tools::sim::scenario::run(&s).unwrap();
