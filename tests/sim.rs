@@ -116,6 +116,24 @@ fn a_requester_whose_window_was_dropped_gets_its_share() {
     }
 }
 
+/// Over-subscribed hardware seed 100819: four QPs whose send queues hold
+/// 8 packets each, over three 2 Gb/s paths at 0 km. A QP stopped at so
+/// narrow a window has no more outstanding than a paced promise allows, so
+/// the pacer leaves it alone (`qp::ingress::pacing`): paced after 1 ms of
+/// withholding like a wide one, their CNPs cut the QPs' DCQCN rates until
+/// the four carried 2.5 Gb/s instead of 5.5, one of them 0.08 of an equal
+/// share. Now 0.87.
+#[test]
+fn requesters_at_narrow_windows_are_not_paced_below_their_share() {
+    let s = oversubscribed_scenario(100_819, EndpointModel::Hw);
+    let o = run(&s).unwrap();
+    assert!(o.violations.is_empty(), "{:?}", o.violations);
+    let share = o.min_share.expect("judged");
+    assert!(share >= 0.5, "{:?}", o.unfair);
+    let goodput = o.goodput_gbps.expect("finished");
+    assert!(goodput >= 5.0, "{goodput} Gb/s over three 2 Gb/s paths");
+}
+
 /// 1,000 more of each, other seeds than the test above:
 /// `cargo test --release --test sim -- --ignored oversubscribed`.
 #[test]

@@ -54,3 +54,49 @@ fn out_of_band_hw_requesters_time_out_once_each_in_the_tunnelled_first_round_tri
     assert_eq!(o.requester_timeouts, 2, "{o:#?}");
     assert_eq!(o.requester_timeouts_after_ack, 0, "{o:#?}");
 }
+
+/// `soya-sim run --endpoint hw --qps 16 --paths 1 --path-gbps 1 --iters
+/// 256`: sixteen send queues of 128 × 64 KiB WRITEs (8 MiB, 2,048 packets
+/// each) over one 1 Gb/s path at 300 km, far more than the WAN carries,
+/// connected through RDMA-CM (as `soya-sim run` does by default).
+fn hw_oversubscribed(qps: u32) -> Scenario {
+    Scenario {
+        distance_km: 300.0,
+        op: Op::Write,
+        size: 65_536,
+        tx_depth: 128,
+        qps,
+        iters: 256,
+        wan_gbps: 1.0,
+        paths: 1,
+        endpoint: EndpointModel::Hw,
+        cm_handshake: true,
+        ..Scenario::default()
+    }
+}
+
+/// Issue 33: hardware requesters that offer more than the WAN carries are
+/// paced, not timed out. The buffer frees room a window at a time, so
+/// without the gateway's CNPs (`qp::engine::pacer`) each QP's pseudo-ACK
+/// moved only once per sixteen windows of drain, far past the 2 ms first
+/// step of its adaptive timer: the run kept the link full but its
+/// requesters resent 10.8 packets per packet carried (708,768
+/// retransmissions, 655 timeouts), 15 at 512 messages per QP, and with 64
+/// QPs the run never ended. Paced: 3,837 resent (0.06 per packet), 169
+/// timeouts, the link as full.
+#[test]
+fn hw_requesters_over_a_slow_wan_are_paced_instead_of_timing_out() {
+    let s = hw_oversubscribed(16);
+    let (o, _) = run_world(&s, false).expect("runs");
+    assert!(o.violations.is_empty(), "{:?}", o.violations);
+    assert_eq!(o.messages_ok, 16 * 256);
+    let goodput = o.goodput_gbps.expect("finished");
+    let carried = 16 * 256 * 16; // packets of 4 KiB
+    let per_packet = o.requester_retransmissions as f64 / carried as f64;
+    eprintln!(
+        "16 hw QPs over 1 Gb/s: {goodput:.3} Gb/s, {} resent ({per_packet:.4} per packet), {} timeouts",
+        o.requester_retransmissions, o.requester_timeouts
+    );
+    assert!(goodput >= 0.95, "{goodput} Gb/s of a 1 Gb/s path");
+    assert!(per_packet < 0.1, "{per_packet} resent per packet carried");
+}

@@ -12,6 +12,7 @@ pub mod packet;
 pub mod pool;
 mod room;
 pub mod slab;
+mod sojourn;
 
 pub use packet::{Lease, Lender, LenderRef, PacketBuf};
 pub use pool::{LendSource, PacketPool, PoolStats};
@@ -78,6 +79,11 @@ pub struct DeepBuffer {
     /// The flows waiting for room in the shared slab, served in turn
     /// (`room`).
     room: room::RoomQueue,
+    /// How long delivered packets stood in it (`sojourn`).
+    sojourn: sojourn::SojournMeter,
+    /// A pseudo-ACK was withheld since [`Self::take_pressure`] last
+    /// looked.
+    pushed_back: bool,
 }
 
 /// One flow's share of the buffer.
@@ -108,6 +114,8 @@ impl DeepBuffer {
             promised: 0,
             lapsing: VecDeque::new(),
             room: room::RoomQueue::new(),
+            sojourn: sojourn::SojournMeter::default(),
+            pushed_back: false,
         }
     }
 
@@ -191,6 +199,44 @@ impl DeepBuffer {
     /// Slots `flow` holds now.
     pub fn flow_slots(&self, flow: u64) -> usize {
         self.flows.get(&flow).map_or(0, |f| f.used)
+    }
+
+    /// Whether `flow` holds at least an equal share of the slots in use
+    /// among the flows holding or promised any.
+    pub fn holds_mean_share(&self, flow: u64) -> bool {
+        let used = self.capacity() - self.free_slots();
+        self.flow_slots(flow) * self.flows.len().max(1) >= used
+    }
+
+    /// A packet admitted at `admitted` was delivered at `now` (its slot
+    /// is released separately): one sample of the standing queue.
+    pub fn note_transit(&mut self, admitted: Time, now: Time) {
+        self.sojourn.note(admitted, now);
+    }
+
+    /// A pseudo-ACK was withheld for want of room.
+    pub fn note_pushback(&mut self) {
+        self.pushed_back = true;
+    }
+
+    /// Whether the buffer pushed back, or its last delivered packet stood
+    /// `queue` or more beyond the path's delay, since the last
+    /// [`Self::take_pressure`]: reasons for the pacer to look.
+    pub fn under_pressure(&self, queue: Duration) -> bool {
+        self.pushed_back || self.sojourn.last_excess() >= queue
+    }
+
+    /// [`Self::under_pressure`], and forget the push-back seen so far.
+    pub fn take_pressure(&mut self, queue: Duration) -> bool {
+        let p = self.under_pressure(queue);
+        self.pushed_back = false;
+        p
+    }
+
+    /// How long packets stood in the buffer beyond the path's own delay,
+    /// over the last `interval` (`sojourn`).
+    pub fn standing_queue(&mut self, now: Time, interval: Duration) -> Duration {
+        self.sojourn.standing(now, interval)
     }
 
     /// Slots still free for `flow`, the lesser of its quota and the site's.

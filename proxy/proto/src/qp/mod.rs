@@ -60,6 +60,8 @@ mod tests_ingress;
 #[cfg(test)]
 mod tests_orphan;
 #[cfg(test)]
+mod tests_pacer;
+#[cfg(test)]
 mod tests_reserve;
 #[cfg(test)]
 mod tests_room;

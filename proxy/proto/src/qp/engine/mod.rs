@@ -26,6 +26,7 @@ use crate::roce::{is_roce, IpHeader, NakCode, OpKind, Psn, RocePacket, WireError
 use crate::time::Time;
 
 pub mod expiry;
+mod pacer;
 mod room;
 
 use super::cm_conns::{CmConn, CmConns};
@@ -333,6 +334,10 @@ pub struct QpEngine {
     /// `handle_timeout`'s list of halves due, kept so that a timeout
     /// allocates nothing.
     due: Vec<HalfKey>,
+    /// The pacer's next look, and its list of halves to act on
+    /// (`pacer`).
+    pace_due: Option<Time>,
+    pace_keys: Vec<HalfKey>,
     pub stats: EngineStats,
 }
 
@@ -357,6 +362,8 @@ impl QpEngine {
             expiry: Expiry::default(),
             out: Outbox::default(),
             due: Vec::new(),
+            pace_due: None,
+            pace_keys: Vec::new(),
             stats: EngineStats::default(),
         }
     }
@@ -442,7 +449,12 @@ impl QpEngine {
         let p = self.probes.values().map(|p| p.deadline);
         // A lapsing promise frees room a waiting flow may need.
         let b = self.buffer.next_lapse();
-        i.into_iter().chain(e).chain(p).chain(b).min()
+        i.into_iter()
+            .chain(e)
+            .chain(p)
+            .chain(b)
+            .chain(self.pace_due)
+            .min()
     }
 
     pub fn handle_timeout(&mut self, now: Time) {
@@ -468,7 +480,9 @@ impl QpEngine {
         if self.probes.values().any(|p| p.deadline <= now) {
             self.probe_timeouts(now);
         }
+        self.pace(now);
         self.serve_room_waiters(now);
+        self.arm_pacer(now);
     }
 
     /// A reload's new tuning: the pseudo-ACK and re-injection settings
@@ -525,6 +539,7 @@ impl QpEngine {
     pub fn handle_dc(&mut self, now: Time, packet: &[u8]) {
         self.dc_packet(now, &mut DcBytes::Borrowed(packet));
         self.serve_room_waiters(now);
+        self.arm_pacer(now);
     }
 
     /// A packet from the local DC side that the backend read into a pooled
@@ -539,6 +554,7 @@ impl QpEngine {
             self.out.pool.put(v);
         }
         self.serve_room_waiters(now);
+        self.arm_pacer(now);
     }
 
     /// An empty pooled buffer for a DC backend to read a packet into and
@@ -686,6 +702,7 @@ impl QpEngine {
     pub fn handle_twin(&mut self, now: Time, msg: TwinMsg) {
         self.twin_msg(now, msg);
         self.serve_room_waiters(now);
+        self.arm_pacer(now);
     }
 
     fn twin_msg(&mut self, now: Time, msg: TwinMsg) {

@@ -157,12 +157,14 @@ impl PseudoAcker {
     /// so an rxe QP (128 PSNs) that went on promising an assumed hardware
     /// window of 2,048 packets made 16 of them promise more than a small
     /// buffer holds.
+    /// A paced requester is promised less (`pacing`).
     fn expected_window(&self) -> usize {
-        if self.window_seen {
+        let window = if self.window_seen {
             self.window.max(1)
         } else {
             self.window.max(self.tuning.assumed_window_slots)
-        }
+        };
+        self.paced_window(window)
     }
 
     /// A hold interval passed with pseudo-ACKs withheld: if nothing more
@@ -384,10 +386,17 @@ impl PseudoAcker {
                 buf.stop_waiting(self.flow_id);
             }
             self.stats.withheld_acks += 1;
-            if self.reserve_eaten(buf) {
+            buf.note_pushback();
+            // A paced requester is asked again to slow down each time it
+            // is withheld; the others once they ate into the reserve.
+            if self.reserve_eaten(buf) || self.is_paced() {
                 self.maybe_cnp(now, out);
             }
             let since = *self.hold_since.get_or_insert(now);
+            if self.pace_when_held(now.since(since), buf) {
+                self.pace(now, buf, out);
+                return;
+            }
             if now.since(since) < HOLD_ACK_FOR {
                 self.hold_deadline.get_or_insert(now + HOLD_ACK_INTERVAL);
             }

@@ -24,10 +24,12 @@ use crate::time::Time;
 
 mod acking;
 mod gap;
+mod pacing;
 mod resend;
 mod resume;
 
 pub use acking::{AckTuning, HOLD_ACK_FOR, HOLD_ACK_INTERVAL};
+pub use pacing::{PACED_WINDOW, PACE_WHEN_WAITING};
 
 use super::half::HalfKey;
 use super::outbox::{Outbox, Output};
@@ -172,6 +174,8 @@ pub struct PseudoAcker {
     raw_state: InProgress,
     delivered_state: InProgress,
     last_cnp: Option<Time>,
+    /// Paced by CNPs while a queue stands in the buffer (`pacing`).
+    pacing: pacing::Pacing,
     /// Path MTU, from RDMA-CM or from the payload of First/Middle packets.
     pmtu: Option<u32>,
     /// The newest request was a READ whose span is a guess: (PSN, most PSNs
@@ -239,6 +243,7 @@ impl PseudoAcker {
             failed: None,
             failed_at: None,
             last_cnp: None,
+            pacing: pacing::Pacing::default(),
             pmtu: None,
             read_slack: None,
             nak_after_read: false,
@@ -382,6 +387,7 @@ impl PseudoAcker {
         self.stats.bytes += bytes.len() as u64;
         e.bytes = Some(bytes);
         self.entries.push_back(e);
+        self.pacing.last_arrival = Some(now);
         self.forward(out);
         self.maybe_ack(now, buf, out);
     }
@@ -668,6 +674,7 @@ impl PseudoAcker {
                 break;
             }
             if let Some(slot) = e.slot.take() {
+                buf.note_transit(e.accepted_at, now);
                 buf.release(self.flow_id, slot);
                 self.delivered_state = self.delivered_state.after(e.op);
             }
