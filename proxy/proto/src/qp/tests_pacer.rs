@@ -1,95 +1,137 @@
 //! Packet-level tests of the pacer (issue 33, `qp::engine::pacer`): while
-//! packets stand in the deep buffer, the requesters that fill it get CNPs;
-//! when the queue is gone they get none. (That a requester stopped at a
-//! narrow window is never paced is the simulator's hardware seed 100819,
+//! requesters wait for room in turn and packets stand in the deep buffer,
+//! the requesters are paced; when the queue is gone they are not; a lone
+//! requester is never paced. (That a requester stopped at a narrow window
+//! is not paced either is the simulator's hardware seed 100819,
 //! `tests/sim.rs`.)
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::engine::QpEngine;
 use super::tests::{drain, run_timers};
-use super::tests_reserve::{requesters, Requester, WINDOW};
+use super::tests_reserve::{requesters, send_while_allowed, Requester};
 use super::tests_twin::twin_delivered;
 use crate::time::Time;
 
 const MS: Duration = Duration::from_millis(1);
 
-/// CNPs each requester's half sent so far, in the order of `reqs`.
-fn cnps(e: &QpEngine, reqs: &[Requester]) -> Vec<u64> {
-    reqs.iter()
-        .map(|r| {
-            e.ingress_halves()
-                .find(|h| h.key == r.key())
-                .map_or(0, |h| h.stats.cnps_sent)
-        })
-        .collect()
+/// A WAN in front of the engine: what the requesters sent at each round
+/// reaches the responder `transit` later, and the twin reports it
+/// delivered then.
+struct Wan {
+    /// (when sent, each requester's last PSN sent by then).
+    sent: VecDeque<(Time, Vec<u32>)>,
 }
 
-/// Each requester sends a whole window at `t`, acknowledged at once (the
-/// buffer is large).
-fn send_windows(e: &mut QpEngine, t: Time, reqs: &mut [Requester]) {
-    for r in reqs.iter_mut() {
-        for _ in 0..WINDOW {
-            let p = r.send();
-            e.handle_dc(t, &p);
-            r.take_acks(&drain(e));
+impl Wan {
+    /// One round at `t`: the packets sent `transit` ago or earlier are
+    /// delivered, then the requesters send what their windows and the
+    /// pseudo-ACKs allow.
+    fn round(&mut self, e: &mut QpEngine, t: Time, reqs: &mut [Requester], transit: Duration) {
+        run_timers_into(e, t, reqs);
+        while let Some((at, last)) = self.sent.front() {
+            if *at + transit > t {
+                break;
+            }
+            for (r, &psn) in reqs.iter().zip(last) {
+                if psn >= r.acked0() {
+                    twin_delivered(e, t, r.key(), psn);
+                }
+            }
+            self.sent.pop_front();
         }
-        assert_eq!(r.acked, r.next, "a window fits the buffer");
+        let out = drain(e);
+        for r in reqs.iter_mut() {
+            r.take_acks(&out);
+        }
+        send_while_allowed(e, t, reqs);
+        self.sent
+            .push_back((t, reqs.iter().map(|r| r.next - 1).collect()));
+    }
+
+    /// Rounds every 0.5 ms from `from` to `to`.
+    fn run(
+        &mut self,
+        e: &mut QpEngine,
+        from: Time,
+        to: Time,
+        reqs: &mut [Requester],
+        transit: Duration,
+    ) {
+        let mut t = from;
+        while t < to {
+            self.round(e, t, reqs, transit);
+            t += MS / 2;
+        }
     }
 }
 
-/// The twin reports everything sent so far delivered at `t`.
-fn deliver(e: &mut QpEngine, t: Time, reqs: &[Requester]) {
-    for r in reqs {
-        twin_delivered(e, t, r.key(), r.next - 1);
+/// The engine's timers up to `t`, the requesters taking their ACKs.
+fn run_timers_into(e: &mut QpEngine, t: Time, reqs: &mut [Requester]) {
+    let out = run_timers(e, t);
+    for r in reqs.iter_mut() {
+        r.take_acks(&out);
     }
-    drain(e);
 }
 
-/// Two requesters, a buffer far larger than their windows (nothing is ever
-/// withheld, so the reserve never asks for a CNP). Their first packets
-/// cross in 1 ms, the path's own delay; then packets take 11 ms: 10 ms
-/// stand in the buffer, the top of the pacer's ramp, and both requesters,
-/// holding equal shares, get a CNP at each look once the queue has stood
-/// for an interval. When packets cross in 1 ms again, the marks stop.
-/// Without the pacer the gateway sent no CNP at all, however long the
-/// queue (the 64 hardware QPs of issue 33 resent 1.4 to 58 packets per
-/// packet carried).
+fn paced(e: &QpEngine) -> usize {
+    e.ingress_halves().filter(|h| h.is_paced()).count()
+}
+
+/// `n` requesters of 16-packet windows, learned, behind a buffer of 64
+/// slots: three windows fill it.
+fn setup<const N: usize>() -> (QpEngine, Time, [Requester; N], Wan) {
+    let (e, t, reqs) = requesters::<N>(64, 16, 1);
+    let wan = Wan {
+        sent: VecDeque::new(),
+    };
+    (e, t, reqs, wan)
+}
+
+/// Three requesters wait for room in turn. While packets cross in the
+/// path's own 1 ms, nobody is paced; when they take 11 ms (10 ms standing
+/// in the buffer, the top of the pacer's ramp), the requesters are paced;
+/// when they cross in 1 ms again, pacing ends. Without the pacer nothing
+/// slowed hardware requesters down while they waited their turn, and 64
+/// of them resent 1.4 to 58 packets per packet carried (docs/benchmarks.md
+/// §2).
 #[test]
-fn a_standing_queue_marks_the_requesters_that_fill_the_buffer_until_it_drains() {
-    let (mut e, t0, mut reqs) = requesters::<2>(4096, WINDOW as usize, 1);
-    send_windows(&mut e, t0, &mut reqs);
-    let t1 = t0 + MS;
-    deliver(&mut e, t1, &reqs);
-    send_windows(&mut e, t1, &mut reqs);
-    // These cross in 11 ms: a queue, which arms the pacer; its first look
-    // closes the interval that still holds the 1 ms packets.
-    let t2 = t1 + 11 * MS;
-    deliver(&mut e, t2, &reqs);
-    send_windows(&mut e, t2, &mut reqs);
-    run_timers(&mut e, t2 + MS);
-    assert_eq!(cnps(&e, &reqs), [0, 0], "no interval of 11 ms packets yet");
-    let t3 = t2 + 11 * MS;
-    deliver(&mut e, t3, &reqs);
-    send_windows(&mut e, t3, &mut reqs);
-    run_timers(&mut e, t3 + 3 * MS);
-    let marked = cnps(&e, &reqs);
+fn requesters_waiting_in_turn_are_paced_while_a_queue_stands_and_not_after() {
+    let (mut e, t0, mut reqs, mut wan) = setup::<3>();
+    let t1 = t0 + 20 * MS;
+    wan.run(&mut e, t0, t1, &mut reqs, MS);
+    assert_eq!(paced(&e), 0, "no queue stands: nobody is paced");
+    let t2 = t1 + 60 * MS;
+    let mut most = 0;
+    let mut t = t1;
+    while t < t2 {
+        wan.round(&mut e, t, &mut reqs, 11 * MS);
+        most = most.max(paced(&e));
+        t += MS / 2;
+    }
     assert!(
-        marked.iter().all(|&c| c > 0),
-        "both requesters hold the buffer while the queue stands: {marked:?}"
+        most >= 2,
+        "a queue stood while they waited: {most} paced at most"
     );
-    // The queue is gone: packets cross in the path's 1 ms again.
-    let t4 = t3 + 4 * MS;
-    deliver(&mut e, t4, &reqs);
-    send_windows(&mut e, t4, &mut reqs);
-    let t5 = t4 + MS;
-    deliver(&mut e, t5, &reqs);
-    send_windows(&mut e, t5, &mut reqs);
-    run_timers(&mut e, t5 + 3 * MS);
-    let before = cnps(&e, &reqs);
-    let t6 = t5 + MS;
-    deliver(&mut e, t6, &reqs);
-    send_windows(&mut e, t6, &mut reqs);
-    run_timers(&mut e, t6 + 10 * MS);
-    assert_eq!(cnps(&e, &reqs), before, "no mark once the queue drained");
+    let t3 = t2 + 60 * MS;
+    wan.run(&mut e, t2, t3, &mut reqs, MS);
+    assert_eq!(paced(&e), 0, "the queue drained: pacing ended");
+}
+
+/// A lone requester behind the same buffer and the same 10 ms queue is
+/// never paced: room comes back to it as its own packets are delivered,
+/// and a CNP would only slow it (one hardware QP over 1 Gb/s fell to 0.67
+/// of the link when the pacer marked it). It still gets the CNPs of a
+/// requester eating into the reserve for its window (`acking`).
+#[test]
+fn a_lone_requester_is_never_paced() {
+    let (mut e, t0, mut reqs, mut wan) = setup::<1>();
+    wan.run(&mut e, t0, t0 + 20 * MS, &mut reqs, MS);
+    let mut t = t0 + 20 * MS;
+    while t < t0 + 80 * MS {
+        wan.round(&mut e, t, &mut reqs, 11 * MS);
+        assert_eq!(paced(&e), 0);
+        t += MS / 2;
+    }
 }

@@ -104,7 +104,7 @@ impl PseudoAcker {
         }
     }
 
-    pub(super) fn is_paced(&self) -> bool {
+    pub(crate) fn is_paced(&self) -> bool {
         self.pacing.paced
     }
 
