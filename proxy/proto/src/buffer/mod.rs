@@ -201,6 +201,11 @@ impl DeepBuffer {
         self.flows.get(&flow).map_or(0, |f| f.used)
     }
 
+    /// Flows holding slots or promised room.
+    pub fn flow_count(&self) -> usize {
+        self.flows.len()
+    }
+
     /// Whether `flow` holds at least an equal share of the slots in use
     /// among the flows holding or promised any.
     pub fn holds_mean_share(&self, flow: u64) -> bool {

@@ -79,17 +79,18 @@ fn paced(e: &QpEngine) -> usize {
     e.ingress_halves().filter(|h| h.is_paced()).count()
 }
 
-/// `n` requesters of 16-packet windows, learned, behind a buffer of 64
-/// slots: three windows fill it.
-fn setup<const N: usize>() -> (QpEngine, Time, [Requester; N], Wan) {
-    let (e, t, reqs) = requesters::<N>(64, 16, 1);
+/// `N` requesters of 16-packet windows, learned, behind a buffer of
+/// `slots`.
+fn setup<const N: usize>(slots: usize) -> (QpEngine, Time, [Requester; N], Wan) {
+    let (e, t, reqs) = requesters::<N>(slots, 16, 1);
     let wan = Wan {
         sent: VecDeque::new(),
     };
     (e, t, reqs, wan)
 }
 
-/// Three requesters wait for room in turn. While packets cross in the
+/// Six requesters wait for room in turn behind 128 slots (room for their
+/// windows, with the reserve for them, only a few at a time). While packets cross in the
 /// path's own 1 ms, nobody is paced; when they take 11 ms (10 ms standing
 /// in the buffer, the top of the pacer's ramp), the requesters are paced;
 /// when they cross in 1 ms again, pacing ends. Without the pacer nothing
@@ -98,7 +99,7 @@ fn setup<const N: usize>() -> (QpEngine, Time, [Requester; N], Wan) {
 /// §2).
 #[test]
 fn requesters_waiting_in_turn_are_paced_while_a_queue_stands_and_not_after() {
-    let (mut e, t0, mut reqs, mut wan) = setup::<3>();
+    let (mut e, t0, mut reqs, mut wan) = setup::<6>(128);
     let t1 = t0 + 20 * MS;
     wan.run(&mut e, t0, t1, &mut reqs, MS);
     assert_eq!(paced(&e), 0, "no queue stands: nobody is paced");
@@ -119,14 +120,14 @@ fn requesters_waiting_in_turn_are_paced_while_a_queue_stands_and_not_after() {
     assert_eq!(paced(&e), 0, "the queue drained: pacing ended");
 }
 
-/// A lone requester behind the same buffer and the same 10 ms queue is
-/// never paced: room comes back to it as its own packets are delivered,
+/// A lone requester behind 64 slots (withheld at its quota) and the same
+/// 10 ms queue is never paced: room comes back to it as its own packets are delivered,
 /// and a CNP would only slow it (one hardware QP over 1 Gb/s fell to 0.67
 /// of the link when the pacer marked it). It still gets the CNPs of a
 /// requester eating into the reserve for its window (`acking`).
 #[test]
 fn a_lone_requester_is_never_paced() {
-    let (mut e, t0, mut reqs, mut wan) = setup::<1>();
+    let (mut e, t0, mut reqs, mut wan) = setup::<1>(64);
     wan.run(&mut e, t0, t0 + 20 * MS, &mut reqs, MS);
     let mut t = t0 + 20 * MS;
     while t < t0 + 80 * MS {

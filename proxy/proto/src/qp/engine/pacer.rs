@@ -20,10 +20,11 @@
 //! that hold most are slowed most. A requester marked is also *paced*: it is
 //! promised at most [`PACED_WINDOW`](crate::qp::ingress) packets past its
 //! pseudo-ACK, so that room comes back to it in small grants, often, not a
-//! whole send queue now and then. It marks only while at least two flows
+//! whole send queue now and then. It marks only while at least three flows
 //! wait for room ([`PACE_WHEN_WAITING`]): a deep buffer holds a lone
-//! window-limited flow's whole window, so a queue stands by design, and
-//! only flows waiting for each other's grants risk their timers. When the
+//! window-limited flow's whole window, so a queue stands by design, only
+//! flows waiting through other flows' grants risk their timers, and a CNP
+//! to one of two flows only hands the link to the other. When the
 //! queue no longer stands, every flow is promised its window again.
 //!
 //! `pseudo_ack.cnp_on_backpressure = false` turns the pacer off with the
