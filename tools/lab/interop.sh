@@ -197,6 +197,8 @@ if [ $MATRIX = restart ]; then
   vrc=0
   awk -F'\t' 'NR>1 && $7!="OK" {bad=1} END{exit bad || NR<2}' "$OUT/restart.tsv" || vrc=1
   [ $VM_OK = 1 ] || vrc=1
+  # CI keeps only what is printed: on a failure, the guest's own account
+  [ $vrc = 0 ] || { echo "the guest's steps (serial.log):"; grep -E '^(###|\[gw|error|Error)' "$OUT/serial.log" | tail -40; }
   stamp "done: $OUT (restart verdict rc=$vrc)"
   exit $vrc
 fi

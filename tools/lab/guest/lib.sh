@@ -185,11 +185,17 @@ gw_start() {  # rtt_ms tag
   # to set here (docs/interop.md pitfall 10, docs/operations.md).
   ip -n gwA route replace $B_NET dev soya0
   ip -n gwB route replace $A_NET dev soya0
-  # wait until the WAN session is up
+  # wait until the WAN session is up. The explicit return matters: a loop's
+  # status is its body's last command, so `[ $t -gt 60 ] && …` (false while
+  # waiting) once made gw_start fail whenever the session needed a second
+  # poll, and a CI run reported "gateways did not start" for two gateways
+  # that were up.
   t=0
   until $SOYA status --json -s $GW_DIR/site-a.sock 2>/dev/null | grep -q '"connected": *true'; do
-    sleep 0.5; t=$((t+1)); [ $t -gt 60 ] && { log "WAN session not up"; break; }
+    sleep 0.5; t=$((t+1))
+    if [ $t -gt 60 ]; then log "WAN session not up after 30 s"; break; fi
   done
+  return 0
 }
 
 gw_status() {  # tag
