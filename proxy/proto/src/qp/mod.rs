@@ -70,6 +70,8 @@ mod tests_stall;
 #[cfg(test)]
 mod tests_timers;
 #[cfg(test)]
+mod tests_tunnel;
+#[cfg(test)]
 mod tests_twin;
 #[cfg(test)]
 mod tests_twin_lost;

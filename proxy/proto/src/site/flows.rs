@@ -54,8 +54,9 @@ use std::collections::VecDeque;
 use std::net::IpAddr;
 
 use crate::keyed::KeyedMap;
+use crate::qp::twin::Carry;
 use crate::qp::{HalfKey, TwinMsg};
-use crate::roce::{IpHeader, OpKind, RocePacket};
+use crate::roce::{IpHeader, OpKind, Psn, RocePacket};
 use crate::time::Time;
 use crate::wan::{SendError, WanConnection};
 
@@ -156,6 +157,17 @@ pub fn flow_of(msg: &TwinMsg) -> Option<u64> {
     })
 }
 
+/// The half and PSN of a raw request (a tunnel's).
+fn raw_key(msg: &TwinMsg) -> Option<(HalfKey, Psn)> {
+    match msg {
+        TwinMsg::Request {
+            carry: Carry::Raw,
+            packet,
+        } => HalfKey::of_request_bytes(packet),
+        _ => None,
+    }
+}
+
 /// A message waiting for room in the transport.
 struct Waiting {
     msg: TwinMsg,
@@ -201,6 +213,10 @@ pub struct Pending {
     pub discarded: u64,
     /// The READ responses waiting, and what resent READs make of them.
     pub replays: ReadReplays,
+    /// Raw requests (a tunnel's) dropped here, at a bound or refused by
+    /// the transport: their halves must hear the requester's resends of
+    /// them (`QpEngine::raw_left`, `qp::ingress::tunnel`).
+    pub raw_dropped: Vec<(HalfKey, Psn)>,
 }
 
 impl Pending {
@@ -231,6 +247,7 @@ impl Pending {
                 .is_some_and(|q| q.len() >= PENDING_PER_FLOW);
         if full && !control {
             self.overflow += 1;
+            self.note_raw_drop(&msg);
             tracing::error!(
                 flow = format_args!("{flow:#018x}"),
                 pending_bytes = self.bytes,
@@ -254,8 +271,15 @@ impl Pending {
         self.high_water_bytes = self.high_water_bytes.max(self.bytes);
     }
 
+    /// A raw request that will not reach the twin: its half is told.
+    fn note_raw_drop(&mut self, msg: &TwinMsg) {
+        self.raw_dropped.extend(raw_key(msg));
+    }
+
     fn send(&mut self, wan: &mut WanConnection, now: Time, flow: u64, msg: TwinMsg) {
+        let raw = raw_key(&msg);
         if let Err(e) = wan.send(now, flow, msg) {
+            self.raw_dropped.extend(raw);
             self.send_errors += 1;
             let level_error = !matches!(e, SendError::Closed);
             if level_error {
@@ -292,7 +316,9 @@ impl Pending {
                     self.replays.stale += 1;
                     continue;
                 }
+                let raw = raw_key(&w.msg);
                 if let Err(e) = wan.send(now, flow, w.msg) {
+                    self.raw_dropped.extend(raw);
                     self.send_errors += 1;
                     tracing::error!(flow = format_args!("{flow:#018x}"), error = %e, "twin message refused by the WAN transport");
                 }
@@ -437,5 +463,44 @@ mod tests {
         p.submit(&mut wan, Time::ZERO, flow, error);
         assert_eq!(p.overflow, 1, "Delivered and Error are never dropped");
         assert_eq!(p.messages, PENDING_PER_FLOW + 2);
+    }
+
+    /// A tunnel's request dropped here never reaches the twin: its half
+    /// must hear the requester's resend of it (`qp::ingress::tunnel`), so
+    /// the drop is reported with the request's half and PSN. The transport
+    /// refusing one (closed) is reported the same way.
+    #[test]
+    fn a_raw_request_dropped_here_is_reported_to_its_half() {
+        use crate::qp::twin::Carry;
+        use crate::roce::{builders, Opcode, Reth};
+        use crate::wan::{PathConfig, WanConfig};
+        let h = half();
+        let raw = |psn: u32| TwinMsg::Request {
+            carry: Carry::Raw,
+            packet: builders::request(
+                IpHeader::between(h.requester, h.responder).unwrap(),
+                h.responder_qpn,
+                Opcode::RC_WRITE_ONLY,
+                Psn::new(psn),
+                true,
+                Reth::default(),
+            )
+            .to_vec(&[7; 64])
+            .unwrap()
+            .into(),
+        };
+        let cfg = WanConfig::new(vec![PathConfig::new("p")], Some([1; 32]), true);
+        let mut wan = WanConnection::new(cfg, Time::ZERO, 1);
+        let flow = request_flow(&h);
+        let mut p = Pending::default();
+        let mut psn = 0;
+        while p.messages < PENDING_PER_FLOW {
+            p.submit(&mut wan, Time::ZERO, flow, raw(psn));
+            psn += 1;
+        }
+        assert!(p.raw_dropped.is_empty(), "{:?}", p.raw_dropped);
+        p.submit(&mut wan, Time::ZERO, flow, raw(psn));
+        assert_eq!(p.overflow, 1);
+        assert_eq!(p.raw_dropped, vec![(h, Psn::new(psn))]);
     }
 }

@@ -503,6 +503,14 @@ impl Site {
             while let Some(packet) = self.wan.take_handed_back() {
                 self.engine.take_back(packet);
             }
+            // Raw requests the twin has, and those dropped on the way:
+            // their requesters' resends may go on (`qp::ingress::tunnel`).
+            while let Some(packet) = self.wan.take_raw_released() {
+                self.engine.raw_released(packet);
+            }
+            for (key, psn) in self.pending.raw_dropped.drain(..) {
+                self.engine.raw_left(&key, psn);
+            }
             while let Some(out) = self.engine.poll_output() {
                 moved = true;
                 match out {

@@ -377,6 +377,12 @@ impl WanConnection {
         self.send.handed_back.pop_front()
     }
 
+    /// A raw request (a tunnel's) the twin acknowledged
+    /// (`flow::SendFlows::raw_released`): for `QpEngine::raw_released`.
+    pub fn take_raw_released(&mut self) -> Option<PacketBuf> {
+        self.send.raw_released.pop_front()
+    }
+
     /// The transport's pool of packet buffers: acknowledged messages' go
     /// in, received messages' come out.
     pub fn pool_mut(&mut self) -> &mut PacketPool {

@@ -117,6 +117,14 @@ impl Encoded {
         self.head_len == 3 && self.head[..3] == [CODEC_VERSION, K_REQUEST, 1]
     }
 
+    /// Is this a `Request` carried `Raw` (a tunnel's)? Once acknowledged,
+    /// the sending gateway's engine is told (`flow::SendFlows::raw_released`):
+    /// the requester's resends of it may go on from then
+    /// (`qp::ingress::tunnel`).
+    pub fn is_raw_request(&self) -> bool {
+        self.head_len == 3 && self.head[..3] == [CODEC_VERSION, K_REQUEST, 0]
+    }
+
     /// Bytes `[start, end)` of `head ‖ body`, as the part in the head and the
     /// part in the body (either may be empty).
     pub fn range(&self, start: usize, end: usize) -> (&[u8], &[u8]) {

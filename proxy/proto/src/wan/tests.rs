@@ -589,6 +589,39 @@ fn lossless_transfer_both_controllers() {
     }
 }
 
+/// A tunnel's requests (`Carry::Raw`) come back to the sending gateway
+/// once the twin acknowledged them (`take_raw_released`), in order, and
+/// never as held requests: until then the tunnel drops its requester's
+/// resends of them (`qp::ingress::tunnel`), so one that never came back
+/// would silence that requester for good. On a lossy path too.
+#[test]
+fn raw_requests_come_back_once_the_twin_has_them() {
+    let mut sim = one_path(CcKind::FixedRate, 3, |l| l.loss = 0.2);
+    let mut w = Workload::new(1, Some(0), (40, 40));
+    run_until(&mut sim, &mut w, Time::from_millis(50));
+    const N: u8 = 200;
+    for i in 0..N {
+        let m = TwinMsg::Request {
+            carry: Carry::Raw,
+            packet: vec![i; 1000].into(),
+        };
+        sim.ends[0].send(sim.now, flow_id(0), m).expect("room");
+    }
+    let mut got = Vec::new();
+    while sim.now < Time::from_millis(5_000) && got.len() < usize::from(N) {
+        if !sim.step() {
+            break;
+        }
+        while sim.ends[1].poll_event().is_some() {}
+        while let Some(p) = sim.ends[0].take_raw_released() {
+            got.push(p[0]);
+        }
+    }
+    assert_eq!(got, (0..N).collect::<Vec<_>>());
+    assert!(sim.ends[0].take_handed_back().is_none());
+    assert!(sim.ends[0].stats().packets_lost > 0, "the path lost some");
+}
+
 /// A lossy transfer under each cipher, and `auto` against a twin that
 /// accepts one cipher only: both sides end up on the same, expected cipher.
 #[test]

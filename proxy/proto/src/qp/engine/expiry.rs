@@ -321,6 +321,7 @@ fn add_ingress(t: &mut IngressStats, s: &IngressStats) {
             packets,
             bytes,
             raw_packets,
+            raw_resends_dropped,
             pseudo_acks,
             duplicate_acks,
             duplicates_dropped,

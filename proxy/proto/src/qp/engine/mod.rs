@@ -426,6 +426,24 @@ impl QpEngine {
         }
     }
 
+    /// A request forwarded raw (a tunnel's) that the WAN transport is done
+    /// with: the twin acknowledged it. Its half's requester may resend it
+    /// now and be heard (`qp::ingress::tunnel`); the buffer goes to the pool.
+    pub fn raw_released(&mut self, packet: PacketBuf) {
+        if let Some((key, psn)) = HalfKey::of_request_bytes(&packet) {
+            self.raw_left(&key, psn);
+        }
+        self.out.pool.put(packet);
+    }
+
+    /// The request at `psn` of `key`, forwarded raw, left this gateway
+    /// without reaching the twin (the site dropped it on the way).
+    pub fn raw_left(&mut self, key: &HalfKey, psn: Psn) {
+        if let Some(a) = self.ingress.get_mut(key) {
+            a.raw_left(psn);
+        }
+    }
+
     /// The engine's pool of packet buffers (the device loop balances it
     /// against the transport's).
     pub fn pool_mut(&mut self) -> &mut PacketPool {

@@ -27,6 +27,7 @@ mod gap;
 mod pacing;
 mod resend;
 mod resume;
+mod tunnel;
 
 pub use acking::{AckTuning, HOLD_ACK_FOR, HOLD_ACK_INTERVAL};
 pub use pacing::{PACED_WINDOW, PACE_WHEN_WAITING};
@@ -54,6 +55,10 @@ pub struct IngressStats {
     pub packets: u64,
     pub bytes: u64,
     pub raw_packets: u64,
+    /// Tunnel-phase resends of WRITE/SEND packets not forwarded: the
+    /// original was forwarded and is unanswered, so it is still on its
+    /// reliable way to the responder (`tunnel::TunnelResends`).
+    pub raw_resends_dropped: u64,
     pub pseudo_acks: u64,
     pub duplicate_acks: u64,
     pub duplicates_dropped: u64,
@@ -160,6 +165,8 @@ pub struct PseudoAcker {
     /// a tunnel keeps no copy of what it forwarded and the answers on
     /// their way would die with the old session.
     raw_answered: Option<Psn>,
+    /// Which resends of the tunnel phase go to the responder (`tunnel`).
+    raw_resends: tunnel::TunnelResends,
     ack_deadline: Option<Time>,
     /// While pseudo-ACKs are withheld: when to repeat the last one, and
     /// since when they are withheld.
@@ -237,6 +244,7 @@ impl PseudoAcker {
             raw_low: None,
             raw_acked: false,
             raw_answered: None,
+            raw_resends: tunnel::TunnelResends::default(),
             ack_deadline: None,
             hold_deadline: None,
             hold_since: None,
@@ -408,6 +416,10 @@ impl PseudoAcker {
     }
 
     fn forward_raw(&mut self, p: &RocePacket<'_>, out: &mut Outbox) {
+        if !self.raw_resend_goes(p) {
+            self.stats.raw_resends_dropped += 1;
+            return;
+        }
         self.raw_low.get_or_insert(p.psn());
         self.learn_pmtu(p);
         let (span, span_max) = read_span(p, self.pmtu);
@@ -419,6 +431,9 @@ impl PseudoAcker {
         // packets already accepted.
         let replay = self.mode != Mode::Raw && self.expected.is_some_and(|e| p.psn().before(e));
         if !replay && self.raw_high.is_none_or(|h| last.after(h)) {
+            if let Some(h) = self.raw_high {
+                self.raw_resends.forwarded_after(h, p.psn());
+            }
             self.raw_high = Some(last);
             self.raw_state = self.raw_state.after(p.bth.opcode);
             self.read_slack = (span < span_max).then_some((p.psn(), span_max, p.ext.reth.len));
@@ -832,7 +847,8 @@ impl PseudoAcker {
                         // The responder got everything before `psn`; the
                         // requester resends from there.
                         crate::roce::Syndrome::Nak(NakCode::PsnSequenceError) => {
-                            self.note_raw_answered(psn.sub(1))
+                            self.note_raw_answered(psn.sub(1));
+                            self.raw_resends.nak(psn);
                         }
                         // A fatal NAK: the requester's QP goes to error and
                         // sends nothing more; nothing is owed.
@@ -841,8 +857,9 @@ impl PseudoAcker {
                                 self.note_raw_answered(h);
                             }
                         }
-                        // RNR: the requester resends after its timer.
-                        _ => {}
+                        // RNR: the requester resends after its timer,
+                        // from `psn`: the responder dropped what followed.
+                        _ => self.raw_resends.nak(psn),
                     }
                 }
                 out.dc(p.as_bytes());

@@ -45,6 +45,11 @@ impl PseudoAcker {
     /// for a half that is [`Self::resumable`].
     pub fn resume(&mut self, now: Time, buf: &mut DeepBuffer, out: &mut Outbox) -> u64 {
         self.quiet.touch();
+        // What the tunnel forwarded died with the old session: the
+        // requester's resends of it must go through (`tunnel`).
+        if let Some(h) = self.raw_high {
+            self.raw_left(h);
+        }
         // A READ or atomic already answered: the responder executed
         // everything up to its last PSN. Only up to the first one still
         // unanswered, though: its answer died with the twin (or is on its

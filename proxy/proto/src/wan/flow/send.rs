@@ -180,6 +180,10 @@ pub struct SendFlows {
     /// before that. Its capacity is kept: in steady state it allocates
     /// nothing.
     pub handed_back: VecDeque<PacketBuf>,
+    /// The packets of raw requests ([`Encoded::is_raw_request`]) the twin
+    /// acknowledged, for the sending gateway's engine
+    /// (`WanConnection::take_raw_released`, `QpEngine::raw_released`).
+    pub raw_released: VecDeque<PacketBuf>,
 }
 
 impl SendFlows {
@@ -227,6 +231,7 @@ impl SendFlows {
             messages_discarded: 0,
             flows_retired: 0,
             handed_back: VecDeque::new(),
+            raw_released: VecDeque::new(),
         }
     }
 
@@ -463,6 +468,8 @@ impl SendFlows {
             if let Some(m) = f.msgs.pop_front() {
                 if m.bytes.is_held_request() {
                     self.handed_back.push_back(m.bytes.into_body());
+                } else if m.bytes.is_raw_request() {
+                    self.raw_released.push_back(m.bytes.into_body());
                 } else {
                     pool.put(m.bytes.into_body());
                 }
