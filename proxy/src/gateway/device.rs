@@ -611,7 +611,7 @@ impl Device {
                 bytes: a.stats.bytes,
                 pseudo_acks: a.stats.pseudo_acks,
                 naks: a.stats.seq_naks + a.stats.errors_injected,
-                retransmissions: a.stats.duplicates_dropped,
+                retransmissions: a.stats.duplicates_dropped + a.stats.raw_resends_dropped,
                 buffered: a.buffered() as u64,
                 detail: format!("{:?}", a.stats),
             })

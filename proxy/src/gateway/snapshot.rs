@@ -339,7 +339,8 @@ pub struct FlowSnap {
     /// Egress: NAKs received from the responder.
     pub naks: u64,
     /// Egress: go-back-N retransmissions toward the responder. Ingress:
-    /// duplicates from the requester.
+    /// duplicates from the requester the gateway answered or dropped (a
+    /// tunnel's included: `qp::ingress::tunnel`).
     pub retransmissions: u64,
     /// Ingress: packets held in the deep buffer; egress: held for injection.
     pub buffered: u64,
