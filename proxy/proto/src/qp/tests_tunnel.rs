@@ -144,3 +144,74 @@ fn read_resends_are_left_to_the_replay_rules() {
     assert_eq!(raw(&drain(&mut e)), vec![100, 101]);
     assert_eq!(dropped(&e), 0);
 }
+
+/// A message's packets that crossed while its AckReq packet (the last) is
+/// still here: the responder answers them once that one crosses, so their
+/// resends would only be duplicates too. Once a NAK was seen the shortcut
+/// is off: a responder that NAKed stays silent until the NAKed PSN comes.
+#[test]
+fn packets_whose_answer_is_still_due_are_not_resent() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Edge));
+    let t = Time::from_micros(1);
+    let msg = [
+        (100, Opcode::RC_WRITE_FIRST, false),
+        (101, Opcode::RC_WRITE_MIDDLE, false),
+        (102, Opcode::RC_WRITE_LAST, true),
+        (103, Opcode::RC_WRITE_FIRST, false),
+        (104, Opcode::RC_WRITE_LAST, true),
+    ];
+    let resend = |e: &mut QpEngine, psns: std::ops::Range<u32>| {
+        for &(psn, op, ask) in &msg {
+            if psns.contains(&psn) {
+                e.handle_dc(t, &request(op, psn, ask, 64, 4096));
+            }
+        }
+        raw(&drain(e))
+    };
+    assert_eq!(resend(&mut e, 100..105), vec![100, 101, 102, 103, 104]);
+    // 100 and 101 crossed; 102, which asks for the answer, did not.
+    e.raw_left(&key(), Psn::new(101));
+    assert_eq!(resend(&mut e, 100..105), Vec::<u32>::new());
+    // 102 crossed: the answer is the responder's to give, or to withhold
+    // (lost past the twin): resends of the first message go on. 103's is
+    // still due (104 is here).
+    e.raw_left(&key(), Psn::new(103));
+    assert_eq!(resend(&mut e, 100..105), vec![100, 101, 102]);
+    // A NAK (RNR at 104): from now on only the originals still here are
+    // dropped, whatever answer is due; 104 and after are the NAK's round.
+    let to = ReplyTo::answering(&RocePacket::parse(&write(104)).unwrap(), RQ_QPN);
+    let rnr = builders::rnr_nak(&to, Psn::new(104), 14, 1)
+        .to_vec(&[])
+        .unwrap();
+    twin_response(&mut e, t, rnr);
+    drain(&mut e);
+    assert_eq!(resend(&mut e, 100..105), vec![100, 101, 102, 103, 104]);
+}
+
+/// A tunnel for good (policy `off`): after a NAK, an answer that seems due
+/// is never waited for again, for messages sent after it too.
+#[test]
+fn after_a_nak_a_tunnel_never_waits_for_an_answer_due() {
+    let mut e = QpEngine::new(cfg(AckPolicy::Off));
+    let t = Time::from_micros(1);
+    let first = |psn| request(Opcode::RC_WRITE_FIRST, psn, false, 64, 4096);
+    let last = |psn| request(Opcode::RC_WRITE_LAST, psn, true, 64, 4096);
+    e.handle_dc(t, &first(100));
+    e.handle_dc(t, &last(101));
+    let to = ReplyTo::answering(&RocePacket::parse(&write(100)).unwrap(), RQ_QPN);
+    let rnr = builders::rnr_nak(&to, Psn::new(100), 14, 0)
+        .to_vec(&[])
+        .unwrap();
+    twin_response(&mut e, t, rnr);
+    assert_eq!(raw(&drain(&mut e)), vec![100, 101]);
+    // The requester's round after its RNR wait, then a new message.
+    for p in [first(100), last(101), first(102), last(103)] {
+        e.handle_dc(t, &p);
+    }
+    assert_eq!(raw(&drain(&mut e)), vec![100, 101, 102, 103]);
+    // 102 crossed, 103 (its AckReq) not yet: resent, 102 goes anyway.
+    e.raw_left(&key(), Psn::new(102));
+    e.handle_dc(t, &first(102));
+    e.handle_dc(t, &last(103));
+    assert_eq!(raw(&drain(&mut e)), vec![102]);
+}

@@ -431,9 +431,8 @@ impl PseudoAcker {
         // packets already accepted.
         let replay = self.mode != Mode::Raw && self.expected.is_some_and(|e| p.psn().before(e));
         if !replay && self.raw_high.is_none_or(|h| last.after(h)) {
-            if let Some(h) = self.raw_high {
-                self.raw_resends.forwarded_after(h, p.psn());
-            }
+            self.raw_resends
+                .forwarded(self.raw_high, p.psn(), last, p.bth.ack_req);
             self.raw_high = Some(last);
             self.raw_state = self.raw_state.after(p.bth.opcode);
             self.read_slack = (span < span_max).then_some((p.psn(), span_max, p.ext.reth.len));

@@ -19,6 +19,17 @@
 //! ([`TunnelResends::left`]). Twin messages are reliable and in order per
 //! half, so the resend would reach the responder right behind the
 //! original and only ever be a duplicate there; dropping it delays nothing.
+//!
+//! A packet that left but whose answer is still due is dropped too, while
+//! no NAK was seen: the responder answers a WRITE/SEND only at a packet
+//! asking for it (AckReq: a message's last), and a message of one QP among
+//! sixteen takes 8 ms to cross 1 Gbit/s, four expiries of a 2 ms timer.
+//! If the AckReq packet at or after it is still here, its answer will
+//! come once that packet crosses, or the responder, having missed
+//! something before it, will NAK. A responder that NAKed once stays silent
+//! until the NAKed PSN arrives, so after the first NAK this shortcut is
+//! off and only the rule above holds.
+//!
 //! Everything else goes through as before:
 //!
 //! - a PSN never forwarded (lost between the requester and this gateway:
@@ -48,6 +59,10 @@ use super::PseudoAcker;
 /// wasteful).
 const MAX_GAPS: usize = 8;
 
+/// Most AckReq PSNs remembered ahead of the responder's answers; past
+/// that, the answer-due shortcut is off.
+const MAX_ACK_REQS: usize = 512;
+
 /// What decides whether a tunnel-phase resend goes on.
 #[derive(Clone, Debug, Default)]
 pub(super) struct TunnelResends {
@@ -64,6 +79,12 @@ pub(super) struct TunnelResends {
     gaps: VecDeque<(Psn, Psn)>,
     /// More gaps than [`MAX_GAPS`] were seen: the rule is off.
     gaps_lost: bool,
+    /// The PSNs of the AckReq packets forwarded, oldest first, beyond the
+    /// responder's last answer: an answer is due at each.
+    ack_reqs: VecDeque<Psn>,
+    /// A NAK was seen (or too many AckReqs): an answer due may never come
+    /// from a responder that stays silent after a NAK.
+    answers_unsure: bool,
 }
 
 impl TunnelResends {
@@ -72,6 +93,8 @@ impl TunnelResends {
     /// from there must all reach it.
     pub(super) fn nak(&mut self, psn: Psn) {
         self.round_from = Some(psn);
+        self.answers_unsure = true;
+        self.ack_reqs.clear();
     }
 
     /// The request at `psn` forwarded raw has left this gateway.
@@ -81,15 +104,38 @@ impl TunnelResends {
         }
     }
 
-    /// A new request at `psn` is forwarded after `high`, the newest so far:
-    /// what lies between was never forwarded.
-    pub(super) fn forwarded_after(&mut self, high: Psn, psn: Psn) {
-        if psn.after(high.add(1)) {
-            if self.gaps.len() == MAX_GAPS {
-                self.gaps_lost = true;
-            } else {
-                self.gaps.push_back((high.add(1), psn.sub(1)));
+    /// A new request at `psn` (ending at `last`) is forwarded after
+    /// `high`, the newest so far (`None` for the first): what lies between
+    /// was never forwarded.
+    pub(super) fn forwarded(&mut self, high: Option<Psn>, psn: Psn, last: Psn, ack_req: bool) {
+        if let Some(high) = high {
+            if psn.after(high.add(1)) {
+                if self.gaps.len() == MAX_GAPS {
+                    self.gaps_lost = true;
+                } else {
+                    self.gaps.push_back((high.add(1), psn.sub(1)));
+                }
             }
+        }
+        if ack_req && !self.answers_unsure {
+            if self.ack_reqs.len() == MAX_ACK_REQS {
+                self.answers_unsure = true;
+                self.ack_reqs.clear();
+            } else {
+                self.ack_reqs.push_back(last);
+            }
+        }
+    }
+
+    /// Is an answer covering `psn` still due: the first AckReq packet at
+    /// or after it has not left yet (and no NAK made answers unsure)?
+    fn answer_due(&self, psn: Psn) -> bool {
+        if self.answers_unsure {
+            return false;
+        }
+        match self.ack_reqs.iter().find(|a| !a.before(psn)) {
+            Some(a) => self.left.is_none_or(|l| a.after(l)),
+            None => false,
         }
     }
 }
@@ -109,12 +155,15 @@ impl PseudoAcker {
             if !psn.after(a) {
                 return true;
             }
-            // Gaps the responder has answered past are closed.
+            // Gaps and asks the responder has answered past are closed.
             while r.gaps.front().is_some_and(|&(_, end)| !end.after(a)) {
                 r.gaps.pop_front();
             }
+            while r.ack_reqs.front().is_some_and(|q| !q.after(a)) {
+                r.ack_reqs.pop_front();
+            }
         }
-        if r.left.is_some_and(|l| !psn.after(l)) {
+        if r.left.is_some_and(|l| !psn.after(l)) && !r.answer_due(psn) {
             return true;
         }
         if let Some(from) = r.round_from {
