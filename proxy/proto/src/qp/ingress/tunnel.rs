@@ -34,9 +34,9 @@
 //!
 //! - a PSN never forwarded (lost between the requester and this gateway:
 //!   a gap in what it forwarded, [`TunnelResends::gaps`]);
-//! - a PSN whose original left this gateway: it may have been lost past
-//!   the twin, and the responder may be waiting for it in silence (it NAKs
-//!   a gap only once);
+//! - a PSN whose original left this gateway and whose answer is not due
+//!   (above): it may have been lost past the twin, and the responder may
+//!   be waiting for it in silence (it NAKs a gap only once);
 //! - a round a NAK asked for (sequence error or RNR: the responder dropped
 //!   everything from that PSN on, including originals still on their way);
 //! - anything answered (the requester lost the ACK in its data centre),
@@ -45,7 +45,8 @@
 //!
 //! **Liveness.** Every original leaves this gateway's hands: the twin
 //! acknowledges it, the site drops it (reported as it happens), or the
-//! twin restarts (every half resumes and forgets the rule). The
+//! twin restarts (every half resumes and forgets the rule). So does the
+//! AckReq packet an answer is due at, which ends that wait too. The
 //! requester's next resend after that goes through.
 
 use std::collections::VecDeque;
