@@ -194,6 +194,20 @@ pub(super) fn forwarded(out: &[Output]) -> Vec<u32> {
         .collect()
 }
 
+/// The PSNs of requests forwarded as is (`Carry::Raw`: a tunnel's, or a
+/// resend the responder must replay).
+pub(super) fn raw_forwarded(out: &[Output]) -> Vec<u32> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Twin(TwinMsg::Request {
+                carry: Carry::Raw,
+                packet,
+            }) => Some(RocePacket::parse(packet).unwrap().psn().value()),
+            _ => None,
+        })
+        .collect()
+}
+
 pub(super) fn injected(out: &[Output]) -> Vec<u32> {
     out.iter()
         .filter_map(|o| match o {

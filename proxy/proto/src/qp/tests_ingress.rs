@@ -13,7 +13,7 @@ use super::engine::{Output, QpEngine};
 use super::ingress::{HOLD_ACK_FOR, HOLD_ACK_INTERVAL};
 use super::tests::{
     acks, assert_acks, assert_nak, cfg, drain, drained_acks, edge_ingress, forwarded,
-    ingress_engine, key, request, response, run_timers, REQUESTER, RQ_QPN,
+    ingress_engine, key, raw_forwarded, request, response, run_timers, REQUESTER, RQ_QPN,
 };
 use super::tests_twin::{twin_delivered, twin_error, twin_response};
 use crate::roce::builders::{self, ReplyTo};
@@ -383,20 +383,6 @@ fn withheld_acks_repeat_the_last_one_until_the_buffer_drains() {
     );
 }
 
-/// What the twin is asked to replay: the PSNs of requests forwarded raw.
-fn replays(out: &[Output]) -> Vec<u32> {
-    use super::twin::{Carry, TwinMsg};
-    out.iter()
-        .filter_map(|o| match o {
-            Output::Twin(TwinMsg::Request {
-                carry: Carry::Raw,
-                packet,
-            }) => Some(RocePacket::parse(packet).unwrap().psn().value()),
-            _ => None,
-        })
-        .collect()
-}
-
 /// Over-subscribed sweep seed 1436 (READs over a 0.5 Gb/s path cut for
 /// 150 ms): the requester's timer resent from the middle of one READ's
 /// answer and then the READ after it. The first resend went to the
@@ -429,11 +415,11 @@ fn a_round_of_resends_that_replays_a_read_replays_the_reads_after_it() {
     e.handle_dc(later, &read(101));
     e.handle_dc(later, &read(102));
     assert_eq!(
-        replays(&drain(&mut e)),
+        raw_forwarded(&drain(&mut e)),
         vec![101, 102],
         "the READ after a replayed one is replayed too: its queued answer dies at the twin"
     );
     // A new round that starts at READ 102, its answer on its way: dropped.
     e.handle_dc(later + Duration::from_millis(67), &read(102));
-    assert_eq!(replays(&drain(&mut e)), Vec::<u32>::new());
+    assert_eq!(raw_forwarded(&drain(&mut e)), Vec::<u32>::new());
 }

@@ -6,26 +6,12 @@
 
 use soya_config::AckPolicy;
 
-use super::engine::{Output, QpEngine};
-use super::tests::{cfg, drain, forwarded, key, request, RQ_QPN};
+use super::engine::QpEngine;
+use super::tests::{cfg, drain, forwarded, key, raw_forwarded, request, RQ_QPN};
 use super::tests_twin::twin_response;
-use super::twin::{Carry, TwinMsg};
 use crate::roce::builders::{self, ReplyTo};
 use crate::roce::{NakCode, Opcode, Psn, RocePacket};
 use crate::time::Time;
-
-/// The PSNs forwarded as is (the tunnel's `Carry::Raw`).
-fn raw(out: &[Output]) -> Vec<u32> {
-    out.iter()
-        .filter_map(|o| match o {
-            Output::Twin(TwinMsg::Request {
-                carry: Carry::Raw,
-                packet,
-            }) => Some(RocePacket::parse(packet).unwrap().psn().value()),
-            _ => None,
-        })
-        .collect()
-}
 
 fn write(psn: u32) -> Vec<u8> {
     request(Opcode::RC_WRITE_ONLY, psn, true, 64, 0)
@@ -36,7 +22,7 @@ fn send(e: &mut QpEngine, t: Time, psns: impl IntoIterator<Item = u32>) -> Vec<u
     for psn in psns {
         e.handle_dc(t, &write(psn));
     }
-    raw(&drain(e))
+    raw_forwarded(&drain(e))
 }
 
 /// The responder's answer (`nak`: `None` for an ACK) reaching the tunnel.
@@ -48,6 +34,13 @@ fn answer(e: &mut QpEngine, t: Time, psn: u32, nak: Option<NakCode>, msn: u32) {
     };
     twin_response(e, t, p.to_vec(&[]).unwrap());
     drain(e);
+}
+
+/// The responder's RNR NAK at `psn` reaching the tunnel.
+fn rnr(e: &mut QpEngine, t: Time, psn: u32, msn: u32) {
+    let to = ReplyTo::answering(&RocePacket::parse(&write(psn)).unwrap(), RQ_QPN);
+    let p = builders::rnr_nak(&to, Psn::new(psn), 14, msn);
+    twin_response(e, t, p.to_vec(&[]).unwrap());
 }
 
 fn dropped(e: &QpEngine) -> u64 {
@@ -116,11 +109,7 @@ fn an_rnr_round_goes_through_whole() {
     send(&mut e, t, 100..104);
     // The responder had no receive posted for 102: RNR, and it dropped
     // what came after. The requester waits its RNR timer, then resends.
-    let to = ReplyTo::answering(&RocePacket::parse(&write(102)).unwrap(), RQ_QPN);
-    let rnr = builders::rnr_nak(&to, Psn::new(102), 14, 2)
-        .to_vec(&[])
-        .unwrap();
-    twin_response(&mut e, t, rnr);
+    rnr(&mut e, t, 102, 2);
     drain(&mut e);
     assert_eq!(send(&mut e, t, 102..104), vec![102, 103]);
     assert_eq!(dropped(&e), 0);
@@ -134,14 +123,14 @@ fn read_resends_are_left_to_the_replay_rules() {
     for psn in [100, 101] {
         e.handle_dc(t, &read(psn));
     }
-    assert_eq!(raw(&drain(&mut e)), vec![100, 101]);
+    assert_eq!(raw_forwarded(&drain(&mut e)), vec![100, 101]);
     // Unanswered READs resent in the tunnel phase still reach the
     // responder, which replays them (the twin's `site::replays` decides
     // what of their answers is dead).
     for psn in [100, 101] {
         e.handle_dc(t, &read(psn));
     }
-    assert_eq!(raw(&drain(&mut e)), vec![100, 101]);
+    assert_eq!(raw_forwarded(&drain(&mut e)), vec![100, 101]);
     assert_eq!(dropped(&e), 0);
 }
 
@@ -166,7 +155,7 @@ fn packets_whose_answer_is_still_due_are_not_resent() {
                 e.handle_dc(t, &request(op, psn, ask, 64, 4096));
             }
         }
-        raw(&drain(e))
+        raw_forwarded(&drain(e))
     };
     assert_eq!(resend(&mut e, 100..105), vec![100, 101, 102, 103, 104]);
     // 100 and 101 crossed; 102, which asks for the answer, did not.
@@ -179,11 +168,7 @@ fn packets_whose_answer_is_still_due_are_not_resent() {
     assert_eq!(resend(&mut e, 100..105), vec![100, 101, 102]);
     // A NAK (RNR at 104): from now on only the originals still here are
     // dropped, whatever answer is due; 104 and after are the NAK's round.
-    let to = ReplyTo::answering(&RocePacket::parse(&write(104)).unwrap(), RQ_QPN);
-    let rnr = builders::rnr_nak(&to, Psn::new(104), 14, 1)
-        .to_vec(&[])
-        .unwrap();
-    twin_response(&mut e, t, rnr);
+    rnr(&mut e, t, 104, 1);
     drain(&mut e);
     assert_eq!(resend(&mut e, 100..105), vec![100, 101, 102, 103, 104]);
 }
@@ -198,20 +183,16 @@ fn after_a_nak_a_tunnel_never_waits_for_an_answer_due() {
     let last = |psn| request(Opcode::RC_WRITE_LAST, psn, true, 64, 4096);
     e.handle_dc(t, &first(100));
     e.handle_dc(t, &last(101));
-    let to = ReplyTo::answering(&RocePacket::parse(&write(100)).unwrap(), RQ_QPN);
-    let rnr = builders::rnr_nak(&to, Psn::new(100), 14, 0)
-        .to_vec(&[])
-        .unwrap();
-    twin_response(&mut e, t, rnr);
-    assert_eq!(raw(&drain(&mut e)), vec![100, 101]);
+    rnr(&mut e, t, 100, 0);
+    assert_eq!(raw_forwarded(&drain(&mut e)), vec![100, 101]);
     // The requester's round after its RNR wait, then a new message.
     for p in [first(100), last(101), first(102), last(103)] {
         e.handle_dc(t, &p);
     }
-    assert_eq!(raw(&drain(&mut e)), vec![100, 101, 102, 103]);
+    assert_eq!(raw_forwarded(&drain(&mut e)), vec![100, 101, 102, 103]);
     // 102 crossed, 103 (its AckReq) not yet: resent, 102 goes anyway.
     e.raw_left(&key(), Psn::new(102));
     e.handle_dc(t, &first(102));
     e.handle_dc(t, &last(103));
-    assert_eq!(raw(&drain(&mut e)), vec![102]);
+    assert_eq!(raw_forwarded(&drain(&mut e)), vec![102]);
 }
