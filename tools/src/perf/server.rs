@@ -290,7 +290,15 @@ impl Server {
                 next_ctrl = now + Duration::from_millis(2);
                 match ctrl.try_recv() {
                     Ok(None) => {}
-                    Ok(Some(Msg::Done)) => return (start, now, errors),
+                    Ok(Some(Msg::Done)) if !self.sends_pending(shape, sends_posted) => {
+                        return (start, now, errors)
+                    }
+                    Ok(Some(Msg::Done)) => {
+                        // wait-send: the client saw its receives complete,
+                        // but our SENDs complete only when its ACK comes
+                        // back here, which can be after its Done.
+                        drain = Some((0, now + self.cfg.drain_timeout));
+                    }
                     Ok(Some(Msg::DoneAfter { bytes })) => {
                         last_ctrl = now;
                         drain = Some((bytes, now + self.cfg.drain_timeout));
@@ -306,7 +314,14 @@ impl Server {
                 }
             }
             if let Some((want, until)) = drain {
-                if self.bytes() >= want {
+                if self.bytes() >= want && !self.sends_pending(shape, sends_posted) {
+                    return (start, now, errors);
+                }
+                if now >= until && self.sends_pending(shape, sends_posted) {
+                    errors.push(format!(
+                        "the client said done, but not every SEND completed within {:?}",
+                        self.cfg.drain_timeout
+                    ));
                     return (start, now, errors);
                 }
                 if now >= until {
@@ -351,6 +366,16 @@ impl Server {
             self.ep
                 .idle(now, moved, Some(until), Duration::from_millis(2));
         }
+    }
+
+    /// wait-send: whether a SEND this side posted is not yet completed.
+    fn sends_pending(&self, shape: &Shape, sends_posted: u32) -> bool {
+        shape.op == Op::WaitSend
+            && self
+                .ep
+                .qps
+                .iter()
+                .any(|q| q.stats().messages_completed < u64::from(sends_posted))
     }
 
     /// Payload bytes this side received or served so far.
