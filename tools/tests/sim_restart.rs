@@ -4,13 +4,18 @@
 //! one again whatever B had not delivered, the new B learns each QP from
 //! those packets, and every transfer completes with every byte verified;
 //! nothing failed. A near gateway's restart (gateway A: what it
-//! pseudo-ACKed died with it) still fails its flows, loudly. Virtual time:
-//! no check depends on the machine's speed.
+//! pseudo-ACKed died with it) still fails its flows, loudly, unless A has
+//! a standby (issue 38, `tools/src/sim/standby.rs`): then A dies and does
+//! not come back, the standby, which replayed every call A was given,
+//! takes over, and nothing fails; gateway B sees the same WAN session (no
+//! restart, and no AES-GCM nonce sealed over two different datagrams).
+//! Virtual time: no check depends on the machine's speed.
 
 use std::time::Duration;
 
 use soya_proto::site::SiteEvent;
-use soya_tools::sim::scenario::{run_world, Op, Scenario};
+use soya_tools::rc::hw::EndpointModel;
+use soya_tools::sim::scenario::{run_world, Op, Outcome, Scenario};
 use soya_tools::sim::world::{Node, World};
 
 fn restart(op: Op, near: bool) -> Scenario {
@@ -109,5 +114,113 @@ fn a_near_gateway_restarted_mid_stream_still_fails_its_flows_loudly() {
     assert!(
         w.host_a.qps.iter().all(|q| q.is_error()),
         "every QP of host A moved to error"
+    );
+}
+
+/// The near gateway dies at the same point, with a standby whose mirror
+/// has one-way delay `mirror`; it takes over 1 ms later.
+fn death_with_standby(op: Op, mirror: Duration) -> Scenario {
+    Scenario {
+        standby: Some((mirror, Duration::from_millis(1))),
+        ..restart(op, true)
+    }
+}
+
+/// Restarts of its twin that gateway B saw (a new incarnation of A).
+fn restarts_seen_by_b(w: &World) -> usize {
+    w.site_events
+        .iter()
+        .filter(|(node, _, e)| *node == Node::GwB && matches!(e, SiteEvent::TwinRestarted { .. }))
+        .count()
+}
+
+fn check_nothing_failed(s: &Scenario, o: &Outcome, w: &World, what: &str) {
+    let all = u64::from(s.qps) * u64::from(s.iters);
+    println!(
+        "{what}: {} ok, {} failed, {} B verified, calls lost on the mirror {:?}, sends made \
+         again {:?}, packets lost while taking over {:?}, requester resends {}",
+        o.messages_ok,
+        o.messages_failed,
+        o.bytes_verified,
+        o.standby_lost_on_mirror,
+        o.standby_resent,
+        o.lost_while_taking_over,
+        o.requester_retransmissions
+    );
+    assert!(o.violations.is_empty(), "{what}: {:?}", o.violations);
+    assert!(o.finished, "{what}");
+    assert_eq!((o.messages_ok, o.messages_failed), (all, 0), "{what}");
+    if s.op != Op::Atomic {
+        assert_eq!(o.bytes_verified, all * s.size as u64, "{what}");
+    }
+    assert_eq!(o.bytes_lost + o.bytes_duplicated + o.bytes_misordered, 0);
+    // The standby did take over mid-stream, after losing what was on the
+    // mirror, and B saw no new incarnation: the same WAN session.
+    assert!(o.standby_lost_on_mirror.is_some(), "{what}: no takeover");
+    let died = s.twin_restart.expect("a death").as_secs_f64();
+    assert!(o.elapsed_s > 2.0 * died, "{what}: it died mid-stream");
+    assert_eq!(restarts_seen_by_b(w), 0, "{what}");
+    assert_eq!(w.nonces_reused, 0, "{what}");
+    assert!(w.gw_a.iter().all(|g| g.engine().stats.twin_lost == 0));
+}
+
+#[test]
+fn a_near_gateway_that_dies_is_replaced_by_its_standby_and_nothing_fails() {
+    for op in [Op::Write, Op::Send, Op::Read, Op::Atomic] {
+        let s = death_with_standby(op, Duration::from_micros(5));
+        let (o, w) = run_world(&s, false).expect("runs");
+        check_nothing_failed(&s, &o, &w, &format!("{op:?}"));
+    }
+}
+
+#[test]
+fn a_standby_holds_through_wan_loss_hardware_requesters_and_a_slow_mirror() {
+    let cases = [
+        ("write, WAN loss 0.1 %", {
+            let mut s = death_with_standby(Op::Write, Duration::from_micros(5));
+            s.wan_loss = 0.001;
+            s
+        }),
+        ("read, 4 hardware QPs", {
+            let mut s = death_with_standby(Op::Read, Duration::from_micros(5));
+            s.endpoint = EndpointModel::Hw;
+            s.qps = 4;
+            s
+        }),
+        // A mirror of 0.1 ms: hundreds of calls on their way when A dies.
+        (
+            "send, mirror 100 µs",
+            death_with_standby(Op::Send, Duration::from_micros(100)),
+        ),
+    ];
+    for (what, s) in cases {
+        let (o, w) = run_world(&s, false).expect("runs");
+        check_nothing_failed(&s, &o, &w, what);
+        assert!(o.standby_lost_on_mirror.is_some_and(|n| n > 0), "{what}");
+    }
+}
+
+#[test]
+fn a_standby_that_never_takes_over_changes_nothing_but_a_few_microseconds() {
+    let mut s = death_with_standby(Op::Write, Duration::from_micros(5));
+    s.twin_restart = None;
+    let (with, _) = run_world(&s, false).expect("runs");
+    s.standby = None;
+    let (without, _) = run_world(&s, false).expect("runs");
+    println!(
+        "with a standby {:?} Gb/s in {} s, without {:?} Gb/s in {} s",
+        with.goodput_gbps, with.elapsed_s, without.goodput_gbps, without.elapsed_s
+    );
+    assert!(with.violations.is_empty() && without.violations.is_empty());
+    assert_eq!(with.bytes_verified, without.bytes_verified);
+    assert!(with.standby_lost_on_mirror.is_none(), "no takeover");
+    // Output commit delays what A sends by twice the mirror's 5 µs: the
+    // run is longer by little more than that per round trip, far less
+    // than 1 %.
+    assert!(
+        with.elapsed_s < without.elapsed_s * 1.01,
+        "{} vs {}",
+        with.elapsed_s,
+        without.elapsed_s
     );
 }

@@ -212,6 +212,20 @@ struct RunArgs {
     /// a crash; nothing may fail. Reports the drain's outcome and the pause.
     #[arg(long, requires = "twin_restart_at")]
     planned: bool,
+    /// Give gateway A a standby that replays every call it is given
+    /// (issue 38). With --twin-restart-at T --restart-near, A dies at T
+    /// and does not come back: the standby takes over, and nothing may
+    /// fail.
+    #[arg(long, conflicts_with = "planned")]
+    standby: bool,
+    /// With --standby: one-way delay of the mirror link, microseconds (what
+    /// A sends waits twice this: the standby must have its inputs first).
+    #[arg(long, default_value_t = 5.0, requires = "standby")]
+    mirror_us: f64,
+    /// With --standby: from A's death to the standby receiving in its
+    /// place (detection and moving the addresses), milliseconds.
+    #[arg(long, default_value_t = 1.0, requires = "standby")]
+    takeover_ms: f64,
     /// Pseudo-ACK policy of the gateways.
     #[arg(long, default_value = "edge", value_parser = parse_policy)]
     policy: AckPolicy,
@@ -368,6 +382,12 @@ fn run(a: RunArgs) -> ExitCode {
             .map(|t| std::time::Duration::from_secs_f64(t.max(0.0))),
         restart_near: a.restart_near,
         planned_restart: a.planned,
+        standby: a.standby.then(|| {
+            (
+                std::time::Duration::from_secs_f64(a.mirror_us.max(0.0) / 1e6),
+                std::time::Duration::from_secs_f64(a.takeover_ms.max(0.0) / 1e3),
+            )
+        }),
         key_update_interval: key_update_interval(a.key_update_ms),
         cut_path: a.cut_path_at.map(|at| {
             (
@@ -514,6 +534,15 @@ fn run(a: RunArgs) -> ExitCode {
             "WAN key updates through Sōya: {} (both gateways), {} datagrams failed authentication",
             accel.wan_key_updates, accel.wan_auth_failures
         );
+        if let Some(lost) = accel.standby_lost_on_mirror {
+            println!(
+                "gateway A died; its standby took over: {lost} calls still on the mirror were \
+                 lost, {} sends the dead one had not let out were made again, {} packets \
+                 reached A while nobody was there",
+                accel.standby_resent.unwrap_or(0),
+                accel.lost_while_taking_over.unwrap_or(0)
+            );
+        }
     }
     soya_tools::sim::conclude(a.json, wall, &violations)
 }

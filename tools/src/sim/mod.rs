@@ -11,6 +11,7 @@ pub mod link;
 pub mod nccl;
 pub mod oversub;
 pub mod scenario;
+pub mod standby;
 pub mod sweep;
 pub mod world;
 

@@ -66,6 +66,10 @@ pub struct SweepTotals {
     /// The first few scenarios whose drain timed out.
     #[serde(default)]
     pub drain_timeouts: Vec<String>,
+    /// Near gateways that died and whose standby took over
+    /// (`Scenario::standby`, issue 38).
+    #[serde(default)]
+    pub standby_takeovers: u64,
     pub wall_s: f64,
     /// Over-subscribed scenarios run, and the least share of an equal share
     /// of the WAN any QP of them got (`Outcome::min_share`).
@@ -92,7 +96,8 @@ impl SweepTotals {
              {} too short to judge) in {:.1} s: \
              {} messages ok, {} failed as injected, {} bytes verified; \
              lost {} B, duplicated {} B, misordered {} B; {} WAN key updates; \
-             {} planned restarts ({} drained clean, the rest timed out{}); {} violations{}",
+             {} planned restarts ({} drained clean, the rest timed out{}); \
+             {} standby takeovers; {} violations{}",
             self.scenarios,
             self.oversubscribed,
             self.min_share.map_or("-".into(), |m| format!("{m:.2}")),
@@ -114,6 +119,7 @@ impl SweepTotals {
             } else {
                 format!(": {}", self.drain_timeouts.join(", "))
             },
+            self.standby_takeovers,
             self.violations,
             self.failures
                 .iter()
@@ -236,6 +242,15 @@ pub fn random_scenario(seed: u64) -> Scenario {
         s.twin_restart = Some(Duration::from_micros(r.random_range(100..20_000)));
         s.restart_near = r.random_bool(0.5);
         s.planned_restart = true;
+    }
+    // Drawn last, for the same reason: half the near gateways that die
+    // have a standby (issue 38), which takes over; nothing may fail. The
+    // mirror's one-way delay and the takeover's length drawn.
+    if s.twin_restart.is_some() && s.restart_near && !s.planned_restart && r.random_bool(0.5) {
+        s.standby = Some((
+            Duration::from_micros(r.random_range(1..=100)),
+            Duration::from_micros(r.random_range(0..=5_000)),
+        ));
     }
     s
 }
@@ -367,6 +382,7 @@ impl SweepTotals {
         self.wan_key_updates += o.wan_key_updates;
         self.planned_restarts += o.planned_restarts;
         self.planned_restarts_clean += o.planned_restarts_clean;
+        self.standby_takeovers += o.standby_takeovers;
         self.oversubscribed += o.oversubscribed;
         self.min_share = match (self.min_share, o.min_share) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -419,6 +435,7 @@ fn run_one(cfg: &SweepConfig, i: u64) -> SweepTotals {
             t.wan_key_updates = o.wan_key_updates;
             t.planned_restarts = u64::from(o.restart_clean.is_some());
             t.planned_restarts_clean = u64::from(o.restart_clean == Some(true));
+            t.standby_takeovers = u64::from(o.standby_lost_on_mirror.is_some());
             if o.restart_clean == Some(false) {
                 t.drain_timeouts.push(format!("{kind} {seed}"));
             }

@@ -15,6 +15,7 @@
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::time::Duration;
 
 use rand_chacha::ChaCha8Rng;
 use soya_proto::qp::QpEngine;
@@ -24,7 +25,9 @@ use soya_proto::site::{DcSent, Site, SiteEvent};
 use soya_proto::time::Time;
 
 use super::link::Link;
+use super::standby::{Mirrored, Output, Standby, StandbyStats};
 use crate::rc::RcQp;
+use soya_proto::wan::packet::HEADER_LEN;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Node {
@@ -70,6 +73,9 @@ struct Event {
     seq: u64,
     to: Node,
     payload: Payload,
+    /// Sent by gateway A while a standby mirrors it: when A lets it out
+    /// (output commit, `standby`). Dropped if A dies before then.
+    released: Option<Time>,
 }
 
 impl PartialEq for Event {
@@ -234,6 +240,22 @@ pub struct World {
     pub events: u64,
     /// Print every delivery (SOYA_SIM_TRACE_PACKETS).
     trace: bool,
+    /// Gateway A's standby (issue 38), while A lives.
+    pub standby_a: Option<Standby>,
+    /// Gateway A died at the first instant; its standby takes over at the
+    /// second (what reaches A in between is lost).
+    a_dead: Option<(Time, Time)>,
+    /// Packets and datagrams that reached gateway A while it was dead.
+    pub lost_at_dead_a: u64,
+    /// The standby's figures, once it took over.
+    pub standby_stats: Option<StandbyStats>,
+    /// With a standby: each WAN packet header gateway B received from A
+    /// (its key phase, path and packet number: the AES-GCM nonce) with a
+    /// digest of the datagram, and how often one header came with other
+    /// bytes (a nonce sealed over two plaintexts, which output commit
+    /// forbids).
+    pub sealed_by_a: Option<HashMap<[u8; HEADER_LEN], u64>>,
+    pub nonces_reused: u64,
 }
 
 /// One line about a payload, for traces.
@@ -271,6 +293,12 @@ impl World {
             scratch: vec![0; 64 * 1024],
             events: 0,
             trace: std::env::var_os("SOYA_SIM_TRACE_PACKETS").is_some(),
+            standby_a: None,
+            a_dead: None,
+            lost_at_dead_a: 0,
+            standby_stats: None,
+            sealed_by_a: None,
+            nonces_reused: 0,
         }
     }
 
@@ -317,6 +345,19 @@ impl World {
 
     /// Sends no earlier than `at` (pacing: the transport's release time).
     fn send_at(&mut self, from: Node, twin: bool, payload: Payload, at: Time) {
+        self.send_released(from, twin, payload, at, None)
+    }
+
+    /// [`Self::send_at`], for what gateway A releases at `released` under
+    /// a standby's output commit.
+    fn send_released(
+        &mut self,
+        from: Node,
+        twin: bool,
+        payload: Payload,
+        at: Time,
+        released: Option<Time>,
+    ) {
         let to = self.hop(from, twin);
         let link = match &payload {
             Payload::Wan(path, _) => self.wan_links.get_mut(&(from, *path)),
@@ -341,6 +382,7 @@ impl World {
                 seq: self.seq,
                 to,
                 payload: p,
+                released,
             });
         }
     }
@@ -477,6 +519,18 @@ impl World {
     /// the daemon's turn (`soya::gateway::turn::Turn`) makes over sockets.
     pub fn drain_gateway(&mut self, node: Node) {
         let now = self.now;
+        if node == Node::GwA && self.a_dead.is_some() {
+            return;
+        }
+        // Under a standby, what A sends now leaves once the standby has
+        // every input before it (`standby`: output commit).
+        let commit = match (node, self.standby_a.as_mut()) {
+            (Node::GwA, Some(sb)) => {
+                sb.mirror(now, Mirrored::Drain(now));
+                Some(sb.commit_at(now))
+            }
+            _ => None,
+        };
         let mut scratch = std::mem::take(&mut self.scratch);
         let Some(site) = self.site_mut(node) else {
             self.scratch = scratch;
@@ -516,11 +570,45 @@ impl World {
                 .wan
                 .extend(wan.iter().map(|(p, d, _)| (*p, d.clone())));
         }
+        let at = commit.unwrap_or(now);
         for p in dc {
-            self.send(node, false, Payload::Ip(p));
+            self.send_released(node, false, Payload::Ip(p), at, commit);
         }
-        for (path, d, at) in wan {
-            self.send_at(node, true, Payload::Wan(path, d), at);
+        for (path, d, release) in wan {
+            let at = release.max(at);
+            self.send_released(node, true, Payload::Wan(path, d), at, commit.map(|_| at));
+        }
+    }
+
+    /// Gateway A dies at `now` (and does not come back); its standby takes
+    /// over `takeover` later. What A sent but had not released dies with
+    /// it.
+    pub fn kill_gateway_a(&mut self, takeover: Duration) {
+        let now = self.now;
+        self.a_dead = Some((now, now + takeover));
+        self.heap.retain(|e| e.released.is_none_or(|r| r <= now));
+    }
+
+    /// The standby becomes gateway A: it replays what was mirrored to it,
+    /// then sends what the dead one made and had not let out.
+    fn promote_standby(&mut self) {
+        let Some((died, _)) = self.a_dead.take() else {
+            return;
+        };
+        let Some(sb) = self.standby_a.take() else {
+            return;
+        };
+        let (site, owed, stats) = sb.take_over(died);
+        self.gw_a = Some(site);
+        self.standby_stats = Some(stats);
+        let now = self.now;
+        for (release, out) in owed {
+            match out {
+                Output::Dc(p) => self.send_at(Node::GwA, false, Payload::Ip(p), release.max(now)),
+                Output::Wan(path, d) => {
+                    self.send_at(Node::GwA, true, Payload::Wan(path, d), release.max(now))
+                }
+            }
         }
     }
 
@@ -536,7 +624,9 @@ impl World {
         consider(self.qp_timers.peek().map(|r| r.0 .0));
         consider(self.host_a.port_wake);
         consider(self.host_b.port_wake);
-        for gw in self.gw_a.iter().chain(self.gw_b.iter()) {
+        consider(self.a_dead.map(|(_, promote)| promote));
+        let a = self.gw_a.iter().filter(|_| self.a_dead.is_none());
+        for gw in a.chain(self.gw_b.iter()) {
             consider(gw.poll_timeout());
         }
         t
@@ -548,6 +638,12 @@ impl World {
     /// each), then its timers, then it sends.
     pub fn step_to(&mut self, t: Time) {
         self.now = self.now.max(t);
+        if self.a_dead.is_some_and(|(_, promote)| promote <= self.now) {
+            self.promote_standby();
+        }
+        if let Some(sb) = self.standby_a.as_mut().filter(|_| self.a_dead.is_none()) {
+            sb.catch_up(self.now);
+        }
         let mut due = Vec::new();
         while self.heap.peek().is_some_and(|e| e.at <= self.now) {
             due.push(self.heap.pop().expect("peeked"));
@@ -584,7 +680,11 @@ impl World {
             }
             host.mark(i);
         }
-        for gw in self.gw_a.iter_mut().chain(self.gw_b.iter_mut()) {
+        if let Some(sb) = self.standby_a.as_mut().filter(|_| self.a_dead.is_none()) {
+            sb.mirror(now, Mirrored::Timers(now));
+        }
+        let a = self.gw_a.iter_mut().filter(|_| self.a_dead.is_none());
+        for gw in a.chain(self.gw_b.iter_mut()) {
             if gw.poll_timeout().is_some_and(|d| d <= now) {
                 gw.handle_timeout(now);
             }
@@ -662,7 +762,20 @@ impl World {
                     None => host.misaddressed += 1,
                 }
             }
+            (Node::GwA, _) if self.a_dead.is_some() => self.lost_at_dead_a += 1,
             (Node::GwA | Node::GwB, payload) => {
+                if let (Node::GwB, Payload::Wan(_, d)) = (to, &payload) {
+                    self.note_sealed_by_a(d);
+                }
+                if let (Node::GwA, Some(sb)) = (to, self.standby_a.as_mut()) {
+                    sb.mirror(
+                        now,
+                        match &payload {
+                            Payload::Ip(v) => Mirrored::Dc(now, v.clone()),
+                            Payload::Wan(p, v) => Mirrored::Wan(now, *p, v.clone()),
+                        },
+                    );
+                }
                 let site = self.site_mut(to).expect("gateway exists when addressed");
                 match payload {
                     Payload::Ip(v) => {
@@ -680,6 +793,22 @@ impl World {
                 }
             }
             (node, p) => panic!("gateway traffic {p:?} delivered to host {node:?}"),
+        }
+    }
+
+    /// Gateway B received `d` from A: a second datagram under one nonce
+    /// with other bytes is counted (`nonces_reused`).
+    fn note_sealed_by_a(&mut self, d: &[u8]) {
+        use std::hash::{Hash, Hasher};
+        let (Some(seen), Some(head)) = (self.sealed_by_a.as_mut(), d.get(..HEADER_LEN)) else {
+            return;
+        };
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        d.hash(&mut h);
+        let digest = h.finish();
+        let head: [u8; HEADER_LEN] = head.try_into().expect("HEADER_LEN bytes");
+        if *seen.entry(head).or_insert(digest) != digest {
+            self.nonces_reused += 1;
         }
     }
 

@@ -15,6 +15,7 @@ use soya_proto::site::{Acl, NonceSource, Site, SiteParams};
 use soya_proto::time::Time;
 
 use super::super::link::{Link, LinkProfile};
+use super::super::standby::Standby;
 use super::super::world::{qp1_packet, Node, World};
 use super::{Scenario, HOST_A, HOST_B};
 use crate::perf::workload::Layout;
@@ -63,8 +64,11 @@ fn rxe_qp_config(s: &Scenario, mem_size: usize) -> QpConfig {
     // shows as a run that does not finish).
     // A planned restart keeps every flow (the twin resumes them): nothing
     // to recover from either.
-    let unreachable_requester =
-        s.twin_restart.is_some() && !s.planned_restart && (s.restart_near || s.bidirectional);
+    // A standby that takes over keeps every requester reachable.
+    let unreachable_requester = s.twin_restart.is_some()
+        && !s.planned_restart
+        && s.standby.is_none()
+        && (s.restart_near || s.bidirectional);
     QpConfig {
         mtu: s.mtu,
         mem_base: MEM_BASE,
@@ -251,6 +255,16 @@ fn add_gateways(s: &Scenario, w: &mut World, wan: &LinkProfile, rng: &mut ChaCha
         Time::ZERO,
         seeded_nonces(w.nonce_seeds[1]),
     ));
+    // Built as A was (same parameters, same nonces), it replays A's calls.
+    if let Some((mirror, _)) = s.standby {
+        let twin = Site::new(
+            site_params(s, HOST_A, HOST_B),
+            Time::ZERO,
+            seeded_nonces(w.nonce_seeds[0]),
+        );
+        w.standby_a = Some(Standby::new(twin, mirror));
+        w.sealed_by_a = Some(Default::default());
+    }
     w.twin_b_seed = rng.random();
     for i in 0..s.paths.max(1) as usize {
         let mut p = wan.clone();

@@ -122,6 +122,12 @@ pub struct Scenario {
     /// flow for it: nothing may fail. A drain that does not end within the
     /// daemon's 5 s says a final CLOSE instead, and the flows fail loudly.
     pub planned_restart: bool,
+    /// Gateway A has a standby (issue 38, `sim::standby`): the mirror
+    /// link's one-way delay, and how long after A dies the standby takes
+    /// over (detection and moving A's addresses; what reaches A in between
+    /// is lost). With `twin_restart` and `restart_near`, A dies and does
+    /// not come back: its standby takes over, and nothing may fail.
+    pub standby: Option<(Duration, Duration)>,
     /// QP 0's responder at B posts no receive (an RNR stall that never
     /// clears) while the other QPs between the same two hosts run: they
     /// must not wait behind it (head of line).
@@ -214,6 +220,7 @@ impl Default for Scenario {
             twin_restart: None,
             restart_near: false,
             planned_restart: false,
+            standby: None,
             stall_qp0: false,
             paths: 1,
             cut_path: None,
@@ -308,5 +315,13 @@ pub struct Outcome {
     /// seconds from the stop to the new incarnation.
     pub restart_clean: Option<bool>,
     pub restart_pause_s: Option<f64>,
+    /// A standby took over (`Scenario::standby`): calls mirrored to it,
+    /// sends it made again at takeover (the dead one had not let them
+    /// out), and packets that reached gateway A while nobody was there.
+    pub standby_mirrored: Option<u64>,
+    pub standby_resent: Option<u64>,
+    /// Calls to the standby still on the mirror when A died (lost).
+    pub standby_lost_on_mirror: Option<u64>,
+    pub lost_while_taking_over: Option<u64>,
     pub violations: Vec<String>,
 }

@@ -98,6 +98,19 @@ pub(super) fn finish(
 ) {
     out.events = w.events;
     out.finished = end.is_some();
+    if let Some(st) = w.standby_stats {
+        out.standby_mirrored = Some(st.mirrored);
+        out.standby_resent = Some(st.resent_at_takeover);
+        out.standby_lost_on_mirror = Some(st.lost_on_the_mirror);
+        out.lost_while_taking_over = Some(w.lost_at_dead_a);
+    }
+    if w.nonces_reused > 0 {
+        out.violations.push(format!(
+            "gateway B received {} WAN packets whose nonce (key phase, path, packet number) \
+             had come before over other bytes",
+            w.nonces_reused
+        ));
+    }
     out.elapsed_s = (end.unwrap_or(stopped) - start).as_secs_f64();
     let mut completed_write_bytes = 0u64;
     let mut placed_bytes = 0u64;
@@ -135,7 +148,10 @@ pub(super) fn finish(
     // (issue 35); one whose drain timed out said a final CLOSE and counts
     // as a crash of that gateway.
     let crash = s.twin_restart.is_some() && (!s.planned_restart || out.restart_clean != Some(true));
-    let near_restart = crash && s.restart_near;
+    // A near gateway with a standby (issue 38) dies and its standby takes
+    // over: nothing it pseudo-ACKed is lost, nothing may fail.
+    let taken_over = crash && s.restart_near && s.standby.is_some();
+    let near_restart = crash && s.restart_near && !taken_over;
     let far_restart = crash && !s.restart_near;
     let planned_clean = s.twin_restart.is_some() && !crash;
     let expect_failures = s.responder_error
@@ -147,7 +163,7 @@ pub(super) fn finish(
     // pattern (atomics carry none to check, nor do messages too short for
     // its sequence number).
     let verifiable = matches!(s.op, Op::Write | Op::Send | Op::Read);
-    if (far_restart || planned_clean)
+    if (far_restart || planned_clean || taken_over)
         && !expect_failures
         && verifiable
         && out.finished
