@@ -22,6 +22,7 @@ fn quiet(scenarios: u64, seed: u64) -> SweepConfig {
         endpoint: Default::default(),
         key_update_interval: None,
         oversub_every: 0,
+        standby_deaths: false,
         threads: 0,
     }
 }
@@ -73,6 +74,21 @@ fn randomized_scenarios_keep_every_invariant_with_frequent_key_updates() {
         ..quiet(100, 200_001)
     });
     assert!(t.wan_key_updates > 100, "{}", t.summary());
+    eprintln!("{}", t.summary());
+}
+
+#[test]
+fn a_near_gateway_replaced_by_its_standby_at_random_points_fails_nothing() {
+    // Issue 38: every scenario's gateway A has a standby and dies at a
+    // random point (mid-message, mid-READ, during WAN or DC loss, a path
+    // cut), the mirror's delay and the takeover's length drawn. What the
+    // scenario injects itself (a responder error, missing receives) may
+    // fail; the death may not (the verdict's "taken over").
+    let t = sweep_clean(SweepConfig {
+        standby_deaths: true,
+        ..quiet(200, 300_001)
+    });
+    assert!(t.standby_takeovers > 50, "{}", t.summary());
     eprintln!("{}", t.summary());
 }
 

@@ -273,6 +273,10 @@ struct SweepArgs {
     /// half an equal share). 0: none; 1: only those.
     #[arg(long, default_value_t = sweep::OVERSUB_EVERY)]
     oversub_every: u64,
+    /// Every ordinary scenario through the gateways gives gateway A a
+    /// standby and kills A at a random point (issue 38): nothing may fail.
+    #[arg(long)]
+    standby_deaths: bool,
     /// Scenarios run side by side on this many threads (each is its own
     /// deterministic world: the totals are the same whatever the number).
     /// 0: one per core this process may use.
@@ -562,6 +566,7 @@ fn sweep_cmd(a: SweepArgs) -> ExitCode {
         endpoint: a.endpoint,
         key_update_interval: key_update_interval(a.key_update_ms),
         oversub_every: a.oversub_every,
+        standby_deaths: a.standby_deaths,
         threads: a.threads,
     };
     let t = sweep::sweep(&cfg);

@@ -32,6 +32,9 @@ pub struct SweepConfig {
     /// (`sim::oversub`): QPs offering 2–16× the WAN for the whole
     /// transfer, the QPs' shares of the WAN checked. 0: none; 1: all.
     pub oversub_every: u64,
+    /// Every ordinary scenario through the gateways loses its near gateway
+    /// at a random point, and a standby takes over (`with_standby_death`).
+    pub standby_deaths: bool,
     /// Worker threads running scenarios side by side; 0: one per core this
     /// process may use (`available_parallelism`, which honours cpusets and
     /// cgroup quotas).
@@ -255,6 +258,25 @@ pub fn random_scenario(seed: u64) -> Scenario {
     s
 }
 
+/// Gateway A of `s` has a standby and dies at a random point (issue 38):
+/// mid-message, mid-READ, during WAN loss or a path cut, as the scenario
+/// has them. From its own stream of the seed, so that the rest of the
+/// scenario is the ordinary one. Not for a direct run (no gateway) nor a
+/// head-of-line one (its stall never clears: it must end by the timer).
+pub fn with_standby_death(s: &mut Scenario, seed: u64) {
+    if !s.accelerated || s.stall_qp0 {
+        return;
+    }
+    let mut r = ChaCha8Rng::seed_from_u64(seed ^ 0x57A2_DB11_DEAD_0001);
+    s.twin_restart = Some(Duration::from_micros(r.random_range(100..20_000)));
+    s.restart_near = true;
+    s.planned_restart = false;
+    s.standby = Some((
+        Duration::from_micros(r.random_range(1..=100)),
+        Duration::from_micros(r.random_range(0..=5_000)),
+    ));
+}
+
 /// The scenario a sweep of `endpoint` runs for `seed` (what `sim_debug`
 /// reproduces): [`random_scenario`] with the endpoint's adjustments.
 pub fn sweep_scenario(
@@ -419,6 +441,9 @@ fn run_one(cfg: &SweepConfig, i: u64) -> SweepTotals {
         sweep_scenario(seed, cfg.endpoint, cfg.dc_loss)
     };
     s.key_update_interval = cfg.key_update_interval;
+    if cfg.standby_deaths && !over {
+        with_standby_death(&mut s, seed);
+    }
     let kind = if over { "over-subscribed seed" } else { "seed" };
     if cfg.verbose {
         eprintln!("seed {seed}: {s:?}");
@@ -481,6 +506,7 @@ mod tests {
             endpoint: Default::default(),
             key_update_interval: None,
             oversub_every: 6,
+            standby_deaths: false,
             threads,
         };
         let mut one = sweep(&cfg(1));
