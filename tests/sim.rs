@@ -78,10 +78,11 @@ fn randomized_scenarios_keep_every_invariant_with_frequent_key_updates() {
 }
 
 #[test]
-fn a_near_gateway_replaced_by_its_standby_at_random_points_fails_nothing() {
-    // Issue 38: every scenario's gateway A has a standby and dies at a
-    // random point (mid-message, mid-READ, during WAN or DC loss, a path
-    // cut), the mirror's delay and the takeover's length drawn. What the
+fn a_gateway_replaced_by_its_standby_at_random_points_fails_nothing() {
+    // Issue 38: every scenario's gateways have standbys and one of them (A
+    // or B) dies at a random point (mid-message, mid-READ, during WAN or
+    // DC loss, a path cut), the mirror's delay and the takeover's length
+    // drawn. What the
     // scenario injects itself (a responder error, missing receives) may
     // fail; the death may not (the verdict's "taken over").
     let t = sweep_clean(SweepConfig {

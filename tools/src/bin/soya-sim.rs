@@ -212,18 +212,18 @@ struct RunArgs {
     /// a crash; nothing may fail. Reports the drain's outcome and the pause.
     #[arg(long, requires = "twin_restart_at")]
     planned: bool,
-    /// Give gateway A a standby that replays every call it is given
-    /// (issue 38). With --twin-restart-at T --restart-near, A dies at T
-    /// and does not come back: the standby takes over, and nothing may
-    /// fail.
+    /// Give each gateway a standby that replays every call it is given
+    /// (issue 38). With --twin-restart-at T, the gateway that dies at T
+    /// (B, or A with --restart-near) does not come back: its standby takes
+    /// over, and nothing may fail.
     #[arg(long, conflicts_with = "planned")]
     standby: bool,
     /// With --standby: one-way delay of the mirror link, microseconds (what
     /// A sends waits twice this: the standby must have its inputs first).
     #[arg(long, default_value_t = 5.0, requires = "standby")]
     mirror_us: f64,
-    /// With --standby: from A's death to the standby receiving in its
-    /// place (detection and moving the addresses), milliseconds.
+    /// With --standby: from a gateway's death to its standby receiving in
+    /// its place (detection and moving the addresses), milliseconds.
     #[arg(long, default_value_t = 1.0, requires = "standby")]
     takeover_ms: f64,
     /// Pseudo-ACK policy of the gateways.
@@ -273,8 +273,9 @@ struct SweepArgs {
     /// half an equal share). 0: none; 1: only those.
     #[arg(long, default_value_t = sweep::OVERSUB_EVERY)]
     oversub_every: u64,
-    /// Every ordinary scenario through the gateways gives gateway A a
-    /// standby and kills A at a random point (issue 38): nothing may fail.
+    /// Every ordinary scenario through the gateways gives each gateway a
+    /// standby and kills one at a random point (issue 38): nothing may
+    /// fail.
     #[arg(long)]
     standby_deaths: bool,
     /// Scenarios run side by side on this many threads (each is its own
@@ -540,9 +541,10 @@ fn run(a: RunArgs) -> ExitCode {
         );
         if let Some(lost) = accel.standby_lost_on_mirror {
             println!(
-                "gateway A died; its standby took over: {lost} calls still on the mirror were \
+                "gateway {} died; its standby took over: {lost} calls still on the mirror were \
                  lost, {} sends the dead one had not let out were made again, {} packets \
-                 reached A while nobody was there",
+                 reached it while nobody was there",
+                if a.restart_near { "A" } else { "B" },
                 accel.standby_resent.unwrap_or(0),
                 accel.lost_while_taking_over.unwrap_or(0)
             );

@@ -1,4 +1,4 @@
-//! A standby for gateway A (issue 38), by replaying its inputs.
+//! A standby for a gateway (issue 38), by replaying its inputs.
 //!
 //! A [`Site`] is a sans-IO state machine: what it sends depends only on
 //! the calls it was given, in order, with their `now` (the differential

@@ -32,8 +32,8 @@ pub struct SweepConfig {
     /// (`sim::oversub`): QPs offering 2–16× the WAN for the whole
     /// transfer, the QPs' shares of the WAN checked. 0: none; 1: all.
     pub oversub_every: u64,
-    /// Every ordinary scenario through the gateways loses its near gateway
-    /// at a random point, and a standby takes over (`with_standby_death`).
+    /// Every ordinary scenario through the gateways loses one gateway at a
+    /// random point, and its standby takes over (`with_standby_death`).
     pub standby_deaths: bool,
     /// Worker threads running scenarios side by side; 0: one per core this
     /// process may use (`available_parallelism`, which honours cpusets and
@@ -69,7 +69,7 @@ pub struct SweepTotals {
     /// The first few scenarios whose drain timed out.
     #[serde(default)]
     pub drain_timeouts: Vec<String>,
-    /// Near gateways that died and whose standby took over
+    /// Gateways that died and whose standby took over
     /// (`Scenario::standby`, issue 38).
     #[serde(default)]
     pub standby_takeovers: u64,
@@ -246,10 +246,10 @@ pub fn random_scenario(seed: u64) -> Scenario {
         s.restart_near = r.random_bool(0.5);
         s.planned_restart = true;
     }
-    // Drawn last, for the same reason: half the near gateways that die
-    // have a standby (issue 38), which takes over; nothing may fail. The
-    // mirror's one-way delay and the takeover's length drawn.
-    if s.twin_restart.is_some() && s.restart_near && !s.planned_restart && r.random_bool(0.5) {
+    // Drawn last, for the same reason: half the gateways that die have a
+    // standby (issue 38), which takes over; nothing may fail. The mirror's
+    // one-way delay and the takeover's length drawn.
+    if s.twin_restart.is_some() && !s.planned_restart && r.random_bool(0.5) {
         s.standby = Some((
             Duration::from_micros(r.random_range(1..=100)),
             Duration::from_micros(r.random_range(0..=5_000)),
@@ -258,7 +258,8 @@ pub fn random_scenario(seed: u64) -> Scenario {
     s
 }
 
-/// Gateway A of `s` has a standby and dies at a random point (issue 38):
+/// The gateways of `s` have standbys, and one of them (A or B, drawn) dies
+/// at a random point (issue 38):
 /// mid-message, mid-READ, during WAN loss or a path cut, as the scenario
 /// has them. From its own stream of the seed, so that the rest of the
 /// scenario is the ordinary one. Not for a direct run (no gateway) nor a
@@ -269,7 +270,7 @@ pub fn with_standby_death(s: &mut Scenario, seed: u64) {
     }
     let mut r = ChaCha8Rng::seed_from_u64(seed ^ 0x57A2_DB11_DEAD_0001);
     s.twin_restart = Some(Duration::from_micros(r.random_range(100..20_000)));
-    s.restart_near = true;
+    s.restart_near = r.random_bool(0.5);
     s.planned_restart = false;
     s.standby = Some((
         Duration::from_micros(r.random_range(1..=100)),

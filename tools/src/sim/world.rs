@@ -73,9 +73,10 @@ struct Event {
     seq: u64,
     to: Node,
     payload: Payload,
-    /// Sent by gateway A while a standby mirrors it: when A lets it out
-    /// (output commit, `standby`). Dropped if A dies before then.
-    released: Option<Time>,
+    /// Sent by a gateway (0: A, 1: B) while a standby mirrors it: when
+    /// it lets it out (output commit, `standby`). Dropped if that gateway
+    /// dies before then.
+    released: Option<(usize, Time)>,
 }
 
 impl PartialEq for Event {
@@ -240,22 +241,31 @@ pub struct World {
     pub events: u64,
     /// Print every delivery (SOYA_SIM_TRACE_PACKETS).
     trace: bool,
-    /// Gateway A's standby (issue 38), while A lives.
-    pub standby_a: Option<Standby>,
-    /// Gateway A died at the first instant; its standby takes over at the
-    /// second (what reaches A in between is lost).
-    a_dead: Option<(Time, Time)>,
-    /// Packets and datagrams that reached gateway A while it was dead.
-    pub lost_at_dead_a: u64,
-    /// The standby's figures, once it took over.
+    /// Each gateway's standby (issue 38; 0: A, 1: B), while it lives.
+    pub standby: [Option<Standby>; 2],
+    /// A gateway died at the first instant; its standby takes over at the
+    /// second (what reaches it in between is lost).
+    dead: [Option<(Time, Time)>; 2],
+    /// Packets and datagrams that reached a gateway while it was dead.
+    pub lost_while_dead: u64,
+    /// The standby's figures, once one took over.
     pub standby_stats: Option<StandbyStats>,
-    /// With a standby: each WAN packet header gateway B received from A
-    /// (its key phase, path and packet number: the AES-GCM nonce) with a
-    /// digest of the datagram, and how often one header came with other
-    /// bytes (a nonce sealed over two plaintexts, which output commit
-    /// forbids).
-    pub sealed_by_a: Option<HashMap<[u8; HEADER_LEN], u64>>,
+    /// With standbys: each WAN packet header a gateway received from its
+    /// twin (the sender's key phase, path and packet number: the AES-GCM
+    /// nonce) with a digest of the datagram, and how often one header came
+    /// with other bytes (a nonce sealed over two plaintexts, which output
+    /// commit forbids).
+    pub sealed: Option<HashMap<(usize, [u8; HEADER_LEN]), u64>>,
     pub nonces_reused: u64,
+}
+
+/// 0 for gateway A, 1 for B; `None` for a host.
+fn gateway_index(node: Node) -> Option<usize> {
+    match node {
+        Node::GwA => Some(0),
+        Node::GwB => Some(1),
+        _ => None,
+    }
 }
 
 /// One line about a payload, for traces.
@@ -293,11 +303,11 @@ impl World {
             scratch: vec![0; 64 * 1024],
             events: 0,
             trace: std::env::var_os("SOYA_SIM_TRACE_PACKETS").is_some(),
-            standby_a: None,
-            a_dead: None,
-            lost_at_dead_a: 0,
+            standby: [None, None],
+            dead: [None, None],
+            lost_while_dead: 0,
             standby_stats: None,
-            sealed_by_a: None,
+            sealed: None,
             nonces_reused: 0,
         }
     }
@@ -356,7 +366,7 @@ impl World {
         twin: bool,
         payload: Payload,
         at: Time,
-        released: Option<Time>,
+        released: Option<(usize, Time)>,
     ) {
         let to = self.hop(from, twin);
         let link = match &payload {
@@ -519,18 +529,18 @@ impl World {
     /// the daemon's turn (`soya::gateway::turn::Turn`) makes over sockets.
     pub fn drain_gateway(&mut self, node: Node) {
         let now = self.now;
-        if node == Node::GwA && self.a_dead.is_some() {
+        let Some(g) = gateway_index(node) else {
+            return;
+        };
+        if self.dead[g].is_some() {
             return;
         }
-        // Under a standby, what A sends now leaves once the standby has
-        // every input before it (`standby`: output commit).
-        let commit = match (node, self.standby_a.as_mut()) {
-            (Node::GwA, Some(sb)) => {
-                sb.mirror(now, Mirrored::Drain(now));
-                Some(sb.commit_at(now))
-            }
-            _ => None,
-        };
+        // Under a standby, what the gateway sends now leaves once the
+        // standby has every input before it (`standby`: output commit).
+        let commit = self.standby[g].as_mut().map(|sb| {
+            sb.mirror(now, Mirrored::Drain(now));
+            sb.commit_at(now)
+        });
         let mut scratch = std::mem::take(&mut self.scratch);
         let Some(site) = self.site_mut(node) else {
             self.scratch = scratch;
@@ -572,44 +582,63 @@ impl World {
         }
         let at = commit.unwrap_or(now);
         for p in dc {
-            self.send_released(node, false, Payload::Ip(p), at, commit);
+            self.send_released(node, false, Payload::Ip(p), at, commit.map(|c| (g, c)));
         }
         for (path, d, release) in wan {
             let at = release.max(at);
-            self.send_released(node, true, Payload::Wan(path, d), at, commit.map(|_| at));
+            self.send_released(
+                node,
+                true,
+                Payload::Wan(path, d),
+                at,
+                commit.map(|_| (g, at)),
+            );
         }
     }
 
-    /// Gateway A dies at `now` (and does not come back); its standby takes
-    /// over `takeover` later. What A sent but had not released dies with
-    /// it.
-    pub fn kill_gateway_a(&mut self, takeover: Duration) {
-        let now = self.now;
-        self.a_dead = Some((now, now + takeover));
-        self.heap.retain(|e| e.released.is_none_or(|r| r <= now));
+    /// Gateway `node` dies at `now` (and does not come back); its standby
+    /// takes over `takeover` later. What it sent but had not released dies
+    /// with it.
+    pub fn kill_gateway(&mut self, node: Node, takeover: Duration) {
+        let (now, g) = (self.now, gateway_index(node).expect("a gateway"));
+        self.dead[g] = Some((now, now + takeover));
+        self.heap
+            .retain(|e| e.released.is_none_or(|(from, r)| from != g || r <= now));
     }
 
-    /// The standby becomes gateway A: it replays what was mirrored to it,
-    /// then sends what the dead one made and had not let out.
-    fn promote_standby(&mut self) {
-        let Some((died, _)) = self.a_dead.take() else {
+    /// Gateway `g`'s standby becomes the gateway: it replays what was
+    /// mirrored to it, then sends what the dead one made and had not let
+    /// out.
+    fn promote_standby(&mut self, g: usize) {
+        let Some((died, _)) = self.dead[g].take() else {
             return;
         };
-        let Some(sb) = self.standby_a.take() else {
+        let Some(sb) = self.standby[g].take() else {
             return;
         };
         let (site, owed, stats) = sb.take_over(died);
-        self.gw_a = Some(site);
+        let node = if g == 0 { Node::GwA } else { Node::GwB };
+        *(if g == 0 {
+            &mut self.gw_a
+        } else {
+            &mut self.gw_b
+        }) = Some(site);
         self.standby_stats = Some(stats);
         let now = self.now;
         for (release, out) in owed {
-            match out {
-                Output::Dc(p) => self.send_at(Node::GwA, false, Payload::Ip(p), release.max(now)),
-                Output::Wan(path, d) => {
-                    self.send_at(Node::GwA, true, Payload::Wan(path, d), release.max(now))
-                }
-            }
+            let (twin, payload) = match out {
+                Output::Dc(p) => (false, Payload::Ip(p)),
+                Output::Wan(path, d) => (true, Payload::Wan(path, d)),
+            };
+            self.send_at(node, twin, payload, release.max(now));
         }
+    }
+
+    /// The gateways alive now (a dead one's standby has not taken over).
+    fn live_gateways(&mut self) -> impl Iterator<Item = &mut Site> {
+        let [a, b] = self.dead;
+        let a = self.gw_a.iter_mut().filter(move |_| a.is_none());
+        a.chain(self.gw_b.iter_mut().filter(move |_| b.is_none()))
     }
 
     /// Earliest pending event or timer.
@@ -624,10 +653,11 @@ impl World {
         consider(self.qp_timers.peek().map(|r| r.0 .0));
         consider(self.host_a.port_wake);
         consider(self.host_b.port_wake);
-        consider(self.a_dead.map(|(_, promote)| promote));
-        let a = self.gw_a.iter().filter(|_| self.a_dead.is_none());
-        for gw in a.chain(self.gw_b.iter()) {
-            consider(gw.poll_timeout());
+        for (g, gw) in [&self.gw_a, &self.gw_b].into_iter().enumerate() {
+            match self.dead[g] {
+                Some((_, promote)) => consider(Some(promote)),
+                None => consider(gw.as_ref().and_then(|gw| gw.poll_timeout())),
+            }
         }
         t
     }
@@ -638,11 +668,13 @@ impl World {
     /// each), then its timers, then it sends.
     pub fn step_to(&mut self, t: Time) {
         self.now = self.now.max(t);
-        if self.a_dead.is_some_and(|(_, promote)| promote <= self.now) {
-            self.promote_standby();
-        }
-        if let Some(sb) = self.standby_a.as_mut().filter(|_| self.a_dead.is_none()) {
-            sb.catch_up(self.now);
+        for g in 0..2 {
+            if self.dead[g].is_some_and(|(_, promote)| promote <= self.now) {
+                self.promote_standby(g);
+            }
+            if let Some(sb) = self.standby[g].as_mut().filter(|_| self.dead[g].is_none()) {
+                sb.catch_up(self.now);
+            }
         }
         let mut due = Vec::new();
         while self.heap.peek().is_some_and(|e| e.at <= self.now) {
@@ -680,11 +712,12 @@ impl World {
             }
             host.mark(i);
         }
-        if let Some(sb) = self.standby_a.as_mut().filter(|_| self.a_dead.is_none()) {
-            sb.mirror(now, Mirrored::Timers(now));
+        for g in 0..2 {
+            if let Some(sb) = self.standby[g].as_mut().filter(|_| self.dead[g].is_none()) {
+                sb.mirror(now, Mirrored::Timers(now));
+            }
         }
-        let a = self.gw_a.iter_mut().filter(|_| self.a_dead.is_none());
-        for gw in a.chain(self.gw_b.iter_mut()) {
+        for gw in self.live_gateways() {
             if gw.poll_timeout().is_some_and(|d| d <= now) {
                 gw.handle_timeout(now);
             }
@@ -762,12 +795,17 @@ impl World {
                     None => host.misaddressed += 1,
                 }
             }
-            (Node::GwA, _) if self.a_dead.is_some() => self.lost_at_dead_a += 1,
+            (Node::GwA | Node::GwB, _)
+                if gateway_index(to).is_some_and(|g| self.dead[g].is_some()) =>
+            {
+                self.lost_while_dead += 1
+            }
             (Node::GwA | Node::GwB, payload) => {
-                if let (Node::GwB, Payload::Wan(_, d)) = (to, &payload) {
-                    self.note_sealed_by_a(d);
+                let g = gateway_index(to).expect("a gateway");
+                if let Payload::Wan(_, d) = &payload {
+                    self.note_sealed(g, d);
                 }
-                if let (Node::GwA, Some(sb)) = (to, self.standby_a.as_mut()) {
+                if let Some(sb) = self.standby[g].as_mut() {
                     sb.mirror(
                         now,
                         match &payload {
@@ -796,18 +834,18 @@ impl World {
         }
     }
 
-    /// Gateway B received `d` from A: a second datagram under one nonce
-    /// with other bytes is counted (`nonces_reused`).
-    fn note_sealed_by_a(&mut self, d: &[u8]) {
+    /// Gateway `g` received `d` from its twin: a second datagram under one
+    /// nonce with other bytes is counted (`nonces_reused`).
+    fn note_sealed(&mut self, g: usize, d: &[u8]) {
         use std::hash::{Hash, Hasher};
-        let (Some(seen), Some(head)) = (self.sealed_by_a.as_mut(), d.get(..HEADER_LEN)) else {
+        let (Some(seen), Some(head)) = (self.sealed.as_mut(), d.get(..HEADER_LEN)) else {
             return;
         };
         let mut h = std::collections::hash_map::DefaultHasher::new();
         d.hash(&mut h);
         let digest = h.finish();
         let head: [u8; HEADER_LEN] = head.try_into().expect("HEADER_LEN bytes");
-        if *seen.entry(head).or_insert(digest) != digest {
+        if *seen.entry((g, head)).or_insert(digest) != digest {
             self.nonces_reused += 1;
         }
     }

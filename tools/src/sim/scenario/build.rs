@@ -64,11 +64,22 @@ fn rxe_qp_config(s: &Scenario, mem_size: usize) -> QpConfig {
     // shows as a run that does not finish).
     // A planned restart keeps every flow (the twin resumes them): nothing
     // to recover from either.
-    // A standby that takes over keeps every requester reachable.
-    let unreachable_requester = s.twin_restart.is_some()
-        && !s.planned_restart
-        && s.standby.is_none()
-        && (s.restart_near || s.bidirectional);
+    // A standby that takes over keeps every requester reachable. But what
+    // reached the dead gateway meanwhile is lost, as on a lossy link: a
+    // responder's class C NAK among it is never sent again (the responder
+    // went to the error state, and rxe is then silent), so its requester
+    // ends by its own retry count, finite as on hardware (`--standby-deaths`
+    // seed 502480: rxe's "forever" never finished). The same holds on a
+    // direct path whose WAN loses packets (sweep seed 500829).
+    let lossy_wan = s.wan_loss > 0.0 || s.wan_burst.is_some();
+    let nak_may_be_lost = (s.standby.is_some() && s.twin_restart.is_some() && !s.planned_restart)
+        || (!s.accelerated && lossy_wan);
+    let silent_responder = s.responder_error && nak_may_be_lost;
+    let unreachable_requester = silent_responder
+        || (s.twin_restart.is_some()
+            && !s.planned_restart
+            && s.standby.is_none()
+            && (s.restart_near || s.bidirectional));
     QpConfig {
         mtu: s.mtu,
         mem_base: MEM_BASE,
@@ -255,15 +266,18 @@ fn add_gateways(s: &Scenario, w: &mut World, wan: &LinkProfile, rng: &mut ChaCha
         Time::ZERO,
         seeded_nonces(w.nonce_seeds[1]),
     ));
-    // Built as A was (same parameters, same nonces), it replays A's calls.
+    // Each built as its gateway was (same parameters, same nonces): it
+    // replays that gateway's calls.
     if let Some((mirror, _)) = s.standby {
-        let twin = Site::new(
-            site_params(s, HOST_A, HOST_B),
-            Time::ZERO,
-            seeded_nonces(w.nonce_seeds[0]),
-        );
-        w.standby_a = Some(Standby::new(twin, mirror));
-        w.sealed_by_a = Some(Default::default());
+        for (g, (local, remote)) in [(HOST_A, HOST_B), (HOST_B, HOST_A)].into_iter().enumerate() {
+            let twin = Site::new(
+                site_params(s, local, remote),
+                Time::ZERO,
+                seeded_nonces(w.nonce_seeds[g]),
+            );
+            w.standby[g] = Some(Standby::new(twin, mirror));
+        }
+        w.sealed = Some(Default::default());
     }
     w.twin_b_seed = rng.random();
     for i in 0..s.paths.max(1) as usize {

@@ -122,11 +122,12 @@ pub struct Scenario {
     /// flow for it: nothing may fail. A drain that does not end within the
     /// daemon's 5 s says a final CLOSE instead, and the flows fail loudly.
     pub planned_restart: bool,
-    /// Gateway A has a standby (issue 38, `sim::standby`): the mirror
-    /// link's one-way delay, and how long after A dies the standby takes
-    /// over (detection and moving A's addresses; what reaches A in between
-    /// is lost). With `twin_restart` and `restart_near`, A dies and does
-    /// not come back: its standby takes over, and nothing may fail.
+    /// Each gateway has a standby (issue 38, `sim::standby`): the mirror
+    /// link's one-way delay, and how long after its gateway dies a standby
+    /// takes over (detection and moving the addresses; what reaches the
+    /// gateway in between is lost). With `twin_restart`, the gateway that
+    /// dies (B, or A with `restart_near`) does not come back: its standby
+    /// takes over, and nothing may fail.
     pub standby: Option<(Duration, Duration)>,
     /// QP 0's responder at B posts no receive (an RNR stall that never
     /// clears) while the other QPs between the same two hosts run: they

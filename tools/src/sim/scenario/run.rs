@@ -182,9 +182,10 @@ pub fn run_world(s: &Scenario, trace_gateway_a: bool) -> Result<(Outcome, World)
             // Gateway B (or A, the near one) dies and comes back with
             // nothing: a new site, a new generation.
             restart_at = None;
-            if let (true, Some((_, takeover))) = (s.restart_near, s.standby) {
+            if let Some((_, takeover)) = s.standby {
                 // It does not come back: its standby takes over.
-                w.kill_gateway_a(takeover);
+                let node = if s.restart_near { Node::GwA } else { Node::GwB };
+                w.kill_gateway(node, takeover);
             } else if s.restart_near {
                 w.gw_a = Some(Site::new(
                     site_params(s, HOST_A, HOST_B),
