@@ -224,6 +224,14 @@ fn a_standby_that_never_takes_over_changes_nothing_but_a_few_microseconds() {
     assert!(with.violations.is_empty() && without.violations.is_empty());
     assert_eq!(with.bytes_verified, without.bytes_verified);
     assert!(with.standby_lost_on_mirror.is_none(), "no takeover");
+    // What a standby costs in DC bandwidth: each gateway mirrors each
+    // byte it carries once (plus headers, ACKs and twin messages).
+    let mirrored = with.standby_mirrored_bytes.expect("standbys");
+    for (gw, bytes) in ["A", "B"].into_iter().zip(mirrored) {
+        let per_byte = bytes as f64 / with.bytes_verified as f64;
+        println!("gateway {gw} mirrored {per_byte:.3} bytes per byte verified");
+        assert!((1.0..1.1).contains(&per_byte), "{gw}: {per_byte}");
+    }
     // Output commit delays what A sends by twice the mirror's 5 µs: the
     // run is longer by little more than that per round trip, far less
     // than 1 %.

@@ -539,6 +539,15 @@ fn run(a: RunArgs) -> ExitCode {
             "WAN key updates through Sōya: {} (both gateways), {} datagrams failed authentication",
             accel.wan_key_updates, accel.wan_auth_failures
         );
+        if let Some([a, b]) = accel.standby_mirrored_bytes {
+            let per = |x: u64| x as f64 / accel.bytes_verified.max(1) as f64;
+            println!(
+                "standbys: gateway A mirrored {a} bytes ({:.3} per byte verified), B {b} ({:.3}); \
+                 each send held twice the mirror's one-way delay",
+                per(a),
+                per(b)
+            );
+        }
         if let Some(lost) = accel.standby_lost_on_mirror {
             println!(
                 "gateway {} died; its standby took over: {lost} calls still on the mirror were \

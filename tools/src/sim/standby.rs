@@ -58,8 +58,11 @@ pub enum Output {
 /// What the standby did, for the run's summary.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StandbyStats {
-    /// Calls mirrored to it.
+    /// Calls mirrored to it, and the packet bytes they carried (what the
+    /// mirror link carries, headers aside: the DC bandwidth a standby
+    /// costs).
     pub mirrored: u64,
+    pub mirrored_bytes: u64,
     /// Sends it made again at takeover (the active had not released them).
     pub resent_at_takeover: u64,
     /// Calls on their way to it when the active died (lost).
@@ -102,6 +105,10 @@ impl Standby {
     /// The active was given `m` at `now`: on its way to the standby.
     pub fn mirror(&mut self, now: Time, m: Mirrored) {
         self.stats.mirrored += 1;
+        self.stats.mirrored_bytes += match &m {
+            Mirrored::Dc(_, v) | Mirrored::Wan(_, _, v) => v.len() as u64,
+            Mirrored::Timers(_) | Mirrored::Drain(_) => 0,
+        };
         self.queue.push_back((now + self.delay, m));
     }
 

@@ -257,6 +257,9 @@ pub struct World {
     /// commit forbids).
     pub sealed: Option<HashMap<(usize, [u8; HEADER_LEN]), u64>>,
     pub nonces_reused: u64,
+    /// Bytes mirrored to each gateway's standbys that have since taken
+    /// over.
+    mirrored_bytes_before: [u64; 2],
 }
 
 /// 0 for gateway A, 1 for B; `None` for a host.
@@ -309,6 +312,7 @@ impl World {
             standby_stats: None,
             sealed: None,
             nonces_reused: 0,
+            mirrored_bytes_before: [0; 2],
         }
     }
 
@@ -596,6 +600,20 @@ impl World {
         }
     }
 
+    /// Packet bytes each gateway (A, B) mirrored to its standby over the
+    /// run (`None`: no standbys).
+    pub fn mirrored_bytes(&self) -> Option<[u64; 2]> {
+        let any = self.standby.iter().any(Option::is_some) || self.standby_stats.is_some();
+        any.then(|| {
+            let live = |g: usize| {
+                self.standby[g]
+                    .as_ref()
+                    .map_or(0, |sb| sb.stats.mirrored_bytes)
+            };
+            [0, 1].map(|g| self.mirrored_bytes_before[g] + live(g))
+        })
+    }
+
     /// Gateway `node` dies at `now` (and does not come back); its standby
     /// takes over `takeover` later. What it sent but had not released dies
     /// with it.
@@ -617,6 +635,7 @@ impl World {
             return;
         };
         let (site, owed, stats) = sb.take_over(died);
+        self.mirrored_bytes_before[g] += stats.mirrored_bytes;
         let node = if g == 0 { Node::GwA } else { Node::GwB };
         *(if g == 0 {
             &mut self.gw_a

@@ -323,6 +323,9 @@ pub struct Outcome {
     pub standby_resent: Option<u64>,
     /// Calls to the standby still on the mirror when A died (lost).
     pub standby_lost_on_mirror: Option<u64>,
+    /// With standbys: packet bytes gateways A and B mirrored to theirs
+    /// over the run (what a mirror link carries besides its own headers).
+    pub standby_mirrored_bytes: Option<[u64; 2]>,
     pub lost_while_taking_over: Option<u64>,
     pub violations: Vec<String>,
 }

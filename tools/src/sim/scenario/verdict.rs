@@ -98,6 +98,7 @@ pub(super) fn finish(
 ) {
     out.events = w.events;
     out.finished = end.is_some();
+    out.standby_mirrored_bytes = w.mirrored_bytes();
     if let Some(st) = w.standby_stats {
         out.standby_mirrored = Some(st.mirrored);
         out.standby_resent = Some(st.resent_at_takeover);
