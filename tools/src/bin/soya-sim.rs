@@ -198,8 +198,10 @@ struct RunArgs {
     #[arg(long, default_value_t = 1.0)]
     cut_for: f64,
     /// Crash gateway B this many seconds into the run and start a new one
-    /// at once (flows mid-stream must fail toward their requesters, never
-    /// silently).
+    /// at once: gateway A resends what B had not delivered, and nothing may
+    /// fail (issue 35). With --restart-near, A crashes instead: its flows
+    /// fail, never silently. With --standby, the gateway does not come back
+    /// and its standby takes over (issue 38).
     #[arg(long)]
     twin_restart_at: Option<f64>,
     /// With --twin-restart-at: restart the requester's own (near) gateway
