@@ -182,27 +182,23 @@ pub(super) fn drained_acks(e: &mut QpEngine) -> Vec<(u32, Syndrome, u32)> {
     acks(&drain(e))
 }
 
+/// The PSNs of requests forwarded `Carry::Reliable` (held, pseudo-ACKed).
 pub(super) fn forwarded(out: &[Output]) -> Vec<u32> {
-    out.iter()
-        .filter_map(|o| match o {
-            Output::Twin(TwinMsg::Request {
-                carry: Carry::Reliable,
-                packet,
-            }) => Some(RocePacket::parse(packet).unwrap().psn().value()),
-            _ => None,
-        })
-        .collect()
+    forwarded_as(out, Carry::Reliable)
 }
 
 /// The PSNs of requests forwarded as is (`Carry::Raw`: a tunnel's, or a
 /// resend the responder must replay).
 pub(super) fn raw_forwarded(out: &[Output]) -> Vec<u32> {
+    forwarded_as(out, Carry::Raw)
+}
+
+fn forwarded_as(out: &[Output], how: Carry) -> Vec<u32> {
     out.iter()
         .filter_map(|o| match o {
-            Output::Twin(TwinMsg::Request {
-                carry: Carry::Raw,
-                packet,
-            }) => Some(RocePacket::parse(packet).unwrap().psn().value()),
+            Output::Twin(TwinMsg::Request { carry, packet }) if *carry == how => {
+                Some(RocePacket::parse(packet).unwrap().psn().value())
+            }
             _ => None,
         })
         .collect()
